@@ -1,0 +1,97 @@
+"""Load YAML keeping line numbers, and turn pydantic errors into ``file:line: field: message``.
+
+This is the one edge where configuration text becomes typed objects: everything inward gets
+validated models, never dicts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigError
+
+__all__ = ["LineMap", "load_yaml_file", "validate"]
+
+M = TypeVar("M", bound=BaseModel)
+LineMap = dict[tuple[str, ...], int]
+
+# pydantic's stock wording, rewritten for people who write YAML rather than Python.
+_REWRITES = {
+    "Extra inputs are not permitted": "unknown field (check its spelling)",
+    "Field required": "required field is missing",
+}
+
+
+def _walk(node: yaml.Node, path: tuple[str, ...], lines: LineMap) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = (*path, str(key.value))
+            lines[child] = key.start_mark.line + 1
+            _walk(value, child, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _walk(item, (*path, str(index)), lines)
+
+
+def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
+    """Parse ``path`` (YAML or JSON) and map every key path to its 1-based line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            f"invalid YAML: {problem}", file=str(path), line=mark.line + 1 if mark else None
+        ) from None
+    lines: LineMap = {}
+    if node is not None:
+        _walk(node, (), lines)
+    return data, lines
+
+
+def _line_for(loc: tuple[str, ...], lines: LineMap) -> int | None:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    # pydantic marks dict-key errors with a "[key]" step; users never wrote it.
+    return tuple(str(p) for p in loc if p != "[key]")
+
+
+def validate(model: type[M], data: Any, *, file: str, lines: LineMap | None = None,
+             prefix: tuple[str, ...] = ()) -> M:
+    """Validate ``data`` as ``model``; the first error becomes a located ``ConfigError``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise to_config_error(exc, file=file, lines=lines or {}, prefix=prefix) from None
+
+
+def to_config_error(exc: ValidationError, *, file: str, lines: LineMap,
+                    prefix: tuple[str, ...] = ()) -> ConfigError:
+    error = exc.errors(include_url=False)[0]
+    loc = (*prefix, *_clean_loc(tuple(error["loc"])))
+    message = error["msg"]
+    for stock, friendly in _REWRITES.items():
+        if message.startswith(stock):
+            message = friendly
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    more = len(exc.errors()) - 1
+    if more:
+        message += f" (and {more} more error{'s' if more > 1 else ''})"
+    return ConfigError(message, file=file, line=_line_for(loc, lines), field=".".join(loc) or None)

@@ -1,0 +1,73 @@
+"""``gradebox grade``: run one grader file once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError
+from ..graders import load_grader, run_grader
+from ..protocol import Payload, Status
+from ..report import print_result
+from ..sandbox import get_sandbox
+from ._common import JsonOpt, Output
+
+EXIT = {Status.passed: 0, Status.failed: 1, Status.error: 3}
+
+
+def load_payload(source: str) -> Payload:
+    """A payload from a JSON file, or ``-`` for stdin. Errors name the file and the field."""
+    import sys
+
+    from pydantic import ValidationError
+
+    from .._yaml import to_config_error
+
+    name = "<stdin>" if source == "-" else source
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read payload: {exc.strerror or exc}", file=name) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid JSON: {exc}", file=name) from None
+    if not isinstance(data, dict):
+        raise ConfigError("the payload must be a JSON object", file=name)
+    try:
+        return Payload.model_validate(data)
+    except ValidationError as exc:
+        raise to_config_error(exc, file=name, lines={}) from None
+
+
+def grade(
+    grader_file: Annotated[Path, typer.Argument(help="Grader configuration (YAML or JSON).")],
+    input: Annotated[
+        str | None,
+        typer.Option("--input", "-i", help="Payload JSON file ('-' for stdin); default: {}."),
+    ] = None,
+    workspace: Annotated[
+        Path, typer.Option("--workspace", "-W", help="Directory mounted at EVALUATE_WORKSPACE.")
+    ] = Path("."),
+    as_json: JsonOpt = False,
+) -> None:
+    """Run one program or script grader in a fresh, hardened container.
+
+    Exit codes: 0 passed, 1 failed, 2 invalid configuration or usage (nothing ran),
+    3 the grader errored (timeout, crash, unparseable output), 4 the engine failed.
+    """
+    out = Output(as_json)
+    grader = load_grader(grader_file)
+    payload = load_payload(input) if input else Payload()
+    if not workspace.is_dir():
+        raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
+    with get_sandbox() as box:
+        result = run_grader(grader, payload, workspace, box, file=str(grader_file))
+    if as_json:
+        out.document(result)
+    else:
+        print_result(result, out.console)
+    raise typer.Exit(EXIT[result.status])

@@ -1,0 +1,53 @@
+"""``gradebox gc`` and ``gradebox schemas``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..graders.run import collect_scratch
+from ..sandbox._engine import Engine
+from ..sandbox.docker import collect_garbage
+from ..schemas import write_schemas
+from ._common import JsonOpt, Output
+
+
+def gc(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also remove containers of runners still alive.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove containers and scratch files that killed runners left behind.
+
+    A runner removes its containers on success, error, timeout and Ctrl-C; only a runner
+    killed with SIGKILL leaves any. Those carry its host and pid, so gc knows them.
+    """
+    out = Output(as_json)
+    removed = collect_garbage(Engine.connect(), everything=everything)
+    scratch = collect_scratch(everything=everything)
+    names = [c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12] for c in removed]
+    if as_json:
+        out.document({"containers": names, "scratch_dirs": [str(p) for p in scratch]})
+    else:
+        out.console.print(f"removed {len(names)} container(s), {len(scratch)} scratch dir(s)")
+        for name in names:
+            out.console.print(f"  {name}")
+
+
+def schemas(
+    directory: Annotated[Path, typer.Argument(help="Where to write the .schema.json files.")] = Path(
+        "schemas"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the JSON Schemas of the payload, grader configuration, grader output and result."""
+    out = Output(as_json)
+    written = write_schemas(directory)
+    if as_json:
+        out.document([str(p) for p in written])
+    else:
+        for path in written:
+            out.console.print(str(path))

@@ -1,0 +1,69 @@
+"""The exceptions gradebox raises, all in one place.
+
+Exceptions are for our infrastructure and for input we refuse; a grader that fails, times
+out, is OOM-killed or floods its output is a *result*, never an exception.
+
+    GradeboxError                 base of everything below; str() is one actionable line
+    ├── ConfigError               bad configuration or usage; nothing was run (CLI exit 2)
+    ├── ImageError                an image is missing, unpinned or differs from the lock
+    └── EngineError               the container engine failed us
+        └── EngineUnavailable     the engine cannot be reached at all
+
+Foreign exceptions (``docker.errors``, ``requests``) are translated into these at exactly one
+edge, ``gradebox.sandbox._engine``; nothing above it imports them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EngineError",
+    "EngineUnavailable",
+    "GradeboxError",
+    "ImageError",
+]
+
+
+class GradeboxError(Exception):
+    """Base class of every error gradebox raises on purpose."""
+
+
+class ConfigError(GradeboxError):
+    """Invalid configuration or usage, found before any container exists.
+
+    ``file``, ``line`` and ``field`` locate the problem; ``str()`` renders them as
+    ``grader.yaml:7: env.Evaluate_Grader_Input: reserved name ...``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.field = field
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        field = f"{self.field}: " if self.field else ""
+        return f"{where}{field}{self.message}"
+
+
+class ImageError(GradeboxError):
+    """An image is missing, unpinned, or not the one the lock file records."""
+
+
+class EngineError(GradeboxError):
+    """The container engine refused or failed an operation (after bounded retries)."""
+
+
+class EngineUnavailable(EngineError):
+    """The container engine cannot be reached."""

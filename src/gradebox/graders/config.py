@@ -1,0 +1,214 @@
+"""Grader configuration: the ``type: program`` and ``type: script`` models and their loader.
+
+Validation happens here, at the edge, with errors that name the file, the line and the field.
+Everything after this module receives typed ``GraderConfig`` objects.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+from .._types import Duration
+from .._yaml import LineMap, load_yaml_file, validate
+from ..errors import ConfigError
+from ..sandbox.base import Limits, Security
+
+__all__ = [
+    "RESERVED_ENV",
+    "GraderConfig",
+    "ProgramGrader",
+    "ScriptGrader",
+    "grader_from_data",
+    "load_grader",
+    "normalise_sub_path",
+]
+
+RESERVED_ENV = ("EVALUATE_WORKSPACE", "EVALUATE_GRADER_INPUT")
+
+
+def _not_reserved(key: str) -> str:
+    if key.upper() in RESERVED_ENV:
+        raise ValueError(
+            f"reserved name: {key.upper()} is set by gradebox for every grader and cannot be "
+            "given in env (any letter case); remove this key"
+        )
+    if not key or "=" in key or "\0" in key:
+        raise ValueError(f"{key!r} is not a valid environment variable name")
+    return key
+
+
+EnvKey = Annotated[str, AfterValidator(_not_reserved)]
+
+
+def normalise_sub_path(value: str) -> str:
+    """Check what can be checked without the workspace: both slash styles, no absolute path,
+    no ``..`` that climbs out. Symlinks are checked on the host when the workspace is known."""
+    text = value.replace("\\", "/")
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        raise ValueError(f"{value!r} is absolute; sub_path must be relative to the workspace")
+    parts: list[str] = []
+    for part in PurePosixPath(text).parts:
+        if part == "..":
+            if not parts:
+                raise ValueError(f"{value!r} climbs out of the workspace with '..'")
+            parts.pop()
+        elif part not in (".", ""):
+            parts.append(part)
+    return "/".join(parts)
+
+
+class _GraderBase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, description="shown in results; default: file name")
+    image: str | None = Field(
+        default=None, description="runtime image name or reference; default: gradebox/python"
+    )
+    timeout: Duration = Field(default=60.0, description="e.g. 500ms, 60s, 2m; default 60s")
+    env: dict[EnvKey, str] = Field(
+        default_factory=dict, description="merged into the grader's environment"
+    )
+    sub_path: str | None = Field(
+        default=None, description="working directory, relative to the workspace root"
+    )
+    limits: Limits = Field(default_factory=Limits)
+    security: Security = Field(default_factory=Security)
+    network: Literal["none", "bridge"] = Field(default="none", description="none: loopback only")
+    workspace: Literal["ro", "rw"] = Field(
+        default="ro", description="rw gives the grader a private copy it may change"
+    )
+
+    _source_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("sub_path")
+    @classmethod
+    def _sub_path(cls, value: str | None) -> str | None:
+        return None if value is None else normalise_sub_path(value)
+
+    @property
+    def source_dir(self) -> Path | None:
+        """The directory of the file this grader was defined in (relative paths start here)."""
+        return self._source_dir
+
+    def with_source(self, directory: Path | None) -> _GraderBase:
+        self._source_dir = directory.resolve() if directory else None
+        return self
+
+
+class ProgramGrader(_GraderBase):
+    """Runs ``program args...``; the payload is at $EVALUATE_GRADER_INPUT.
+
+    Example (grader.yaml)::
+
+        type: program
+        program: python3
+        args: [graders/check_output.py]
+        timeout: 60s
+    """
+
+    type: Literal["program"] = "program"
+    program: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    shell: bool = Field(default=False, description="run through sh -c instead of exec")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_config(cls, data: Any) -> Any:
+        # The reference writes program graders as {type, config: {program, args, ...}}.
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            nested = data["config"]
+            if "program" in nested:
+                data = {**{k: v for k, v in data.items() if k != "config"}, **nested}
+        return data
+
+    def display_name(self) -> str:
+        return self.name or PurePosixPath(self.program).name
+
+
+class ScriptGrader(_GraderBase):
+    """Runs ``command`` with the payload as JSON on stdin (a string runs through ``sh -c``).
+
+    Example::
+
+        type: script
+        command: [python3, validators/check_answer.py]
+    """
+
+    type: Literal["script"] = "script"
+    command: list[str] | str
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: list[str] | str) -> list[str] | str:
+        if not value or (isinstance(value, list) and not value[0]):
+            raise ValueError("command must not be empty")
+        return value
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        first = self.command if isinstance(self.command, str) else " ".join(self.command)
+        return first[:60]
+
+
+GraderConfig = ProgramGrader | ScriptGrader
+_KINDS: dict[str, type[ProgramGrader] | type[ScriptGrader]] = {
+    "program": ProgramGrader,
+    "script": ScriptGrader,
+}
+
+
+def grader_from_data(
+    data: Any,
+    *,
+    file: str,
+    lines: LineMap | None = None,
+    prefix: tuple[str, ...] = (),
+    source_dir: Path | None = None,
+    default_name: str | None = None,
+) -> GraderConfig:
+    """Validate one grader mapping (from a grader file or a suite's ``assert`` list)."""
+    lines = lines or {}
+    if not isinstance(data, dict):
+        raise ConfigError("a grader must be a mapping with a 'type' field", file=file,
+                          line=lines.get(prefix), field=".".join(prefix) or None)
+    kind = data.get("type")
+    if kind is None and ("program" in data or "command" in data):
+        kind = "program" if "program" in data else "script"
+        data = {**data, "type": kind}
+    if kind not in _KINDS:
+        raise ConfigError(
+            f"unknown grader type {kind!r}; expected 'program' or 'script'",
+            file=file, line=lines.get((*prefix, "type")), field=".".join((*prefix, "type")),
+        )
+    grader = validate(_KINDS[kind], data, file=file, lines=lines, prefix=prefix)
+    if grader.name is None and default_name:
+        grader.name = default_name
+    grader.with_source(source_dir)
+    return grader
+
+
+def load_grader(path: str | Path) -> GraderConfig:
+    """Load a grader file (YAML or JSON).
+
+    Example::
+
+        grader = load_grader("graders/check.yaml")
+    """
+    path = Path(path)
+    data, lines = load_yaml_file(path)
+    return grader_from_data(
+        data, file=str(path), lines=lines, source_dir=path.parent, default_name=path.stem
+    )

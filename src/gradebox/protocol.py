@@ -1,0 +1,283 @@
+"""Wire formats: what a grader reads, what it may print, and the result gradebox reports.
+
+Every format that crosses a process boundary is a pydantic model here, and the JSON Schemas
+that ``gradebox schemas`` writes are generated from these models. Keys are snake_case, as in
+the reference protocols (script graders, program graders, custom assertions, inline graders).
+
+This module holds data and pure parsing only: it never runs anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+
+__all__ = [
+    "LARGE_OUTPUT_CHARS",
+    "Check",
+    "GraderOutput",
+    "GraderResult",
+    "ImageRef",
+    "Message",
+    "OutputShapeError",
+    "Payload",
+    "Status",
+    "TokenUsage",
+    "TraceSummary",
+    "parse_grader_output",
+]
+
+LARGE_OUTPUT_CHARS = 50_000
+"""A final answer longer than this is written to a file and passed as ``output_path``."""
+
+
+class _Open(BaseModel):
+    """Wire models keep unknown fields: graders may rely on keys newer than this release."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(_Open):
+    """One chat message. ``content`` is a string or a list of content blocks."""
+
+    role: str
+    content: Any = None
+
+
+class TraceSummary(_Open):
+    event_count: int | None = None
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    error_count: int | None = None
+    llm_call_count: int | None = None
+
+
+class TokenUsage(_Open):
+    input: int | None = None
+    output: int | None = None
+
+
+def _as_messages(value: Any, role: str) -> Any:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list):
+        return [{"role": role, "content": v} if isinstance(v, str) else v for v in value]
+    return value
+
+
+class Payload(_Open):
+    """The grader input: JSON on a script grader's stdin, and the file at EVALUATE_GRADER_INPUT.
+
+    Example::
+
+        Payload(input="What is 15 + 27?", output="The answer is 42.", expected_output="42")
+
+    A string ``input`` becomes one user message and a string ``expected_output`` one assistant
+    message. Unknown fields are kept and passed through to the grader unchanged.
+    """
+
+    input: list[Message] = Field(default_factory=list)
+    input_files: list[str] = Field(default_factory=list)
+    output: str | None = None
+    expected_output: list[Message] = Field(default_factory=list)
+    messages: list[Message] = Field(default_factory=list)
+    criteria: str | None = None
+    trace: dict[str, Any] | None = None
+    trace_summary: TraceSummary | None = None
+    token_usage: TokenUsage | None = None
+    cost_usd: float | None = None
+    duration_ms: float | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    file_changes: str | None = None
+    workspace_path: str | None = None
+    output_path: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    # Inline graders (agent-eval-harness) read these two.
+    hint: str | None = None
+    trajectory: list[Any] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_messages(cls, value: Any) -> Any:
+        return _as_messages(value, "user")
+
+    @field_validator("expected_output", mode="before")
+    @classmethod
+    def _expected_messages(cls, value: Any) -> Any:
+        return _as_messages(value, "assistant")
+
+    def to_wire(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# What graders print: every known dialect, parsed by one lenient model.
+
+Score = Annotated[float, Field(strict=True)]
+
+
+class _GraderCheck(_Open):
+    text: str = ""
+    pass_: StrictBool | None = Field(default=None, alias="pass")
+    passed: StrictBool | None = None
+    score: Score | None = None
+    reason: str | None = None
+    evidence: str | None = None
+
+
+class GraderOutput(_Open):
+    """Any result object a grader may print on stdout, in one of four dialects.
+
+    - script grader: ``{pass, score, reason, checks}``
+    - program grader: ``{name, passed, score, evidence, kind, details}``
+    - inline grader: ``{pass, score, reasoning}``
+    - custom assertion: ``{pass?, score?, assertions, details?}``
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str | None = None
+    pass_: StrictBool | None = Field(default=None, alias="pass")
+    passed: StrictBool | None = None
+    score: Score | None = None
+    reason: str | None = None
+    reasoning: str | None = None
+    evidence: str | None = None
+    kind: str | None = None
+    details: dict[str, Any] | None = None
+    checks: list[_GraderCheck] | None = None
+    assertions: list[_GraderCheck] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_verdict(self) -> GraderOutput:
+        if self.pass_ is None and self.passed is None and self.score is None and (
+            self.assertions is None and self.checks is None
+        ):
+            raise ValueError("no 'pass', 'passed', 'score', 'checks' or 'assertions' field")
+        if self.pass_ is not None and self.passed is not None and self.pass_ != self.passed:
+            raise ValueError("'pass' and 'passed' disagree")
+        return self
+
+
+class OutputShapeError(ValueError):
+    """stdout is JSON, but not a result object of any known shape."""
+
+
+def clamp_score(value: float | None) -> float | None:
+    """Scores live in [0, 1]; NaN carries no verdict and counts as 0."""
+    if value is None:
+        return None
+    if math.isnan(value):
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+def parse_grader_output(data: Any) -> tuple[bool, float, str, list[Check], dict[str, Any] | None]:
+    """Normalise a parsed stdout object to ``(passed, score, evidence, checks, details)``.
+
+    Rules: scores are clamped to [0, 1] and NaN is 0; a missing ``pass`` means
+    ``score >= 0.5``; a missing ``score`` follows ``pass`` (1 or 0); with neither, the share of
+    passing checks/assertions is the score.
+
+    Raises ``OutputShapeError`` when ``data`` matches no known shape.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise OutputShapeError(f"expected a JSON object, got {type(data).__name__}")
+    try:
+        out = GraderOutput.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise OutputShapeError(f"{where}: {msg}" if where else msg) from None
+
+    checks = [
+        Check(
+            text=c.text,
+            passed=_check_passed(c),
+            score=clamp_score(c.score),
+            evidence=c.evidence or c.reason,
+        )
+        for c in (out.checks or []) + (out.assertions or [])
+    ]
+    verdict = out.pass_ if out.pass_ is not None else out.passed
+    score = clamp_score(out.score)
+    if score is None and verdict is None:
+        score = sum(c.passed for c in checks) / len(checks) if checks else 0.0
+    if score is None:
+        score = 1.0 if verdict else 0.0
+    if verdict is None:
+        verdict = score >= 0.5
+    evidence = out.evidence or out.reason or out.reasoning or ""
+    return verdict, score, evidence, checks, out.details
+
+
+def _check_passed(check: _GraderCheck) -> bool:
+    if check.pass_ is not None:
+        return check.pass_
+    if check.passed is not None:
+        return check.passed
+    score = clamp_score(check.score)
+    return score is not None and score >= 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# Our result: stable and documented.
+
+
+class Status(StrEnum):
+    passed = "passed"
+    failed = "failed"
+    error = "error"  # no verdict: timeout, crash, OOM, unparseable output, failed start
+
+
+class Check(BaseModel):
+    """One aspect of a grader's verdict."""
+
+    text: str
+    passed: bool
+    score: float | None = None
+    evidence: str | None = None
+
+
+class ImageRef(BaseModel):
+    """The image a grader ran on: what the configuration named, and the immutable id used."""
+
+    ref: str
+    id: str
+
+
+class GraderResult(BaseModel):
+    """The normalised result of one grader run, whatever dialect the grader spoke.
+
+    ``status`` is ``passed``/``failed`` when the grader gave a verdict and ``error`` when it
+    could not (then ``passed`` is false and ``score`` 0).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: Literal["program", "script", "builtin", "assertion"] = "program"
+    status: Status
+    passed: bool
+    score: float
+    evidence: str = ""
+    checks: list[Check] = Field(default_factory=list)
+    details: dict[str, Any] | None = None
+    exit_code: int | None = None
+    duration_ms: int = 0
+    image: ImageRef | None = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    output_truncated: bool = False
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None

@@ -1,0 +1,174 @@
+"""The sandbox interface: run one command in a fresh, isolated environment, then destroy it.
+
+A backend takes a ``SandboxSpec`` (image, command, mounts, stdin, limits, timeout) and returns a
+``RunOutcome``, a flat record in which timeout, OOM and output overflow are fields, not
+exceptions. Backends raise only for infrastructure faults (``EngineError``). Every backend must
+pass the conformance checks in ``gradebox.sandbox.self_check``.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._types import Bytes
+
+__all__ = [
+    "Limits",
+    "Mount",
+    "RunOutcome",
+    "Sandbox",
+    "SandboxSpec",
+    "Security",
+    "get_sandbox",
+    "register_sandbox",
+]
+
+
+class Limits(BaseModel):
+    """Resource limits of one grader container. Every default is documented in the README."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: Bytes = Field(default=1 << 30, description="RAM; swap is disabled (memory = memswap)")
+    cpus: float = Field(default=1.0, gt=0, description="CPU cores (fractional allowed)")
+    pids: int = Field(default=256, ge=8, description="processes and threads in the container")
+    output: Bytes = Field(default=1 << 20, description="cap on each of stdout and stderr")
+    file_size: Bytes = Field(default=256 << 20, description="largest file a process may write")
+    open_files: int = Field(default=1024, ge=16, description="open file descriptors per process")
+    tmpfs: Bytes = Field(default=64 << 20, description="size of each writable tmpfs (/tmp, HOME)")
+
+
+class Security(BaseModel):
+    """Hardening switches; the defaults are the locked-down setting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read_only_root: bool = Field(default=True, description="root filesystem mounted read-only")
+    user: str | None = Field(
+        default=None,
+        description="uid[:gid] to run as; default 65534:65534 (nobody), or the invoking "
+        "user's uid:gid when gradebox itself runs as non-root",
+    )
+    capabilities: list[str] = Field(
+        default_factory=list, description="capabilities added back after dropping ALL"
+    )
+    no_new_privileges: bool = True
+    init: bool = Field(default=True, description="an init as PID 1 that reaps zombies")
+
+
+def default_user() -> str:
+    """Never root. Mirror a non-root invoker so files it must later delete stay its own."""
+    uid, gid = os.getuid(), os.getgid()
+    return "65534:65534" if uid == 0 else f"{uid}:{gid}"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything needed to run one command once. ``image`` is an immutable image id."""
+
+    image: str
+    command: list[str]
+    workdir: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    stdin: bytes | None = None
+    timeout: float = 60.0
+    limits: Limits = field(default_factory=Limits)
+    security: Security = field(default_factory=Security)
+    network: str = "none"
+    labels: dict[str, str] = field(default_factory=dict)
+    name: str = "grader"
+
+
+@dataclass
+class RunOutcome:
+    """What happened. ``exit_code`` is None when the process never ran or never exited."""
+
+    exit_code: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    start_error: str | None = None
+    duration_ms: int = 0
+
+    @property
+    def output_truncated(self) -> bool:
+        return bool(self.stdout_dropped or self.stderr_dropped)
+
+
+class Sandbox(ABC):
+    """A place to run untrusted commands. Subclasses register with ``@register_sandbox``.
+
+    Example::
+
+        with get_sandbox("docker") as box:
+            outcome = box.run(SandboxSpec(image=box.resolve_image("gradebox/shell"),
+                                          command=["echo", "hi"]))
+            assert outcome.stdout == b"hi\\n"
+    """
+
+    name: ClassVar[str]
+    isolated: ClassVar[bool] = True
+
+    @abstractmethod
+    def run(self, spec: SandboxSpec) -> RunOutcome:
+        """Run ``spec`` in a fresh environment and destroy it before returning."""
+
+    @abstractmethod
+    def resolve_image(self, ref: str) -> str:
+        """An image reference -> the immutable id that ``SandboxSpec.image`` takes."""
+
+    def leftovers(self) -> list[str]:
+        """Environments this process created that still exist (should always be empty)."""
+        return []
+
+    def close(self) -> None:
+        """Destroy anything this process still has running. Safe to call twice."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_BACKENDS: dict[str, Callable[[], Sandbox]] = {}
+
+
+def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
+    def deco(cls: type[Sandbox]) -> type[Sandbox]:
+        cls.name = name
+        _BACKENDS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_sandbox(name: str = "docker") -> Sandbox:
+    """A sandbox backend by name; ``docker`` is the default and, for now, the only one."""
+    from . import docker as _docker  # noqa: F401  (registers itself)
+
+    try:
+        factory = _BACKENDS[name]
+    except KeyError:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"unknown sandbox {name!r}; known: {', '.join(sorted(_BACKENDS))}")
+    return factory()

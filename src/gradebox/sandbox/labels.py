@@ -1,0 +1,28 @@
+"""Naming and identity: the labels every gradebox container carries, and safe name slugs."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+__all__ = ["LABEL_OWNER", "LABEL_RUN", "LABEL_SESSION", "owner_labels", "parse_owner", "slug"]
+
+LABEL_RUN = "gradebox.run"
+LABEL_SESSION = "gradebox.session"
+LABEL_OWNER = "gradebox.owner"  # "host:pid" of the runner process, for `gradebox gc`
+
+
+def owner_labels(session: str) -> dict[str, str]:
+    return {LABEL_SESSION: session, LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
+
+
+def parse_owner(value: str) -> tuple[str, int] | None:
+    host, _, pid = value.rpartition(":")
+    return (host, int(pid)) if host and pid.isdigit() else None
+
+
+def slug(name: str, limit: int = 40) -> str:
+    """A container-name-safe form of a grader name."""
+    cleaned = re.sub(r"[^a-zA-Z0-9_.-]+", "-", name).strip("-.") or "grader"
+    return cleaned[:limit]

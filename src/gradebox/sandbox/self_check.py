@@ -1,0 +1,209 @@
+"""Conformance checks every sandbox backend must pass.
+
+``self_check(box, image)`` runs each named check against a live backend and returns
+``{name: True | "FAILED: why"}``; it never raises for a failing check, so one report shows
+everything a new backend still lacks. ``image`` must provide POSIX sh, coreutils and python3.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec
+
+__all__ = ["CHECKS", "self_check"]
+
+Check = Callable[[Sandbox, str], None]
+CHECKS: dict[str, Check] = {}
+
+
+def check(fn: Check) -> Check:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def _sh(box: Sandbox, image: str, script: str, **kw: object) -> RunOutcome:
+    spec = SandboxSpec(image=image, command=["/bin/sh", "-c", script], name="self-check", **kw)
+    return box.run(spec)
+
+
+def _expect(cond: bool, why: str) -> None:
+    if not cond:
+        raise AssertionError(why)
+
+
+@check
+def stdout_and_exit_code(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "echo hello; exit 3")
+    _expect(out.stdout == b"hello\n", f"stdout {out.stdout!r}")
+    _expect(out.exit_code == 3, f"exit code {out.exit_code}")
+
+
+@check
+def stderr_is_separate(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "echo out; echo err >&2")
+    _expect(out.stdout == b"out\n" and out.stderr == b"err\n", f"{out.stdout!r} {out.stderr!r}")
+
+
+@check
+def stdin_is_delivered(box: Sandbox, image: str) -> None:
+    data = os.urandom(2 << 20).hex().encode()  # 4 MiB: more than any pipe buffer
+    out = _sh(box, image, "wc -c", stdin=data)
+    _expect(out.stdout.strip() == str(len(data)).encode(), f"wc said {out.stdout!r}")
+
+
+@check
+def env_and_workdir(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, 'echo "$GB_X"; pwd', env={"GB_X": "42"}, workdir="/tmp")
+    _expect(out.stdout == b"42\n/tmp\n", f"got {out.stdout!r}")
+
+
+@check
+def runs_as_non_root(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "id -u")
+    _expect(out.stdout.strip() not in (b"0", b""), f"uid {out.stdout!r}")
+
+
+@check
+def no_capabilities(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+    text = out.stdout.decode()
+    for key in ("CapEff", "CapPrm", "CapBnd"):
+        _expect(f"{key}:\t0000000000000000" in text, f"{key} not empty: {text}")
+    _expect("NoNewPrivs:\t1" in text, f"no_new_privs unset: {text}")
+
+
+@check
+def root_fs_is_read_only(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "touch /etc/gb-x 2>&1; touch /gb-x 2>&1; echo done")
+    _expect(out.stdout.count(b"Read-only file system") == 2, f"got {out.stdout!r}")
+
+
+@check
+def tmp_and_home_are_writable(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, 'echo a > /tmp/x && echo b > "$HOME/y" && cat /tmp/x "$HOME/y"')
+    _expect(out.stdout == b"a\nb\n", f"got {out.stdout!r} {out.stderr!r}")
+
+
+@check
+def read_only_mount_is_unwritable(box: Sandbox, image: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        Path(tmp, "f").write_text("keep")
+        out = _sh(box, image, "echo x > /w/f; touch /w/new; cat /w/f",
+                  mounts=(Mount(Path(tmp), "/w", read_only=True),))
+        _expect(out.stdout == b"keep", f"got {out.stdout!r}")
+        _expect(sorted(os.listdir(tmp)) == ["f"] and Path(tmp, "f").read_text() == "keep",
+                "host directory changed")
+
+
+@check
+def read_write_mount_is_writable(box: Sandbox, image: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        _sh(box, image, "echo made > /w/new", mounts=(Mount(Path(tmp), "/w", read_only=False),))
+        _expect(Path(tmp, "new").read_text() == "made\n", "write did not reach the mount")
+
+
+@check
+def network_is_loopback_only(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "tail -n +3 /proc/net/dev | cut -d: -f1; echo --; "
+              "tail -n +2 /proc/net/route | wc -l")
+    names, _, routes = out.stdout.decode().partition("--")
+    _expect([n.strip() for n in names.split()] == ["lo"], f"interfaces: {names!r}")
+    _expect(routes.strip() == "0", f"routes: {routes.strip()}")
+
+
+@check
+def loopback_works(box: Sandbox, image: str) -> None:
+    script = (
+        "import socket, threading\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"
+        "port = s.getsockname()[1]\n"
+        "threading.Thread(target=lambda: s.accept()[0].sendall(b'pong'), daemon=True).start()\n"
+        "c = socket.create_connection(('127.0.0.1', port), timeout=5)\n"
+        "print(c.recv(4).decode())\n"
+    )
+    out = box.run(SandboxSpec(image=image, command=["python3", "-c", script], name="self-check"))
+    _expect(out.stdout.strip() == b"pong", f"got {out.stdout!r} {out.stderr!r}")
+
+
+@check
+def no_docker_socket(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "ls /var/run/docker.sock /run/docker.sock 2>/dev/null | wc -l")
+    _expect(out.stdout.strip() == b"0", "a docker socket is visible")
+
+
+@check
+def timeout_kills_every_process(box: Sandbox, image: str) -> None:
+    # A child that ignores SIGTERM must die too; the whole environment goes.
+    started = time.monotonic()
+    out = _sh(box, image, "trap '' TERM; (trap '' TERM; sleep 300) & sleep 300", timeout=1.0)
+    elapsed = time.monotonic() - started
+    _expect(out.timed_out, "not reported as timed out")
+    _expect(elapsed < 15, f"took {elapsed:.1f}s to stop")
+
+
+@check
+def memory_limit_kills(box: Sandbox, image: str) -> None:
+    out = box.run(SandboxSpec(
+        image=image, command=["python3", "-c", "x = bytearray(3 << 30); print('survived')"],
+        limits=Limits(memory=256 << 20), timeout=60, name="self-check",
+    ))
+    _expect(b"survived" not in out.stdout, "allocated 3 GiB under a 256 MiB limit")
+    _expect(out.oom_killed or out.exit_code not in (0, None), f"exit {out.exit_code}")
+
+
+@check
+def pids_limit_holds(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done 2>&1; "
+              "echo spawned", limits=Limits(pids=16), timeout=30)
+    _expect(b"fork" in out.stdout.lower() or b"resource" in out.stdout.lower(),
+            f"100 processes under a 16-process limit: {out.stdout[-200:]!r}")
+
+
+@check
+def file_size_limit_holds(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "head -c 3000000 /dev/zero > /tmp/big; ls -l /tmp/big 2>&1",
+              limits=Limits(file_size=1 << 20))
+    _expect(b"3000000" not in out.stdout, "wrote 3 MB past a 1 MiB file-size limit")
+
+
+@check
+def stdout_is_capped(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "head -c 50000000 /dev/zero", limits=Limits(output=1 << 20))
+    _expect(len(out.stdout) == 1 << 20, f"kept {len(out.stdout)} bytes")
+    _expect(out.stdout_dropped > 0, "overflow not reported")
+
+
+@check
+def stderr_keeps_its_tail(box: Sandbox, image: str) -> None:
+    out = _sh(box, image, "head -c 3000000 /dev/zero >&2; echo END >&2",
+              limits=Limits(output=1 << 20))
+    _expect(len(out.stderr) <= 1 << 20 and out.stderr.endswith(b"END\n"), "tail lost")
+    _expect(out.stderr_dropped > 0, "overflow not reported")
+
+
+@check
+def nothing_is_left_behind(box: Sandbox, image: str) -> None:
+    _sh(box, image, "sleep 60 &", timeout=2)
+    _expect(box.leftovers() == [], f"left behind: {box.leftovers()}")
+
+
+def self_check(box: Sandbox, image: str, only: list[str] | None = None) -> dict[str, bool | str]:
+    """Run every conformance check (or ``only`` these) and report each one."""
+    results: dict[str, bool | str] = {}
+    for name, fn in CHECKS.items():
+        if only and name not in only:
+            continue
+        try:
+            fn(box, image)
+            results[name] = True
+        except Exception as exc:  # a report, not a crash: every check runs
+            results[name] = f"FAILED: {type(exc).__name__}: {exc}"
+    return results
+

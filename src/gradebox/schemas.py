@@ -1,0 +1,42 @@
+"""JSON Schemas generated from the wire and configuration models (``gradebox schemas``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from .graders.config import ProgramGrader, ScriptGrader
+from .protocol import GraderOutput, GraderResult, Payload
+
+__all__ = ["SCHEMAS", "schema_documents", "write_schemas"]
+
+SCHEMAS: dict[str, Any] = {
+    "payload": Payload,
+    "grader-output": GraderOutput,
+    "result": GraderResult,
+    "grader": ProgramGrader | ScriptGrader,
+}
+
+
+def schema_documents() -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema document."""
+    docs = {}
+    for name, model in SCHEMAS.items():
+        schema = TypeAdapter(model).json_schema(by_alias=True)
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                  "$id": f"gradebox/{name}.schema.json", **schema}
+        docs[f"{name}.schema.json"] = schema
+    return docs
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for filename, doc in schema_documents().items():
+        path = directory / filename
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written

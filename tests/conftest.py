@@ -1,0 +1,70 @@
+"""Shared fixtures. Docker tests never skip: without an engine they fail, loudly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gradebox.sandbox._engine import Engine
+from gradebox.sandbox.docker import DockerSandbox
+from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION
+
+_used_engine: list[Engine] = []
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    eng = Engine.connect()  # raises EngineUnavailable: the test errors, it is not skipped
+    _used_engine.append(eng)
+    return eng
+
+
+@pytest.fixture(scope="session")
+def box(engine: Engine) -> Iterator[DockerSandbox]:
+    sandbox = DockerSandbox(engine)
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def python_image(box: DockerSandbox) -> str:
+    return box.resolve_image("gradebox/python:latest")
+
+
+@pytest.fixture(scope="session")
+def shell_image(box: DockerSandbox) -> str:
+    return box.resolve_image("gradebox/shell:latest")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_container_outlives_the_suite() -> Iterator[None]:
+    yield
+    if not _used_engine:
+        return
+    mine = f"{os.uname().nodename}:{os.getpid()}"
+    left = [
+        c["Names"]
+        for c in _used_engine[0].containers({LABEL_SESSION: None})
+        if c["Labels"].get(LABEL_OWNER, "").endswith(f":{os.getpid()}")
+        or c["Labels"].get(LABEL_OWNER) == mine
+    ]
+    assert not left, f"gradebox containers outlived the test suite: {left}"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "answer.txt").write_text("42\n")
+    (ws / "src").mkdir()
+    (ws / "src" / "app.py").write_text("print('hi')\n")
+    return ws
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
