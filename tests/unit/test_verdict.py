@@ -79,3 +79,9 @@ def test_timeout_oom_signal_start_and_overflow_are_errors():
 
 def test_tails_only_when_not_passed():
     assert run("program", 0, stderr=b"noise").stderr_tail is None
+
+
+def test_program_nonzero_with_text_on_stdout_is_failed():
+    r = run("program", 1, stdout=b"F.\n1 failed, 1 passed in 0.01s\n")
+    assert r.status is Status.failed and r.evidence == "Grader exited with exit code 1"
+    assert "1 failed" in r.stdout_tail

@@ -2,8 +2,8 @@
 
 The two dialects differ on purpose, as their references say:
 
-- a *program* grader's non-zero exit is a plain failure whatever it wrote to stderr, so a
-  failing ``pytest`` run is ``failed``; stdout that is present must be a JSON result;
+- a *program* grader's non-zero exit is a plain failure whatever it wrote, so a failing
+  ``pytest`` run is ``failed``; when it exits 0, stdout must be empty or a JSON result;
 - a *script* grader that exits non-zero *and* writes to stderr had an execution error, and
   its stdout may be free text that becomes the check text.
 
@@ -117,9 +117,12 @@ def judge(
         try:
             parsed = json.loads(text)
         except ValueError as exc:
-            if kind == "program":
+            # A program grader that exits non-zero has failed whatever it printed (pytest
+            # prints its report on stdout); one that exits 0 owes us a JSON result. A script
+            # grader's free text is its check text.
+            if kind == "program" and code == 0:
                 return error(f"Grader returned unparseable JSON output on stdout: {exc}")
-            parsed = None  # a script grader's free text is its check text
+            parsed = None
 
     if isinstance(parsed, dict):
         try:
@@ -136,7 +139,7 @@ def judge(
             evidence=evidence, checks=checks, details=details,
             **{**common, **_tails_if(status, common)},
         )
-    if parsed is not None and kind == "program":
+    if parsed is not None and kind == "program" and code == 0:
         return error(
             f"Grader output did not match schema: expected a JSON object, got {type(parsed).__name__}"
         )
@@ -144,8 +147,9 @@ def judge(
     # Exit-code mode.
     passed = code == 0
     status = Status.passed if passed else Status.failed
-    checks = [Check(text=text, passed=passed)] if text else []
-    if text:
+    as_text = kind == "script" and bool(text)
+    checks = [Check(text=text, passed=passed)] if as_text else []
+    if as_text:
         evidence = text
     elif passed:
         evidence = "Grader exited successfully"

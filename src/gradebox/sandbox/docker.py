@@ -9,6 +9,7 @@ container is removed on every path: success, error, timeout, Ctrl-C.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import secrets
@@ -124,7 +125,6 @@ class DockerSandbox(Sandbox):
                 user=run_as(spec.security),
                 labels=labels,
                 stdin_open=True,
-                stdin_once=True,
                 tty=False,
                 host_config=host_config(spec.limits, spec.security, spec.network, spec.mounts),
             )
@@ -150,7 +150,7 @@ class DockerSandbox(Sandbox):
                 return RunOutcome(exit_code=None, start_error=str(exc))
             streams, timed_out, overflow = self._pump(raw, spec, started + spec.timeout)
         finally:
-            raw.close()
+            _hang_up(sock_io, raw)
         if timed_out or overflow:
             self.engine.kill(cid)
         remaining = max(1.0, started + spec.timeout + 5 - time.monotonic())
@@ -204,10 +204,8 @@ class DockerSandbox(Sandbox):
                         pending = pending[sent:]
                         if not pending:
                             sel.modify(raw, selectors.EVENT_READ)
-                            try:
+                            with contextlib.suppress(OSError):
                                 raw.shutdown(socket.SHUT_WR)
-                            except OSError:
-                                pass
                     if mask & selectors.EVENT_READ:
                         try:
                             data = raw.recv(262144)
@@ -242,6 +240,17 @@ class DockerSandbox(Sandbox):
                 self.engine.remove(c["Id"])
         except EngineError as exc:
             log.warning("cleanup of session %s incomplete: %s", self.session, exc)
+
+
+def _hang_up(sock_io: Any, raw: socket.socket) -> None:
+    """Really close the attach connection. ``socket.close()`` alone keeps the descriptor open
+    while the SDK's file wrapper holds it, and then the engine keeps copying a flooding
+    grader's output into a socket nobody reads, and a later kill waits on that copy."""
+    with contextlib.suppress(OSError):
+        raw.shutdown(socket.SHUT_RDWR)
+    for closeable in (sock_io, raw):
+        with contextlib.suppress(OSError):
+            closeable.close()
 
 
 def _pid_alive(pid: int) -> bool:
