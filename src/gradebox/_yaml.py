@@ -73,8 +73,14 @@ def _clean_loc(loc: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(str(p) for p in loc if p != "[key]")
 
 
-def validate(model: type[M], data: Any, *, file: str, lines: LineMap | None = None,
-             prefix: tuple[str, ...] = ()) -> M:
+def validate(
+    model: type[M],
+    data: Any,
+    *,
+    file: str,
+    lines: LineMap | None = None,
+    prefix: tuple[str, ...] = (),
+) -> M:
     """Validate ``data`` as ``model``; the first error becomes a located ``ConfigError``."""
     try:
         return model.model_validate(data)
@@ -82,8 +88,9 @@ def validate(model: type[M], data: Any, *, file: str, lines: LineMap | None = No
         raise to_config_error(exc, file=file, lines=lines or {}, prefix=prefix) from None
 
 
-def to_config_error(exc: ValidationError, *, file: str, lines: LineMap,
-                    prefix: tuple[str, ...] = ()) -> ConfigError:
+def to_config_error(
+    exc: ValidationError, *, file: str, lines: LineMap, prefix: tuple[str, ...] = ()
+) -> ConfigError:
     error = exc.errors(include_url=False)[0]
     loc = (*prefix, *_clean_loc(tuple(error["loc"])))
     message = error["msg"]

@@ -180,8 +180,9 @@ def status(engine: Engine, names: Iterable[str] | None = None) -> list[ImageStat
     folder = images_dir()
     mirror = apt_mirror()
     base_id, base_size, base_inputs = _current(engine, BASE)
-    out = [ImageStatus(BASE, qualified(BASE), base_id, base_size, base_inputs,
-                       _base_inputs(mirror))]
+    out = [
+        ImageStatus(BASE, qualified(BASE), base_id, base_size, base_inputs, _base_inputs(mirror))
+    ]
     for name in names or image_names(folder):
         iid, size, inputs = _current(engine, name)
         expected = input_hash(folder / name, base_id) if base_id else None
@@ -203,8 +204,14 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
     with tempfile.TemporaryDirectory(prefix="gradebox-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
-        cmd = [tool, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-               mirror.suite, str(rootfs), mirror.uri]
+        cmd = [
+            tool,
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            mirror.suite,
+            str(rootfs),
+            mirror.uri,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
@@ -219,15 +226,16 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
         changes = [
             f"LABEL {LABEL_INPUTS}={_base_inputs(mirror)}",
             f"LABEL {LABEL_IMAGE}={BASE}",
-            'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             'CMD ["/bin/bash"]',
         ]
         engine.import_image(str(tar_path), f"{REPO}/{BASE}", TAG, changes)
     return str(engine.image(qualified(BASE))["Id"])
 
 
-def build_image(engine: Engine, name: str, base_id: str,
-                say: Callable[[str], None] = log.info) -> str:
+def build_image(
+    engine: Engine, name: str, base_id: str, say: Callable[[str], None] = log.info
+) -> str:
     folder = images_dir() / name
     if not (folder / "Dockerfile").is_file():
         raise ImageError(f"no image named {name!r}: {folder}/Dockerfile does not exist")
@@ -235,8 +243,11 @@ def build_image(engine: Engine, name: str, base_id: str,
     say(f"building {qualified(name)}")
     last = ""
     for chunk in engine.build(
-        path=str(folder), tag=qualified(name), buildargs={"BASE": base_id},
-        labels={LABEL_INPUTS: inputs, LABEL_IMAGE: name}, network_mode="bridge",
+        path=str(folder),
+        tag=qualified(name),
+        buildargs={"BASE": base_id},
+        labels={LABEL_INPUTS: inputs, LABEL_IMAGE: name},
+        network_mode="bridge",
     ):
         if "error" in chunk:
             raise ImageError(f"building {name} failed: {chunk['error'].strip()}\n{last}")
@@ -246,8 +257,13 @@ def build_image(engine: Engine, name: str, base_id: str,
     return str(engine.image(qualified(name))["Id"])
 
 
-def build_images(engine: Engine, names: Iterable[str] | None = None, *, force: bool = False,
-                 say: Callable[[str], None] = log.info) -> list[ImageStatus]:
+def build_images(
+    engine: Engine,
+    names: Iterable[str] | None = None,
+    *,
+    force: bool = False,
+    say: Callable[[str], None] = log.info,
+) -> list[ImageStatus]:
     """Build what is missing or out of date (by input hash); return the final status."""
     wanted = list(names) if names else image_names()
     current = {s.name: s for s in status(engine, wanted)}

@@ -157,8 +157,11 @@ class GraderOutput(_Open):
 
     @model_validator(mode="after")
     def _has_a_verdict(self) -> GraderOutput:
-        if self.pass_ is None and self.passed is None and self.score is None and (
-            self.assertions is None and self.checks is None
+        if (
+            self.pass_ is None
+            and self.passed is None
+            and self.score is None
+            and (self.assertions is None and self.checks is None)
         ):
             raise ValueError("no 'pass', 'passed', 'score', 'checks' or 'assertions' field")
         if self.pass_ is not None and self.passed is not None and self.pass_ != self.passed:

@@ -26,8 +26,11 @@ def schema_documents() -> dict[str, dict[str, Any]]:
     docs = {}
     for name, model in SCHEMAS.items():
         schema = TypeAdapter(model).json_schema(by_alias=True)
-        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-                  "$id": f"gradebox/{name}.schema.json", **schema}
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"gradebox/{name}.schema.json",
+            **schema,
+        }
         docs[f"{name}.schema.json"] = schema
     return docs
 

@@ -18,8 +18,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "reference"
 
 
 def gradebox(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "gradebox", *map(str, args)],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "gradebox", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 def test_passed_json_is_one_document(tmp_path, workspace):
@@ -28,8 +33,19 @@ def test_passed_json_is_one_document(tmp_path, workspace):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["status"] == "passed" and doc["image"]["id"].startswith("sha256:")
-    assert set(doc) >= {"name", "type", "status", "passed", "score", "evidence", "checks",
-                        "details", "exit_code", "duration_ms", "image"}
+    assert set(doc) >= {
+        "name",
+        "type",
+        "status",
+        "passed",
+        "score",
+        "evidence",
+        "checks",
+        "details",
+        "exit_code",
+        "duration_ms",
+        "image",
+    }
 
 
 @pytest.mark.parametrize(("program", "code"), [("'false'", 1), ("no-such-thing", 3)])
@@ -40,13 +56,17 @@ def test_exit_codes(tmp_path, workspace, program, code):
 
 
 def test_human_output(tmp_path, workspace):
-    g = write(tmp_path / "g.yaml", "type: program\nprogram: sh\nargs: ['-c', 'echo boom >&2; exit 1']\n")
+    g = write(
+        tmp_path / "g.yaml", "type: program\nprogram: sh\nargs: ['-c', 'echo boom >&2; exit 1']\n"
+    )
     p = gradebox("grade", g, "--workspace", workspace)
     assert p.returncode == 1 and "FAIL" in p.stdout and "boom" in p.stdout
 
 
 def test_config_error_is_one_line_exit_2_and_runs_nothing(tmp_path, workspace, engine):
-    g = write(tmp_path / "grader.yaml", "type: program\nprogram: x\nenv:\n  Evaluate_Grader_Input: x\n")
+    g = write(
+        tmp_path / "grader.yaml", "type: program\nprogram: x\nenv:\n  Evaluate_Grader_Input: x\n"
+    )
     p = gradebox("grade", g, "--workspace", workspace)
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
@@ -62,8 +82,9 @@ def test_bad_payload_names_the_file(tmp_path, workspace):
 
 def test_unreachable_engine_is_one_clear_line(tmp_path, workspace):
     g = write(tmp_path / "g.yaml", "type: program\nprogram: 'true'\n")
-    p = gradebox("grade", g, "--workspace", workspace,
-                 env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    p = gradebox(
+        "grade", g, "--workspace", workspace, env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    )
     assert p.returncode == 4
     assert f"cannot reach the Docker engine at unix://{tmp_path}/no.sock" in p.stderr
     assert p.stderr.strip().count("\n") == 0
@@ -72,8 +93,11 @@ def test_unreachable_engine_is_one_clear_line(tmp_path, workspace):
 def _wait_for_container(engine, pid, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        mine = [c for c in engine.containers({LABEL_OWNER: None})
-                if c["Labels"][LABEL_OWNER].endswith(f":{pid}") and c["State"] == "running"]
+        mine = [
+            c
+            for c in engine.containers({LABEL_OWNER: None})
+            if c["Labels"][LABEL_OWNER].endswith(f":{pid}") and c["State"] == "running"
+        ]
         if mine:
             return mine
         time.sleep(0.2)
@@ -82,29 +106,41 @@ def _wait_for_container(engine, pid, timeout=30):
 
 def test_ctrl_c_removes_the_container(tmp_path, workspace, engine):
     g = write(tmp_path / "g.yaml", "type: program\nprogram: sleep\nargs: ['600']\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gradebox", "grade", str(g), "--workspace",
-                             str(workspace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _wait_for_container(engine, proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    left = [c for c in engine.containers({LABEL_OWNER: None})
-            if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")]
+    left = [
+        c
+        for c in engine.containers({LABEL_OWNER: None})
+        if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")
+    ]
     assert left == []
 
 
 def test_sigkilled_runner_is_cleaned_by_gc(tmp_path, workspace, engine):
     g = write(tmp_path / "g.yaml", "type: program\nprogram: sleep\nargs: ['600']\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gradebox", "grade", str(g), "--workspace",
-                             str(workspace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _wait_for_container(engine, proc.pid)
     proc.kill()
     proc.wait()
     assert _wait_for_container(engine, proc.pid, timeout=5)  # orphaned, still there
     p = gradebox("gc", "--json")
     assert p.returncode == 0, p.stderr
-    left = [c for c in engine.containers({LABEL_OWNER: None})
-            if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")]
+    left = [
+        c
+        for c in engine.containers({LABEL_OWNER: None})
+        if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")
+    ]
     assert left == []
     assert json.loads(p.stdout)["containers"]
     assert not list(Path("/tmp").glob(f"gradebox-{proc.pid}-*"))
@@ -121,18 +157,30 @@ def test_schemas_command(tmp_path):
     p = gradebox("schemas", tmp_path / "s")
     assert p.returncode == 0
     names = sorted(x.name for x in (tmp_path / "s").iterdir())
-    assert names == ["grader-output.schema.json", "grader.schema.json", "payload.schema.json",
-                     "result.schema.json"]
+    assert names == [
+        "grader-output.schema.json",
+        "grader.schema.json",
+        "payload.schema.json",
+        "result.schema.json",
+    ]
 
 
 @pytest.mark.parametrize(
     ("folder", "payload", "score"),
-    [("check-answer", "payload.json", 1.0), ("line-count", None, 1.0),
-     ("program-score", None, 0.85)],
+    [
+        ("check-answer", "payload.json", 1.0),
+        ("line-count", None, 1.0),
+        ("program-score", None, 0.85),
+    ],
 )
 def test_reference_examples_run_as_written(folder, payload, score):
-    args = ["grade", EXAMPLES / folder / "grader.yaml", "--workspace",
-            EXAMPLES / folder / "workspace", "--json"]
+    args = [
+        "grade",
+        EXAMPLES / folder / "grader.yaml",
+        "--workspace",
+        EXAMPLES / folder / "workspace",
+        "--json",
+    ]
     if payload:
         args += ["--input", EXAMPLES / folder / payload]
     p = gradebox(*args)

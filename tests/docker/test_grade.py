@@ -26,7 +26,9 @@ def dump(result):
 
 
 def test_program_grader_sees_payload_and_workspace(tmp_path, workspace, box):
-    write(tmp_path / "graders" / "check.py", """
+    write(
+        tmp_path / "graders" / "check.py",
+        """
 import json, os, pathlib
 payload = json.loads(pathlib.Path(os.environ["EVALUATE_GRADER_INPUT"]).read_text())
 ws = pathlib.Path(os.environ["EVALUATE_WORKSPACE"])
@@ -34,7 +36,8 @@ ok = payload["output"] == (ws / "answer.txt").read_text().strip()
 print(json.dumps({"name": "eq", "passed": ok, "score": 0.85 if ok else 0.1,
                   "evidence": f"cwd={os.getcwd()} ws={ws} user={payload['input'][0]['content']}",
                   "details": {"workspace_path": payload["workspace_path"]}}))
-""")
+""",
+    )
     g = grader(tmp_path, "type: program\nprogram: python3\nargs: [check.py]\n")
     result = run_grader(g, Payload(input="q?", output="42"), workspace, box)
     assert result.status is Status.passed, result
@@ -46,8 +49,9 @@ print(json.dumps({"name": "eq", "passed": ok, "score": 0.85 if ok else 0.1,
 
 
 def test_sub_path_moves_cwd_but_not_the_root(tmp_path, workspace, box):
-    g = grader(tmp_path, f"type: program\nprogram: python3\nargs: ['-c', \"{DUMP_ENV}\"]\n"
-               "sub_path: src\n")
+    g = grader(
+        tmp_path, f"type: program\nprogram: python3\nargs: ['-c', \"{DUMP_ENV}\"]\nsub_path: src\n"
+    )
     result = run_grader(g, Payload(), workspace, box)
     # JSON of no known shape -> error, but stdout tail carries what we printed.
     seen = json.loads(result.stdout_tail)
@@ -57,8 +61,10 @@ def test_sub_path_moves_cwd_but_not_the_root(tmp_path, workspace, box):
 
 
 def test_sub_path_backslashes(tmp_path, workspace, box):
-    g = grader(tmp_path, "type: program\nprogram: sh\nargs: ['-c', 'pwd >&2; exit 1']\n"
-               "sub_path: 'src\\\\.'\n")
+    g = grader(
+        tmp_path,
+        "type: program\nprogram: sh\nargs: ['-c', 'pwd >&2; exit 1']\nsub_path: 'src\\\\.'\n",
+    )
     assert run_grader(g, Payload(), workspace, box).stderr_tail == "/workspace/src"
 
 
@@ -72,19 +78,25 @@ def test_symlink_sub_path_escape_refused_before_any_container(tmp_path, workspac
 
 
 def test_env_is_merged(tmp_path, workspace, box):
-    g = grader(tmp_path, "type: program\nprogram: sh\nargs: ['-c', 'echo $API_X >&2; exit 1']\n"
-               "env:\n  API_X: hello\n")
+    g = grader(
+        tmp_path,
+        "type: program\nprogram: sh\nargs: ['-c', 'echo $API_X >&2; exit 1']\n"
+        "env:\n  API_X: hello\n",
+    )
     assert run_grader(g, Payload(), workspace, box).stderr_tail == "hello"
 
 
 def test_script_grader_gets_stdin_and_workspace_path(tmp_path, workspace, box):
-    write(tmp_path / "graders" / "v.py", """
+    write(
+        tmp_path / "graders" / "v.py",
+        """
 import json, os, sys
 d = json.load(sys.stdin)
 same = json.load(open(os.environ["EVALUATE_GRADER_INPUT"])) == d
 print(json.dumps({"pass": same and d["workspace_path"] == os.environ["AGENTV_WORKSPACE_PATH"],
                   "reason": d["workspace_path"], "checks": [{"text": d["output"], "pass": True}]}))
-""")
+""",
+    )
     g = grader(tmp_path, "type: script\ncommand: [python3, v.py]\n")
     result = run_grader(g, Payload(output="The answer is 42."), workspace, box)
     assert result.status is Status.passed and result.evidence == "/workspace"
@@ -98,18 +110,25 @@ def test_script_string_command_runs_through_sh(tmp_path, workspace, box):
 
 
 def test_program_shell_mode(tmp_path, workspace, box):
-    g = grader(tmp_path, "type: program\nprogram: test\nargs: ['-f', 'answer.txt', '&&', "
-               "'exit', '0']\nshell: true\n")
+    g = grader(
+        tmp_path,
+        "type: program\nprogram: test\nargs: ['-f', 'answer.txt', '&&', "
+        "'exit', '0']\nshell: true\n",
+    )
     assert run_grader(g, Payload(), workspace, box).status is Status.passed
 
 
 def test_large_answer_goes_to_output_path(tmp_path, workspace, box):
-    write(tmp_path / "graders" / "big.py", """
+    write(
+        tmp_path / "graders" / "big.py",
+        """
 import json, os
 d = json.load(open(os.environ["EVALUATE_GRADER_INPUT"]))
 big = json.load(open(d["output_path"]))
-print(json.dumps({"passed": d["output"] is None and len(big) == 60000, "evidence": d["output_path"]}))
-""")
+ok = d["output"] is None and len(big) == 60000
+print(json.dumps({"passed": ok, "evidence": d["output_path"]}))
+""",
+    )
     g = grader(tmp_path, "type: program\nprogram: python3\nargs: [big.py]\n")
     result = run_grader(g, Payload(output="x" * 60000), workspace, box)
     assert result.status is Status.passed, result
@@ -117,15 +136,18 @@ print(json.dumps({"passed": d["output"] is None and len(big) == 60000, "evidence
 
 
 def test_grader_files_are_read_only(tmp_path, workspace, box):
-    write(tmp_path / "graders" / "w.sh", "echo x >> \"$0\" 2>/dev/null && exit 0 || exit 1\n")
+    write(tmp_path / "graders" / "w.sh", 'echo x >> "$0" 2>/dev/null && exit 0 || exit 1\n')
     g = grader(tmp_path, "type: program\nprogram: sh\nargs: [w.sh]\n")
     assert run_grader(g, Payload(), workspace, box).status is Status.failed
     assert (tmp_path / "graders" / "w.sh").read_text().count("\n") == 1
 
 
 def test_workspace_is_read_only_by_default(tmp_path, workspace, box):
-    g = grader(tmp_path, "type: program\nprogram: sh\nargs: ['-c', "
-               "'echo hacked > answer.txt; touch new.txt; rm -f src/app.py; exit 0']\n")
+    g = grader(
+        tmp_path,
+        "type: program\nprogram: sh\nargs: ['-c', "
+        "'echo hacked > answer.txt; touch new.txt; rm -f src/app.py; exit 0']\n",
+    )
     run_grader(g, Payload(), workspace, box)
     assert (workspace / "answer.txt").read_text() == "42\n"
     assert sorted(p.name for p in workspace.iterdir()) == ["answer.txt", "src"]
@@ -133,9 +155,12 @@ def test_workspace_is_read_only_by_default(tmp_path, workspace, box):
 
 
 def test_rw_workspace_is_a_private_copy(tmp_path, workspace, box):
-    g = grader(tmp_path, "type: program\nprogram: sh\nargs: ['-c', "
-               "'echo 7 > answer.txt && touch new.txt && cat answer.txt >&2 && exit 1']\n"
-               "workspace: rw\n")
+    g = grader(
+        tmp_path,
+        "type: program\nprogram: sh\nargs: ['-c', "
+        "'echo 7 > answer.txt && touch new.txt && cat answer.txt >&2 && exit 1']\n"
+        "workspace: rw\n",
+    )
     result = run_grader(g, Payload(), workspace, box)
     assert result.stderr_tail == "7"
     assert (workspace / "answer.txt").read_text() == "42\n"

@@ -9,7 +9,8 @@ from gradebox import errors
 def test_public_api_is_curated():
     exported = set(gradebox.__all__)
     public = {
-        name for name, value in vars(gradebox).items()
+        name
+        for name, value in vars(gradebox).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public == exported - {"__version__"}
@@ -17,7 +18,12 @@ def test_public_api_is_curated():
 
 
 def test_error_hierarchy():
-    for cls in (errors.ConfigError, errors.ImageError, errors.EngineError, errors.EngineUnavailable):
+    for cls in (
+        errors.ConfigError,
+        errors.ImageError,
+        errors.EngineError,
+        errors.EngineUnavailable,
+    ):
         assert issubclass(cls, errors.GradeboxError)
     assert issubclass(errors.EngineUnavailable, errors.EngineError)
     e = errors.ConfigError("bad", file="g.yaml", line=3, field="env.X")
@@ -28,7 +34,8 @@ def test_nothing_above_the_engine_edge_imports_docker():
     src = Path(gradebox.__file__).parent
     pattern = re.compile(r"^\s*(import docker|from docker[ .])", re.M)
     offenders = [
-        str(p.relative_to(src)) for p in src.rglob("*.py")
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
         if p.name != "_engine.py" and pattern.search(p.read_text())
     ]
     assert offenders == []

@@ -27,7 +27,9 @@ def test_json_is_accepted_as_yaml(tmp_path: Path):
     assert isinstance(g, ScriptGrader) and g.command == "true"
 
 
-@pytest.mark.parametrize("key", ["EVALUATE_WORKSPACE", "Evaluate_Grader_Input", "evaluate_workspace"])
+@pytest.mark.parametrize(
+    "key", ["EVALUATE_WORKSPACE", "Evaluate_Grader_Input", "evaluate_workspace"]
+)
 def test_reserved_env_names_any_case(tmp_path: Path, key: str):
     text = f"type: program\nprogram: x\nenv:\n  OK: '1'\n  {key}: /tmp\n"
     with pytest.raises(ConfigError) as err:

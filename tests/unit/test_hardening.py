@@ -31,8 +31,12 @@ def test_limits_map_one_to_one():
 
 
 def test_mounts_and_modes():
-    hc = host_config(Limits(), Security(), "none", (Mount(Path("/a"), "/w"),
-                                                    Mount(Path("/b"), "/x", read_only=False)))
+    hc = host_config(
+        Limits(),
+        Security(),
+        "none",
+        (Mount(Path("/a"), "/w"), Mount(Path("/b"), "/x", read_only=False)),
+    )
     assert hc["Binds"] == ["/a:/w:ro", "/b:/x:rw"]
 
 

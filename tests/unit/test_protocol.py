@@ -23,9 +23,12 @@ def test_unknown_fields_pass_through():
 
 def test_every_reference_field_is_present():
     fields = set(Payload.model_fields)
-    for name in ("input input_files output expected_output messages criteria trace "
-                 "trace_summary token_usage cost_usd duration_ms start_time end_time "
-                 "file_changes workspace_path output_path metadata config hint trajectory").split():
+    names = (
+        "input input_files output expected_output messages criteria trace trace_summary "
+        "token_usage cost_usd duration_ms start_time end_time file_changes workspace_path "
+        "output_path metadata config hint trajectory"
+    )
+    for name in names.split():  # noqa: SIM905
         assert name in fields, name
 
 
@@ -42,8 +45,11 @@ def test_every_reference_field_is_present():
         ({"score": 0.5}, True, 0.5),
         ({"score": 7}, True, 1.0),  # clamped
         ({"score": -1}, False, 0.0),
-        ({"assertions": [{"text": "a", "passed": True}, {"text": "b", "passed": False}]},
-         True, 0.5),
+        (
+            {"assertions": [{"text": "a", "passed": True}, {"text": "b", "passed": False}]},
+            True,
+            0.5,
+        ),
     ],
 )
 def test_dialects_normalise(data, passed, score):
@@ -58,19 +64,29 @@ def test_nan_scores_zero():
 
 
 def test_checks_keep_text_verdict_and_evidence():
-    _, _, evidence, checks, details = parse_grader_output({
-        "pass": True, "score": 1, "reason": "1/1",
-        "checks": [{"text": "has 42", "pass": True, "reason": "found"}],
-        "details": {"k": 1},
-    })
+    _, _, evidence, checks, details = parse_grader_output(
+        {
+            "pass": True,
+            "score": 1,
+            "reason": "1/1",
+            "checks": [{"text": "has 42", "pass": True, "reason": "found"}],
+            "details": {"k": 1},
+        }
+    )
     assert evidence == "1/1" and details == {"k": 1}
     assert checks[0].text == "has 42" and checks[0].passed and checks[0].evidence == "found"
 
 
 @pytest.mark.parametrize(
     "data",
-    [{"hello": "world"}, {"pass": "yes"}, {"score": "high"}, [1, 2], {"pass": True, "passed": False},
-     {"checks": "nope"}],
+    [
+        {"hello": "world"},
+        {"pass": "yes"},
+        {"score": "high"},
+        [1, 2],
+        {"pass": True, "passed": False},
+        {"checks": "nope"},
+    ],
 )
 def test_off_schema(data):
     with pytest.raises(OutputShapeError):

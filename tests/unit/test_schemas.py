@@ -9,7 +9,8 @@ COMMITTED = Path(__file__).resolve().parents[2] / "schemas"
 def test_committed_schemas_are_fresh():
     docs = schema_documents()
     stale = [
-        name for name, doc in docs.items()
+        name
+        for name, doc in docs.items()
         if not (COMMITTED / name).is_file()
         or json.loads((COMMITTED / name).read_text()) != json.loads(json.dumps(doc))
     ]

@@ -13,10 +13,17 @@ def run(kind, code, stdout=b"", stderr=b"", **kw):
 def test_exit_code_mode_program():
     ok = run("program", 0)
     assert (ok.status, ok.passed, ok.score, ok.evidence) == (
-        Status.passed, True, 1.0, "Grader exited successfully")
+        Status.passed,
+        True,
+        1.0,
+        "Grader exited successfully",
+    )
     bad = run("program", 1, stderr=b"FAILED test_x")
     assert (bad.status, bad.score, bad.evidence) == (
-        Status.failed, 0.0, "Grader exited with exit code 1")
+        Status.failed,
+        0.0,
+        "Grader exited with exit code 1",
+    )
     assert bad.stderr_tail == "FAILED test_x"
 
 

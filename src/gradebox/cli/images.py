@@ -17,8 +17,14 @@ app = typer.Typer(help="Build, list and check the runtime images.", no_args_is_h
 
 def _rows(statuses: list[img.ImageStatus]) -> list[dict[str, object]]:
     return [
-        {"name": s.name, "ref": s.ref, "id": s.id, "size": s.size, "inputs": s.inputs,
-         "up_to_date": s.up_to_date}
+        {
+            "name": s.name,
+            "ref": s.ref,
+            "id": s.id,
+            "size": s.size,
+            "inputs": s.inputs,
+            "up_to_date": s.up_to_date,
+        }
         for s in statuses
     ]
 
@@ -28,15 +34,20 @@ def _table(out: Output, statuses: list[img.ImageStatus]) -> None:
     for col in ("name", "id", "size", "state"):
         table.add_column(col)
     for s in statuses:
-        state = "[green]up to date[/]" if s.up_to_date else (
-            "[red]missing[/]" if s.id is None else "[yellow]out of date[/]")
+        state = (
+            "[green]up to date[/]"
+            if s.up_to_date
+            else ("[red]missing[/]" if s.id is None else "[yellow]out of date[/]")
+        )
         table.add_row(s.name, (s.id or "-")[7:19], format_bytes(s.size) if s.size else "-", state)
     out.console.print(table)
 
 
 @app.command("build")
 def build(
-    names: Annotated[list[str] | None, typer.Argument(help="Images to build (default: all).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Images to build (default: all).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when up to date.")] = False,
     as_json: JsonOpt = False,
 ) -> None:

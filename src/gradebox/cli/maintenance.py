@@ -38,9 +38,9 @@ def gc(
 
 
 def schemas(
-    directory: Annotated[Path, typer.Argument(help="Where to write the .schema.json files.")] = Path(
-        "schemas"
-    ),
+    directory: Annotated[
+        Path, typer.Argument(help="Where to write the .schema.json files.")
+    ] = Path("schemas"),
     as_json: JsonOpt = False,
 ) -> None:
     """Write the JSON Schemas of the payload, grader configuration, grader output and result."""

@@ -182,8 +182,12 @@ def grader_from_data(
     """Validate one grader mapping (from a grader file or a suite's ``assert`` list)."""
     lines = lines or {}
     if not isinstance(data, dict):
-        raise ConfigError("a grader must be a mapping with a 'type' field", file=file,
-                          line=lines.get(prefix), field=".".join(prefix) or None)
+        raise ConfigError(
+            "a grader must be a mapping with a 'type' field",
+            file=file,
+            line=lines.get(prefix),
+            field=".".join(prefix) or None,
+        )
     kind = data.get("type")
     if kind is None and ("program" in data or "command" in data):
         kind = "program" if "program" in data else "script"
@@ -191,7 +195,9 @@ def grader_from_data(
     if kind not in _KINDS:
         raise ConfigError(
             f"unknown grader type {kind!r}; expected 'program' or 'script'",
-            file=file, line=lines.get((*prefix, "type")), field=".".join((*prefix, "type")),
+            file=file,
+            line=lines.get((*prefix, "type")),
+            field=".".join((*prefix, "type")),
         )
     grader = validate(_KINDS[kind], data, file=file, lines=lines, prefix=prefix)
     if grader.name is None and default_name:

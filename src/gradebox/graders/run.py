@@ -33,7 +33,7 @@ def collect_scratch(everything: bool = False) -> list[Path]:
     """Remove scratch dirs (payload files, private workspace copies) of runners that are gone."""
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
-        pid = path.name[len(TMP_PREFIX):].split("-", 1)[0]
+        pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir():
             continue
         if everything or not _pid_alive(int(pid)):
@@ -59,11 +59,17 @@ def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None 
     root = workspace.resolve()
     target = (root / sub_path).resolve()
     if target != root and root not in target.parents:
-        raise ConfigError(f"{sub_path!r} resolves outside the workspace (through a symlink)",
-                          file=file, field="sub_path")
+        raise ConfigError(
+            f"{sub_path!r} resolves outside the workspace (through a symlink)",
+            file=file,
+            field="sub_path",
+        )
     if not target.is_dir():
-        raise ConfigError(f"{sub_path!r} is not a directory in the workspace {workspace}",
-                          file=file, field="sub_path")
+        raise ConfigError(
+            f"{sub_path!r} is not a directory in the workspace {workspace}",
+            file=file,
+            field="sub_path",
+        )
     return target.relative_to(root).as_posix()
 
 
@@ -103,10 +109,22 @@ def build_command(grader: GraderConfig) -> tuple[list[str], bool]:
     return [translate(a) for a in grader.command], uses_source
 
 
-def _private_copy(workspace: Path, into: Path, user: str) -> Path:
-    """A copy the grader may change; the host workspace and other graders never see it."""
-    dest = into / "workspace"
-    shutil.copytree(workspace, dest, symlinks=True)
+def _enterable(directory: Path, user: str) -> bool:
+    """Can the container user list and enter ``directory`` when it is bind-mounted?
+
+    Only the mounted directory's own mode matters (its parents stay on the host). A 0700
+    directory (``mktemp -d``) is closed to the unprivileged container user, so it is copied.
+    """
+    st = directory.stat()
+    uid = int(user.partition(":")[0])
+    if st.st_uid == uid:
+        return st.st_mode & 0o500 == 0o500
+    return st.st_mode & 0o005 == 0o005
+
+
+def _private_copy(source: Path, dest: Path, user: str) -> Path:
+    """A copy only this grader sees: the host directory and other graders never see writes."""
+    shutil.copytree(source, dest, symlinks=True)
     if os.geteuid() == 0:
         # Root on the host: hand the copy to the container user so it can write. (A non-root
         # host runs containers as its own uid, which already owns the copy.)
@@ -163,15 +181,19 @@ def run_grader(
         for f in inputs.iterdir():
             f.chmod(0o644)
 
+        user = run_as(grader.security)
         ws_source = workspace.resolve()
-        if grader.workspace == "rw":
-            ws_source = _private_copy(workspace, scratch, run_as(grader.security))
+        if grader.workspace == "rw" or not _enterable(ws_source, user):
+            ws_source = _private_copy(workspace, scratch / "workspace", user)
         mounts = [
             Mount(ws_source, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
             Mount(inputs, CONTAINER_INPUT_DIR, read_only=True),
         ]
         if uses_source and grader.source_dir:
-            mounts.append(Mount(grader.source_dir, CONTAINER_GRADER_DIR, read_only=True))
+            source = grader.source_dir
+            if not _enterable(source, user):
+                source = _private_copy(source, scratch / "grader", user)
+            mounts.append(Mount(source, CONTAINER_GRADER_DIR, read_only=True))
 
         env = {
             **grader.env,
@@ -202,4 +224,3 @@ def run_grader(
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-

@@ -71,8 +71,13 @@ def judge(
 
     def error(evidence: str) -> GraderResult:
         return GraderResult(
-            name=name, type=kind, status=Status.error, passed=False, score=0.0,
-            evidence=evidence, **common,
+            name=name,
+            type=kind,
+            status=Status.error,
+            passed=False,
+            score=0.0,
+            evidence=evidence,
+            **common,
         )
 
     common = dict(
@@ -96,9 +101,7 @@ def judge(
     if failure:
         return error(f"Failed to start grader program: {failure}")
     if outcome.oom_killed:
-        return error(
-            f"Grader was killed: out of memory (limit {format_bytes(int(limits.memory))})"
-        )
+        return error(f"Grader was killed: out of memory (limit {format_bytes(int(limits.memory))})")
     code = outcome.exit_code
     if code is None:
         return error("Grader ended without an exit code")
@@ -135,13 +138,20 @@ def judge(
             evidence = f"{evidence} (but the grader exited with code {code})".strip()
         status = Status.passed if passed else Status.failed
         return GraderResult(
-            name=name, type=kind, status=status, passed=passed, score=score,
-            evidence=evidence, checks=checks, details=details,
+            name=name,
+            type=kind,
+            status=status,
+            passed=passed,
+            score=score,
+            evidence=evidence,
+            checks=checks,
+            details=details,
             **{**common, **_tails_if(status, common)},
         )
     if parsed is not None and kind == "program" and code == 0:
         return error(
-            f"Grader output did not match schema: expected a JSON object, got {type(parsed).__name__}"
+            "Grader output did not match schema: expected a JSON object, "
+            f"got {type(parsed).__name__}"
         )
 
     # Exit-code mode.
@@ -156,8 +166,14 @@ def judge(
     else:
         evidence = f"Grader exited with exit code {code}"
     return GraderResult(
-        name=name, type=kind, status=status, passed=passed, score=1.0 if passed else 0.0,
-        evidence=evidence, checks=checks, **{**common, **_tails_if(status, common)},
+        name=name,
+        type=kind,
+        status=status,
+        passed=passed,
+        score=1.0 if passed else 0.0,
+        evidence=evidence,
+        checks=checks,
+        **{**common, **_tails_if(status, common)},
     )
 
 

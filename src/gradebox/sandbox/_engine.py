@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import docker
 import docker.errors
 import requests.exceptions
 from tenacity import (
@@ -24,6 +23,8 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential,
 )
+
+import docker
 
 from ..errors import EngineError, EngineUnavailable, ImageError
 
@@ -41,7 +42,9 @@ def _is_transient(exc: BaseException) -> bool:
     # Connection resets and 5xx answers happen when the engine is busy (many parallel creates
     # on 2 cores) or restarting; a 409 on create means our generated name collided, and each
     # attempt generates a fresh one. 4xx other than 409 are our mistakes and are not retried.
-    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError):
+    if isinstance(
+        exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError
+    ):
         return True
     if isinstance(exc, docker.errors.APIError) and exc.status_code is not None:
         if exc.status_code == 409:
@@ -183,8 +186,9 @@ class Engine:
 
     @_engine_call("import")
     def import_image(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> str:
-        out = self.api.import_image_from_file(tar_path, repository=repository, tag=tag,
-                                              changes=changes)
+        out = self.api.import_image_from_file(
+            tar_path, repository=repository, tag=tag, changes=changes
+        )
         return str(out)
 
     @_engine_call("build")

@@ -170,5 +170,6 @@ def get_sandbox(name: str = "docker") -> Sandbox:
     except KeyError:
         from ..errors import ConfigError
 
-        raise ConfigError(f"unknown sandbox {name!r}; known: {', '.join(sorted(_BACKENDS))}")
+        known = ", ".join(sorted(_BACKENDS))
+        raise ConfigError(f"unknown sandbox {name!r}; known: {known}") from None
     return factory()

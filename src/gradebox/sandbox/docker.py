@@ -173,7 +173,9 @@ class DockerSandbox(Sandbox):
         )
 
     @staticmethod
-    def _pump(raw: socket.socket, spec: SandboxSpec, deadline: float) -> tuple[_Streams, bool, bool]:
+    def _pump(
+        raw: socket.socket, spec: SandboxSpec, deadline: float
+    ) -> tuple[_Streams, bool, bool]:
         """Write stdin and read output concurrently, without threads, until EOF or deadline.
 
         Writing all of stdin before reading would deadlock against a grader that fills its

@@ -42,9 +42,7 @@ def host_config(
         ],
         "Init": security.init,
         "Tmpfs": {"/tmp": tmpfs_opts, HOME: tmpfs_opts},
-        "Binds": [
-            f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts
-        ],
+        "Binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts],
         # Output is read through the attach stream with a cap; a log driver would also copy a
         # flood of output onto the host's disk.
         "LogConfig": {"Type": "none", "Config": {}},

@@ -94,11 +94,17 @@ def read_only_mount_is_unwritable(box: Sandbox, image: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)
         Path(tmp, "f").write_text("keep")
-        out = _sh(box, image, "echo x > /w/f; touch /w/new; cat /w/f",
-                  mounts=(Mount(Path(tmp), "/w", read_only=True),))
+        out = _sh(
+            box,
+            image,
+            "echo x > /w/f; touch /w/new; cat /w/f",
+            mounts=(Mount(Path(tmp), "/w", read_only=True),),
+        )
         _expect(out.stdout == b"keep", f"got {out.stdout!r}")
-        _expect(sorted(os.listdir(tmp)) == ["f"] and Path(tmp, "f").read_text() == "keep",
-                "host directory changed")
+        _expect(
+            sorted(os.listdir(tmp)) == ["f"] and Path(tmp, "f").read_text() == "keep",
+            "host directory changed",
+        )
 
 
 @check
@@ -111,8 +117,11 @@ def read_write_mount_is_writable(box: Sandbox, image: str) -> None:
 
 @check
 def network_is_loopback_only(box: Sandbox, image: str) -> None:
-    out = _sh(box, image, "tail -n +3 /proc/net/dev | cut -d: -f1; echo --; "
-              "tail -n +2 /proc/net/route | wc -l")
+    out = _sh(
+        box,
+        image,
+        "tail -n +3 /proc/net/dev | cut -d: -f1; echo --; tail -n +2 /proc/net/route | wc -l",
+    )
     names, _, routes = out.stdout.decode().partition("--")
     _expect([n.strip() for n in names.split()] == ["lo"], f"interfaces: {names!r}")
     _expect(routes.strip() == "0", f"routes: {routes.strip()}")
@@ -150,26 +159,42 @@ def timeout_kills_every_process(box: Sandbox, image: str) -> None:
 
 @check
 def memory_limit_kills(box: Sandbox, image: str) -> None:
-    out = box.run(SandboxSpec(
-        image=image, command=["python3", "-c", "x = bytearray(3 << 30); print('survived')"],
-        limits=Limits(memory=256 << 20), timeout=60, name="self-check",
-    ))
+    out = box.run(
+        SandboxSpec(
+            image=image,
+            command=["python3", "-c", "x = bytearray(3 << 30); print('survived')"],
+            limits=Limits(memory=256 << 20),
+            timeout=60,
+            name="self-check",
+        )
+    )
     _expect(b"survived" not in out.stdout, "allocated 3 GiB under a 256 MiB limit")
     _expect(out.oom_killed or out.exit_code not in (0, None), f"exit {out.exit_code}")
 
 
 @check
 def pids_limit_holds(box: Sandbox, image: str) -> None:
-    out = _sh(box, image, "i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done 2>&1; "
-              "echo spawned", limits=Limits(pids=16), timeout=30)
-    _expect(b"fork" in out.stdout.lower() or b"resource" in out.stdout.lower(),
-            f"100 processes under a 16-process limit: {out.stdout[-200:]!r}")
+    out = _sh(
+        box,
+        image,
+        "i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done 2>&1; echo spawned",
+        limits=Limits(pids=16),
+        timeout=30,
+    )
+    _expect(
+        b"fork" in out.stdout.lower() or b"resource" in out.stdout.lower(),
+        f"100 processes under a 16-process limit: {out.stdout[-200:]!r}",
+    )
 
 
 @check
 def file_size_limit_holds(box: Sandbox, image: str) -> None:
-    out = _sh(box, image, "head -c 3000000 /dev/zero > /tmp/big; ls -l /tmp/big 2>&1",
-              limits=Limits(file_size=1 << 20))
+    out = _sh(
+        box,
+        image,
+        "head -c 3000000 /dev/zero > /tmp/big; ls -l /tmp/big 2>&1",
+        limits=Limits(file_size=1 << 20),
+    )
     _expect(b"3000000" not in out.stdout, "wrote 3 MB past a 1 MiB file-size limit")
 
 
@@ -182,8 +207,9 @@ def stdout_is_capped(box: Sandbox, image: str) -> None:
 
 @check
 def stderr_keeps_its_tail(box: Sandbox, image: str) -> None:
-    out = _sh(box, image, "head -c 3000000 /dev/zero >&2; echo END >&2",
-              limits=Limits(output=1 << 20))
+    out = _sh(
+        box, image, "head -c 3000000 /dev/zero >&2; echo END >&2", limits=Limits(output=1 << 20)
+    )
     _expect(len(out.stderr) <= 1 << 20 and out.stderr.endswith(b"END\n"), "tail lost")
     _expect(out.stderr_dropped > 0, "overflow not reported")
 
@@ -206,4 +232,3 @@ def self_check(box: Sandbox, image: str, only: list[str] | None = None) -> dict[
         except Exception as exc:  # a report, not a crash: every check runs
             results[name] = f"FAILED: {type(exc).__name__}: {exc}"
     return results
-
