@@ -20,6 +20,7 @@ images: $(STAMP)
 	@command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null)
 	$(BIN)/gradebox images build
+	[ -f images/images.lock.json ] || $(BIN)/gradebox images lock
 
 demo: images
 	$(BIN)/gradebox grade examples/reference/program-score/grader.yaml \

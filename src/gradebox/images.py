@@ -13,6 +13,7 @@ An image is up to date when its ``gradebox.inputs`` label equals the hash of its
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -20,13 +21,15 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from .errors import ImageError
 from .sandbox._engine import Engine, NotFound
-from .sandbox.base import Sandbox
 
 __all__ = [
     "BASE",
@@ -38,7 +41,14 @@ __all__ = [
     "images_dir",
     "input_hash",
     "qualified",
-    "resolve_ref",
+    "ImageBuild",
+    "ImageResolver",
+    "Lock",
+    "LockEntry",
+    "lock_path",
+    "read_lock",
+    "verify",
+    "write_lock",
 ]
 
 log = logging.getLogger("gradebox.images")
@@ -79,18 +89,6 @@ def qualified(name: str) -> str:
     if "/" in name or ":" in name or "@" in name:
         return name
     return f"{REPO}/{name}:{TAG}"
-
-
-def resolve_ref(sandbox: Sandbox, ref: str) -> str:
-    """An image name or reference -> the immutable id every container of a run starts from."""
-    try:
-        return sandbox.resolve_image(qualified(ref))
-    except ImageError:
-        name = ref if "/" not in ref else ref.split("/")[-1].split(":")[0]
-        raise ImageError(
-            f"image {qualified(ref)} is not built on this engine; build it with "
-            f"`gradebox images build {name}` (or `make images`)"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -281,3 +279,204 @@ def build_images(
         else:
             say(f"{qualified(name)} is up to date")
     return status(engine, [n for n in wanted if n != BASE])
+
+
+# ----------------------------------------------------------------------------------------------
+# The lock: which image id each name must be.
+
+
+class LockEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    base_id: str | None = None
+    inputs: str | None = None
+
+
+class Lock(BaseModel):
+    """``images/images.lock.json``: name -> the image id that was built and reviewed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    images: dict[str, LockEntry] = Field(default_factory=dict)
+
+
+def lock_path(directory: Path | None = None) -> Path:
+    return (directory or images_dir()) / "images.lock.json"
+
+
+def read_lock(path: Path | None = None) -> Lock | None:
+    path = path or lock_path()
+    if not path.is_file():
+        return None
+    try:
+        return Lock.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ImageError(f"{path}: not a valid lock file ({str(exc).splitlines()[0]})") from None
+
+
+def write_lock(engine: Engine, path: Path | None = None) -> Lock:
+    """Record every built image's id, base id and input hash. Refuses out-of-date images."""
+    statuses = status(engine)
+    stale = [s.name for s in statuses if not s.up_to_date]
+    if stale:
+        raise ImageError(
+            f"cannot lock images that are missing or out of date: {', '.join(stale)}; "
+            "run `gradebox images build` first"
+        )
+    base_id = statuses[0].id
+    lock = Lock(
+        images={
+            s.name: LockEntry(
+                id=str(s.id), base_id=None if s.name == BASE else base_id, inputs=s.inputs
+            )
+            for s in statuses
+        }
+    )
+    path = path or lock_path()
+    path.write_text(json.dumps(lock.model_dump(), indent=2, sort_keys=True) + "\n")
+    return lock
+
+
+def verify(engine: Engine, lock: Lock) -> dict[str, str | None]:
+    """name -> None when the local image is the locked one, else what is wrong."""
+    problems: dict[str, str | None] = {}
+    for name, entry in sorted(lock.images.items()):
+        iid, _, _ = _current(engine, name)
+        if iid is None:
+            problems[name] = "missing"
+        elif iid != entry.id:
+            problems[name] = f"is {iid[7:19]}, the lock says {entry.id[7:19]}"
+        else:
+            problems[name] = None
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolving what a grader names to the id its containers start from.
+
+
+class ImageBuild(BaseModel):
+    """``image: {build: ./graders/Dockerfile}``: a suite's or grader's own image."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    build: str = Field(description="a Dockerfile, or a folder with one; relative to the file")
+    context: str | None = Field(default=None, description="build context; default: its folder")
+
+
+def _pinned(ref: str) -> bool:
+    return "@sha256:" in ref or (ref.startswith("sha256:") and len(ref) == 71)
+
+
+class ImageResolver:
+    """Turns image references into immutable ids, once per run, and records what it used.
+
+    Example::
+
+        resolver = ImageResolver(engine, locked=True)
+        image_id = resolver.resolve("python")          # checked against images.lock.json
+
+    Locked mode (``--locked``, on by default when ``CI=true``): a name must be in the lock and
+    the local image must be the locked one; a full reference must be pinned by digest. A
+    Dockerfile build is pinned by the hash of its context.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        locked: bool = False,
+        lock: Lock | None = None,
+        say: Callable[[str], None] = log.info,
+    ) -> None:
+        self.engine = engine
+        self.locked = locked
+        self._lock_file = lock
+        self._cache: dict[str, str] = {}
+        self._mutex = threading.Lock()
+        self.builds = 0
+        self.say = say
+
+    @property
+    def lock(self) -> Lock | None:
+        if self._lock_file is None:
+            self._lock_file = read_lock() if _has_images_dir() else None
+        return self._lock_file
+
+    def resolve(self, ref: str | ImageBuild, source_dir: Path | None = None) -> str:
+        key = ref if isinstance(ref, str) else f"build:{(source_dir or Path.cwd()) / ref.build}"
+        with self._mutex:
+            if key not in self._cache:
+                self._cache[key] = (
+                    self._resolve_name(ref)
+                    if isinstance(ref, str)
+                    else self._build(ref, source_dir or Path.cwd())
+                )
+            return self._cache[key]
+
+    def _resolve_name(self, ref: str) -> str:
+        fix = f"`gradebox images build {ref}` then `gradebox images lock`"
+        is_name = qualified(ref) != ref
+        if self.locked and not is_name and not _pinned(ref):
+            raise ImageError(
+                f"image {ref!r} is not pinned; with --locked use a name from the "
+                "lock file or a reference pinned by digest (name@sha256:...)"
+            )
+        try:
+            iid = str(self.engine.image(qualified(ref))["Id"])
+        except (NotFound, ImageError):
+            if is_name:
+                raise ImageError(
+                    f"image {qualified(ref)} is not built on this engine; build it "
+                    f"with `gradebox images build {ref}` (or `make images`)"
+                ) from None
+            raise ImageError(f"image {ref} is not on this engine (no registry is used)") from None
+        if self.locked and is_name:
+            entry = self.lock.images.get(ref) if self.lock else None
+            if entry is None:
+                raise ImageError(f"image {ref!r} is not in the lock file {lock_path()}; run {fix}")
+            if entry.id != iid:
+                raise ImageError(
+                    f"image {qualified(ref)} is {iid[7:19]} but the lock says {entry.id[7:19]}: "
+                    f"it was rebuilt or replaced; review it, then run {fix}"
+                )
+        return iid
+
+    def _build(self, spec: ImageBuild, source_dir: Path) -> str:
+        target = (source_dir / spec.build).resolve()
+        dockerfile = target / "Dockerfile" if target.is_dir() else target
+        if not dockerfile.is_file():
+            raise ImageError(f"image.build: {dockerfile} does not exist")
+        context = (source_dir / spec.context).resolve() if spec.context else dockerfile.parent
+        digest = input_hash(context, dockerfile.read_text(errors="replace"))
+        tag = f"{REPO}-local/{digest[7:23]}:latest"
+        try:
+            info = self.engine.image(tag)
+            if ((info.get("Config") or {}).get("Labels") or {}).get(LABEL_INPUTS) == digest:
+                return str(info["Id"])
+        except (NotFound, ImageError):
+            pass
+        self.say(f"building {dockerfile} (context {context})")
+        for chunk in self.engine.build(
+            path=str(context),
+            dockerfile=str(dockerfile.relative_to(context))
+            if dockerfile.is_relative_to(context)
+            else str(dockerfile),
+            tag=tag,
+            labels={LABEL_INPUTS: digest},
+            network_mode="bridge",
+        ):
+            if "error" in chunk:
+                raise ImageError(f"building {dockerfile} failed: {chunk['error'].strip()}")
+        self.builds += 1
+        return str(self.engine.image(tag)["Id"])
+
+
+def _has_images_dir() -> bool:
+    try:
+        images_dir()
+    except ImageError:
+        return False
+    return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,13 +12,30 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-__all__ = ["JsonOpt", "Output", "WorkersOpt"]
+__all__ = ["JsonOpt", "LockedOpt", "Output", "WorkersOpt", "resolver_for"]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (logs go to stderr).")
 ]
 WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Parallel runs.")]
-DirArg = Annotated[Path, typer.Argument(file_okay=False)]
+LockedOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--locked/--no-locked",
+        help="Refuse images that are unpinned or differ from images.lock.json "
+        "(default: on when CI=true).",
+        show_default=False,
+    ),
+]
+
+
+def resolver_for(box: Any, locked: bool | None) -> Any:
+    """The run's image resolver; ``--locked`` defaults to on under CI (CI=true)."""
+    from ..images import ImageResolver
+
+    if locked is None:
+        locked = os.environ.get("CI", "").lower() == "true"
+    return ImageResolver(box.engine, locked=locked)
 
 
 class Output:

@@ -13,7 +13,7 @@ from ..graders import load_grader, run_grader
 from ..protocol import Payload, Status
 from ..report import print_result
 from ..sandbox import get_sandbox
-from ._common import JsonOpt, Output
+from ._common import JsonOpt, LockedOpt, Output, resolver_for
 
 EXIT = {Status.passed: 0, Status.failed: 1, Status.error: 3}
 
@@ -52,6 +52,7 @@ def grade(
     workspace: Annotated[
         Path, typer.Option("--workspace", "-W", help="Directory mounted at EVALUATE_WORKSPACE.")
     ] = Path("."),
+    locked: LockedOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run one program or script grader in a fresh, hardened container.
@@ -65,7 +66,8 @@ def grade(
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
     with get_sandbox() as box:
-        result = run_grader(grader, payload, workspace, box, file=str(grader_file))
+        images = resolver_for(box, locked)
+        result = run_grader(grader, payload, workspace, box, images=images, file=str(grader_file))
     if as_json:
         out.document(result)
     else:

@@ -9,13 +9,14 @@ from rich.table import Table
 
 from .. import images as img
 from .._types import format_bytes
+from ..errors import ImageError
 from ..sandbox._engine import Engine
 from ._common import JsonOpt, Output
 
 app = typer.Typer(help="Build, list and check the runtime images.", no_args_is_help=True)
 
 
-def _rows(statuses: list[img.ImageStatus]) -> list[dict[str, object]]:
+def _rows(statuses: list[img.ImageStatus], lock: img.Lock | None) -> list[dict[str, object]]:
     return [
         {
             "name": s.name,
@@ -24,14 +25,21 @@ def _rows(statuses: list[img.ImageStatus]) -> list[dict[str, object]]:
             "size": s.size,
             "inputs": s.inputs,
             "up_to_date": s.up_to_date,
+            "locked_id": _locked_id(lock, s.name),
+            "matches_lock": _locked_id(lock, s.name) == s.id if lock else None,
         }
         for s in statuses
     ]
 
 
-def _table(out: Output, statuses: list[img.ImageStatus]) -> None:
+def _locked_id(lock: img.Lock | None, name: str) -> str | None:
+    entry = lock.images.get(name) if lock else None
+    return entry.id if entry else None
+
+
+def _table(out: Output, statuses: list[img.ImageStatus], lock: img.Lock | None) -> None:
     table = Table(title="gradebox images")
-    for col in ("name", "id", "size", "state"):
+    for col in ("name", "id", "size", "inputs", "lock"):
         table.add_column(col)
     for s in statuses:
         state = (
@@ -39,7 +47,14 @@ def _table(out: Output, statuses: list[img.ImageStatus]) -> None:
             if s.up_to_date
             else ("[red]missing[/]" if s.id is None else "[yellow]out of date[/]")
         )
-        table.add_row(s.name, (s.id or "-")[7:19], format_bytes(s.size) if s.size else "-", state)
+        locked = _locked_id(lock, s.name)
+        match = (
+            "-"
+            if lock is None or locked is None
+            else ("[green]matches[/]" if locked == s.id else "[red]differs[/]")
+        )
+        size = format_bytes(s.size) if s.size else "-"
+        table.add_row(s.name, (s.id or "-")[7:19], size, state, match)
     out.console.print(table)
 
 
@@ -54,18 +69,49 @@ def build(
     """Build the images that are missing or out of date (the base by debootstrap first)."""
     out = Output(as_json)
     statuses = img.build_images(Engine.connect(), names, force=force, say=out.info)
+    lock = img.read_lock()
     if as_json:
-        out.document(_rows(statuses))
+        out.document(_rows(statuses, lock))
     else:
-        _table(out, statuses)
+        _table(out, statuses, lock)
 
 
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
-    """Show every image: id, size, and whether it matches its build inputs."""
+    """Show every image: id, size, whether it matches its build inputs and the lock."""
     out = Output(as_json)
     statuses = img.status(Engine.connect())
+    lock = img.read_lock()
     if as_json:
-        out.document(_rows(statuses))
+        out.document(_rows(statuses, lock))
     else:
-        _table(out, statuses)
+        _table(out, statuses, lock)
+
+
+@app.command("lock")
+def lock(as_json: JsonOpt = False) -> None:
+    """Write images/images.lock.json: each image's id, its base's id and its input hash."""
+    out = Output(as_json)
+    written = img.write_lock(Engine.connect())
+    if as_json:
+        out.document(written)
+    else:
+        out.console.print(f"locked {len(written.images)} image(s) in {img.lock_path()}")
+
+
+@app.command("verify")
+def verify(as_json: JsonOpt = False) -> None:
+    """Exit 1 when a local image differs from the lock (or is missing), 0 when all match."""
+    out = Output(as_json)
+    lock = img.read_lock()
+    if lock is None:
+        raise ImageError(f"no lock file at {img.lock_path()}; run `gradebox images lock`")
+    problems = img.verify(Engine.connect(), lock)
+    bad = {k: v for k, v in problems.items() if v}
+    if as_json:
+        out.document({"ok": not bad, "images": problems})
+    else:
+        for name, problem in problems.items():
+            mark = "[green]✔[/]" if problem is None else "[red]✘[/]"
+            out.console.print(f"{mark} {name}" + (f": {problem}" if problem else ""))
+    raise typer.Exit(1 if bad else 0)

@@ -23,6 +23,7 @@ from pydantic import (
 from .._types import Duration
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
+from ..images import ImageBuild
 from ..sandbox.base import Limits, Security
 
 __all__ = [
@@ -73,8 +74,10 @@ class _GraderBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, description="shown in results; default: file name")
-    image: str | None = Field(
-        default=None, description="runtime image name or reference; default: gradebox/python"
+    image: str | ImageBuild | None = Field(
+        default=None,
+        description="an image name from images/ (python, shell, node), a reference pinned by "
+        "digest, or {build: ./Dockerfile}; default: python",
     )
     timeout: Duration = Field(default=60.0, description="e.g. 500ms, 60s, 2m; default 60s")
     env: dict[EnvKey, str] = Field(

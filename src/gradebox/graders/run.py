@@ -15,6 +15,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
+from ..images import DEFAULT_IMAGE, ImageResolver
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, Payload
 from ..sandbox.base import Mount, Sandbox, SandboxSpec
 from ..sandbox.hardening import run_as
@@ -142,6 +143,7 @@ def run_grader(
     sandbox: Sandbox,
     *,
     image_id: str | None = None,
+    images: ImageResolver | None = None,
     labels: dict[str, str] | None = None,
     file: str | None = None,
 ) -> GraderResult:
@@ -157,11 +159,11 @@ def run_grader(
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory")
     workdir_rel = resolve_sub_path(workspace, grader.sub_path, file=file)
-    from ..images import DEFAULT_IMAGE, resolve_ref
-
     ref = grader.image or DEFAULT_IMAGE
     if image_id is None:
-        image_id = resolve_ref(sandbox, ref)
+        resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
+        image_id = resolver.resolve(ref, grader.source_dir)
+    ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
     command, uses_source = build_command(grader)
     name = grader.display_name()
 
@@ -220,7 +222,7 @@ def run_grader(
         outcome = sandbox.run(spec)
         result = judge(grader.type, name, outcome, timeout=grader.timeout, limits=grader.limits)
         result.duration_ms = outcome.duration_ms or int((time.monotonic() - started) * 1000)
-        result.image = ImageRef(ref=ref, id=image_id)
+        result.image = ImageRef(ref=ref_text, id=image_id)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

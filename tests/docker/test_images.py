@@ -1,0 +1,116 @@
+"""Building, locking, verifying and resolving runtime images on the real engine."""
+
+import secrets
+import subprocess
+import sys
+
+import pytest
+
+from gradebox import images as img
+from gradebox.errors import ImageError
+from gradebox.graders import load_grader, run_grader
+from gradebox.protocol import Payload, Status
+from tests.conftest import write
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def images_dir(tmp_path, monkeypatch, engine):
+    folder = tmp_path / "images"
+    write(folder / "gbtest" / "Dockerfile", "ARG BASE\nFROM ${BASE}\nRUN echo one > /one\n")
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(folder))
+    yield folder
+    try:
+        engine.api.remove_image("gradebox/gbtest:latest", force=True)
+    except Exception:
+        pass
+
+
+def test_build_lock_verify_and_a_tampered_image(images_dir, engine, shell_image, tmp_path):
+    statuses = img.build_images(engine, ["gbtest"])
+    assert [s.name for s in statuses] == ["base", "gbtest"] and all(s.up_to_date for s in statuses)
+    lock = img.write_lock(engine)
+    assert set(lock.images) == {"base", "gbtest"}
+    assert lock.images["gbtest"].base_id == lock.images["base"].id
+    assert img.read_lock() == lock
+    assert img.verify(engine, lock) == {"base": None, "gbtest": None}
+    resolver = img.ImageResolver(engine, locked=True, lock=lock)
+    assert resolver.resolve("gbtest") == lock.images["gbtest"].id
+
+    # Another image tagged under the locked name.
+    engine.tag(shell_image, "gradebox/gbtest", "latest")
+    assert "the lock says" in img.verify(engine, lock)["gbtest"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "gradebox", "images", "verify"], capture_output=True, text=True
+    )
+    assert cli.returncode == 1 and "gbtest" in cli.stdout
+    with pytest.raises(ImageError, match="gradebox images lock"):
+        img.ImageResolver(engine, locked=True, lock=lock).resolve("gbtest")
+    # Unlocked, it runs, and the result records the id actually used.
+    assert img.ImageResolver(engine).resolve("gbtest") == shell_image
+
+    # A locked grader run refuses before any container exists.
+    g = load_grader(write(tmp_path / "g.yaml", "type: program\nprogram: 'true'\nimage: gbtest\n"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gradebox",
+            "grade",
+            str(tmp_path / "g.yaml"),
+            "--workspace",
+            str(ws),
+            "--locked",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2 and "lock says" in cli.stderr
+    assert g.image == "gbtest"
+
+
+def test_changed_dockerfile_is_out_of_date(images_dir, engine):
+    img.build_images(engine, ["gbtest"])
+    assert img.status(engine, ["gbtest"])[1].up_to_date
+    write(images_dir / "gbtest" / "Dockerfile", "ARG BASE\nFROM ${BASE}\nRUN echo two > /two\n")
+    assert not img.status(engine, ["gbtest"])[1].up_to_date
+    img.build_images(engine, ["gbtest"])
+    assert img.status(engine, ["gbtest"])[1].up_to_date
+
+
+def test_locked_mode_refuses_unpinned_and_missing(engine):
+    resolver = img.ImageResolver(engine, locked=True, lock=img.Lock())
+    with pytest.raises(ImageError, match="not pinned"):
+        resolver.resolve("debian:bookworm")
+    with pytest.raises(ImageError, match="gradebox images build nosuch"):
+        resolver.resolve("nosuch")
+    with pytest.raises(ImageError, match="not in the lock"):
+        resolver.resolve("shell")
+
+
+def test_suite_local_dockerfile_is_built_once(tmp_path, engine, box):
+    token = secrets.token_hex(4)
+    write(
+        tmp_path / "graders" / "Dockerfile",
+        f"FROM gradebox/shell:latest\nRUN echo {token} > /custom\n",
+    )
+    text = "type: script\ncommand: 'cat /custom'\nimage:\n  build: ./graders/Dockerfile\n"
+    graders = [load_grader(write(tmp_path / f"g{i}.yaml", text)) for i in range(3)]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    resolver = img.ImageResolver(engine)
+    results = [run_grader(g, Payload(), ws, box, images=resolver) for g in graders]
+    try:
+        assert resolver.builds == 1
+        assert all(r.status is Status.passed and r.evidence == token for r in results)
+        assert len({r.image.id for r in results}) == 1
+        assert results[0].image.ref == "build:./graders/Dockerfile"
+        # Cached across runs by the hash of its context: a new run builds nothing.
+        again = img.ImageResolver(engine)
+        run_grader(graders[0], Payload(), ws, box, images=again)
+        assert again.builds == 0
+    finally:
+        engine.api.remove_image(results[0].image.id, force=True)
