@@ -1,5 +1,6 @@
 """Building, locking, verifying and resolving runtime images on the real engine."""
 
+import contextlib
 import secrets
 import subprocess
 import sys
@@ -21,10 +22,8 @@ def images_dir(tmp_path, monkeypatch, engine):
     write(folder / "gbtest" / "Dockerfile", "ARG BASE\nFROM ${BASE}\nRUN echo one > /one\n")
     monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(folder))
     yield folder
-    try:
+    with contextlib.suppress(Exception):
         engine.api.remove_image("gradebox/gbtest:latest", force=True)
-    except Exception:
-        pass
 
 
 def test_build_lock_verify_and_a_tampered_image(images_dir, engine, shell_image, tmp_path):
