@@ -91,7 +91,10 @@ def validate(
 def to_config_error(
     exc: ValidationError, *, file: str, lines: LineMap, prefix: tuple[str, ...] = ()
 ) -> ConfigError:
-    error = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # A misspelt key also makes the real key "missing"; naming the misspelling helps more.
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
+    error = errors[0]
     loc = (*prefix, *_clean_loc(tuple(error["loc"])))
     message = error["msg"]
     for stock, friendly in _REWRITES.items():

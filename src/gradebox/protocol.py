@@ -25,7 +25,10 @@ __all__ = [
     "Message",
     "OutputShapeError",
     "Payload",
+    "RunSummary",
     "Status",
+    "StepRecord",
+    "TestResult",
     "TokenUsage",
     "TraceSummary",
     "parse_grader_output",
@@ -284,3 +287,63 @@ class GraderResult(BaseModel):
     output_truncated: bool = False
     stdout_tail: str | None = None
     stderr_tail: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Suite runs: one line of results.jsonl per test, and the run's summary.json.
+
+
+class StepRecord(BaseModel):
+    """A command that is not a grader: the target, before_each, after_each."""
+
+    exit_code: int | None = None
+    duration_ms: int = 0
+    timed_out: bool = False
+    stderr_tail: str | None = None
+
+
+class TestResult(BaseModel):
+    """One test of a suite run: a line of ``results.jsonl``.
+
+    ``status`` is ``error`` when any grader errored (or the target or a hook failed),
+    else ``passed`` when every assertion passed, else ``failed``. ``score`` is the weighted
+    mean of the assertion scores.
+    """
+
+    __test__ = False  # not a pytest class
+
+    id: str
+    status: Status
+    passed: bool
+    score: float
+    input: list[Message] = Field(default_factory=list)
+    output: str | None = None
+    expected_output: list[Message] = Field(default_factory=list)
+    file_changes_bytes: int = 0
+    graders: list[GraderResult] = Field(default_factory=list)
+    target: StepRecord | None = None
+    error: str | None = None
+    timings_ms: dict[str, int] = Field(default_factory=dict)
+    images: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    started_at: str | None = None
+    finished_at: str | None = None
+
+
+class RunSummary(BaseModel):
+    """``summary.json`` of a suite run."""
+
+    suite: str
+    run_id: str
+    total: int
+    passed: int
+    failed: int
+    errored: int
+    not_run: int = 0
+    pass_rate: float
+    mean_score: float
+    duration_s: float
+    workers: int
+    interrupted: bool = False
+    started_at: str
+    finished_at: str

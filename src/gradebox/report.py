@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .protocol import GraderResult, Status
+from .protocol import GraderResult, RunSummary, Status, TestResult
 
-__all__ = ["STYLE", "print_result"]
+__all__ = ["STYLE", "junit_xml", "print_result", "print_run"]
 
 STYLE = {Status.passed: "bold green", Status.failed: "bold red", Status.error: "bold yellow"}
 MARK = {Status.passed: "✔ PASS", Status.failed: "✘ FAIL", Status.error: "! ERROR"}
@@ -42,3 +42,69 @@ def print_result(result: GraderResult, console: Console) -> None:
         if tail:
             console.print(f"  [dim]{label} (tail):[/]")
             console.print(escape(tail), style="dim", highlight=False)
+
+
+def slowest(result: TestResult) -> str:
+    timed = [g for g in result.graders if g.type != "builtin"]
+    if not timed:
+        return "-"
+    g = max(timed, key=lambda g: g.duration_ms)
+    return f"{g.name} ({g.duration_ms} ms)"
+
+
+def _short(text: str, limit: int = 100) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else ""  # pytest and friends put the verdict last
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def reason(result: TestResult) -> str:
+    """Why a test did not pass: the target or hook failure, else each failing assertion."""
+    if result.error:
+        return _short(result.error, 200)
+    return "; ".join(f"{g.name}: {_short(g.evidence)}" for g in result.graders if not g.passed)
+
+
+def print_run(results: list[TestResult], summary: RunSummary, console: Console) -> None:
+    """The table at the end of a suite run, then one line of totals."""
+    table = Table(title=f"{summary.suite}: {summary.total} tests", show_lines=False)
+    table.add_column("test", overflow="fold")
+    table.add_column("verdict")
+    table.add_column("score", justify="right")
+    table.add_column("slowest grader")
+    table.add_column("reason", overflow="fold", max_width=70)
+    order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
+    for r in sorted(results, key=lambda r: (order[r.status], r.id)):
+        table.add_row(escape(r.id), f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
+                      f"{r.score:.2f}", escape(slowest(r)),
+                      escape(reason(r)) if r.status is not Status.passed else "")
+    console.print(table)
+    tail = " (interrupted)" if summary.interrupted else ""
+    console.print(
+        f"[bold green]{summary.passed} passed[/], [bold red]{summary.failed} failed[/], "
+        f"[bold yellow]{summary.errored} errored[/]"
+        + (f", {summary.not_run} not run" if summary.not_run else "")
+        + f" in {summary.duration_s:.1f}s with {summary.workers} workers{tail}"
+    )
+
+
+def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
+    """JUnit XML for CI systems: a failing assertion is a <failure>, a grader error <error>."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name=summary.suite, tests=str(len(results)),
+                          failures=str(summary.failed), errors=str(summary.errored),
+                          skipped="0", time=f"{summary.duration_s:.3f}",
+                          timestamp=summary.started_at)
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=summary.suite, name=r.id,
+                             time=f"{r.timings_ms.get('total', 0) / 1000:.3f}")
+        if r.status is not Status.passed:
+            tag = "error" if r.status is Status.error else "failure"
+            node = ET.SubElement(case, tag, message=reason(r)[:500], type=r.status.value)
+            node.text = "\n".join(
+                f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}"
+                for g in r.graders) or (r.error or "")
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

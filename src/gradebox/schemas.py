@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .graders.config import ProgramGrader, ScriptGrader
-from .protocol import GraderOutput, GraderResult, Payload
+from .suite import SuiteFile
+from .protocol import GraderOutput, GraderResult, Payload, RunSummary, TestResult
 
 __all__ = ["SCHEMAS", "schema_documents", "write_schemas"]
 
@@ -18,6 +19,9 @@ SCHEMAS: dict[str, Any] = {
     "grader-output": GraderOutput,
     "result": GraderResult,
     "grader": ProgramGrader | ScriptGrader,
+    "test-result": TestResult,
+    "run-summary": RunSummary,
+    "suite": SuiteFile,
 }
 
 

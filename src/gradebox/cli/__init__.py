@@ -22,6 +22,7 @@ from ..errors import ConfigError, GradeboxError, ImageError
 from . import images as images_cmd
 from .grade import grade
 from .maintenance import gc, schemas
+from .run import run, validate
 
 F = TypeVar("F", bound=Callable[..., Any])
 _state = {"debug": False}
@@ -62,6 +63,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command()(handled(grade))
+app.command()(handled(run))
+app.command()(handled(validate))
 app.command()(handled(gc))
 app.command()(handled(schemas))
 for command in images_cmd.app.registered_commands:

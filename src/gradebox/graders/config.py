@@ -92,6 +92,7 @@ class _GraderBase(BaseModel):
     workspace: Literal["ro", "rw"] = Field(
         default="ro", description="rw gives the grader a private copy it may change"
     )
+    weight: float = Field(default=1.0, ge=0, description="weight in a suite test's score")
 
     _source_dir: Path | None = PrivateAttr(default=None)
 

@@ -17,12 +17,18 @@ from pathlib import Path, PurePosixPath
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE, ImageResolver
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, Payload
-from ..sandbox.base import Mount, Sandbox, SandboxSpec
+from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec
 from ..sandbox.hardening import run_as
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
 
-__all__ = ["CONTAINER_GRADER_DIR", "CONTAINER_INPUT_DIR", "CONTAINER_WORKSPACE", "run_grader"]
+__all__ = [
+    "CONTAINER_GRADER_DIR",
+    "CONTAINER_INPUT_DIR",
+    "CONTAINER_WORKSPACE",
+    "run_grader",
+    "run_in_workspace",
+]
 
 CONTAINER_WORKSPACE = "/workspace"
 CONTAINER_INPUT_DIR = "/run/gradebox"
@@ -226,3 +232,38 @@ def run_grader(
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_in_workspace(
+    command: list[str] | str,
+    workspace: Path,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    name: str,
+    stdin: bytes | None = None,
+    timeout: float = 300.0,
+    network: str = "none",
+    env: dict[str, str] | None = None,
+    limits: Limits | None = None,
+    labels: dict[str, str] | None = None,
+    source_dir: Path | None = None,
+) -> RunOutcome:
+    """Run a command that may change the workspace in place (a suite's target and hooks).
+
+    Same hardening as a grader; the only difference is the workspace, mounted read-write.
+    """
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=False)]
+    if source_dir is not None and not isinstance(command, str):
+        mapped = [_grader_file_arg(a, source_dir) or a for a in argv]
+        if mapped != argv:
+            argv = mapped
+            mounts.append(Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True))
+    spec = SandboxSpec(
+        image=image_id, command=argv, workdir=CONTAINER_WORKSPACE,
+        env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
+        mounts=tuple(mounts), stdin=stdin, timeout=timeout, limits=limits or Limits(),
+        network=network, labels=labels or {}, name=name,
+    )
+    return sandbox.run(spec)

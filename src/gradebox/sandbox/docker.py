@@ -94,6 +94,7 @@ class DockerSandbox(Sandbox):
         self._live: set[str] = set()
         self._lock = threading.Lock()
         self._image_cache: dict[str, str] = {}
+        self._closed = False
         atexit.register(self.close)
 
     # -- images ------------------------------------------------------------------------------
@@ -108,6 +109,8 @@ class DockerSandbox(Sandbox):
     # -- running -----------------------------------------------------------------------------
 
     def run(self, spec: SandboxSpec) -> RunOutcome:
+        if self._closed:
+            raise EngineError("the sandbox was closed (interrupted)")
         labels = {
             **spec.labels,
             **owner_labels(self.session),
@@ -132,6 +135,12 @@ class DockerSandbox(Sandbox):
             return RunOutcome(exit_code=None, start_error=str(exc))
         with self._lock:
             self._live.add(cid)
+            closed = self._closed
+        if closed:  # close() ran while we were creating: this container must not run
+            self.engine.remove(cid)
+            with self._lock:
+                self._live.discard(cid)
+            raise EngineError("the sandbox was closed (interrupted)")
         try:
             return self._attach_and_run(cid, spec)
         finally:
@@ -229,8 +238,12 @@ class DockerSandbox(Sandbox):
         return [c["Id"] for c in self.engine.containers({LABEL_SESSION: self.session})]
 
     def close(self) -> None:
-        """Remove every container of this session, including ones a failed create left."""
+        """Remove every container of this session, including ones a failed create left.
+
+        Safe to call from another thread while runs are in flight (that is how Ctrl-C stops
+        a parallel run): in-flight runs end, and no new container starts afterwards."""
         with self._lock:
+            self._closed = True
             live = list(self._live)
         for cid in live:
             self.engine.kill(cid)

@@ -1,0 +1,109 @@
+"""``gradebox run`` and ``gradebox validate``: whole suites."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..protocol import Status, TestResult
+from ..report import junit_xml, print_run
+from ..runner import RunOptions, read_results, run_suite
+from ..sandbox import get_sandbox
+from ..suite import GraderAssertion, load_suite
+from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
+
+SuiteArg = Annotated[Path, typer.Argument(help="The suite file (YAML).")]
+
+
+def _exit_code(results: list[TestResult]) -> int:
+    if any(r.status is Status.error for r in results):
+        return 3
+    return 1 if any(r.status is Status.failed for r in results) else 0
+
+
+def run(
+    suite_file: SuiteArg,
+    workers: WorkersOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
+    filter: Annotated[
+        str | None, typer.Option("--filter", "-k", help="Only tests whose id matches this glob.")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in DIR: only missing tests.")
+    ] = None,
+    locked: LockedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run every test of a suite, each graded in containers; a table at the end.
+
+    Results: DIR/results.jsonl (one line per test, written as each finishes) and
+    DIR/summary.json. Exit codes: 0 all passed, 1 some failed, 2 invalid suite (nothing
+    ran), 3 some errored, 4 engine failure, 130 interrupted (finished tests are kept).
+    """
+    output = Output(as_json)
+    suite = load_suite(suite_file)
+    if resume is not None:
+        out_dir = resume
+    elif out is not None:
+        out_dir = out
+    else:
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suite.name)
+        out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
+    options = RunOptions(out_dir=out_dir, workers=workers, filter=filter,
+                         resume=resume is not None)
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("[green]{task.fields[passed]}✔ [red]{task.fields[failed]}✘ "
+                   "[yellow]{task.fields[errored]}!"),
+        TimeElapsedColumn(), console=output.err, transient=False,
+    )
+    counts = {"passed": 0, "failed": 0, "errored": 0}
+    task = progress.add_task(suite.name, total=None, **counts)
+
+    def on_start(total: int, done: int) -> None:
+        progress.update(task, total=total, completed=done)
+
+    def on_result(result: TestResult) -> None:
+        key = {Status.passed: "passed", Status.failed: "failed", Status.error: "errored"}
+        counts[key[result.status]] += 1
+        progress.update(task, advance=1, **counts)
+
+    with get_sandbox() as box, progress:
+        summary = run_suite(suite, box, resolver_for(box, locked), options,
+                            on_result=on_result, on_start=on_start)
+    results = [r for r in read_results(out_dir / "results.jsonl").values()
+               if r.id in {t.id for t in suite.tests}]
+    if junit:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(results, summary), encoding="utf-8")
+    if as_json:
+        output.document({"summary": summary, "results_dir": str(out_dir)})
+    else:
+        print_run(results, summary, output.console)
+        output.console.print(f"[dim]results: {out_dir / 'results.jsonl'}[/]")
+    raise typer.Exit(_exit_code(results))
+
+
+def validate(suite_file: SuiteArg, as_json: JsonOpt = False) -> None:
+    """Check a suite, its graders and its assertions without running anything (exit 0 or 2)."""
+    output = Output(as_json)
+    suite = load_suite(suite_file)
+    containers = sum(isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
+    host = sum(not isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
+    info = {"suite": suite.name, "tests": len(suite.tests), "container_assertions": containers,
+            "builtin_assertions": host, "custom_assertions": sorted(suite.customs),
+            "target": suite.spec.target is not None}
+    if as_json:
+        output.document({"valid": True, **info})
+    else:
+        output.console.print(
+            f"[green]✔[/] {suite_file}: {len(suite.tests)} tests, {containers} container "
+            f"assertions, {host} built-in; custom: {', '.join(info['custom_assertions']) or '-'}"
+        )

@@ -1,0 +1,342 @@
+"""Run a suite: for each test a fresh workspace, a baseline, the target, the diff, the graders.
+
+Tests run in parallel (``workers``), the graders of one test concurrently. Each finished test is
+appended to ``results.jsonl`` at once (flushed and fsynced), so an interrupted run loses only
+the tests that were in flight, and ``resume`` runs just what is missing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .errors import EngineError, GradeboxError
+from .graders.builtin import BuiltinAssertion
+from .graders.run import TMP_PREFIX, run_grader, run_in_workspace
+from .graders.verdict import judge
+from .images import DEFAULT_IMAGE, ImageResolver
+from .protocol import (
+    GraderResult,
+    Payload,
+    RunSummary,
+    Status,
+    StepRecord,
+    TestResult,
+)
+from .sandbox.base import Limits, RunOutcome, Sandbox
+from .sandbox.hardening import run_as
+from .sandbox.labels import LABEL_RUN
+from .suite import GraderAssertion, Suite, Test
+from .workspace import Baseline, copy_template
+
+__all__ = ["RunOptions", "default_workers", "read_results", "run_suite"]
+
+log = logging.getLogger("gradebox.runner")
+
+
+def default_workers() -> int:
+    """Two per core: a grader container spends much of its life waiting on the engine."""
+    return max(2, 2 * (os.cpu_count() or 1))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    workers: int | None = None
+    filter: str | None = None
+    resume: bool = False
+
+
+def read_results(path: Path) -> dict[str, TestResult]:
+    """Finished tests of an earlier run. A torn last line (a killed runner) is ignored."""
+    done: dict[str, TestResult] = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            result = TestResult.model_validate_json(line)
+        except ValueError:
+            continue
+        done[result.id] = result
+    return done
+
+
+class _Writer:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def append(self, result: TestResult) -> None:
+        line = result.model_dump_json() + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _input_text(payload: Payload) -> bytes:
+    """What a target reads on stdin: the user's text, or the message list as JSON."""
+    if len(payload.input) == 1 and isinstance(payload.input[0].content, str):
+        return payload.input[0].content.encode()
+    return json.dumps([m.model_dump(mode="json") for m in payload.input]).encode()
+
+
+def _step(outcome: RunOutcome) -> StepRecord:
+    tail = outcome.stderr.decode("utf-8", errors="replace").strip()[-2000:] or None
+    return StepRecord(exit_code=outcome.exit_code, duration_ms=outcome.duration_ms,
+                      timed_out=outcome.timed_out, stderr_tail=tail)
+
+
+def _step_failure(what: str, outcome: RunOutcome, timeout: float) -> str | None:
+    verdict = judge("program", what, outcome, timeout=timeout, limits=Limits())
+    if outcome.exit_code == 0 and not outcome.timed_out and not outcome.oom_killed:
+        return None
+    if verdict.status is Status.error:
+        return f"{what}: {verdict.evidence}"
+    tail = (verdict.stderr_tail or "").splitlines()
+    return f"{what} exited with code {outcome.exit_code}" + (f": {tail[-1]}" if tail else "")
+
+
+def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status, float]:
+    """Weighted mean score; passed when every assertion passed; error when any errored."""
+    total = sum(weights)
+    score = sum(r.score * w for r, w in zip(results, weights, strict=True)) / total if total else (
+        1.0 if all(r.passed for r in results) else 0.0)
+    if any(r.status is Status.error for r in results):
+        return Status.error, score
+    return (Status.passed if all(r.passed for r in results) else Status.failed), score
+
+
+class _SuiteRun:
+    def __init__(self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str,
+                 workers: int) -> None:
+        self.suite = suite
+        self.box = box
+        self.images = images
+        self.run_id = run_id
+        self.labels = {LABEL_RUN: run_id}
+        self.grader_pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="grader")
+        spec = suite.spec
+        self.target = spec.target
+        self.default_image = spec.defaults.image or DEFAULT_IMAGE
+
+    def image_for(self, ref: object, source: Path | None) -> str:
+        return self.images.resolve(ref or self.default_image, source)  # type: ignore[arg-type]
+
+    def run_test(self, test: Test) -> TestResult:
+        started, t0 = _now(), time.monotonic()
+        timings: dict[str, int] = {}
+        scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+        case = test.case
+        payload = Payload(
+            input=case.input, expected_output=case.expected_output, output=case.output,
+            criteria=case.criteria, hint=case.hint, metadata=test.metadata,
+        )
+        result = TestResult(id=test.id, status=Status.error, passed=False, score=0.0,
+                            input=payload.input, expected_output=payload.expected_output,
+                            output=case.output, metadata=test.metadata, started_at=started)
+        try:
+            self._run(test, payload, scratch, result, timings)
+        except EngineError as exc:
+            if "closed" in str(exc):
+                raise  # interrupted: this test is not finished and must not be recorded
+            result.status, result.error = Status.error, str(exc)
+        except GradeboxError as exc:
+            result.status, result.error = Status.error, str(exc)
+        except Exception as exc:  # a bug must cost one test, not the run
+            log.exception("test %s", test.id)
+            result.status, result.error = Status.error, f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        timings["total"] = int((time.monotonic() - t0) * 1000)
+        result.timings_ms = timings
+        result.finished_at = _now()
+        return result
+
+    def _hook(self, name: str, command: object, ws: Path, labels: dict[str, str]) -> str | None:
+        image = self.image_for(None, None)
+        outcome = run_in_workspace(command, ws, self.box, image_id=image, name=name,  # type: ignore[arg-type]
+                                   labels=labels, source_dir=self.suite.root)
+        return _step_failure(name, outcome, 300.0)
+
+    def _run(self, test: Test, payload: Payload, scratch: Path, result: TestResult,
+             timings: dict[str, int]) -> None:
+        labels = {**self.labels, "gradebox.test": test.id[:60]}
+        ws_cfg = test.workspace
+        has_ws = ws_cfg is not None or self.target is not None
+        t = time.monotonic()
+        user = run_as_ids()
+        ws = copy_template(self.suite.template_dir(ws_cfg), scratch / "workspace", owner=user)
+        if ws_cfg and ws_cfg.before_each:
+            failure = self._hook("before_each", ws_cfg.before_each, ws, labels)
+            if failure:
+                result.error = failure
+                return
+        baseline = Baseline.take(ws, include_ignored=bool(ws_cfg and ws_cfg.include_ignored),
+                                 store=scratch / "baseline") if has_ws else None
+        timings["workspace"] = int((time.monotonic() - t) * 1000)
+
+        if self.target is not None:
+            t = time.monotonic()
+            target = self.target
+            image = self.image_for(target.image, self.suite.root)
+            result.images["target"] = image
+            outcome = run_in_workspace(
+                target.command, ws, self.box, image_id=image, name=f"target-{test.id}",
+                stdin=_input_text(payload), timeout=target.timeout, network=target.network,
+                env={**target.env, "GRADEBOX_TEST_ID": test.id}, limits=target.limits,
+                labels=labels, source_dir=self.suite.root,
+            )
+            timings["target"] = int((time.monotonic() - t) * 1000)
+            result.target = _step(outcome)
+            failure = _step_failure("target", outcome, target.timeout)
+            answer = outcome.stdout.decode("utf-8", errors="replace")
+            result.output = payload.output = answer
+            payload.duration_ms = outcome.duration_ms
+            if failure:
+                result.error = failure
+                return
+
+        if baseline is not None:
+            cap = int(ws_cfg.max_diff) if ws_cfg else 1 << 20
+            payload.file_changes = baseline.diff(cap)
+            result.file_changes_bytes = len(payload.file_changes.encode())
+
+        t = time.monotonic()
+        graded = self._grade(test, payload, ws, labels)
+        timings["graders"] = int((time.monotonic() - t) * 1000)
+        result.graders = graded
+        for g in graded:
+            if g.image:
+                result.images[g.image.ref] = g.image.id
+
+        if ws_cfg and ws_cfg.after_each:
+            failure = self._hook("after_each", ws_cfg.after_each, ws, labels)
+            if failure:
+                result.error = failure
+        weights = [a.weight for a in test.assertions]
+        status, score = aggregate(graded, weights) if graded else (Status.passed, 1.0)
+        if result.error:
+            status = Status.error
+        result.status, result.score, result.passed = status, score, status is Status.passed
+
+    def _grade(self, test: Test, payload: Payload, ws: Path,
+               labels: dict[str, str]) -> list[GraderResult]:
+        slots: list[GraderResult | Future[GraderResult]] = []
+        for assertion in test.assertions:
+            if isinstance(assertion, BuiltinAssertion):
+                slots.append(assertion.evaluate(payload.output))
+                continue
+            slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
+        return [s if isinstance(s, GraderResult) else s.result() for s in slots]
+
+    def _one(self, assertion: GraderAssertion, payload: Payload, ws: Path,
+             labels: dict[str, str]) -> GraderResult:
+        grader = assertion.grader
+        body = payload.model_copy(update={"config": assertion.config}) if assertion.config \
+            else payload
+        result = run_grader(grader, body, ws, self.box, images=self.images,
+                            labels=labels, file=str(self.suite.path))
+        if grader.type == "script" and assertion.config is not None:
+            result.type = "assertion"
+        return result
+
+    def close(self) -> None:
+        self.grader_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_as_ids() -> tuple[int, int]:
+    from .sandbox.base import Security
+
+    uid, _, gid = run_as(Security()).partition(":")
+    return int(uid), int(gid or uid)
+
+
+def run_suite(
+    suite: Suite,
+    box: Sandbox,
+    images: ImageResolver,
+    options: RunOptions,
+    on_result: Callable[[TestResult], None] = lambda r: None,
+    on_start: Callable[[int, int], None] = lambda total, done: None,
+) -> RunSummary:
+    """Run every selected test; append each result to ``out_dir/results.jsonl`` when done.
+
+    Ctrl-C (KeyboardInterrupt) stops the run cleanly: containers are removed, finished tests
+    stay in results.jsonl, and the summary records ``interrupted``; the exception propagates.
+    """
+    started, t0 = _now(), time.monotonic()
+    workers = options.workers or suite.spec.defaults.workers or default_workers()
+    out = options.out_dir
+    results_path = out / "results.jsonl"
+    previous = read_results(results_path) if options.resume else {}
+    if not options.resume and results_path.exists():
+        results_path.unlink()
+    selected = [t for t in suite.tests
+                if options.filter is None or fnmatch.fnmatchcase(t.id, options.filter)]
+    todo = [t for t in selected if t.id not in previous]
+    run_id = secrets.token_hex(6)
+    on_start(len(selected), len(selected) - len(todo))
+    writer = _Writer(results_path)
+    state = _SuiteRun(suite, box, images, run_id, workers)
+    finished: dict[str, TestResult] = {k: v for k, v in previous.items()
+                                       if k in {t.id for t in selected}}
+    interrupted = False
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="test")
+    try:
+        futures = {pool.submit(state.run_test, t): t for t in todo}
+        for fut in as_completed(futures):
+            result = fut.result()
+            writer.append(result)
+            finished[result.id] = result
+            on_result(result)
+    except KeyboardInterrupt:
+        interrupted = True
+        box.close()  # ends in-flight runs at once; no container starts after this
+        raise
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        state.close()
+        writer.close()
+        summary = summarise(suite, run_id, finished, len(selected), workers, interrupted,
+                            started, time.monotonic() - t0)
+        (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+    return summary
+
+
+def summarise(suite: Suite, run_id: str, finished: dict[str, TestResult], total: int,
+              workers: int, interrupted: bool, started: str, seconds: float) -> RunSummary:
+    counts = {s: sum(1 for r in finished.values() if r.status is s) for s in Status}
+    done = len(finished)
+    return RunSummary(
+        suite=suite.name, run_id=run_id, total=total, passed=counts[Status.passed],
+        failed=counts[Status.failed], errored=counts[Status.error], not_run=total - done,
+        pass_rate=counts[Status.passed] / done if done else 0.0,
+        mean_score=sum(r.score for r in finished.values()) / done if done else 0.0,
+        duration_s=round(seconds, 3), workers=workers, interrupted=interrupted,
+        started_at=started, finished_at=_now(),
+    )
+
+
+def iter_results(path: Path) -> Iterator[TestResult]:
+    yield from read_results(path).values()

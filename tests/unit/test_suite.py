@@ -1,0 +1,136 @@
+"""Suite files: validation with file:line: field errors, assertions compiled, customs found."""
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from gradebox.errors import ConfigError
+from gradebox.graders.builtin import BuiltinAssertion
+from gradebox.graders.custom import discover
+from gradebox.protocol import GraderResult, Status
+from gradebox.runner import aggregate
+from gradebox.suite import GraderAssertion, load_suite
+from tests.conftest import write
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "suite.yaml"
+
+
+def suite(tmp_path: Path, text: str, name: str = "suite.yaml"):
+    return load_suite(write(tmp_path / name, text))
+
+
+def test_quickstart_loads():
+    s = load_suite(QUICKSTART)
+    assert [t.id for t in s.tests] == ["fix-add", "meaning-of-life", "purposeful-failures"]
+    assert "min-words" in s.customs
+    kinds = [type(a).__name__ for a in s.tests[0].assertions]
+    assert kinds == ["GraderAssertion", "GraderAssertion", "BuiltinAssertion", "GraderAssertion"]
+    custom = s.tests[0].assertions[3]
+    assert custom.config == {"min": 5} and custom.grader.command == ["python3", "min-words.py"]
+
+
+def test_defaults_and_metadata_are_inherited(tmp_path):
+    s = suite(tmp_path, """
+metadata: {team: a, level: 1}
+defaults: {timeout: 5s, image: shell, limits: {memory: 256MiB}}
+tests:
+  - id: t
+    metadata: {level: 2}
+    assert:
+      - {type: script, command: "true"}
+      - {type: script, command: "true", timeout: 9s, image: python}
+""")
+    t = s.tests[0]
+    assert t.metadata == {"team": "a", "level": 2}
+    a, b = (x.grader for x in t.assertions)
+    assert (a.timeout, a.image, int(a.limits.memory)) == (5, "shell", 256 << 20)
+    assert (b.timeout, b.image) == (9, "python")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        ("tests:\n  - id: a\n    assert:\n      - Is polite\n", 4, "tests.0.assert.0", "LLM rubric"),
+        ("tests:\n  - id: a\n    assert:\n      - type: nope\n", 4, "tests.0.assert.0.type",
+         "unknown assertion type 'nope' in test 'a'"),
+        ("tests:\n  - id: a\n    assert:\n      - type: contains\n", 4, "tests.0.assert.0",
+         "needs a 'value'"),
+        ("tests:\n  - id: a\n    assert:\n      - {type: regex, value: '('}\n", 4,
+         "tests.0.assert.0", "invalid regex"),
+        ("tests:\n  - id: a\n    assert:\n      - type: script\n        comand: x\n", 5,
+         "tests.0.assert.0.comand", "unknown field"),
+        ("tests:\n  - id: a\n  - id: a\n", 1, "tests", "duplicate test id"),
+        ("tests: []\n", 1, "tests", ""),
+        ("tests:\n  - id: a\n    inptu: x\n", 3, "tests.0.inptu", "unknown field"),
+        ("workspace:\n  template: ./missing\ntests:\n  - id: a\n", 2, "workspace.template",
+         "does not exist"),
+        ("target:\n  command: x\n  timeout: 10\ntests:\n  - id: a\n", 3, "target.timeout",
+         "unit"),
+    ],
+)
+def test_errors_name_file_line_and_field(tmp_path, text, line, field, words):
+    with pytest.raises(ConfigError) as err:
+        suite(tmp_path, text)
+    e = err.value
+    assert (e.line, e.field) == (line, field), str(e)
+    assert e.file.endswith("suite.yaml") and words in str(e)
+    assert "\n" not in str(e)
+
+
+def test_custom_assertions_found_walking_up(tmp_path, caplog):
+    write(tmp_path / ".agentv" / "assertions" / "far.py", "")
+    write(tmp_path / ".gradebox" / "assertions" / "shadowed.sh", "")
+    write(tmp_path / "a" / ".gradebox" / "assertions" / "shadowed.py", "")
+    write(tmp_path / "a" / ".gradebox" / "assertions" / "contains.py", "")
+    write(tmp_path / "a" / ".gradebox" / "assertions" / "tool.js", "")
+    write(tmp_path / "a" / ".gradebox" / "assertions" / "notes.txt", "")
+    with caplog.at_level(logging.WARNING):
+        found = discover(tmp_path / "a" / "b" / "c")
+    assert sorted(found) == ["far", "shadowed", "tool"]
+    assert found["shadowed"].path.suffix == ".py"  # the nearest wins
+    assert found["tool"].image() == "node" and found["tool"].command() == ["node", "tool.js"]
+    assert "named like the built-in" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "output", "passed"),
+    [
+        ("contains", "42", "is 42.", True),
+        ("not-contains", "42", "is 42.", False),
+        ("icontains", "HELLO", "hello there", True),
+        ("contains-any", ["x", "there"], "hello there", True),
+        ("contains-all", ["hello", "x"], "hello there", False),
+        ("equals", "42", " 42\n", True),
+        ("not-equals", "42", "43", True),
+        ("starts-with", "The", "The end", True),
+        ("regex", r"\d{3}", "abc 123", True),
+        ("is-json", None, '{"a": 1}', True),
+        ("is-json", None, "{a: 1}", False),
+        ("contains-json", None, 'Here: {"a": [1, 2]} done', True),
+        ("contains-json", None, "no json {here", False),
+        ("not-is-json", None, "plain", True),
+    ],
+)
+def test_builtins(kind, value, output, passed):
+    result = BuiltinAssertion(type=kind, value=value).evaluate(output)
+    assert result.passed is passed and result.score == (1.0 if passed else 0.0)
+    assert result.type == "builtin"
+
+
+def _r(status: Status, score: float) -> GraderResult:
+    return GraderResult(name="g", status=status, passed=status is Status.passed, score=score)
+
+
+def test_aggregate_weighted_mean_all_pass_and_error():
+    assert aggregate([_r(Status.passed, 1), _r(Status.passed, 0.5)], [1, 1]) == (
+        Status.passed, 0.75)
+    status, score = aggregate([_r(Status.passed, 1), _r(Status.failed, 0)], [3, 1])
+    assert status is Status.failed and score == 0.75
+    assert aggregate([_r(Status.passed, 1), _r(Status.error, 0)], [1, 1])[0] is Status.error
+
+
+def test_container_assertions_know_their_source_dir(tmp_path):
+    s = suite(tmp_path, "tests:\n  - id: a\n    assert:\n      - {type: program, program: x}\n")
+    a = s.tests[0].assertions[0]
+    assert isinstance(a, GraderAssertion) and a.grader.source_dir == tmp_path.resolve()
