@@ -68,16 +68,20 @@ def reason(result: TestResult) -> str:
 def print_run(results: list[TestResult], summary: RunSummary, console: Console) -> None:
     """The table at the end of a suite run, then one line of totals."""
     table = Table(title=f"{summary.suite}: {summary.total} tests", show_lines=False)
-    table.add_column("test", overflow="fold")
+    table.add_column("test", no_wrap=True)
     table.add_column("verdict")
     table.add_column("score", justify="right")
     table.add_column("slowest grader")
     table.add_column("reason", overflow="fold", max_width=70)
     order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
     for r in sorted(results, key=lambda r: (order[r.status], r.id)):
-        table.add_row(escape(r.id), f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
-                      f"{r.score:.2f}", escape(slowest(r)),
-                      escape(reason(r)) if r.status is not Status.passed else "")
+        table.add_row(
+            escape(r.id),
+            f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
+            f"{r.score:.2f}",
+            escape(slowest(r)),
+            escape(reason(r)) if r.status is not Status.passed else "",
+        )
     console.print(table)
     tail = " (interrupted)" if summary.interrupted else ""
     console.print(
@@ -93,18 +97,30 @@ def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
     import xml.etree.ElementTree as ET
 
     root = ET.Element("testsuites")
-    suite = ET.SubElement(root, "testsuite", name=summary.suite, tests=str(len(results)),
-                          failures=str(summary.failed), errors=str(summary.errored),
-                          skipped="0", time=f"{summary.duration_s:.3f}",
-                          timestamp=summary.started_at)
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=summary.suite,
+        tests=str(len(results)),
+        failures=str(summary.failed),
+        errors=str(summary.errored),
+        skipped="0",
+        time=f"{summary.duration_s:.3f}",
+        timestamp=summary.started_at,
+    )
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname=summary.suite, name=r.id,
-                             time=f"{r.timings_ms.get('total', 0) / 1000:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=summary.suite,
+            name=r.id,
+            time=f"{r.timings_ms.get('total', 0) / 1000:.3f}",
+        )
         if r.status is not Status.passed:
             tag = "error" if r.status is Status.error else "failure"
             node = ET.SubElement(case, tag, message=reason(r)[:500], type=r.status.value)
             node.text = "\n".join(
-                f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}"
-                for g in r.graders) or (r.error or "")
+                f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}" for g in r.graders
+            ) or (r.error or "")
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

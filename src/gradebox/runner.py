@@ -103,8 +103,12 @@ def _input_text(payload: Payload) -> bytes:
 
 def _step(outcome: RunOutcome) -> StepRecord:
     tail = outcome.stderr.decode("utf-8", errors="replace").strip()[-2000:] or None
-    return StepRecord(exit_code=outcome.exit_code, duration_ms=outcome.duration_ms,
-                      timed_out=outcome.timed_out, stderr_tail=tail)
+    return StepRecord(
+        exit_code=outcome.exit_code,
+        duration_ms=outcome.duration_ms,
+        timed_out=outcome.timed_out,
+        stderr_tail=tail,
+    )
 
 
 def _step_failure(what: str, outcome: RunOutcome, timeout: float) -> str | None:
@@ -120,16 +124,20 @@ def _step_failure(what: str, outcome: RunOutcome, timeout: float) -> str | None:
 def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status, float]:
     """Weighted mean score; passed when every assertion passed; error when any errored."""
     total = sum(weights)
-    score = sum(r.score * w for r, w in zip(results, weights, strict=True)) / total if total else (
-        1.0 if all(r.passed for r in results) else 0.0)
+    score = (
+        sum(r.score * w for r, w in zip(results, weights, strict=True)) / total
+        if total
+        else (1.0 if all(r.passed for r in results) else 0.0)
+    )
     if any(r.status is Status.error for r in results):
         return Status.error, score
     return (Status.passed if all(r.passed for r in results) else Status.failed), score
 
 
 class _SuiteRun:
-    def __init__(self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str,
-                 workers: int) -> None:
+    def __init__(
+        self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str, workers: int
+    ) -> None:
         self.suite = suite
         self.box = box
         self.images = images
@@ -149,12 +157,24 @@ class _SuiteRun:
         scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         case = test.case
         payload = Payload(
-            input=case.input, expected_output=case.expected_output, output=case.output,
-            criteria=case.criteria, hint=case.hint, metadata=test.metadata,
+            input=case.input,
+            expected_output=case.expected_output,
+            output=case.output,
+            criteria=case.criteria,
+            hint=case.hint,
+            metadata=test.metadata,
         )
-        result = TestResult(id=test.id, status=Status.error, passed=False, score=0.0,
-                            input=payload.input, expected_output=payload.expected_output,
-                            output=case.output, metadata=test.metadata, started_at=started)
+        result = TestResult(
+            id=test.id,
+            status=Status.error,
+            passed=False,
+            score=0.0,
+            input=payload.input,
+            expected_output=payload.expected_output,
+            output=case.output,
+            metadata=test.metadata,
+            started_at=started,
+        )
         try:
             self._run(test, payload, scratch, result, timings)
         except EngineError as exc:
@@ -165,7 +185,10 @@ class _SuiteRun:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
             log.exception("test %s", test.id)
-            result.status, result.error = Status.error, f"internal error: {type(exc).__name__}: {exc}"
+            result.status, result.error = (
+                Status.error,
+                f"internal error: {type(exc).__name__}: {exc}",
+            )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         timings["total"] = int((time.monotonic() - t0) * 1000)
@@ -175,12 +198,25 @@ class _SuiteRun:
 
     def _hook(self, name: str, command: object, ws: Path, labels: dict[str, str]) -> str | None:
         image = self.image_for(None, None)
-        outcome = run_in_workspace(command, ws, self.box, image_id=image, name=name,  # type: ignore[arg-type]
-                                   labels=labels, source_dir=self.suite.root)
+        outcome = run_in_workspace(
+            command,
+            ws,
+            self.box,
+            image_id=image,
+            name=name,  # type: ignore[arg-type]
+            labels=labels,
+            source_dir=self.suite.root,
+        )
         return _step_failure(name, outcome, 300.0)
 
-    def _run(self, test: Test, payload: Payload, scratch: Path, result: TestResult,
-             timings: dict[str, int]) -> None:
+    def _run(
+        self,
+        test: Test,
+        payload: Payload,
+        scratch: Path,
+        result: TestResult,
+        timings: dict[str, int],
+    ) -> None:
         labels = {**self.labels, "gradebox.test": test.id[:60]}
         ws_cfg = test.workspace
         has_ws = ws_cfg is not None or self.target is not None
@@ -192,8 +228,15 @@ class _SuiteRun:
             if failure:
                 result.error = failure
                 return
-        baseline = Baseline.take(ws, include_ignored=bool(ws_cfg and ws_cfg.include_ignored),
-                                 store=scratch / "baseline") if has_ws else None
+        baseline = (
+            Baseline.take(
+                ws,
+                include_ignored=bool(ws_cfg and ws_cfg.include_ignored),
+                store=scratch / "baseline",
+            )
+            if has_ws
+            else None
+        )
         timings["workspace"] = int((time.monotonic() - t) * 1000)
 
         if self.target is not None:
@@ -202,10 +245,18 @@ class _SuiteRun:
             image = self.image_for(target.image, self.suite.root)
             result.images["target"] = image
             outcome = run_in_workspace(
-                target.command, ws, self.box, image_id=image, name=f"target-{test.id}",
-                stdin=_input_text(payload), timeout=target.timeout, network=target.network,
-                env={**target.env, "GRADEBOX_TEST_ID": test.id}, limits=target.limits,
-                labels=labels, source_dir=self.suite.root,
+                target.command,
+                ws,
+                self.box,
+                image_id=image,
+                name=f"target-{test.id}",
+                stdin=_input_text(payload),
+                timeout=target.timeout,
+                network=target.network,
+                env={**target.env, "GRADEBOX_TEST_ID": test.id},
+                limits=target.limits,
+                labels=labels,
+                source_dir=self.suite.root,
             )
             timings["target"] = int((time.monotonic() - t) * 1000)
             result.target = _step(outcome)
@@ -240,8 +291,9 @@ class _SuiteRun:
             status = Status.error
         result.status, result.score, result.passed = status, score, status is Status.passed
 
-    def _grade(self, test: Test, payload: Payload, ws: Path,
-               labels: dict[str, str]) -> list[GraderResult]:
+    def _grade(
+        self, test: Test, payload: Payload, ws: Path, labels: dict[str, str]
+    ) -> list[GraderResult]:
         slots: list[GraderResult | Future[GraderResult]] = []
         for assertion in test.assertions:
             if isinstance(assertion, BuiltinAssertion):
@@ -250,13 +302,16 @@ class _SuiteRun:
             slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
         return [s if isinstance(s, GraderResult) else s.result() for s in slots]
 
-    def _one(self, assertion: GraderAssertion, payload: Payload, ws: Path,
-             labels: dict[str, str]) -> GraderResult:
+    def _one(
+        self, assertion: GraderAssertion, payload: Payload, ws: Path, labels: dict[str, str]
+    ) -> GraderResult:
         grader = assertion.grader
-        body = payload.model_copy(update={"config": assertion.config}) if assertion.config \
-            else payload
-        result = run_grader(grader, body, ws, self.box, images=self.images,
-                            labels=labels, file=str(self.suite.path))
+        body = (
+            payload.model_copy(update={"config": assertion.config}) if assertion.config else payload
+        )
+        result = run_grader(
+            grader, body, ws, self.box, images=self.images, labels=labels, file=str(self.suite.path)
+        )
         if grader.type == "script" and assertion.config is not None:
             result.type = "assertion"
         return result
@@ -292,15 +347,19 @@ def run_suite(
     previous = read_results(results_path) if options.resume else {}
     if not options.resume and results_path.exists():
         results_path.unlink()
-    selected = [t for t in suite.tests
-                if options.filter is None or fnmatch.fnmatchcase(t.id, options.filter)]
+    selected = [
+        t
+        for t in suite.tests
+        if options.filter is None or fnmatch.fnmatchcase(t.id, options.filter)
+    ]
     todo = [t for t in selected if t.id not in previous]
     run_id = secrets.token_hex(6)
     on_start(len(selected), len(selected) - len(todo))
     writer = _Writer(results_path)
     state = _SuiteRun(suite, box, images, run_id, workers)
-    finished: dict[str, TestResult] = {k: v for k, v in previous.items()
-                                       if k in {t.id for t in selected}}
+    finished: dict[str, TestResult] = {
+        k: v for k, v in previous.items() if k in {t.id for t in selected}
+    }
     interrupted = False
     pool = ThreadPoolExecutor(workers, thread_name_prefix="test")
     try:
@@ -318,23 +377,47 @@ def run_suite(
         pool.shutdown(wait=not interrupted, cancel_futures=True)
         state.close()
         writer.close()
-        summary = summarise(suite, run_id, finished, len(selected), workers, interrupted,
-                            started, time.monotonic() - t0)
+        summary = summarise(
+            suite,
+            run_id,
+            finished,
+            len(selected),
+            workers,
+            interrupted,
+            started,
+            time.monotonic() - t0,
+        )
         (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     return summary
 
 
-def summarise(suite: Suite, run_id: str, finished: dict[str, TestResult], total: int,
-              workers: int, interrupted: bool, started: str, seconds: float) -> RunSummary:
+def summarise(
+    suite: Suite,
+    run_id: str,
+    finished: dict[str, TestResult],
+    total: int,
+    workers: int,
+    interrupted: bool,
+    started: str,
+    seconds: float,
+) -> RunSummary:
     counts = {s: sum(1 for r in finished.values() if r.status is s) for s in Status}
     done = len(finished)
     return RunSummary(
-        suite=suite.name, run_id=run_id, total=total, passed=counts[Status.passed],
-        failed=counts[Status.failed], errored=counts[Status.error], not_run=total - done,
+        suite=suite.name,
+        run_id=run_id,
+        total=total,
+        passed=counts[Status.passed],
+        failed=counts[Status.failed],
+        errored=counts[Status.error],
+        not_run=total - done,
         pass_rate=counts[Status.passed] / done if done else 0.0,
         mean_score=sum(r.score for r in finished.values()) / done if done else 0.0,
-        duration_s=round(seconds, 3), workers=workers, interrupted=interrupted,
-        started_at=started, finished_at=_now(),
+        duration_s=round(seconds, 3),
+        workers=workers,
+        interrupted=interrupted,
+        started_at=started,
+        finished_at=_now(),
     )
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .graders.config import ProgramGrader, ScriptGrader
-from .suite import SuiteFile
 from .protocol import GraderOutput, GraderResult, Payload, RunSummary, TestResult
+from .suite import SuiteFile
 
 __all__ = ["SCHEMAS", "schema_documents", "write_schemas"]
 

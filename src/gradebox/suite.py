@@ -147,27 +147,44 @@ _GRADER_DEFAULT_KEYS = ("image", "timeout", "limits")
 
 
 def _compile_assertion(
-    entry: Any, *, file: str, lines: LineMap, loc: tuple[str, ...], test_id: str,
-    suite_dir: Path, defaults: Defaults, customs: dict[str, CustomAssertion],
+    entry: Any,
+    *,
+    file: str,
+    lines: LineMap,
+    loc: tuple[str, ...],
+    test_id: str,
+    suite_dir: Path,
+    defaults: Defaults,
+    customs: dict[str, CustomAssertion],
 ) -> Assertion:
     here = ".".join(loc)
     if isinstance(entry, str):
         raise ConfigError(
             f"test {test_id!r}: a plain string is an LLM rubric ({entry[:40]!r}), and LLM "
             "graders are not available yet; use a program, script, built-in or custom assertion",
-            file=file, line=lines.get(loc), field=here,
+            file=file,
+            line=lines.get(loc),
+            field=here,
         )
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
-        raise ConfigError("an assertion must be a mapping with a 'type'", file=file,
-                          line=lines.get(loc), field=here)
+        raise ConfigError(
+            "an assertion must be a mapping with a 'type'",
+            file=file,
+            line=lines.get(loc),
+            field=here,
+        )
     kind = entry["type"]
     if is_builtin(kind):
         return validate(BuiltinAssertion, entry, file=file, lines=lines, prefix=loc)
     if kind in ("program", "script"):
-        inherited = {k: _default(defaults, k) for k in _GRADER_DEFAULT_KEYS
-                     if k not in entry and _default(defaults, k) is not None}
-        grader = grader_from_data({**inherited, **entry}, file=file, lines=lines, prefix=loc,
-                                  source_dir=suite_dir)
+        inherited = {
+            k: _default(defaults, k)
+            for k in _GRADER_DEFAULT_KEYS
+            if k not in entry and _default(defaults, k) is not None
+        }
+        grader = grader_from_data(
+            {**inherited, **entry}, file=file, lines=lines, prefix=loc, source_dir=suite_dir
+        )
         return GraderAssertion(grader)
     custom = customs.get(kind)
     if custom is None:
@@ -176,18 +193,32 @@ def _compile_assertion(
             f"unknown assertion type {kind!r} in test {test_id!r}: not a built-in, not "
             f"program/script, and no .gradebox/assertions/{kind}.* above {suite_dir} "
             f"(custom assertions found: {known})",
-            file=file, line=lines.get((*loc, "type")), field=f"{here}.type",
+            file=file,
+            line=lines.get((*loc, "type")),
+            field=f"{here}.type",
         )
-    own = {k: entry[k] for k in ("name", "weight", "timeout", "limits", "image", "network")
-           if k in entry}
+    own = {
+        k: entry[k]
+        for k in ("name", "weight", "timeout", "limits", "image", "network")
+        if k in entry
+    }
     config = {k: v for k, v in entry.items() if k not in own and k != "type"}
-    data = {"type": "script", "name": custom.name, "command": custom.command(),
-            "image": _default(defaults, "image") if custom.image() == "python" else custom.image(),
-            **{k: _default(defaults, k) for k in ("timeout", "limits")
-               if _default(defaults, k) is not None}, **own}
+    data = {
+        "type": "script",
+        "name": custom.name,
+        "command": custom.command(),
+        "image": _default(defaults, "image") if custom.image() == "python" else custom.image(),
+        **{
+            k: _default(defaults, k)
+            for k in ("timeout", "limits")
+            if _default(defaults, k) is not None
+        },
+        **own,
+    }
     data = {k: v for k, v in data.items() if v is not None}
-    grader = grader_from_data(data, file=file, lines=lines, prefix=loc,
-                              source_dir=custom.path.parent)
+    grader = grader_from_data(
+        data, file=file, lines=lines, prefix=loc, source_dir=custom.path.parent
+    )
     assert isinstance(grader, ScriptGrader)
     return GraderAssertion(grader, config=config or None)
 
@@ -221,8 +252,14 @@ def load_suite(path: str | Path) -> Suite:
     for i, case in enumerate(spec.tests):
         assertions = [
             _compile_assertion(
-                entry, file=file, lines=lines, loc=("tests", str(i), "assert", str(j)),
-                test_id=case.id, suite_dir=suite_dir, defaults=spec.defaults, customs=customs,
+                entry,
+                file=file,
+                lines=lines,
+                loc=("tests", str(i), "assert", str(j)),
+                test_id=case.id,
+                suite_dir=suite_dir,
+                defaults=spec.defaults,
+                customs=customs,
             )
             for j, entry in enumerate(case.assert_)
         ]
@@ -232,8 +269,15 @@ def load_suite(path: str | Path) -> Suite:
     for i, test in enumerate(tests):
         template = suite.template_dir(test.workspace)
         if template is not None and not template.is_dir():
-            where = ("tests", str(i), "workspace", "template") if test.case.workspace else (
-                "workspace", "template")
-            raise ConfigError(f"template directory {template} does not exist", file=file,
-                              line=lines.get(where), field=".".join(where))
+            where = (
+                ("tests", str(i), "workspace", "template")
+                if test.case.workspace
+                else ("workspace", "template")
+            )
+            raise ConfigError(
+                f"template directory {template} does not exist",
+                file=file,
+                line=lines.get(where),
+                field=".".join(where),
+            )
     return suite

@@ -31,7 +31,9 @@ def test_quickstart_loads():
 
 
 def test_defaults_and_metadata_are_inherited(tmp_path):
-    s = suite(tmp_path, """
+    s = suite(
+        tmp_path,
+        """
 metadata: {team: a, level: 1}
 defaults: {timeout: 5s, image: shell, limits: {memory: 256MiB}}
 tests:
@@ -40,7 +42,8 @@ tests:
     assert:
       - {type: script, command: "true"}
       - {type: script, command: "true", timeout: 9s, image: python}
-""")
+""",
+    )
     t = s.tests[0]
     assert t.metadata == {"team": "a", "level": 2}
     a, b = (x.grader for x in t.assertions)
@@ -51,22 +54,46 @@ tests:
 @pytest.mark.parametrize(
     ("text", "line", "field", "words"),
     [
-        ("tests:\n  - id: a\n    assert:\n      - Is polite\n", 4, "tests.0.assert.0", "LLM rubric"),
-        ("tests:\n  - id: a\n    assert:\n      - type: nope\n", 4, "tests.0.assert.0.type",
-         "unknown assertion type 'nope' in test 'a'"),
-        ("tests:\n  - id: a\n    assert:\n      - type: contains\n", 4, "tests.0.assert.0",
-         "needs a 'value'"),
-        ("tests:\n  - id: a\n    assert:\n      - {type: regex, value: '('}\n", 4,
-         "tests.0.assert.0", "invalid regex"),
-        ("tests:\n  - id: a\n    assert:\n      - type: script\n        comand: x\n", 5,
-         "tests.0.assert.0.comand", "unknown field"),
+        (
+            "tests:\n  - id: a\n    assert:\n      - Is polite\n",
+            4,
+            "tests.0.assert.0",
+            "LLM rubric",
+        ),
+        (
+            "tests:\n  - id: a\n    assert:\n      - type: nope\n",
+            4,
+            "tests.0.assert.0.type",
+            "unknown assertion type 'nope' in test 'a'",
+        ),
+        (
+            "tests:\n  - id: a\n    assert:\n      - type: contains\n",
+            4,
+            "tests.0.assert.0",
+            "needs a 'value'",
+        ),
+        (
+            "tests:\n  - id: a\n    assert:\n      - {type: regex, value: '('}\n",
+            4,
+            "tests.0.assert.0",
+            "invalid regex",
+        ),
+        (
+            "tests:\n  - id: a\n    assert:\n      - type: script\n        comand: x\n",
+            5,
+            "tests.0.assert.0.comand",
+            "unknown field",
+        ),
         ("tests:\n  - id: a\n  - id: a\n", 1, "tests", "duplicate test id"),
         ("tests: []\n", 1, "tests", ""),
         ("tests:\n  - id: a\n    inptu: x\n", 3, "tests.0.inptu", "unknown field"),
-        ("workspace:\n  template: ./missing\ntests:\n  - id: a\n", 2, "workspace.template",
-         "does not exist"),
-        ("target:\n  command: x\n  timeout: 10\ntests:\n  - id: a\n", 3, "target.timeout",
-         "unit"),
+        (
+            "workspace:\n  template: ./missing\ntests:\n  - id: a\n",
+            2,
+            "workspace.template",
+            "does not exist",
+        ),
+        ("target:\n  command: x\n  timeout: 10\ntests:\n  - id: a\n", 3, "target.timeout", "unit"),
     ],
 )
 def test_errors_name_file_line_and_field(tmp_path, text, line, field, words):
@@ -124,7 +151,9 @@ def _r(status: Status, score: float) -> GraderResult:
 
 def test_aggregate_weighted_mean_all_pass_and_error():
     assert aggregate([_r(Status.passed, 1), _r(Status.passed, 0.5)], [1, 1]) == (
-        Status.passed, 0.75)
+        Status.passed,
+        0.75,
+    )
     status, score = aggregate([_r(Status.passed, 1), _r(Status.failed, 0)], [3, 1])
     assert status is Status.failed and score == 0.75
     assert aggregate([_r(Status.passed, 1), _r(Status.error, 0)], [1, 1])[0] is Status.error

@@ -55,14 +55,19 @@ def run(
     else:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suite.name)
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
-    options = RunOptions(out_dir=out_dir, workers=workers, filter=filter,
-                         resume=resume is not None)
+    options = RunOptions(out_dir=out_dir, workers=workers, filter=filter, resume=resume is not None)
 
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("[green]{task.fields[passed]}✔ [red]{task.fields[failed]}✘ "
-                   "[yellow]{task.fields[errored]}!"),
-        TimeElapsedColumn(), console=output.err, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(
+            "[green]{task.fields[passed]}✔ [red]{task.fields[failed]}✘ "
+            "[yellow]{task.fields[errored]}!"
+        ),
+        TimeElapsedColumn(),
+        console=output.err,
+        transient=False,
     )
     counts = {"passed": 0, "failed": 0, "errored": 0}
     task = progress.add_task(suite.name, total=None, **counts)
@@ -76,10 +81,14 @@ def run(
         progress.update(task, advance=1, **counts)
 
     with get_sandbox() as box, progress:
-        summary = run_suite(suite, box, resolver_for(box, locked), options,
-                            on_result=on_result, on_start=on_start)
-    results = [r for r in read_results(out_dir / "results.jsonl").values()
-               if r.id in {t.id for t in suite.tests}]
+        summary = run_suite(
+            suite, box, resolver_for(box, locked), options, on_result=on_result, on_start=on_start
+        )
+    results = [
+        r
+        for r in read_results(out_dir / "results.jsonl").values()
+        if r.id in {t.id for t in suite.tests}
+    ]
     if junit:
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_xml(results, summary), encoding="utf-8")
@@ -97,9 +106,14 @@ def validate(suite_file: SuiteArg, as_json: JsonOpt = False) -> None:
     suite = load_suite(suite_file)
     containers = sum(isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
     host = sum(not isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
-    info = {"suite": suite.name, "tests": len(suite.tests), "container_assertions": containers,
-            "builtin_assertions": host, "custom_assertions": sorted(suite.customs),
-            "target": suite.spec.target is not None}
+    info = {
+        "suite": suite.name,
+        "tests": len(suite.tests),
+        "container_assertions": containers,
+        "builtin_assertions": host,
+        "custom_assertions": sorted(suite.customs),
+        "target": suite.spec.target is not None,
+    }
     if as_json:
         output.document({"valid": True, **info})
     else:

@@ -92,8 +92,11 @@ class BuiltinAssertion(BaseModel):
             return self.name
         if self.value is None:
             return self.type
-        return f"{self.type} {_text(self.value)[:40]!r}" if isinstance(self.value, str) else (
-            f"{self.type} {_text(self.value)[:40]}")
+        return (
+            f"{self.type} {_text(self.value)[:40]!r}"
+            if isinstance(self.value, str)
+            else (f"{self.type} {_text(self.value)[:40]}")
+        )
 
     def evaluate(self, output: str | None) -> GraderResult:
         negate = self.type.startswith("not-")
@@ -101,8 +104,10 @@ class BuiltinAssertion(BaseModel):
         passed = hit != negate
         verb = "holds" if passed else "does not hold"
         return GraderResult(
-            name=self.display_name(), type="builtin",
+            name=self.display_name(),
+            type="builtin",
             status=Status.passed if passed else Status.failed,
-            passed=passed, score=1.0 if passed else 0.0,
+            passed=passed,
+            score=1.0 if passed else 0.0,
             evidence=f"{self.display_name()} {verb} for the answer",
         )

@@ -51,9 +51,7 @@ def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS) -> dict[str, C
                 continue
             for path in sorted(folder.iterdir()):
                 name = path.stem
-                runnable = path.suffix in RUNNERS or (
-                    path.is_file() and os.access(path, os.X_OK)
-                )
+                runnable = path.suffix in RUNNERS or (path.is_file() and os.access(path, os.X_OK))
                 if not path.is_file() or not runnable or name in found:
                     continue
                 if is_builtin(name) or name in ("program", "script"):

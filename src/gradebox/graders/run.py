@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE, ImageResolver
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, Payload
-from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec
+from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security
 from ..sandbox.hardening import run_as
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
@@ -226,7 +226,14 @@ def run_grader(
         )
         started = time.monotonic()
         outcome = sandbox.run(spec)
-        result = judge(grader.type, name, outcome, timeout=grader.timeout, limits=grader.limits)
+        result = judge(
+            grader.type,
+            name,
+            outcome,
+            timeout=grader.timeout,
+            limits=grader.limits,
+            named=grader.name is not None,
+        )
         result.duration_ms = outcome.duration_ms or int((time.monotonic() - started) * 1000)
         result.image = ImageRef(ref=ref_text, id=image_id)
         return result
@@ -255,15 +262,31 @@ def run_in_workspace(
     """
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=False)]
-    if source_dir is not None and not isinstance(command, str):
-        mapped = [_grader_file_arg(a, source_dir) or a for a in argv]
-        if mapped != argv:
-            argv = mapped
-            mounts.append(Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True))
-    spec = SandboxSpec(
-        image=image_id, command=argv, workdir=CONTAINER_WORKSPACE,
-        env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
-        mounts=tuple(mounts), stdin=stdin, timeout=timeout, limits=limits or Limits(),
-        network=network, labels=labels or {}, name=name,
-    )
-    return sandbox.run(spec)
+    scratch: Path | None = None
+    try:
+        if source_dir is not None and not isinstance(command, str):
+            mapped = [_grader_file_arg(a, source_dir) or a for a in argv]
+            if mapped != argv:
+                argv = mapped
+                user = run_as(Security())
+                if not _enterable(source_dir, user):
+                    scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+                    source_dir = _private_copy(source_dir, scratch / "grader", user)
+                mounts.append(Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True))
+        spec = SandboxSpec(
+            image=image_id,
+            command=argv,
+            workdir=CONTAINER_WORKSPACE,
+            env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
+            mounts=tuple(mounts),
+            stdin=stdin,
+            timeout=timeout,
+            limits=limits or Limits(),
+            network=network,
+            labels=labels or {},
+            name=name,
+        )
+        return sandbox.run(spec)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -66,8 +66,13 @@ def judge(
     *,
     timeout: float,
     limits: Limits,
+    named: bool = True,
 ) -> GraderResult:
-    """Normalise one run into a result (image and duration are filled in by the caller)."""
+    """Normalise one run into a result (image and duration are filled in by the caller).
+
+    ``named``: ``name`` came from the configuration; when it did not, a ``name`` the grader
+    reports in its JSON result is used instead.
+    """
 
     def error(evidence: str) -> GraderResult:
         return GraderResult(
@@ -137,6 +142,8 @@ def judge(
             passed = False
             evidence = f"{evidence} (but the grader exited with code {code})".strip()
         status = Status.passed if passed else Status.failed
+        if not named and isinstance(parsed.get("name"), str) and parsed["name"].strip():
+            name = parsed["name"].strip()
         return GraderResult(
             name=name,
             type=kind,

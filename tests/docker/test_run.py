@@ -1,0 +1,238 @@
+"""`gradebox run` end to end, on real containers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gradebox.images import ImageResolver
+from gradebox.runner import RunOptions, read_results, run_suite
+from gradebox.suite import load_suite
+from tests.conftest import write
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gradebox(*args, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "gradebox", *map(str, args)], capture_output=True, text=True, **kw
+    )
+
+
+def test_quickstart(tmp_path):
+    out = tmp_path / "out"
+    p = gradebox(
+        "run",
+        ROOT / "examples/quickstart/suite.yaml",
+        "--out",
+        out,
+        "--junit",
+        tmp_path / "junit.xml",
+        "--workers",
+        "2",
+    )
+    assert p.returncode == 1, p.stdout + p.stderr  # purposeful failures, nothing errored
+    results = read_results(out / "results.jsonl")
+    assert {k: r.status.value for k, r in results.items()} == {
+        "fix-add": "passed",
+        "meaning-of-life": "passed",
+        "purposeful-failures": "failed",
+    }
+    fix = results["fix-add"]
+    assert fix.output.startswith("I fixed add()") and fix.file_changes_bytes > 0
+    assert {g.name: g.status.value for g in fix.graders} == {
+        "pytest": "passed",
+        "notes-and-diff": "passed",
+        "contains 'fixed'": "passed",
+        "min-words": "passed",
+    }
+    assert fix.images and all(v.startswith("sha256:") for v in fix.images.values())
+    assert {"workspace", "target", "graders", "total"} <= set(fix.timings_ms)
+    bad = results["purposeful-failures"]
+    assert bad.score == pytest.approx(0.5 / 2.5)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["passed"], summary["failed"], summary["errored"]) == (2, 1, 0)
+    suite_xml = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite_xml.get("tests") == "3" and suite_xml.get("failures") == "1"
+    assert "purposeful-failures" in p.stdout and "FAIL" in p.stdout
+
+
+def test_reference_examples_suite(tmp_path):
+    p = gradebox("run", ROOT / "examples/reference/suite.yaml", "--out", tmp_path, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["summary"]["passed"] == 3
+    scores = {r.id: r.score for r in read_results(tmp_path / "results.jsonl").values()}
+    assert scores["program-score"] == 0.85
+
+
+SUITE = """
+name: features
+workspace:
+  template: ./tpl
+  before_each: "echo prepared > prepared.txt"
+  after_each: [sh, -c, "echo cleanup >&2"]
+target:
+  command: [python3, agent.py]
+  timeout: 20s
+tests:
+  - id: writer
+    input: write
+    assert:
+      - type: script
+        name: payload
+        command: [python3, show.py]
+  - id: reader
+    input: read
+    assert:
+      - type: script
+        name: payload
+        command: [python3, show.py]
+"""
+
+AGENT = """import os, pathlib, socket, sys
+task = sys.stdin.read()
+names = sorted(os.listdir("."))
+if task == "write":
+    pathlib.Path("written.txt").write_text("by writer\\n")
+ifaces = [l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]]
+print(f"task={task} saw={names} ifaces={ifaces} id={os.environ['GRADEBOX_TEST_ID']}")
+"""
+
+SHOW = """import json, os, sys
+d = json.load(sys.stdin)
+print(json.dumps({"pass": True, "reason": d["workspace_path"],
+                  "details": {"file_changes": d["file_changes"], "output": d["output"],
+                              "cwd_files": sorted(os.listdir("."))}}))
+"""
+
+
+def test_workspace_target_hooks_and_payload(tmp_path, box, engine):
+    write(tmp_path / "tpl" / "seed.txt", "seed\n")
+    write(tmp_path / "agent.py", AGENT)
+    write(tmp_path / "show.py", SHOW)
+    suite = load_suite(write(tmp_path / "suite.yaml", SUITE))
+    summary = run_suite(suite, box, ImageResolver(engine), RunOptions(tmp_path / "out", workers=2))
+    assert summary.passed == 2, read_results(tmp_path / "out" / "results.jsonl")
+    results = read_results(tmp_path / "out" / "results.jsonl")
+    writer, reader = results["writer"], results["reader"]
+    # before_each ran in the workspace before the target and the baseline.
+    assert "prepared.txt" in writer.output and "seed.txt" in writer.output
+    # Fresh template per test: the reader never sees the writer's file.
+    assert "written.txt" not in reader.output
+    # The target runs with the network off.
+    assert "ifaces=['lo']" in writer.output and "id=writer" in writer.output
+    details = writer.graders[0].details
+    assert details["output"] == writer.output
+    assert (
+        "+++ b/written.txt" in details["file_changes"] and "prepared" not in details["file_changes"]
+    )
+    assert writer.graders[0].evidence == "/workspace"
+    assert "written.txt" in details["cwd_files"]
+    assert reader.graders[0].details["file_changes"] == ""
+
+
+def test_failing_target_is_an_error_and_the_run_goes_on(tmp_path, box, engine):
+    write(
+        tmp_path / "suite.yaml",
+        """
+target:
+  command: "case $(cat) in boom) echo dying >&2; exit 3;; *) echo fine;; esac"
+tests:
+  - id: boom
+    input: boom
+    assert: [{type: contains, value: fine}]
+  - id: ok
+    input: calm
+    assert: [{type: contains, value: fine}]
+""",
+    )
+    suite = load_suite(tmp_path / "suite.yaml")
+    summary = run_suite(suite, box, ImageResolver(engine), RunOptions(tmp_path / "out"))
+    results = read_results(tmp_path / "out" / "results.jsonl")
+    assert results["boom"].status.value == "error"
+    assert results["boom"].error == "target exited with code 3: dying"
+    assert results["ok"].status.value == "passed"
+    assert (summary.errored, summary.passed) == (1, 1)
+
+
+def test_filter_and_validate(tmp_path):
+    suite = write(
+        tmp_path / "suite.yaml",
+        "tests:\n"
+        + "".join(
+            f"  - id: t{i}\n    output: x\n    assert: [{{type: equals, value: x}}]\n"
+            for i in range(5)
+        ),
+    )
+    p = gradebox("run", suite, "--filter", "t[13]", "--out", tmp_path / "o", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["summary"]["total"] == 2
+    assert gradebox("validate", suite).returncode == 0
+    bad = write(tmp_path / "bad.yaml", "tests:\n  - id: a\n    assert:\n      - Be nice\n")
+    p = gradebox("validate", bad)
+    assert p.returncode == 2 and "bad.yaml:4: tests.0.assert.0:" in p.stderr
+
+
+def test_200_tests_with_several_workers(tmp_path, box, engine):
+    tests = "".join(
+        f"  - id: t{i:03d}\n    output: 'answer {i}'\n    assert:\n"
+        f"      - {{type: contains, value: 'answer'}}\n"
+        f"      - {{type: script, command: 'test {i} -ne 13'}}\n"
+        for i in range(200)
+    )
+    suite = load_suite(write(tmp_path / "suite.yaml", f"tests:\n{tests}"))
+    summary = run_suite(suite, box, ImageResolver(engine), RunOptions(tmp_path / "o", workers=4))
+    assert (summary.total, summary.passed, summary.failed, summary.errored) == (200, 199, 1, 0)
+    lines = (tmp_path / "o" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 200 and len({json.loads(x)["id"] for x in lines}) == 200
+    assert box.leftovers() == []
+
+
+def test_sigint_then_resume(tmp_path, engine):
+    tests = "".join(
+        f"  - id: t{i:02d}\n    output: x\n    assert:\n"
+        f"      - {{type: script, command: 'sleep 1'}}\n"
+        for i in range(16)
+    )
+    suite = write(tmp_path / "suite.yaml", f"tests:\n{tests}")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(out), "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if results.exists() and len(results.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    done = len(read_results(results))
+    assert 3 <= done < 16
+    left = [
+        c
+        for c in engine.containers({"gradebox.owner": None})
+        if c["Labels"]["gradebox.owner"].endswith(f":{proc.pid}")
+    ]
+    assert left == []
+    assert json.loads((out / "summary.json").read_text())["interrupted"] is True
+
+    p = gradebox("run", suite, "--resume", out, "--workers", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    final = read_results(results)
+    assert len(final) == 16
+    assert json.loads(p.stdout)["summary"]["passed"] == 16
+    # Only the missing tests ran again: each id appears once per run that finished it.
+    ids = [json.loads(x)["id"] for x in results.read_text().splitlines() if x.strip()]
+    assert len(ids) == 16
+    assert os.path.exists(out / "summary.json")
