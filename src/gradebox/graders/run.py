@@ -80,8 +80,8 @@ def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None 
     return target.relative_to(root).as_posix()
 
 
-def _grader_file_arg(arg: str, source_dir: Path | None) -> str | None:
-    """If ``arg`` names a file next to the grader file, its path inside the container."""
+def _grader_file(arg: str, source_dir: Path | None) -> str | None:
+    """If ``arg`` names a file next to the grader file, its path relative to that folder."""
     if source_dir is None or not arg or arg.startswith("-") or "\n" in arg:
         return None
     text = arg.replace("\\", "/")
@@ -90,30 +90,58 @@ def _grader_file_arg(arg: str, source_dir: Path | None) -> str | None:
     candidate = (source_dir / text).resolve()
     if source_dir not in candidate.parents or not candidate.is_file():
         return None  # not a file there, or a link that would expose something outside it
-    return f"{CONTAINER_GRADER_DIR}/{candidate.relative_to(source_dir).as_posix()}"
+    return candidate.relative_to(source_dir).as_posix()
 
 
-def build_command(grader: GraderConfig) -> tuple[list[str], bool]:
-    """The argv to run, and whether it refers to files next to the grader file."""
-    uses_source = False
+def translate_args(argv: list[str], source_dir: Path | None) -> tuple[list[str], list[str]]:
+    """Rewrite arguments naming files next to the grader file to their container paths.
 
-    def translate(arg: str) -> str:
-        nonlocal uses_source
-        mapped = _grader_file_arg(arg, grader.source_dir)
-        if mapped:
-            uses_source = True
-            return mapped
-        return arg
+    Returns the new argv and the relative paths of the files it refers to.
+    """
+    used: list[str] = []
+    out = []
+    for arg in argv:
+        rel = _grader_file(arg, source_dir)
+        if rel is None:
+            out.append(arg)
+        else:
+            used.append(rel)
+            out.append(f"{CONTAINER_GRADER_DIR}/{rel}")
+    return out, used
 
+
+def build_command(grader: GraderConfig) -> tuple[list[str], list[str]]:
+    """The argv to run, and the files next to the grader file that it refers to."""
     if isinstance(grader, ProgramGrader):
-        argv = [translate(grader.program), *(translate(a) for a in grader.args)]
+        argv, used = translate_args([grader.program, *grader.args], grader.source_dir)
         if grader.shell:
             # As a shell would see "program arg1 arg2": joined with spaces, not quoted.
-            return ["/bin/sh", "-c", " ".join(argv)], uses_source
-        return argv, uses_source
+            return ["/bin/sh", "-c", " ".join(argv)], used
+        return argv, used
     if isinstance(grader.command, str):
-        return ["/bin/sh", "-c", grader.command], uses_source
-    return [translate(a) for a in grader.command], uses_source
+        return ["/bin/sh", "-c", grader.command], []
+    return translate_args(grader.command, grader.source_dir)
+
+
+def source_mounts(source_dir: Path, used: list[str], user: str, scratch: Path) -> list[Mount]:
+    """Mount the grader's folder read-only at /grader; when the container user cannot enter
+    it (a 0700 ``mktemp -d`` folder), mount just the files the command names, copying any
+    the user cannot read."""
+    if not used:
+        return []
+    if _enterable(source_dir, user):
+        return [Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True)]
+    mounts = []
+    for rel in dict.fromkeys(used):
+        path = source_dir / rel
+        if path.stat().st_mode & 0o004 == 0:
+            copy = scratch / "grader" / rel
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, copy)
+            copy.chmod(0o755 if os.access(path, os.X_OK) else 0o644)
+            path = copy
+        mounts.append(Mount(path, f"{CONTAINER_GRADER_DIR}/{rel}", read_only=True))
+    return mounts
 
 
 def _enterable(directory: Path, user: str) -> bool:
@@ -170,7 +198,7 @@ def run_grader(
         resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
         image_id = resolver.resolve(ref, grader.source_dir)
     ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
-    command, uses_source = build_command(grader)
+    command, used = build_command(grader)
     name = grader.display_name()
 
     scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
@@ -197,11 +225,8 @@ def run_grader(
             Mount(ws_source, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
             Mount(inputs, CONTAINER_INPUT_DIR, read_only=True),
         ]
-        if uses_source and grader.source_dir:
-            source = grader.source_dir
-            if not _enterable(source, user):
-                source = _private_copy(source, scratch / "grader", user)
-            mounts.append(Mount(source, CONTAINER_GRADER_DIR, read_only=True))
+        if grader.source_dir:
+            mounts += source_mounts(grader.source_dir, used, user, scratch)
 
         env = {
             **grader.env,
@@ -262,17 +287,11 @@ def run_in_workspace(
     """
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=False)]
-    scratch: Path | None = None
+    scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
     try:
         if source_dir is not None and not isinstance(command, str):
-            mapped = [_grader_file_arg(a, source_dir) or a for a in argv]
-            if mapped != argv:
-                argv = mapped
-                user = run_as(Security())
-                if not _enterable(source_dir, user):
-                    scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
-                    source_dir = _private_copy(source_dir, scratch / "grader", user)
-                mounts.append(Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True))
+            argv, used = translate_args(argv, source_dir)
+            mounts += source_mounts(source_dir, used, run_as(Security()), scratch)
         spec = SandboxSpec(
             image=image_id,
             command=argv,
@@ -288,5 +307,4 @@ def run_in_workspace(
         )
         return sandbox.run(spec)
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -162,8 +162,10 @@ def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:
 
 
 def get_sandbox(name: str = "docker") -> Sandbox:
-    """A sandbox backend by name; ``docker`` is the default and, for now, the only one."""
+    """A sandbox backend by name: ``docker`` (the default), or ``host`` (no isolation at all:
+    bare subprocesses, for benchmarks and comparisons)."""
     from . import docker as _docker  # noqa: F401  (registers itself)
+    from . import host as _host  # noqa: F401
 
     try:
         factory = _BACKENDS[name]
