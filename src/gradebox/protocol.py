@@ -22,6 +22,8 @@ __all__ = [
     "GraderOutput",
     "GraderResult",
     "ImageRef",
+    "InlinePayload",
+    "InlineResult",
     "Message",
     "OutputShapeError",
     "Payload",
@@ -118,6 +120,39 @@ class Payload(_Open):
 
     def to_wire(self) -> bytes:
         return json.dumps(self.model_dump(mode="json"), ensure_ascii=False).encode()
+
+
+class InlinePayload(_Open):
+    """The inline-grader input (agent-eval-harness), used by ``batch``, ``trials`` and
+    ``calibrate``: ``input`` stays a string or list of strings, as those graders expect.
+
+    Example::
+
+        InlinePayload(input="Find the CEO", output="It is Dario Amodei.", hint="Dario")
+    """
+
+    input: str | list[str] = ""
+    output: str | None = ""
+    hint: str | None = None
+    trajectory: list[Any] | None = None
+    metadata: dict[str, Any] | None = None
+    expected_output: Any = None
+    output_path: str | None = None
+
+    def to_wire(self) -> bytes:
+        return json.dumps(
+            self.model_dump(mode="json", exclude_none=True), ensure_ascii=False
+        ).encode()
+
+
+class InlineResult(BaseModel):
+    """What an inline grader prints: ``{pass, score, reasoning?}``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pass_: bool = Field(alias="pass")
+    score: float = Field(ge=0, le=1)
+    reasoning: str | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
+
+from pydantic import BaseModel
 
 from .errors import EngineError, GradeboxError
 from .graders.builtin import BuiltinAssertion
@@ -41,7 +44,7 @@ from .sandbox.labels import LABEL_RUN
 from .suite import GraderAssertion, Suite, Test
 from .workspace import Baseline, copy_template
 
-__all__ = ["RunOptions", "default_workers", "read_results", "run_suite"]
+__all__ = ["JsonlWriter", "RunOptions", "default_workers", "read_results", "run_suite"]
 
 log = logging.getLogger("gradebox.runner")
 
@@ -77,14 +80,27 @@ def read_results(path: Path) -> dict[str, TestResult]:
     return done
 
 
-class _Writer:
+def open_jsonl_for_append(path: Path) -> TextIO:
+    """Open a JSONL file to append to, dropping a torn last line a killed writer left: an
+    append after it would be glued onto it and spoil a good record too."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+    return path.open("a", encoding="utf-8")
+
+
+class JsonlWriter:
+    """Appends one JSON line per call, flushed and fsynced, from any thread."""
+
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
+        self._file = open_jsonl_for_append(path)
         self._lock = threading.Lock()
 
-    def append(self, result: TestResult) -> None:
-        line = result.model_dump_json() + "\n"
+    def append(self, result: BaseModel) -> None:
+        line = result.model_dump_json(by_alias=True) + "\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -355,7 +371,7 @@ def run_suite(
     todo = [t for t in selected if t.id not in previous]
     run_id = secrets.token_hex(6)
     on_start(len(selected), len(selected) - len(todo))
-    writer = _Writer(results_path)
+    writer = JsonlWriter(results_path)
     state = _SuiteRun(suite, box, images, run_id, workers)
     finished: dict[str, TestResult] = {
         k: v for k, v in previous.items() if k in {t.id for t in selected}

@@ -9,7 +9,15 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .graders.config import ProgramGrader, ScriptGrader
-from .protocol import GraderOutput, GraderResult, Payload, RunSummary, TestResult
+from .protocol import (
+    GraderOutput,
+    GraderResult,
+    InlinePayload,
+    InlineResult,
+    Payload,
+    RunSummary,
+    TestResult,
+)
 from .suite import SuiteFile
 
 __all__ = ["SCHEMAS", "schema_documents", "write_schemas"]
@@ -22,6 +30,8 @@ SCHEMAS: dict[str, Any] = {
     "test-result": TestResult,
     "run-summary": RunSummary,
     "suite": SuiteFile,
+    "inline-grader-input": InlinePayload,
+    "inline-grader-result": InlineResult,
 }
 
 

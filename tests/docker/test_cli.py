@@ -157,8 +157,14 @@ def test_schemas_command(tmp_path):
     p = gradebox("schemas", tmp_path / "s")
     assert p.returncode == 0
     names = {x.name for x in (tmp_path / "s").iterdir()}
-    assert {"payload.schema.json", "grader.schema.json", "result.schema.json",
-            "grader-output.schema.json", "suite.schema.json", "test-result.schema.json"} <= names
+    assert {
+        "payload.schema.json",
+        "grader.schema.json",
+        "result.schema.json",
+        "grader-output.schema.json",
+        "suite.schema.json",
+        "test-result.schema.json",
+    } <= names
 
 
 @pytest.mark.parametrize(

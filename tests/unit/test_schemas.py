@@ -19,6 +19,14 @@ def test_committed_schemas_are_fresh():
 
 def test_schemas_cover_the_contract():
     docs = schema_documents()
-    assert {"payload.schema.json", "grader.schema.json", "result.schema.json"} <= set(docs)
+    assert {
+        "payload.schema.json",
+        "grader.schema.json",
+        "result.schema.json",
+        "inline-grader-input.schema.json",
+        "inline-grader-result.schema.json",
+        "suite.schema.json",
+    } <= set(docs)
+    assert "pass" in docs["inline-grader-result.schema.json"]["properties"]
     assert "file_changes" in docs["payload.schema.json"]["properties"]
     assert "status" in docs["result.schema.json"]["properties"]

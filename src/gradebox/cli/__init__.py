@@ -23,6 +23,7 @@ from . import images as images_cmd
 from .grade import grade
 from .maintenance import gc, schemas
 from .run import run, validate
+from .workflows import assert_, batch, calibrate, trials
 
 F = TypeVar("F", bound=Callable[..., Any])
 _state = {"debug": False}
@@ -65,6 +66,10 @@ app = typer.Typer(
 app.command()(handled(grade))
 app.command()(handled(run))
 app.command()(handled(validate))
+app.command()(handled(batch))
+app.command()(handled(trials))
+app.command()(handled(calibrate))
+app.command("assert")(handled(assert_))
 app.command()(handled(gc))
 app.command()(handled(schemas))
 for command in images_cmd.app.registered_commands:

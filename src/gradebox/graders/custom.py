@@ -8,20 +8,25 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError
 from .builtin import is_builtin
+from .config import ScriptGrader
 
-__all__ = ["ASSERTION_DIRS", "CustomAssertion", "discover"]
+__all__ = ["ASSERTION_DIRS", "GRADER_DIRS", "CustomAssertion", "discover", "grader_for_file"]
 
 log = logging.getLogger("gradebox.assertions")
 
 ASSERTION_DIRS = (".gradebox/assertions", ".agentv/assertions")
+GRADER_DIRS = (".gradebox/graders", ".agentv/graders")
 # extension -> (interpreter argv, image). Anything else must be executable (a shebang).
 RUNNERS: dict[str, tuple[list[str], str]] = {
     ".py": (["python3"], "python"),
     ".sh": (["bash"], "python"),
     ".js": (["node"], "node"),
     ".mjs": (["node"], "node"),
+    ".cjs": (["node"], "node"),
 }
+_NEEDS_A_RUNTIME = {".ts", ".mts", ".cts", ".tsx"}
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,37 @@ def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS) -> dict[str, C
                 runnable = path.suffix in RUNNERS or (path.is_file() and os.access(path, os.X_OK))
                 if not path.is_file() or not runnable or name in found:
                     continue
-                if is_builtin(name) or name in ("program", "script"):
+                if dirs == ASSERTION_DIRS and (is_builtin(name) or name in ("program", "script")):
                     log.warning("%s: named like the built-in assertion %r; skipped", path, name)
                     continue
                 found[name] = CustomAssertion(name, path)
     return found
+
+
+def grader_for_file(path: Path, *, name: str | None = None) -> ScriptGrader:
+    """A script grader that runs one file: ``.py`` with python3, ``.sh`` with bash, ``.js``/
+    ``.mjs``/``.cjs`` with node, anything else directly (it must be executable).
+
+    Example::
+
+        grader = grader_for_file(Path("graders/my-grader.py"))
+    """
+    path = path.resolve()
+    if not path.is_file():
+        raise ConfigError("grader file not found", file=str(path))
+    if path.suffix in _NEEDS_A_RUNTIME:
+        raise ConfigError(
+            f"TypeScript graders need bun or tsx, which the runtime images do not ship; "
+            f"compile {path.name} to .js (or wrap it in a grader YAML with your own image)",
+            file=str(path),
+        )
+    if path.suffix not in RUNNERS and not os.access(path, os.X_OK):
+        raise ConfigError(
+            "not executable and of no known kind (.py .sh .js .mjs .cjs)", file=str(path)
+        )
+    found = CustomAssertion(path.stem, path)
+    grader = ScriptGrader(
+        type="script", name=name or path.stem, command=found.command(), image=found.image()
+    )
+    grader.with_source(path.parent)
+    return grader

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE, ImageResolver
-from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, Payload
+from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
 from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security
 from ..sandbox.hardening import run_as
 from .config import GraderConfig, ProgramGrader
@@ -172,7 +172,7 @@ def _private_copy(source: Path, dest: Path, user: str) -> Path:
 
 def run_grader(
     grader: GraderConfig,
-    payload: Payload,
+    payload: Payload | InlinePayload,
     workspace: Path | str,
     sandbox: Sandbox,
     *,

@@ -1,0 +1,168 @@
+"""Batch grading of recorded agent outputs (``gradebox batch``, ``trials``, ``calibrate``).
+
+Each line of a records file (JSONL) is graded in its own container and written to the output
+file the moment it is done, with the record kept whole: a grader that crashes marks its
+record ``error`` and loses nothing. An interrupted run resumes from its output file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .graders.config import GraderConfig, load_grader
+from .graders.custom import grader_for_file
+from .graders.run import run_grader
+from .images import ImageResolver
+from .protocol import GraderResult, InlinePayload, Status
+from .runner import JsonlWriter
+from .sandbox.base import Sandbox
+
+__all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
+
+log = logging.getLogger("gradebox.batch")
+
+
+class Record(BaseModel):
+    """One line of a records file: an agent's answer to one prompt."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    input: str | list[str] = ""
+    output: str | None = ""
+    hint: str | None = None
+    trajectory: list[Any] | None = None
+    metadata: dict[str, Any] | None = None
+    expected_output: Any = None
+
+    def payload(self) -> InlinePayload:
+        return InlinePayload.model_validate(self.model_dump(exclude={"id"}))
+
+
+class GradedRecord(Record):
+    """A record with its verdict. ``pass``/``score``/``reasoning`` are the inline-grader
+    result; ``status`` adds ``error``; ``result`` is the full gradebox result; ``line`` is the
+    record's 1-based line in the input file."""
+
+    line: int
+    status: Status
+    pass_: bool = Field(alias="pass")
+    score: float
+    reasoning: str = ""
+    result: GraderResult
+
+
+def read_records(path: Path) -> list[tuple[int, Record]]:
+    """``(line number, record)`` for every non-empty line; a bad line is a ConfigError."""
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read records: {exc.strerror or exc}", file=str(path)) from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if isinstance(data, dict) and isinstance(data.get("id"), int | float):
+                data["id"] = str(data["id"])
+            out.append((number, Record.model_validate(data)))
+        except ValueError as exc:
+            detail = exc.errors(include_url=False)[0] if isinstance(exc, ValidationError) else None
+            field = ".".join(str(p) for p in detail["loc"]) if detail else None
+            msg = detail["msg"] if detail else f"invalid JSON: {exc}"
+            raise ConfigError(msg, file=str(path), line=number, field=field) from None
+    return out
+
+
+def read_graded(path: Path) -> dict[int, GradedRecord]:
+    """Records already graded in an output file, by input line; torn lines are skipped."""
+    done: dict[int, GradedRecord] = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = GradedRecord.model_validate_json(line)
+        except ValueError:
+            continue
+        done[record.line] = record
+    return done
+
+
+def load_grader_ref(ref: str | Path) -> GraderConfig:
+    """``--grader``: a grader YAML/JSON file, or a grader script (``.py``, ``.sh``, ``.js``...)."""
+    path = Path(ref)
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        return load_grader(path)
+    return grader_for_file(path)
+
+
+def graded(line: int, record: Record, result: GraderResult) -> GradedRecord:
+    return GradedRecord.model_validate(
+        {
+            **record.model_dump(),
+            "line": line,
+            "status": result.status,
+            "pass": result.passed,
+            "score": result.score,
+            "reasoning": result.evidence,
+            "result": result,
+        }
+    )
+
+
+def grade_records(
+    records: list[tuple[int, Record]],
+    grader: GraderConfig,
+    box: Sandbox,
+    images: ImageResolver,
+    *,
+    out: Path | None,
+    workspace: Path,
+    workers: int,
+    resume: bool = True,
+    on_done: Callable[[GradedRecord], None] = lambda r: None,
+) -> list[GradedRecord]:
+    """Grade every record not yet in ``out``; append each as it finishes. Ctrl-C stops
+    cleanly: containers removed, finished records kept."""
+    done = read_graded(out) if (out and resume) else {}
+    if out and not resume and out.exists():
+        out.unlink()
+    todo = [(n, r) for n, r in records if n not in done]
+    sink = JsonlWriter(out) if out else None
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="batch")
+    interrupted = False
+    try:
+        futures = {
+            pool.submit(run_grader, grader, r.payload(), workspace, box, images=images): (n, r)
+            for n, r in todo
+        }
+        for fut in as_completed(futures):
+            n, record = futures[fut]
+            result = fut.result()
+            item = graded(n, record, result)
+            done[n] = item
+            if sink:
+                sink.append(item)
+            on_done(item)
+    except KeyboardInterrupt:
+        interrupted = True
+        box.close()
+        raise
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        if sink:
+            sink.close()
+    return [done[n] for n, _ in records if n in done]
+
+
+def iter_results(path: Path) -> Iterator[GradedRecord]:
+    yield from read_graded(path).values()

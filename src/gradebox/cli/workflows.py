@@ -1,0 +1,327 @@
+"""``gradebox batch``, ``trials``, ``calibrate`` and ``assert``: workflows users bring from
+other harnesses, now sandboxed."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
+from ..calibrate import load_review_items, review_sheet, sample
+from ..errors import ConfigError
+from ..graders.custom import GRADER_DIRS, discover, grader_for_file
+from ..graders.run import run_grader, run_in_workspace
+from ..protocol import Payload, Status
+from ..report import STYLE
+from ..runner import default_workers
+from ..sandbox import get_sandbox
+from ..trials import summarise_trials
+from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
+
+GraderOpt = Annotated[
+    Path, typer.Option("--grader", "-g", help="A grader YAML, or a grader script (.py .sh .js).")
+]
+MARK = {Status.passed: "pass", Status.failed: "fail", Status.error: "error"}
+
+
+def _exit(records: list[GradedRecord]) -> int:
+    if any(r.status is Status.error for r in records):
+        return 3
+    return 1 if any(r.status is Status.failed for r in records) else 0
+
+
+def _progress(out: Output, label: str, total: int) -> tuple[Progress, object]:
+    progress = Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out.err,
+    )
+    return progress, progress.add_task(label, total=total)
+
+
+def _records_table(out: Output, records: list[GradedRecord], title: str) -> None:
+    table = Table(title=title)
+    for col in ("line", "id", "verdict", "score", "reason"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        table.add_row(
+            str(r.line),
+            escape(r.id),
+            f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
+            f"{r.score:.2f}",
+            escape(r.reasoning[:120]),
+        )
+    out.console.print(table)
+
+
+def _counts(records: list[GradedRecord]) -> dict[str, int]:
+    return {s.value: sum(1 for r in records if r.status is s) for s in Status}
+
+
+def batch(
+    records_file: Annotated[Path, typer.Argument(help="Records, one JSON object per line.")],
+    grader: GraderOpt,
+    out_file: Annotated[Path, typer.Option("--out", "-o", help="Graded records (JSONL).")],
+    workers: WorkersOpt = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", "-W", help="Mounted read-only for the grader.")
+    ] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Start over instead of resuming from --out.")
+    ] = False,
+    locked: LockedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grade every record in its own container; each is written to --out as soon as it is done.
+
+    A grader error marks that record `error` and keeps the agent's output; the run goes on.
+    An interrupted run resumes from --out. Exit codes as for `run`.
+    """
+    out = Output(as_json)
+    config = load_grader_ref(grader)
+    records = read_records(records_file)
+    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+        ws = workspace or Path(empty)
+        progress, task = _progress(out, "batch", len(records))
+        with progress:
+            graded = grade_records(
+                records,
+                config,
+                box,
+                resolver_for(box, locked),
+                out=out_file,
+                workspace=ws,
+                workers=workers or default_workers(),
+                resume=not fresh,
+                on_done=lambda r: progress.advance(task),  # type: ignore[arg-type]
+            )
+    if as_json:
+        out.document({"out": str(out_file), "total": len(graded), **_counts(graded)})
+    else:
+        _records_table(out, graded, f"{records_file.name}: {len(graded)} records")
+        c = _counts(graded)
+        out.console.print(
+            f"{c['passed']} passed, {c['failed']} failed, {c['error']} errored -> {out_file}"
+        )
+    raise typer.Exit(_exit(graded))
+
+
+def _run_target(
+    records: list[tuple[int, Record]],
+    command: str,
+    image: str,
+    k: int,
+    box: object,
+    images: object,
+    workers: int,
+) -> list[tuple[int, Record]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    image_id = images.resolve(image)  # type: ignore[attr-defined]
+
+    def one(n: int, record: Record, trial: int) -> tuple[int, Record]:
+        with tempfile.TemporaryDirectory(prefix="gradebox-trial-") as ws:
+            text = record.input if isinstance(record.input, str) else json.dumps(record.input)
+            outcome = run_in_workspace(
+                command,
+                Path(ws),
+                box,
+                image_id=image_id,  # type: ignore[arg-type]
+                name=f"target-{record.id}",
+                stdin=text.encode(),
+            )
+        answer = outcome.stdout.decode("utf-8", errors="replace")
+        return n * 1000 + trial, record.model_copy(update={"output": answer})
+
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(one, n, r, t) for n, r in records for t in range(k)]
+        return [f.result() for f in futures]
+
+
+def trials(
+    records_file: Annotated[Path, typer.Argument(help="Records; lines sharing an id are trials.")],
+    grader: GraderOpt,
+    k: Annotated[int, typer.Option("-k", min=1, help="Report pass@k and pass^k for k = 1..K.")],
+    target: Annotated[
+        str | None, typer.Option("--target", help="Run this command K times per prompt instead.")
+    ] = None,
+    target_image: Annotated[str, typer.Option(help="Image for --target.")] = "python",
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Graded trials.")] = None,
+    workers: WorkersOpt = None,
+    locked: LockedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Grade trials and report pass rate, pass@k and pass^k per prompt and overall.
+
+    pass@k = 1 - C(n-c, k)/C(n, k) and pass^k = C(c, k)/C(n, k) for a prompt with n trials of
+    which c passed (k <= n); overall figures average over prompts with at least k trials.
+    """
+    out = Output(as_json)
+    config = load_grader_ref(grader)
+    records = read_records(records_file)
+    n_workers = workers or default_workers()
+    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+        images = resolver_for(box, locked)
+        if target:
+            records = _run_target(records, target, target_image, k, box, images, n_workers)
+        progress, task = _progress(out, "trials", len(records))
+        with progress:
+            graded = grade_records(
+                records,
+                config,
+                box,
+                images,
+                out=out_file,
+                workspace=Path(empty),
+                workers=n_workers,
+                resume=False,
+                on_done=lambda r: progress.advance(task),
+            )  # type: ignore[arg-type]
+    report = summarise_trials(graded, k)
+    if as_json:
+        out.document(report)
+        return
+    ks = [str(j) for j in range(1, k + 1)]
+    table = Table(title=f"trials: {report.overall.prompts} prompts, {report.overall.trials} runs")
+    for col in [
+        "prompt",
+        "n",
+        "c",
+        "pass rate",
+        *[f"pass@{j}" for j in ks],
+        *[f"pass^{j}" for j in ks],
+    ]:
+        table.add_column(col, justify="right")
+
+    def row(
+        name: str, n: str, c: str, rate: float, at: dict[str, float], hat: dict[str, float]
+    ) -> list[str]:
+        fmt = [f"{at[j]:.3f}" if j in at else "-" for j in ks]
+        return [
+            name,
+            n,
+            c,
+            f"{rate:.3f}",
+            *fmt,
+            *[f"{hat[j]:.3f}" if j in hat else "-" for j in ks],
+        ]
+
+    for p in report.prompts:
+        table.add_row(
+            *row(escape(p.id), str(p.n), str(p.c), p.pass_rate, p.pass_at_k, p.pass_hat_k)
+        )
+    o = report.overall
+    table.add_row(*row("[bold]overall[/]", "", "", o.pass_rate, o.pass_at_k, o.pass_hat_k))
+    out.console.print(table)
+
+
+def calibrate(
+    results_file: Annotated[Path, typer.Argument(help="Output of `batch` or `run`.")],
+    n: Annotated[int, typer.Option("--sample", "-n", min=1, help="Failures to draw.")],
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same sample.")] = 0,
+    include_passes: Annotated[
+        bool, typer.Option("--include-passes", help="Also draw as many passes.")
+    ] = False,
+    grader: Annotated[
+        Path | None, typer.Option("--grader", "-g", help="Re-score the sample with this grader.")
+    ] = None,
+    sheet_file: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the sheet here.")
+    ] = None,
+    locked: LockedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Draw a reproducible sample of verdicts into a Markdown review sheet."""
+    out = Output(as_json)
+    picked = sample(load_review_items(results_file), n, seed, include_passes)
+    second: dict[int, tuple[bool, float, str]] | None = None
+    if grader is not None:
+        config = load_grader_ref(grader)
+        with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+            records = [(i.line, Record.model_validate(i.record)) for i in picked]
+            rescored = grade_records(
+                records,
+                config,
+                box,
+                resolver_for(box, locked),
+                out=None,
+                workspace=Path(empty),
+                workers=default_workers(),
+            )
+        second = {r.line: (r.pass_, r.score, r.reasoning) for r in rescored}
+    sheet = review_sheet(picked, results_file.name, seed, second)
+    agreement = (
+        sum(1 for i in picked if second[i.line][0] == i.passed) / len(picked)
+        if second and picked
+        else None
+    )
+    if sheet_file:
+        sheet_file.write_text(sheet, encoding="utf-8")
+    if as_json:
+        out.document(
+            {
+                "seed": seed,
+                "sample": [i.model_dump(exclude={"record"}) for i in picked],
+                "agreement": agreement,
+                "sheet": str(sheet_file) if sheet_file else None,
+            }
+        )
+    elif sheet_file:
+        out.console.print(
+            f"{len(picked)} records -> {sheet_file}"
+            + (f"; agreement {agreement:.0%}" if agreement is not None else "")
+        )
+    else:
+        typer.echo(sheet, nl=False)
+
+
+def assert_(
+    name: Annotated[str, typer.Argument(help="A grader in .gradebox/graders/ (or .agentv/).")],
+    agent_output: Annotated[str | None, typer.Option("--agent-output", help="The answer.")] = None,
+    agent_input: Annotated[str | None, typer.Option("--agent-input", help="The prompt.")] = None,
+    criteria: Annotated[str | None, typer.Option("--criteria")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="JSON with output, input, criteria.")
+    ] = None,
+    locked: LockedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a grader found by name, walking up from here, on one answer; print its JSON result
+    (always JSON: --json is accepted for symmetry).
+
+    Exit 0 when the score is at least 0.5, 1 below, 3 when the grader errored.
+    """
+    out = Output(as_json)
+    found = discover(Path.cwd(), GRADER_DIRS)
+    if name not in found:
+        raise ConfigError(
+            f"no grader named {name!r} in .gradebox/graders/ or .agentv/graders/ "
+            f"from {Path.cwd()} up (found: {', '.join(sorted(found)) or 'none'})"
+        )
+    data: dict[str, object] = {}
+    if file is not None:
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read: {exc}", file=str(file)) from None
+    for key, value in (("output", agent_output), ("input", agent_input), ("criteria", criteria)):
+        if value is not None:
+            data[key] = value
+    payload = Payload.model_validate(data)
+    config = grader_for_file(found[name].path, name=name)
+    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+        result = run_grader(config, payload, Path(empty), box, images=resolver_for(box, locked))
+    # Like the tool it replaces, `assert` answers in JSON: it is called by other programs.
+    out.document(result)
+    if result.status is Status.error:
+        raise typer.Exit(3)
+    raise typer.Exit(0 if result.score >= 0.5 else 1)

@@ -1,0 +1,101 @@
+"""Trials of one prompt and the unbiased pass@k and pass^k estimators.
+
+For a prompt with ``n`` trials of which ``c`` passed, and ``k <= n``:
+
+    pass@k = 1 - C(n - c, k) / C(n, k)    the chance that at least one of k trials passes
+    pass^k = C(c, k) / C(n, k)            the chance that all k trials pass
+
+(both drawn without replacement from the n observed trials: the unbiased estimators of
+Chen et al. 2021 for pass@k, and its counterpart for pass^k). ``overall`` averages each figure
+over the prompts that have at least k trials.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+
+from pydantic import BaseModel, Field
+
+from .batch import GradedRecord
+
+__all__ = ["PromptStats", "TrialsReport", "pass_at_k", "pass_hat_k", "summarise_trials"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k). Example: ``pass_at_k(5, 2, 2) == 0.7``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """C(c, k) / C(n, k). Example: ``pass_hat_k(5, 2, 2) == 0.1``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    return comb(c, k) / comb(n, k)
+
+
+class PromptStats(BaseModel):
+    id: str
+    n: int
+    c: int
+    pass_rate: float
+    pass_at_k: dict[str, float] = Field(description="keyed by k")
+    pass_hat_k: dict[str, float] = Field(description="keyed by k")
+
+
+class Overall(BaseModel):
+    prompts: int
+    trials: int
+    pass_rate: float
+    pass_at_k: dict[str, float]
+    pass_hat_k: dict[str, float]
+
+
+class TrialsReport(BaseModel):
+    k: int
+    prompts: list[PromptStats]
+    overall: Overall
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
+    """Group graded records by ``id`` and compute every figure for k = 1..K (k <= n)."""
+    groups: dict[str, list[GradedRecord]] = defaultdict(list)
+    for r in records:
+        groups[r.id].append(r)
+    prompts = []
+    for pid, trials in groups.items():
+        n, c = len(trials), sum(1 for t in trials if t.pass_)
+        ks = range(1, min(k, n) + 1)
+        prompts.append(
+            PromptStats(
+                id=pid,
+                n=n,
+                c=c,
+                pass_rate=c / n,
+                pass_at_k={str(j): pass_at_k(n, c, j) for j in ks},
+                pass_hat_k={str(j): pass_hat_k(n, c, j) for j in ks},
+            )
+        )
+    keys = [str(j) for j in range(1, k + 1)]
+    overall = Overall(
+        prompts=len(prompts),
+        trials=len(records),
+        pass_rate=_mean([p.pass_rate for p in prompts]),
+        pass_at_k={
+            j: _mean([p.pass_at_k[j] for p in prompts if j in p.pass_at_k])
+            for j in keys
+            if any(j in p.pass_at_k for p in prompts)
+        },
+        pass_hat_k={
+            j: _mean([p.pass_hat_k[j] for p in prompts if j in p.pass_hat_k])
+            for j in keys
+            if any(j in p.pass_hat_k for p in prompts)
+        },
+    )
+    return TrialsReport(k=k, prompts=prompts, overall=overall)
