@@ -92,3 +92,11 @@ def test_program_nonzero_with_text_on_stdout_is_failed():
     r = run("program", 1, stdout=b"F.\n1 failed, 1 passed in 0.01s\n")
     assert r.status is Status.failed and r.evidence == "Grader exited with exit code 1"
     assert "1 failed" in r.stdout_tail
+
+
+def test_gate_start_failures_are_errors():
+    r = run("program", 127, stderr=b"gradebox-gate: 1: exec: nosuch: not found\n")
+    assert r.status is Status.error
+    assert r.evidence == "Failed to start grader program: nosuch: not found"
+    r = run("program", 127, stderr=b"[gradebox] cannot enter /workspace/x\n")
+    assert r.evidence == "Failed to start grader program: cannot enter /workspace/x"

@@ -11,13 +11,12 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE, ImageResolver
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
-from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security
+from ..sandbox.base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Security
 from ..sandbox.hardening import run_as
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
@@ -26,6 +25,8 @@ __all__ = [
     "CONTAINER_GRADER_DIR",
     "CONTAINER_INPUT_DIR",
     "CONTAINER_WORKSPACE",
+    "PreparedGrader",
+    "prepare_grader",
     "run_grader",
     "run_in_workspace",
 ]
@@ -159,7 +160,7 @@ def _enterable(directory: Path, user: str) -> bool:
 
 def _private_copy(source: Path, dest: Path, user: str) -> Path:
     """A copy only this grader sees: the host directory and other graders never see writes."""
-    shutil.copytree(source, dest, symlinks=True)
+    shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
     if os.geteuid() == 0:
         # Root on the host: hand the copy to the container user so it can write. (A non-root
         # host runs containers as its own uid, which already owns the copy.)
@@ -168,6 +169,130 @@ def _private_copy(source: Path, dest: Path, user: str) -> Path:
             for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
                 os.lchown(entry, int(uid), int(gid or uid))
     return dest
+
+
+class PreparedGrader:
+    """A grader whose container is ready before its payload exists; used once.
+
+    Example::
+
+        ready = prepare_grader(grader, workspace, box)   # while the agent still works
+        result = ready.run(payload)                      # the agent is done
+    """
+
+    def __init__(self, grader: GraderConfig, workspace: Path, sandbox: Sandbox, *,
+                 image_id: str, ref_text: str, labels: dict[str, str], file: str | None,
+                 warm: bool) -> None:
+        self.grader, self.workspace, self.file = grader, workspace, file
+        self.image_id, self.ref_text = image_id, ref_text
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+        self._done = False
+        try:
+            self._handle = self._prepare(sandbox, labels, warm)
+        except BaseException:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+
+    def _prepare(self, sandbox: Sandbox, labels: dict[str, str], warm: bool) -> Prepared:
+        grader, scratch = self.grader, self.scratch
+        os.chmod(scratch, 0o755)
+        self.inputs = scratch / "input"
+        self.inputs.mkdir(mode=0o755)
+        self.user = run_as(grader.security)
+        ws = self.workspace.resolve()
+        # The private copy is filled at release, when the workspace is final; its mount point
+        # exists from the start so the container can be created now.
+        self.copy_to: Path | None = None
+        if grader.workspace == "rw" or not _enterable(ws, self.user):
+            self.copy_to = scratch / "workspace"
+            self.copy_to.mkdir(mode=0o755)
+            if os.geteuid() == 0:
+                uid, _, gid = self.user.partition(":")
+                os.chown(self.copy_to, int(uid), int(gid or uid))
+            ws = self.copy_to
+        command, used = build_command(grader)
+        mounts = [
+            Mount(ws, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
+            Mount(self.inputs, CONTAINER_INPUT_DIR, read_only=True),
+        ]
+        if grader.source_dir:
+            mounts += source_mounts(grader.source_dir, used, self.user, scratch)
+        env = {
+            **grader.env,
+            "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE,
+            "EVALUATE_GRADER_INPUT": f"{CONTAINER_INPUT_DIR}/input.json",
+            "AGENTV_WORKSPACE_PATH": CONTAINER_WORKSPACE,
+        }
+        spec = SandboxSpec(
+            image=self.image_id, command=command,
+            workdir=str(PurePosixPath(CONTAINER_WORKSPACE) / (grader.sub_path or "")),
+            env=env, mounts=tuple(mounts), timeout=grader.timeout, limits=grader.limits,
+            security=grader.security, network=grader.network, labels=labels,
+            name=grader.display_name(),
+        )
+        return sandbox.prepare(spec, warm=warm)
+
+    def run(self, payload: Payload | InlinePayload) -> GraderResult:
+        """Inject the payload, release the grader, judge what it did; then clean up."""
+        if self._done:
+            raise RuntimeError("a prepared grader runs once")
+        self._done = True
+        grader = self.grader
+        try:
+            # Checked now, on the host: the agent may have made sub_path a link out.
+            resolve_sub_path(self.workspace, grader.sub_path, file=self.file)
+            wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
+            if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
+                (self.inputs / "output.json").write_text(json.dumps(wire.output),
+                                                         encoding="utf-8")
+                wire = wire.model_copy(
+                    update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
+                )
+            body = wire.to_wire()
+            (self.inputs / "input.json").write_bytes(body)
+            for f in self.inputs.iterdir():
+                f.chmod(0o644)
+            if self.copy_to is not None:
+                _private_copy(self.workspace, self.copy_to, self.user)
+            outcome = self._handle.execute(body if grader.type == "script" else None)
+            result = judge(
+                grader.type, grader.display_name(), outcome, timeout=grader.timeout,
+                limits=grader.limits, named=grader.name is not None,
+            )
+            result.duration_ms = outcome.duration_ms
+            result.image = ImageRef(ref=self.ref_text, id=self.image_id)
+            return result
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        self._done = True
+        self._handle.discard()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def prepare_grader(
+    grader: GraderConfig,
+    workspace: Path | str,
+    sandbox: Sandbox,
+    *,
+    images: ImageResolver | None = None,
+    image_id: str | None = None,
+    labels: dict[str, str] | None = None,
+    file: str | None = None,
+    warm: bool = True,
+) -> PreparedGrader:
+    """Get ``grader``'s container ready on ``workspace`` before the payload exists."""
+    workspace = Path(workspace)
+    if not workspace.is_dir():
+        raise ConfigError(f"workspace {workspace} is not a directory")
+    ref = grader.image or DEFAULT_IMAGE
+    if image_id is None:
+        resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
+        image_id = resolver.resolve(ref, grader.source_dir)
+    ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
+    return PreparedGrader(grader, workspace, sandbox, image_id=image_id, ref_text=ref_text,
+                          labels=labels or {}, file=file, warm=warm)
 
 
 def run_grader(
@@ -189,81 +314,10 @@ def run_grader(
             result = run_grader(load_grader("grader.yaml"), Payload(output="42"), ".", box)
             print(result.status, result.score)
     """
-    workspace = Path(workspace)
-    if not workspace.is_dir():
-        raise ConfigError(f"workspace {workspace} is not a directory")
-    workdir_rel = resolve_sub_path(workspace, grader.sub_path, file=file)
-    ref = grader.image or DEFAULT_IMAGE
-    if image_id is None:
-        resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
-        image_id = resolver.resolve(ref, grader.source_dir)
-    ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
-    command, used = build_command(grader)
-    name = grader.display_name()
-
-    scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
-    try:
-        inputs = scratch / "input"
-        inputs.mkdir(mode=0o755)
-        os.chmod(scratch, 0o755)
-        wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
-        if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
-            (inputs / "output.json").write_text(json.dumps(wire.output), encoding="utf-8")
-            wire = wire.model_copy(
-                update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
-            )
-        body = wire.to_wire()
-        (inputs / "input.json").write_bytes(body)
-        for f in inputs.iterdir():
-            f.chmod(0o644)
-
-        user = run_as(grader.security)
-        ws_source = workspace.resolve()
-        if grader.workspace == "rw" or not _enterable(ws_source, user):
-            ws_source = _private_copy(workspace, scratch / "workspace", user)
-        mounts = [
-            Mount(ws_source, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
-            Mount(inputs, CONTAINER_INPUT_DIR, read_only=True),
-        ]
-        if grader.source_dir:
-            mounts += source_mounts(grader.source_dir, used, user, scratch)
-
-        env = {
-            **grader.env,
-            "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE,
-            "EVALUATE_GRADER_INPUT": f"{CONTAINER_INPUT_DIR}/input.json",
-            "AGENTV_WORKSPACE_PATH": CONTAINER_WORKSPACE,
-        }
-        workdir = str(PurePosixPath(CONTAINER_WORKSPACE) / workdir_rel)
-        spec = SandboxSpec(
-            image=image_id,
-            command=command,
-            workdir=workdir,
-            env=env,
-            mounts=tuple(mounts),
-            stdin=body if grader.type == "script" else None,
-            timeout=grader.timeout,
-            limits=grader.limits,
-            security=grader.security,
-            network=grader.network,
-            labels=labels or {},
-            name=name,
-        )
-        started = time.monotonic()
-        outcome = sandbox.run(spec)
-        result = judge(
-            grader.type,
-            name,
-            outcome,
-            timeout=grader.timeout,
-            limits=grader.limits,
-            named=grader.name is not None,
-        )
-        result.duration_ms = outcome.duration_ms or int((time.monotonic() - started) * 1000)
-        result.image = ImageRef(ref=ref_text, id=image_id)
-        return result
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    resolve_sub_path(Path(workspace), grader.sub_path, file=file)  # before any container
+    prepared = prepare_grader(grader, workspace, sandbox, images=images, image_id=image_id,
+                              labels=labels, file=file, warm=False)
+    return prepared.run(payload)
 
 
 def run_in_workspace(

@@ -46,6 +46,11 @@ def _exec_failure(outcome: RunOutcome) -> str | None:
         line = _last_line(outcome.stderr)
         if "[FATAL tini" in line and "exec" in line:
             return line.split("failed:", 1)[-1].strip() or line
+        # The gate of a container started ahead: `exec` by /bin/sh, or the working directory.
+        if line.startswith("[gradebox] "):
+            return line.removeprefix("[gradebox] ")
+        if line.startswith("gradebox-gate: ") and "exec" in line:
+            return line.split("exec: ", 1)[-1].strip()
     return None
 
 

@@ -22,6 +22,7 @@ from .._types import Bytes
 __all__ = [
     "Limits",
     "Mount",
+    "Prepared",
     "RunOutcome",
     "Sandbox",
     "SandboxSpec",
@@ -113,6 +114,33 @@ class RunOutcome:
         return bool(self.stdout_dropped or self.stderr_dropped)
 
 
+class Prepared(ABC):
+    """A sandbox made ready before its input exists; executed once, then destroyed."""
+
+    @abstractmethod
+    def execute(self, stdin: bytes | None = None) -> RunOutcome:
+        """Release the command with ``stdin``; its timeout starts now. Destroys afterwards."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Destroy without running (the test failed early, or the run was interrupted)."""
+
+
+class _Deferred(Prepared):
+    """For backends with nothing to do ahead of time: everything happens at execute."""
+
+    def __init__(self, box: Sandbox, spec: SandboxSpec) -> None:
+        self.box, self.spec = box, spec
+
+    def execute(self, stdin: bytes | None = None) -> RunOutcome:
+        from dataclasses import replace
+
+        return self.box.run(replace(self.spec, stdin=stdin))
+
+    def discard(self) -> None:
+        pass
+
+
 class Sandbox(ABC):
     """A place to run untrusted commands. Subclasses register with ``@register_sandbox``.
 
@@ -130,6 +158,16 @@ class Sandbox(ABC):
     @abstractmethod
     def run(self, spec: SandboxSpec) -> RunOutcome:
         """Run ``spec`` in a fresh environment and destroy it before returning."""
+
+    def prepare(self, spec: SandboxSpec, *, warm: bool = True) -> Prepared:
+        """Get ready to run ``spec`` before its input exists (``warm``: as far as possible).
+
+        Example::
+
+            ready = box.prepare(spec)      # while the agent still works
+            outcome = ready.execute(b"{}")  # input known: runs now, then destroyed
+        """
+        return _Deferred(self, spec)
 
     @abstractmethod
     def resolve_image(self, ref: str) -> str:

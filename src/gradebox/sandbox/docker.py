@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import logging
 import os
+import queue
 import secrets
 import selectors
 import socket
@@ -23,7 +24,7 @@ from typing import Any
 from .._version import __version__
 from ..errors import EngineError
 from . import _engine
-from .base import RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .hardening import HOME, host_config, run_as
 from .labels import LABEL_SESSION, owner_labels, slug
 
@@ -95,6 +96,8 @@ class DockerSandbox(Sandbox):
         self._lock = threading.Lock()
         self._image_cache: dict[str, str] = {}
         self._closed = False
+        self._trash: queue.Queue[str] = queue.Queue()
+        self._remover: threading.Thread | None = None
         atexit.register(self.close)
 
     # -- images ------------------------------------------------------------------------------
@@ -109,6 +112,16 @@ class DockerSandbox(Sandbox):
     # -- running -----------------------------------------------------------------------------
 
     def run(self, spec: SandboxSpec) -> RunOutcome:
+        return self.prepare(spec, warm=False).execute(spec.stdin)
+
+    def prepare(self, spec: SandboxSpec, *, warm: bool = True) -> DockerPrepared:
+        """Create the container now; with ``warm``, also start it, blocked on its gate.
+
+        A warm container runs ``/bin/sh`` as a gate that reads one line of stdin before it
+        changes to the working directory and execs the grader, so everything that is slow
+        (create, attach, start: mostly the engine's and the runtime's work) happens before the
+        input exists. The grader's timeout starts at release. The image needs ``/bin/sh``.
+        """
         if self._closed:
             raise EngineError("the sandbox was closed (interrupted)")
         labels = {
@@ -118,12 +131,16 @@ class DockerSandbox(Sandbox):
             "gradebox.version": __version__,
         }
         env = {"HOME": HOME, **spec.env}
+        command, workdir = spec.command, spec.workdir
+        if warm:
+            env[_GATE_CWD] = spec.workdir
+            command, workdir = [*_GATE, *spec.command], "/"
         try:
             cid = self.engine.create(
                 lambda: f"gradebox-{slug(spec.name)}-{secrets.token_hex(4)}",
                 image=spec.image,
-                command=spec.command,
-                working_dir=spec.workdir,
+                command=command,
+                working_dir=workdir,
                 environment=env,
                 user=run_as(spec.security),
                 labels=labels,
@@ -132,66 +149,59 @@ class DockerSandbox(Sandbox):
                 host_config=host_config(spec.limits, spec.security, spec.network, spec.mounts),
             )
         except EngineError as exc:
-            return RunOutcome(exit_code=None, start_error=str(exc))
+            return DockerPrepared(self, None, spec, warm, start_error=str(exc))
         with self._lock:
             self._live.add(cid)
             closed = self._closed
+        handle = DockerPrepared(self, cid, spec, warm)
         if closed:  # close() ran while we were creating: this container must not run
-            self.engine.remove(cid)
+            handle.discard()
+            raise EngineError("the sandbox was closed (interrupted)")
+        if warm:
+            handle.attach_and_start()
+        return handle
+
+    def _dispose(self, cid: str, *, now: bool = False) -> None:
+        """Kill and remove, off the caller's critical path unless ``now``."""
+        if now:
+            self._remove_now(cid)
+            return
+        with self._lock:
+            if self._remover is None or not self._remover.is_alive():
+                self._remover = threading.Thread(target=self._remove_loop, name="gradebox-rm",
+                                                 daemon=True)
+                self._remover.start()
+        self._trash.put(cid)
+
+    def _remove_loop(self) -> None:
+        while True:
+            cid = self._trash.get()
+            try:
+                self._remove_now(cid)
+            finally:
+                self._trash.task_done()
+
+    def _remove_now(self, cid: str) -> None:
+        self.engine.kill(cid)
+        if self.engine.remove(cid):
             with self._lock:
                 self._live.discard(cid)
-            raise EngineError("the sandbox was closed (interrupted)")
-        try:
-            return self._attach_and_run(cid, spec)
-        finally:
-            if self.engine.remove(cid):
-                with self._lock:
-                    self._live.discard(cid)
 
-    def _attach_and_run(self, cid: str, spec: SandboxSpec) -> RunOutcome:
-        sock_io = self.engine.attach(cid)
-        raw: socket.socket = getattr(sock_io, "_sock", sock_io)
-        try:
-            started = time.monotonic()
-            try:
-                self.engine.start(cid)
-            except EngineError as exc:
-                return RunOutcome(exit_code=None, start_error=str(exc))
-            streams, timed_out, overflow = self._pump(raw, spec, started + spec.timeout)
-        finally:
-            _hang_up(sock_io, raw)
-        if timed_out or overflow:
-            self.engine.kill(cid)
-        remaining = max(1.0, started + spec.timeout + 5 - time.monotonic())
-        try:
-            exit_code: int | None = self.engine.wait(cid, remaining)
-        except EngineError:
-            self.engine.kill(cid)
-            exit_code = None
-        duration_ms = int((time.monotonic() - started) * 1000)
-        state = self.engine.inspect(cid).get("State", {})
-        return RunOutcome(
-            exit_code=None if timed_out else exit_code,
-            stdout=bytes(streams.stdout),
-            stderr=bytes(streams.stderr),
-            stdout_dropped=streams.stdout_dropped,
-            stderr_dropped=streams.stderr_dropped,
-            timed_out=timed_out,
-            oom_killed=bool(state.get("OOMKilled")) and not timed_out,
-            duration_ms=duration_ms,
-        )
+    def drain(self) -> None:
+        """Wait until every container handed to background removal is gone."""
+        self._trash.join()
 
     @staticmethod
     def _pump(
-        raw: socket.socket, spec: SandboxSpec, deadline: float
+        raw: socket.socket, data: bytes, cap: int, deadline: float
     ) -> tuple[_Streams, bool, bool]:
         """Write stdin and read output concurrently, without threads, until EOF or deadline.
 
         Writing all of stdin before reading would deadlock against a grader that fills its
         stdout pipe before it reads its input.
         """
-        streams = _Streams(int(spec.limits.output))
-        pending = memoryview(spec.stdin or b"")
+        streams = _Streams(cap)
+        pending = memoryview(data)
         raw.setblocking(False)
         sel = selectors.DefaultSelector()
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
@@ -219,14 +229,14 @@ class DockerSandbox(Sandbox):
                                 raw.shutdown(socket.SHUT_WR)
                     if mask & selectors.EVENT_READ:
                         try:
-                            data = raw.recv(262144)
+                            chunk = raw.recv(262144)
                         except (BlockingIOError, InterruptedError):
                             continue
                         except OSError:
-                            data = b""
-                        if not data:
+                            chunk = b""
+                        if not chunk:
                             return streams, False, False
-                        streams.feed(data)
+                        streams.feed(chunk)
                         if streams.stdout_dropped:
                             return streams, False, True
         finally:
@@ -235,7 +245,9 @@ class DockerSandbox(Sandbox):
     # -- cleanup -----------------------------------------------------------------------------
 
     def leftovers(self) -> list[str]:
-        return [c["Id"] for c in self.engine.containers({LABEL_SESSION: self.session})]
+        self.drain()  # containers queued for background removal are not leftovers yet
+        return [c["Id"] for c in self.engine.containers({LABEL_SESSION: self.session})
+                if c.get("State") != "removing"]
 
     def close(self) -> None:
         """Remove every container of this session, including ones a failed create left.
@@ -245,16 +257,110 @@ class DockerSandbox(Sandbox):
         with self._lock:
             self._closed = True
             live = list(self._live)
-        for cid in live:
+        for cid in live:  # kill first: in-flight runs end now, not after the queue drains
             self.engine.kill(cid)
-            if self.engine.remove(cid):
-                with self._lock:
-                    self._live.discard(cid)
+        self.drain()
+        for cid in live:
+            self._remove_now(cid)
+        # A removal "already in progress" (by the background remover) is not done yet: wait
+        # until the engine no longer lists anything of this session.
+        deadline = time.monotonic() + 30
         try:
-            for c in self.engine.containers({LABEL_SESSION: self.session}):
-                self.engine.remove(c["Id"])
+            while time.monotonic() < deadline:
+                left = self.engine.containers({LABEL_SESSION: self.session})
+                if not left:
+                    break
+                for c in left:
+                    self.engine.remove(c["Id"])
+                time.sleep(0.05)
         except EngineError as exc:
             log.warning("cleanup of session %s incomplete: %s", self.session, exc)
+
+
+_GATE_CWD = "GRADEBOX_CWD"
+# Blocks on one line of stdin (the release), then becomes the grader. `read` of the shell
+# consumes stdin byte by byte up to the newline, so the grader's own stdin follows intact.
+_GATE = [
+    "/bin/sh", "-c",
+    'IFS= read -r _ || exit 125; cd "$GRADEBOX_CWD" 2>/dev/null || '
+    '{ echo "[gradebox] cannot enter $GRADEBOX_CWD" >&2; exit 127; }; '
+    'unset GRADEBOX_CWD; exec "$@"',
+    "gradebox-gate",
+]
+
+
+class DockerPrepared(Prepared):
+    """One container, created (and, when warm, started and waiting), used at most once."""
+
+    def __init__(self, box: DockerSandbox, cid: str | None, spec: SandboxSpec, warm: bool,
+                 start_error: str | None = None) -> None:
+        self.box, self.cid, self.spec, self.warm = box, cid, spec, warm
+        self.start_error = start_error
+        self._sock: Any = None
+        self._raw: socket.socket | None = None
+        self._used = False
+
+    def attach_and_start(self) -> None:
+        assert self.cid is not None
+        try:
+            self._sock = self.box.engine.attach(self.cid)
+            self._raw = getattr(self._sock, "_sock", self._sock)
+            self.box.engine.start(self.cid)
+        except EngineError as exc:
+            self.start_error = str(exc)
+
+    def execute(self, stdin: bytes | None = None) -> RunOutcome:
+        if self._used:
+            raise RuntimeError("a sandbox is used once; prepare another")
+        self._used = True
+        if self.cid is None or self.start_error:
+            self.discard()
+            return RunOutcome(exit_code=None, start_error=self.start_error)
+        engine, spec, cid = self.box.engine, self.spec, self.cid
+        try:
+            if not self.warm:
+                self.attach_and_start()
+                if self.start_error:
+                    return RunOutcome(exit_code=None, start_error=self.start_error)
+            assert self._raw is not None
+            started = time.monotonic()
+            data = (b"\n" if self.warm else b"") + (stdin or b"")
+            streams, timed_out, overflow = DockerSandbox._pump(
+                self._raw, data, int(spec.limits.output), started + spec.timeout)
+            _hang_up(self._sock, self._raw)
+            if timed_out or overflow:
+                engine.kill(cid)
+            remaining = max(1.0, started + spec.timeout + 5 - time.monotonic())
+            try:
+                exit_code: int | None = engine.wait(cid, remaining)
+            except EngineError:
+                engine.kill(cid)
+                exit_code = None
+            duration_ms = int((time.monotonic() - started) * 1000)
+            oom = False
+            if exit_code == 137 and not timed_out:
+                # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
+                oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
+            return RunOutcome(
+                exit_code=None if timed_out else exit_code,
+                stdout=bytes(streams.stdout),
+                stderr=bytes(streams.stderr),
+                stdout_dropped=streams.stdout_dropped,
+                stderr_dropped=streams.stderr_dropped,
+                timed_out=timed_out,
+                oom_killed=oom,
+                duration_ms=duration_ms,
+            )
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        if self._raw is not None:
+            _hang_up(self._sock, self._raw)
+            self._raw = None
+        if self.cid is not None:
+            cid, self.cid = self.cid, None
+            self.box._dispose(cid)
 
 
 def _hang_up(sock_io: Any, raw: socket.socket) -> None:
