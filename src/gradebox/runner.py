@@ -27,7 +27,13 @@ from pydantic import BaseModel
 
 from .errors import EngineError, GradeboxError
 from .graders.builtin import BuiltinAssertion
-from .graders.run import TMP_PREFIX, run_grader, run_in_workspace
+from .graders.run import (
+    TMP_PREFIX,
+    PreparedGrader,
+    prepare_grader,
+    run_grader,
+    run_in_workspace,
+)
 from .graders.verdict import judge
 from .images import DEFAULT_IMAGE, ImageResolver
 from .protocol import (
@@ -41,7 +47,7 @@ from .protocol import (
 from .sandbox.base import Limits, RunOutcome, Sandbox
 from .sandbox.hardening import run_as
 from .sandbox.labels import LABEL_RUN
-from .suite import GraderAssertion, Suite, Test
+from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
 from .workspace import Baseline, copy_template
 
 __all__ = ["JsonlWriter", "RunOptions", "default_workers", "read_results", "run_suite"]
@@ -64,6 +70,7 @@ class RunOptions:
     workers: int | None = None
     filter: str | None = None
     resume: bool = False
+    max_ahead: int | None = None  # containers started ahead of their input; default 2/worker
 
 
 def read_results(path: Path) -> dict[str, TestResult]:
@@ -152,7 +159,8 @@ def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status
 
 class _SuiteRun:
     def __init__(
-        self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str, workers: int
+        self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str, workers: int,
+        max_ahead: int | None = None,
     ) -> None:
         self.suite = suite
         self.box = box
@@ -160,6 +168,8 @@ class _SuiteRun:
         self.run_id = run_id
         self.labels = {LABEL_RUN: run_id}
         self.grader_pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="grader")
+        # How many containers may wait, started, for their input at once.
+        self.ahead = threading.BoundedSemaphore(max_ahead or 2 * workers)
         spec = suite.spec
         self.target = spec.target
         self.default_image = spec.defaults.image or DEFAULT_IMAGE
@@ -254,7 +264,41 @@ class _SuiteRun:
             else None
         )
         timings["workspace"] = int((time.monotonic() - t) * 1000)
+        # Start the graders' containers now, while the target works: at release they only
+        # need their input. Whatever is not used (the target failed) is discarded.
+        ready = self._prepare_ahead(test, ws, labels)
+        try:
+            self._finish(test, payload, ws, ws_cfg, baseline, ready, labels, result, timings)
+        finally:
+            for fut in ready.values():
+                fut.add_done_callback(self._discard_prepared)
 
+    def _prepare_ahead(self, test: Test, ws: Path, labels: dict[str, str]
+                       ) -> dict[int, Future[PreparedGrader]]:
+        ready: dict[int, Future[PreparedGrader]] = {}
+        for idx, assertion in enumerate(test.assertions):
+            if isinstance(assertion, GraderAssertion) and self.ahead.acquire(blocking=False):
+                ready[idx] = self.grader_pool.submit(self._prepare, assertion, ws, labels)
+        return ready
+
+    def _prepare(self, assertion: GraderAssertion, ws: Path, labels: dict[str, str]
+                 ) -> PreparedGrader:
+        try:
+            return prepare_grader(assertion.grader, ws, self.box, images=self.images,
+                                  labels=labels, file=str(self.suite.path), warm=True)
+        except BaseException:
+            self.ahead.release()
+            raise
+
+    def _discard_prepared(self, fut: Future[PreparedGrader]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        fut.result().discard()
+        self.ahead.release()
+
+    def _finish(self, test: Test, payload: Payload, ws: Path, ws_cfg: WorkspaceConfig | None,
+                baseline: Baseline | None, ready: dict[int, Future[PreparedGrader]],
+                labels: dict[str, str], result: TestResult, timings: dict[str, int]) -> None:
         if self.target is not None:
             t = time.monotonic()
             target = self.target
@@ -290,7 +334,7 @@ class _SuiteRun:
             result.file_changes_bytes = len(payload.file_changes.encode())
 
         t = time.monotonic()
-        graded = self._grade(test, payload, ws, labels)
+        graded = self._grade(test, payload, ws, labels, ready)
         timings["graders"] = int((time.monotonic() - t) * 1000)
         result.graders = graded
         for g in graded:
@@ -308,29 +352,49 @@ class _SuiteRun:
         result.status, result.score, result.passed = status, score, status is Status.passed
 
     def _grade(
-        self, test: Test, payload: Payload, ws: Path, labels: dict[str, str]
+        self, test: Test, payload: Payload, ws: Path, labels: dict[str, str],
+        ready: dict[int, Future[PreparedGrader]],
     ) -> list[GraderResult]:
         slots: list[GraderResult | Future[GraderResult]] = []
-        for assertion in test.assertions:
+        for idx, assertion in enumerate(test.assertions):
             if isinstance(assertion, BuiltinAssertion):
                 slots.append(assertion.evaluate(payload.output))
                 continue
-            slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
+            prepared = ready.pop(idx, None)
+            if prepared is not None:
+                # Waited for here, in the test's thread, never inside the pool: a pool task
+                # waiting on a queued pool task could wait forever.
+                slots.append(self.grader_pool.submit(self._release, assertion, payload,
+                                                     prepared.result()))
+            else:
+                slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
         return [s if isinstance(s, GraderResult) else s.result() for s in slots]
+
+    @staticmethod
+    def _body(assertion: GraderAssertion, payload: Payload) -> Payload:
+        if assertion.config:
+            return payload.model_copy(update={"config": assertion.config})
+        return payload
+
+    @staticmethod
+    def _typed(assertion: GraderAssertion, result: GraderResult) -> GraderResult:
+        if assertion.grader.type == "script" and assertion.config is not None:
+            result.type = "assertion"
+        return result
+
+    def _release(self, assertion: GraderAssertion, payload: Payload,
+                 prepared: PreparedGrader) -> GraderResult:
+        try:
+            return self._typed(assertion, prepared.run(self._body(assertion, payload)))
+        finally:
+            self.ahead.release()
 
     def _one(
         self, assertion: GraderAssertion, payload: Payload, ws: Path, labels: dict[str, str]
     ) -> GraderResult:
-        grader = assertion.grader
-        body = (
-            payload.model_copy(update={"config": assertion.config}) if assertion.config else payload
-        )
-        result = run_grader(
-            grader, body, ws, self.box, images=self.images, labels=labels, file=str(self.suite.path)
-        )
-        if grader.type == "script" and assertion.config is not None:
-            result.type = "assertion"
-        return result
+        result = run_grader(assertion.grader, self._body(assertion, payload), ws, self.box,
+                            images=self.images, labels=labels, file=str(self.suite.path))
+        return self._typed(assertion, result)
 
     def close(self) -> None:
         self.grader_pool.shutdown(wait=False, cancel_futures=True)
@@ -372,7 +436,7 @@ def run_suite(
     run_id = secrets.token_hex(6)
     on_start(len(selected), len(selected) - len(todo))
     writer = JsonlWriter(results_path)
-    state = _SuiteRun(suite, box, images, run_id, workers)
+    state = _SuiteRun(suite, box, images, run_id, workers, options.max_ahead)
     finished: dict[str, TestResult] = {
         k: v for k, v in previous.items() if k in {t.id for t in selected}
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,16 +63,26 @@ _retry = retry(
 )
 
 
-def _engine_call(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Retry transient faults, then translate whatever is left into gradebox errors."""
+def _engine_call(
+    what: str, bounded: bool = True
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Retry transient faults, then translate whatever is left into gradebox errors.
+
+    ``bounded`` calls hold one of the engine's call slots: on a small machine the engine's own
+    CPU is the bottleneck, and a burst of parallel creates/starts only makes each one slower
+    (and invites 5xx timeouts). Long waits (``wait``, ``build``) take no slot.
+    """
 
     def deco(fn: Callable[..., T]) -> Callable[..., T]:
         retried = _retry(fn)
 
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> T:
+        def wrapper(self: Engine, *args: Any, **kwargs: Any) -> T:
             try:
-                return retried(*args, **kwargs)
+                if bounded:
+                    with self.slots:
+                        return retried(self, *args, **kwargs)
+                return retried(self, *args, **kwargs)
             except docker.errors.ImageNotFound as exc:
                 raise ImageError(f"image not found: {exc.explanation}") from None
             except docker.errors.NotFound as exc:
@@ -88,6 +99,12 @@ def _engine_call(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
     return deco
 
 
+def default_engine_calls() -> int:
+    """Concurrent engine calls: $GRADEBOX_ENGINE_CALLS, else 2 per core (at least 4)."""
+    env = os.environ.get("GRADEBOX_ENGINE_CALLS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else max(4, 2 * (os.cpu_count() or 1))
+
+
 class Engine:
     """A thin, retried, translated view of the Docker Engine API.
 
@@ -97,9 +114,11 @@ class Engine:
         print(engine.version())
     """
 
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, max_calls: int | None = None) -> None:
         self.client = client
         self.api: docker.APIClient = client.api
+        self.max_calls = max_calls or default_engine_calls()
+        self.slots = threading.BoundedSemaphore(self.max_calls)
 
     @classmethod
     def connect(cls, timeout: float = 120.0) -> Engine:
@@ -147,7 +166,7 @@ class Engine:
             # 409 "is not running": it already ended, which is what we wanted.
             log.debug("kill %s: %s", container[:12], exc)
 
-    @_engine_call("wait")
+    @_engine_call("wait", bounded=False)
     def wait(self, container: str, timeout: float) -> int:
         return int(self.api.wait(container, timeout=max(1, int(timeout + 0.999)))["StatusCode"])
 
@@ -191,7 +210,7 @@ class Engine:
         )
         return str(out)
 
-    @_engine_call("build")
+    @_engine_call("build", bounded=False)
     def build(self, **kwargs: Any) -> list[dict[str, Any]]:
         return list(self.api.build(decode=True, rm=True, forcerm=True, **kwargs))
 

@@ -182,8 +182,7 @@ class DockerSandbox(Sandbox):
                 self._trash.task_done()
 
     def _remove_now(self, cid: str) -> None:
-        self.engine.kill(cid)
-        if self.engine.remove(cid):
+        if self.engine.remove(cid):  # a forced remove kills what still runs
             with self._lock:
                 self._live.discard(cid)
 
