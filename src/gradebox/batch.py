@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import ConfigError
 from .graders.config import GraderConfig, load_grader
 from .graders.custom import grader_for_file
-from .graders.run import run_grader
+from .graders.run import prepare_grader
 from .images import ImageResolver
 from .protocol import GraderResult, InlinePayload, Status
 from .runner import JsonlWriter
@@ -138,13 +139,19 @@ def grade_records(
         out.unlink()
     todo = [(n, r) for n, r in records if n not in done]
     sink = JsonlWriter(out) if out else None
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="batch")
+    # Twice as many threads as workers: while `workers` graders run, as many more containers
+    # are being created and started, so each grader's container is ready when a slot frees.
+    pool = ThreadPoolExecutor(2 * workers, thread_name_prefix="batch")
+    running = threading.BoundedSemaphore(workers)
+
+    def one(record: Record) -> GraderResult:
+        ready = prepare_grader(grader, workspace, box, images=images, warm=True)
+        with running:
+            return ready.run(record.payload())
+
     interrupted = False
     try:
-        futures = {
-            pool.submit(run_grader, grader, r.payload(), workspace, box, images=images): (n, r)
-            for n, r in todo
-        }
+        futures = {pool.submit(one, r): (n, r) for n, r in todo}
         for fut in as_completed(futures):
             n, record = futures[fut]
             result = fut.result()

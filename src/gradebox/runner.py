@@ -11,13 +11,14 @@ import fnmatch
 import json
 import logging
 import os
+import queue
 import secrets
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -159,7 +160,12 @@ def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status
 
 class _SuiteRun:
     def __init__(
-        self, suite: Suite, box: Sandbox, images: ImageResolver, run_id: str, workers: int,
+        self,
+        suite: Suite,
+        box: Sandbox,
+        images: ImageResolver,
+        run_id: str,
+        workers: int,
         max_ahead: int | None = None,
     ) -> None:
         self.suite = suite
@@ -273,19 +279,28 @@ class _SuiteRun:
             for fut in ready.values():
                 fut.add_done_callback(self._discard_prepared)
 
-    def _prepare_ahead(self, test: Test, ws: Path, labels: dict[str, str]
-                       ) -> dict[int, Future[PreparedGrader]]:
+    def _prepare_ahead(
+        self, test: Test, ws: Path, labels: dict[str, str]
+    ) -> dict[int, Future[PreparedGrader]]:
         ready: dict[int, Future[PreparedGrader]] = {}
         for idx, assertion in enumerate(test.assertions):
             if isinstance(assertion, GraderAssertion) and self.ahead.acquire(blocking=False):
                 ready[idx] = self.grader_pool.submit(self._prepare, assertion, ws, labels)
         return ready
 
-    def _prepare(self, assertion: GraderAssertion, ws: Path, labels: dict[str, str]
-                 ) -> PreparedGrader:
+    def _prepare(
+        self, assertion: GraderAssertion, ws: Path, labels: dict[str, str]
+    ) -> PreparedGrader:
         try:
-            return prepare_grader(assertion.grader, ws, self.box, images=self.images,
-                                  labels=labels, file=str(self.suite.path), warm=True)
+            return prepare_grader(
+                assertion.grader,
+                ws,
+                self.box,
+                images=self.images,
+                labels=labels,
+                file=str(self.suite.path),
+                warm=True,
+            )
         except BaseException:
             self.ahead.release()
             raise
@@ -296,9 +311,18 @@ class _SuiteRun:
         fut.result().discard()
         self.ahead.release()
 
-    def _finish(self, test: Test, payload: Payload, ws: Path, ws_cfg: WorkspaceConfig | None,
-                baseline: Baseline | None, ready: dict[int, Future[PreparedGrader]],
-                labels: dict[str, str], result: TestResult, timings: dict[str, int]) -> None:
+    def _finish(
+        self,
+        test: Test,
+        payload: Payload,
+        ws: Path,
+        ws_cfg: WorkspaceConfig | None,
+        baseline: Baseline | None,
+        ready: dict[int, Future[PreparedGrader]],
+        labels: dict[str, str],
+        result: TestResult,
+        timings: dict[str, int],
+    ) -> None:
         if self.target is not None:
             t = time.monotonic()
             target = self.target
@@ -352,7 +376,11 @@ class _SuiteRun:
         result.status, result.score, result.passed = status, score, status is Status.passed
 
     def _grade(
-        self, test: Test, payload: Payload, ws: Path, labels: dict[str, str],
+        self,
+        test: Test,
+        payload: Payload,
+        ws: Path,
+        labels: dict[str, str],
         ready: dict[int, Future[PreparedGrader]],
     ) -> list[GraderResult]:
         slots: list[GraderResult | Future[GraderResult]] = []
@@ -364,8 +392,9 @@ class _SuiteRun:
             if prepared is not None:
                 # Waited for here, in the test's thread, never inside the pool: a pool task
                 # waiting on a queued pool task could wait forever.
-                slots.append(self.grader_pool.submit(self._release, assertion, payload,
-                                                     prepared.result()))
+                slots.append(
+                    self.grader_pool.submit(self._release, assertion, payload, prepared.result())
+                )
             else:
                 slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
         return [s if isinstance(s, GraderResult) else s.result() for s in slots]
@@ -382,8 +411,9 @@ class _SuiteRun:
             result.type = "assertion"
         return result
 
-    def _release(self, assertion: GraderAssertion, payload: Payload,
-                 prepared: PreparedGrader) -> GraderResult:
+    def _release(
+        self, assertion: GraderAssertion, payload: Payload, prepared: PreparedGrader
+    ) -> GraderResult:
         try:
             return self._typed(assertion, prepared.run(self._body(assertion, payload)))
         finally:
@@ -392,8 +422,15 @@ class _SuiteRun:
     def _one(
         self, assertion: GraderAssertion, payload: Payload, ws: Path, labels: dict[str, str]
     ) -> GraderResult:
-        result = run_grader(assertion.grader, self._body(assertion, payload), ws, self.box,
-                            images=self.images, labels=labels, file=str(self.suite.path))
+        result = run_grader(
+            assertion.grader,
+            self._body(assertion, payload),
+            ws,
+            self.box,
+            images=self.images,
+            labels=labels,
+            file=str(self.suite.path),
+        )
         return self._typed(assertion, result)
 
     def close(self) -> None:
@@ -437,17 +474,32 @@ def run_suite(
     on_start(len(selected), len(selected) - len(todo))
     writer = JsonlWriter(results_path)
     state = _SuiteRun(suite, box, images, run_id, workers, options.max_ahead)
-    finished: dict[str, TestResult] = {
-        k: v for k, v in previous.items() if k in {t.id for t in selected}
+    # Only (status, score) per test stays in memory: a 100,000-test run costs what a
+    # 100-test one does; the results themselves are on disk.
+    wanted = {t.id for t in selected}
+    finished: dict[str, tuple[Status, float]] = {
+        k: (v.status, v.score) for k, v in previous.items() if k in wanted
     }
+    del previous
     interrupted = False
     pool = ThreadPoolExecutor(workers, thread_name_prefix="test")
+    # Completed futures go through a queue and are dropped once written, so finished results
+    # are not all held until the end (as_completed would hold every future it was given).
+    done_q: queue.SimpleQueue[Future[TestResult]] = queue.SimpleQueue()
     try:
-        futures = {pool.submit(state.run_test, t): t for t in todo}
-        for fut in as_completed(futures):
+        for t in todo:
+            pool.submit(state.run_test, t).add_done_callback(done_q.put)
+        for _ in range(len(todo)):
+            while True:  # short waits keep Ctrl-C prompt on every platform
+                try:
+                    fut = done_q.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    continue
             result = fut.result()
+            del fut
             writer.append(result)
-            finished[result.id] = result
+            finished[result.id] = (result.status, result.score)
             on_result(result)
     except KeyboardInterrupt:
         interrupted = True
@@ -474,14 +526,14 @@ def run_suite(
 def summarise(
     suite: Suite,
     run_id: str,
-    finished: dict[str, TestResult],
+    finished: dict[str, tuple[Status, float]],
     total: int,
     workers: int,
     interrupted: bool,
     started: str,
     seconds: float,
 ) -> RunSummary:
-    counts = {s: sum(1 for r in finished.values() if r.status is s) for s in Status}
+    counts = {s: sum(1 for st, _ in finished.values() if st is s) for s in Status}
     done = len(finished)
     return RunSummary(
         suite=suite.name,
@@ -492,7 +544,7 @@ def summarise(
         errored=counts[Status.error],
         not_run=total - done,
         pass_rate=counts[Status.passed] / done if done else 0.0,
-        mean_score=sum(r.score for r in finished.values()) / done if done else 0.0,
+        mean_score=sum(sc for _, sc in finished.values()) / done if done else 0.0,
         duration_s=round(seconds, 3),
         workers=workers,
         interrupted=interrupted,

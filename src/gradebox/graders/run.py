@@ -180,9 +180,18 @@ class PreparedGrader:
         result = ready.run(payload)                      # the agent is done
     """
 
-    def __init__(self, grader: GraderConfig, workspace: Path, sandbox: Sandbox, *,
-                 image_id: str, ref_text: str, labels: dict[str, str], file: str | None,
-                 warm: bool) -> None:
+    def __init__(
+        self,
+        grader: GraderConfig,
+        workspace: Path,
+        sandbox: Sandbox,
+        *,
+        image_id: str,
+        ref_text: str,
+        labels: dict[str, str],
+        file: str | None,
+        warm: bool,
+    ) -> None:
         self.grader, self.workspace, self.file = grader, workspace, file
         self.image_id, self.ref_text = image_id, ref_text
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
@@ -224,10 +233,16 @@ class PreparedGrader:
             "AGENTV_WORKSPACE_PATH": CONTAINER_WORKSPACE,
         }
         spec = SandboxSpec(
-            image=self.image_id, command=command,
+            image=self.image_id,
+            command=command,
             workdir=str(PurePosixPath(CONTAINER_WORKSPACE) / (grader.sub_path or "")),
-            env=env, mounts=tuple(mounts), timeout=grader.timeout, limits=grader.limits,
-            security=grader.security, network=grader.network, labels=labels,
+            env=env,
+            mounts=tuple(mounts),
+            timeout=grader.timeout,
+            limits=grader.limits,
+            security=grader.security,
+            network=grader.network,
+            labels=labels,
             name=grader.display_name(),
         )
         return sandbox.prepare(spec, warm=warm)
@@ -243,8 +258,7 @@ class PreparedGrader:
             resolve_sub_path(self.workspace, grader.sub_path, file=self.file)
             wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
             if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
-                (self.inputs / "output.json").write_text(json.dumps(wire.output),
-                                                         encoding="utf-8")
+                (self.inputs / "output.json").write_text(json.dumps(wire.output), encoding="utf-8")
                 wire = wire.model_copy(
                     update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
                 )
@@ -256,8 +270,12 @@ class PreparedGrader:
                 _private_copy(self.workspace, self.copy_to, self.user)
             outcome = self._handle.execute(body if grader.type == "script" else None)
             result = judge(
-                grader.type, grader.display_name(), outcome, timeout=grader.timeout,
-                limits=grader.limits, named=grader.name is not None,
+                grader.type,
+                grader.display_name(),
+                outcome,
+                timeout=grader.timeout,
+                limits=grader.limits,
+                named=grader.name is not None,
             )
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)
@@ -291,8 +309,16 @@ def prepare_grader(
         resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
         image_id = resolver.resolve(ref, grader.source_dir)
     ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
-    return PreparedGrader(grader, workspace, sandbox, image_id=image_id, ref_text=ref_text,
-                          labels=labels or {}, file=file, warm=warm)
+    return PreparedGrader(
+        grader,
+        workspace,
+        sandbox,
+        image_id=image_id,
+        ref_text=ref_text,
+        labels=labels or {},
+        file=file,
+        warm=warm,
+    )
 
 
 def run_grader(
@@ -315,8 +341,16 @@ def run_grader(
             print(result.status, result.score)
     """
     resolve_sub_path(Path(workspace), grader.sub_path, file=file)  # before any container
-    prepared = prepare_grader(grader, workspace, sandbox, images=images, image_id=image_id,
-                              labels=labels, file=file, warm=False)
+    prepared = prepare_grader(
+        grader,
+        workspace,
+        sandbox,
+        images=images,
+        image_id=image_id,
+        labels=labels,
+        file=file,
+        warm=False,
+    )
     return prepared.run(payload)
 
 

@@ -63,9 +63,7 @@ _retry = retry(
 )
 
 
-def _engine_call(
-    what: str, bounded: bool = True
-) -> Callable[[Callable[..., T]], Callable[..., T]]:
+def _engine_call(what: str, bounded: bool = True) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Retry transient faults, then translate whatever is left into gradebox errors.
 
     ``bounded`` calls hold one of the engine's call slots: on a small machine the engine's own

@@ -168,8 +168,9 @@ class DockerSandbox(Sandbox):
             return
         with self._lock:
             if self._remover is None or not self._remover.is_alive():
-                self._remover = threading.Thread(target=self._remove_loop, name="gradebox-rm",
-                                                 daemon=True)
+                self._remover = threading.Thread(
+                    target=self._remove_loop, name="gradebox-rm", daemon=True
+                )
                 self._remover.start()
         self._trash.put(cid)
 
@@ -245,8 +246,11 @@ class DockerSandbox(Sandbox):
 
     def leftovers(self) -> list[str]:
         self.drain()  # containers queued for background removal are not leftovers yet
-        return [c["Id"] for c in self.engine.containers({LABEL_SESSION: self.session})
-                if c.get("State") != "removing"]
+        return [
+            c["Id"]
+            for c in self.engine.containers({LABEL_SESSION: self.session})
+            if c.get("State") != "removing"
+        ]
 
     def close(self) -> None:
         """Remove every container of this session, including ones a failed create left.
@@ -280,7 +284,8 @@ _GATE_CWD = "GRADEBOX_CWD"
 # Blocks on one line of stdin (the release), then becomes the grader. `read` of the shell
 # consumes stdin byte by byte up to the newline, so the grader's own stdin follows intact.
 _GATE = [
-    "/bin/sh", "-c",
+    "/bin/sh",
+    "-c",
     'IFS= read -r _ || exit 125; cd "$GRADEBOX_CWD" 2>/dev/null || '
     '{ echo "[gradebox] cannot enter $GRADEBOX_CWD" >&2; exit 127; }; '
     'unset GRADEBOX_CWD; exec "$@"',
@@ -291,8 +296,14 @@ _GATE = [
 class DockerPrepared(Prepared):
     """One container, created (and, when warm, started and waiting), used at most once."""
 
-    def __init__(self, box: DockerSandbox, cid: str | None, spec: SandboxSpec, warm: bool,
-                 start_error: str | None = None) -> None:
+    def __init__(
+        self,
+        box: DockerSandbox,
+        cid: str | None,
+        spec: SandboxSpec,
+        warm: bool,
+        start_error: str | None = None,
+    ) -> None:
         self.box, self.cid, self.spec, self.warm = box, cid, spec, warm
         self.start_error = start_error
         self._sock: Any = None
@@ -325,7 +336,8 @@ class DockerPrepared(Prepared):
             started = time.monotonic()
             data = (b"\n" if self.warm else b"") + (stdin or b"")
             streams, timed_out, overflow = DockerSandbox._pump(
-                self._raw, data, int(spec.limits.output), started + spec.timeout)
+                self._raw, data, int(spec.limits.output), started + spec.timeout
+            )
             _hang_up(self._sock, self._raw)
             if timed_out or overflow:
                 engine.kill(cid)

@@ -218,8 +218,12 @@ def stderr_keeps_its_tail(box: Sandbox, image: str) -> None:
 def prepared_waits_for_release(box: Sandbox, image: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o777)
-        spec = SandboxSpec(image=image, command=["/bin/sh", "-c", "date +%s%N > /w/ran; cat"],
-                           mounts=(Mount(Path(tmp), "/w", read_only=False),), name="self-check")
+        spec = SandboxSpec(
+            image=image,
+            command=["/bin/sh", "-c", "date +%s%N > /w/ran; cat"],
+            mounts=(Mount(Path(tmp), "/w", read_only=False),),
+            name="self-check",
+        )
         ready = box.prepare(spec)
         time.sleep(0.5)
         _expect(not Path(tmp, "ran").exists(), "the command ran before its release")
@@ -255,8 +259,9 @@ class _Warm(Sandbox):
         return self.box.leftovers()
 
 
-def self_check(box: Sandbox, image: str, only: list[str] | None = None, *,
-               warm: bool = False) -> dict[str, bool | str]:
+def self_check(
+    box: Sandbox, image: str, only: list[str] | None = None, *, warm: bool = False
+) -> dict[str, bool | str]:
     """Run every conformance check (or ``only`` these) and report each one; ``warm`` runs them
     through containers prepared ahead of their input."""
     if warm:
