@@ -33,7 +33,13 @@ test: images
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not docker"
 
-bench: images
+# The peer (epicbox 1.1.0) needs docker<7, urllib3<2, requests<2.32: a venv of its own.
+bench/.venv-epicbox/.installed:
+	$(PYTHON) -m venv bench/.venv-epicbox
+	bench/.venv-epicbox/bin/pip install -q 'epicbox==1.1.0' 'docker<7' 'urllib3<2' 'requests<2.32'
+	touch $@
+
+bench: images bench/.venv-epicbox/.installed
 	$(BIN)/python bench/run.py
 
 lint: $(STAMP)

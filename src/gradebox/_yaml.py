@@ -38,8 +38,42 @@ def _walk(node: yaml.Node, path: tuple[str, ...], lines: LineMap) -> None:
             _walk(item, (*path, str(index)), lines)
 
 
+class _Lines(dict[tuple[str, ...], int]):
+    """Key path -> line, computed on first use: only an error needs line numbers, so the
+    common path parses once with the fast C loader and keeps no node tree in memory."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text: str | None = text
+
+    def _fill(self) -> None:
+        if self._text is not None:
+            text, self._text = self._text, None
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            if node is not None:
+                _walk(node, (), self)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def,override]
+        self._fill()
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return super().__contains__(key)
+
+    def __getitem__(self, key: tuple[str, ...]) -> int:
+        self._fill()
+        return super().__getitem__(key)
+
+
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
-    """Parse ``path`` (YAML or JSON) and map every key path to its 1-based line."""
+    """Parse ``path`` (YAML or JSON); the map from key paths to 1-based lines is lazy."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -47,18 +81,14 @@ def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(
             f"invalid YAML: {problem}", file=str(path), line=mark.line + 1 if mark else None
         ) from None
-    lines: LineMap = {}
-    if node is not None:
-        _walk(node, (), lines)
-    return data, lines
+    return data, _Lines(text)
 
 
 def _line_for(loc: tuple[str, ...], lines: LineMap) -> int | None:
