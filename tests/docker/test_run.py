@@ -236,3 +236,75 @@ def test_sigint_then_resume(tmp_path, engine):
     ids = [json.loads(x)["id"] for x in results.read_text().splitlines() if x.strip()]
     assert len(ids) == 16
     assert os.path.exists(out / "summary.json")
+
+
+AHEAD_SUITE = """
+target:
+  command: "sleep 30; echo done"
+  timeout: 60s
+tests:
+  - id: slow
+    input: go
+    assert:
+      - {type: script, name: one, command: "true"}
+      - {type: script, name: two, command: "true"}
+"""
+
+
+def _mine(engine, pid):
+    return [
+        c
+        for c in engine.containers({"gradebox.owner": None})
+        if c["Labels"]["gradebox.owner"].endswith(f":{pid}")
+    ]
+
+
+def _wait_for(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition never held")
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+def test_containers_started_ahead_are_never_left_behind(tmp_path, engine, how):
+    suite = write(tmp_path / "suite.yaml", AHEAD_SUITE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # While the target works, both graders' containers are already started and waiting.
+        _wait_for(
+            lambda: (
+                {"one", "two", "target-slow"}
+                <= {
+                    c["Labels"]["gradebox.grader"]
+                    for c in _mine(engine, proc.pid)
+                    if c["State"] == "running"
+                }
+            )
+        )
+    except AssertionError:
+        proc.kill()
+        raise
+    if how == "sigint":
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 130
+    else:
+        proc.kill()
+        proc.wait()
+        assert _mine(engine, proc.pid)  # a SIGKILLed runner cannot clean up ...
+        # ... gc does. An engine call the runner had in flight when it died may still land
+        # a moment later, so gc is run the way a user would: again, until nothing is left.
+        for _ in range(5):
+            assert gradebox("gc").returncode == 0
+            if not _mine(engine, proc.pid):
+                break
+            time.sleep(1)
+    assert _mine(engine, proc.pid) == []

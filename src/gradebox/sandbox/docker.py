@@ -162,8 +162,9 @@ class DockerSandbox(Sandbox):
         return handle
 
     def _dispose(self, cid: str, *, now: bool = False) -> None:
-        """Kill and remove, off the caller's critical path unless ``now``."""
-        if now:
+        """Kill and remove, off the caller's critical path unless ``now`` or closing (then
+        the process may be about to exit, and a queued removal would be lost)."""
+        if now or self._closed:
             self._remove_now(cid)
             return
         with self._lock:
