@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from .graders.custom import grader_for_file
 from .graders.run import prepare_grader
 from .images import ImageResolver
 from .protocol import GraderResult, InlinePayload, Status
-from .runner import JsonlWriter
+from .runner import JsonlWriter, read_jsonl
 from .sandbox.base import Sandbox
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
@@ -85,17 +85,8 @@ def read_records(path: Path) -> list[tuple[int, Record]]:
 
 
 def read_graded(path: Path) -> dict[int, GradedRecord]:
-    """Records already graded in an output file, by input line; torn lines are skipped."""
-    done: dict[int, GradedRecord] = {}
-    if not path.is_file():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = GradedRecord.model_validate_json(line)
-        except ValueError:
-            continue
-        done[record.line] = record
-    return done
+    """Records already graded in an output file, by input line."""
+    return {r.line: r for r in read_jsonl(path, GradedRecord)}
 
 
 def load_grader_ref(ref: str | Path) -> GraderConfig:
@@ -169,7 +160,3 @@ def grade_records(
         if sink:
             sink.close()
     return [done[n] for n, _ in records if n in done]
-
-
-def iter_results(path: Path) -> Iterator[GradedRecord]:
-    yield from read_graded(path).values()

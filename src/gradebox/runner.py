@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from pydantic import BaseModel
 
@@ -51,7 +51,14 @@ from .sandbox.labels import LABEL_RUN
 from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
 from .workspace import Baseline, copy_template
 
-__all__ = ["JsonlWriter", "RunOptions", "default_workers", "read_results", "run_suite"]
+__all__ = [
+    "JsonlWriter",
+    "read_jsonl",
+    "RunOptions",
+    "default_workers",
+    "read_results",
+    "run_suite",
+]
 
 log = logging.getLogger("gradebox.runner")
 
@@ -74,18 +81,24 @@ class RunOptions:
     max_ahead: int | None = None  # containers started ahead of their input; default 2/worker
 
 
-def read_results(path: Path) -> dict[str, TestResult]:
-    """Finished tests of an earlier run. A torn last line (a killed runner) is ignored."""
-    done: dict[str, TestResult] = {}
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
+    """Every valid line of a results file; a torn last line (a killed writer) is skipped."""
     if not path.is_file():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            result = TestResult.model_validate_json(line)
-        except ValueError:
-            continue
-        done[result.id] = result
-    return done
+        return
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                yield model.model_validate_json(line)
+            except ValueError:
+                continue
+
+
+def read_results(path: Path) -> dict[str, TestResult]:
+    """Finished tests of an earlier run, by id."""
+    return {r.id: r for r in read_jsonl(path, TestResult)}
 
 
 def open_jsonl_for_append(path: Path) -> TextIO:
@@ -551,7 +564,3 @@ def summarise(
         started_at=started,
         finished_at=_now(),
     )
-
-
-def iter_results(path: Path) -> Iterator[TestResult]:
-    yield from read_results(path).values()

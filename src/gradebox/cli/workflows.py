@@ -20,9 +20,10 @@ from ..graders.custom import GRADER_DIRS, discover, grader_for_file
 from ..graders.run import run_grader, run_in_workspace
 from ..protocol import Payload, Status
 from ..report import STYLE
-from ..runner import default_workers
+from ..runner import default_workers, run_as_ids
 from ..sandbox import get_sandbox
 from ..trials import summarise_trials
+from ..workspace import copy_template
 from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
 
 GraderOpt = Annotated[
@@ -128,23 +129,26 @@ def _run_target(
 
     image_id = images.resolve(image)  # type: ignore[attr-defined]
 
-    def one(n: int, record: Record, trial: int) -> tuple[int, Record]:
-        with tempfile.TemporaryDirectory(prefix="gradebox-trial-") as ws:
+    def one(record: Record) -> Record:
+        with tempfile.TemporaryDirectory(prefix="gradebox-trial-") as tmp:
+            # A fresh, empty workspace per trial, owned by the sandbox user so it can write.
+            ws = copy_template(None, Path(tmp) / "workspace", owner=run_as_ids())
             text = record.input if isinstance(record.input, str) else json.dumps(record.input)
             outcome = run_in_workspace(
                 command,
-                Path(ws),
+                ws,
                 box,
                 image_id=image_id,  # type: ignore[arg-type]
                 name=f"target-{record.id}",
                 stdin=text.encode(),
             )
         answer = outcome.stdout.decode("utf-8", errors="replace")
-        return n * 1000 + trial, record.model_copy(update={"output": answer})
+        return record.model_copy(update={"output": answer})
 
     with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(one, n, r, t) for n, r in records for t in range(k)]
-        return [f.result() for f in futures]
+        futures = [pool.submit(one, r) for _, r in records for _ in range(k)]
+        # Each trial is its own record; "line" numbers the trials in order.
+        return [(i, f.result()) for i, f in enumerate(futures, 1)]
 
 
 def trials(

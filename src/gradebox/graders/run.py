@@ -18,6 +18,7 @@ from ..images import DEFAULT_IMAGE, ImageResolver
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
 from ..sandbox.base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Security
 from ..sandbox.hardening import run_as
+from ..sandbox.labels import pid_alive
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
 
@@ -44,20 +45,10 @@ def collect_scratch(everything: bool = False) -> list[Path]:
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir():
             continue
-        if everything or not _pid_alive(int(pid)):
+        if everything or not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None = None) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import queue
 import secrets
 import selectors
@@ -26,7 +25,7 @@ from ..errors import EngineError
 from . import _engine
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .hardening import HOME, host_config, run_as
-from .labels import LABEL_SESSION, owner_labels, slug
+from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
 
 __all__ = ["DockerSandbox"]
 
@@ -386,16 +385,6 @@ def _hang_up(sock_io: Any, raw: socket.socket) -> None:
             closeable.close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def collect_garbage(engine: _engine.Engine, everything: bool = False) -> list[dict[str, Any]]:
     """Remove gradebox containers whose runner is gone (or all of them, with ``everything``).
 
@@ -408,7 +397,7 @@ def collect_garbage(engine: _engine.Engine, everything: bool = False) -> list[di
     host = socket.gethostname()
     for c in engine.containers({LABEL_SESSION: None}):
         owner = parse_owner(c.get("Labels", {}).get(LABEL_OWNER, ""))
-        orphan = owner is None or (owner[0] == host and not _pid_alive(owner[1]))
+        orphan = owner is None or (owner[0] == host and not pid_alive(owner[1]))
         if everything or orphan:
             engine.kill(c["Id"])
             if engine.remove(c["Id"]):
