@@ -13,9 +13,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from .errors import ConfigError
 from .graders.config import GraderConfig, load_grader
@@ -31,18 +30,11 @@ __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_r
 log = logging.getLogger("gradebox.batch")
 
 
-class Record(BaseModel):
-    """One line of a records file: an agent's answer to one prompt."""
-
-    model_config = ConfigDict(extra="allow")
+class Record(InlinePayload):
+    """One line of a records file: an agent's answer to one prompt (the inline-grader input,
+    plus the prompt's ``id``)."""
 
     id: str
-    input: str | list[str] = ""
-    output: str | None = ""
-    hint: str | None = None
-    trajectory: list[Any] | None = None
-    metadata: dict[str, Any] | None = None
-    expected_output: Any = None
 
     def payload(self) -> InlinePayload:
         return InlinePayload.model_validate(self.model_dump(exclude={"id"}))

@@ -58,6 +58,14 @@ def _table(out: Output, statuses: list[img.ImageStatus], lock: img.Lock | None) 
     out.console.print(table)
 
 
+def _show(out: Output, statuses: list[img.ImageStatus]) -> None:
+    lock = img.read_lock()
+    if out.as_json:
+        out.document(_rows(statuses, lock))
+    else:
+        _table(out, statuses, lock)
+
+
 @app.command("build")
 def build(
     names: Annotated[
@@ -68,24 +76,13 @@ def build(
 ) -> None:
     """Build the images that are missing or out of date (the base by debootstrap first)."""
     out = Output(as_json)
-    statuses = img.build_images(Engine.connect(), names, force=force, say=out.info)
-    lock = img.read_lock()
-    if as_json:
-        out.document(_rows(statuses, lock))
-    else:
-        _table(out, statuses, lock)
+    _show(out, img.build_images(Engine.connect(), names, force=force, say=out.info))
 
 
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """Show every image: id, size, whether it matches its build inputs and the lock."""
-    out = Output(as_json)
-    statuses = img.status(Engine.connect())
-    lock = img.read_lock()
-    if as_json:
-        out.document(_rows(statuses, lock))
-    else:
-        _table(out, statuses, lock)
+    _show(Output(as_json), img.status(Engine.connect()))
 
 
 @app.command("lock")
