@@ -102,12 +102,13 @@ class BuiltinAssertion(BaseModel):
         negate = self.type.startswith("not-")
         hit = bool(BUILTINS[self.type.removeprefix("not-")](output or "", self.value))
         passed = hit != negate
-        verb = "holds" if passed else "does not hold"
+        answer = (output or "").strip()
+        shown = repr(answer if len(answer) <= 80 else answer[:79] + "…")
         return GraderResult(
             name=self.display_name(),
             type="builtin",
             status=Status.passed if passed else Status.failed,
             passed=passed,
             score=1.0 if passed else 0.0,
-            evidence=f"{self.display_name()} {verb} for the answer",
+            evidence=("holds" if passed else "not satisfied") + f" by the answer {shown}",
         )
