@@ -65,7 +65,9 @@ def reason(result: TestResult) -> str:
     return "; ".join(f"{g.name}: {_short(g.evidence)}" for g in result.graders if not g.passed)
 
 
-def print_run(results: list[TestResult], summary: RunSummary, console: Console) -> None:
+def print_run(
+    results: list[TestResult], summary: RunSummary, console: Console, max_rows: int = 50
+) -> None:
     """The table at the end of a suite run, then one line of totals."""
     table = Table(title=f"{summary.suite}: {summary.total} tests", show_lines=False)
     table.add_column("test", no_wrap=True)
@@ -74,7 +76,11 @@ def print_run(results: list[TestResult], summary: RunSummary, console: Console) 
     table.add_column("slowest grader")
     table.add_column("reason", overflow="fold", max_width=70)
     order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
-    for r in sorted(results, key=lambda r: (order[r.status], r.id)):
+    ranked = sorted(results, key=lambda r: (order[r.status], r.id))
+    # Every test that did not pass is shown; passes fill the table up to `max_rows`.
+    shown = [r for r in ranked if r.status is not Status.passed]
+    shown += [r for r in ranked if r.status is Status.passed][: max(0, max_rows - len(shown))]
+    for r in shown:
         table.add_row(
             escape(r.id),
             f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
@@ -83,6 +89,8 @@ def print_run(results: list[TestResult], summary: RunSummary, console: Console) 
             escape(reason(r)) if r.status is not Status.passed else "",
         )
     console.print(table)
+    if len(shown) < len(ranked):
+        console.print(f"[dim]… {len(ranked) - len(shown)} more passed tests in results.jsonl[/]")
     tail = " (interrupted)" if summary.interrupted else ""
     console.print(
         f"[bold green]{summary.passed} passed[/], [bold red]{summary.failed} failed[/], "

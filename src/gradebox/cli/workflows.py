@@ -49,11 +49,17 @@ def _progress(out: Output, label: str, total: int) -> tuple[Progress, object]:
     return progress, progress.add_task(label, total=total)
 
 
+TABLE_ROWS = 50
+
+
 def _records_table(out: Output, records: list[GradedRecord], title: str) -> None:
+    """Errors and failures first; a long batch shows its first rows and says what it left."""
     table = Table(title=title)
     for col in ("line", "id", "verdict", "score", "reason"):
         table.add_column(col, overflow="fold")
-    for r in records:
+    order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
+    ranked = sorted(records, key=lambda r: (order[r.status], r.line))
+    for r in ranked[:TABLE_ROWS]:
         table.add_row(
             str(r.line),
             escape(r.id),
@@ -62,6 +68,8 @@ def _records_table(out: Output, records: list[GradedRecord], title: str) -> None
             escape(r.reasoning[:120]),
         )
     out.console.print(table)
+    if len(ranked) > TABLE_ROWS:
+        out.console.print(f"[dim]… {len(ranked) - TABLE_ROWS} more rows in the output file[/]")
 
 
 def _counts(records: list[GradedRecord]) -> dict[str, int]:
