@@ -373,6 +373,10 @@ def main() -> None:
         "within 20%",
     )  # type: ignore[index]
     Console().print(table)
+    Console().print(
+        f"Best worker count here: {tp['best_workers']} "  # type: ignore[index]
+        f"(export GRADEBOX_WORKERS={tp['best_workers']} to make it the default)."
+    )  # type: ignore[index]
 
 
 if __name__ == "__main__":

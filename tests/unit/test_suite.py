@@ -163,3 +163,12 @@ def test_container_assertions_know_their_source_dir(tmp_path):
     s = suite(tmp_path, "tests:\n  - id: a\n    assert:\n      - {type: program, program: x}\n")
     a = s.tests[0].assertions[0]
     assert isinstance(a, GraderAssertion) and a.grader.source_dir == tmp_path.resolve()
+
+
+def test_default_workers_follow_the_measured_setting(monkeypatch):
+    from gradebox.runner import default_workers
+
+    monkeypatch.setenv("GRADEBOX_WORKERS", "3")
+    assert default_workers() == 3
+    monkeypatch.delenv("GRADEBOX_WORKERS")
+    assert default_workers() >= 2
