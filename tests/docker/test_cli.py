@@ -104,7 +104,8 @@ def _wait_for_container(engine, pid, timeout=30):
     raise AssertionError("the runner never started its container")
 
 
-def test_ctrl_c_removes_the_container(tmp_path, workspace, engine):
+def _sleeping_runner(tmp_path, workspace, engine):
+    """A `gradebox grade` process whose grader sleeps; returns once its container runs."""
     g = write(tmp_path / "g.yaml", "type: program\nprogram: sleep\nargs: ['600']\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace)],
@@ -112,36 +113,33 @@ def test_ctrl_c_removes_the_container(tmp_path, workspace, engine):
         stderr=subprocess.PIPE,
     )
     _wait_for_container(engine, proc.pid)
+    return proc
+
+
+def _left_by(engine, pid):
+    return [
+        c
+        for c in engine.containers({LABEL_OWNER: None})
+        if c["Labels"][LABEL_OWNER].endswith(f":{pid}")
+    ]
+
+
+def test_ctrl_c_removes_the_container(tmp_path, workspace, engine):
+    proc = _sleeping_runner(tmp_path, workspace, engine)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    left = [
-        c
-        for c in engine.containers({LABEL_OWNER: None})
-        if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")
-    ]
-    assert left == []
+    assert _left_by(engine, proc.pid) == []
 
 
 def test_sigkilled_runner_is_cleaned_by_gc(tmp_path, workspace, engine):
-    g = write(tmp_path / "g.yaml", "type: program\nprogram: sleep\nargs: ['600']\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _wait_for_container(engine, proc.pid)
+    proc = _sleeping_runner(tmp_path, workspace, engine)
     proc.kill()
     proc.wait()
     assert _wait_for_container(engine, proc.pid, timeout=5)  # orphaned, still there
     p = gradebox("gc", "--json")
     assert p.returncode == 0, p.stderr
-    left = [
-        c
-        for c in engine.containers({LABEL_OWNER: None})
-        if c["Labels"][LABEL_OWNER].endswith(f":{proc.pid}")
-    ]
-    assert left == []
+    assert _left_by(engine, proc.pid) == []
     assert json.loads(p.stdout)["containers"]
     assert not list(Path("/tmp").glob(f"gradebox-{proc.pid}-*"))
 
