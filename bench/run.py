@@ -239,7 +239,7 @@ from gradebox.runner import RunOptions, run_suite
 from gradebox.suite import load_suite
 from gradebox.sandbox import get_sandbox
 from gradebox.images import ImageResolver
-n = int(sys.argv[1]); root = pathlib.Path(tempfile.mkdtemp())
+n = int(sys.argv[1]); holder = tempfile.TemporaryDirectory(); root = pathlib.Path(holder.name)
 (root / "tpl").mkdir(); (root / "tpl" / "f.txt").write_text("x\\n" * 100)
 tests = "".join(f"  - id: t{i:05d}\\n    output: answer {i}\\n    assert:\\n"
                 f"      - {{type: contains, value: answer}}\\n      - {{type: is-json}}\\n"
@@ -275,8 +275,13 @@ def main() -> None:
     q = args.quick
     r: dict[str, object] = {}
 
+    scratch = tempfile.TemporaryDirectory(prefix="gradebox-bench-")  # removed at exit
+    counter = iter(range(1_000_000))
+
     def tmp() -> Path:
-        return Path(tempfile.mkdtemp(prefix="gradebox-bench-"))
+        path = Path(scratch.name) / str(next(counter))
+        path.mkdir()
+        return path
 
     say("grade-cold…")
     r["cold"] = cold = bench_cold(tmp(), 10 if q else 50)
