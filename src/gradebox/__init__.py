@@ -10,7 +10,14 @@ Example::
 """
 
 from ._version import __version__
-from .errors import ConfigError, EngineError, EngineUnavailable, GradeboxError, ImageError
+from .errors import (
+    ConfigError,
+    EngineError,
+    EngineUnavailable,
+    GradeboxError,
+    ImageError,
+    SandboxClosed,
+)
 from .graders import GraderConfig, ProgramGrader, ScriptGrader, load_grader, run_grader
 from .protocol import Check, GraderResult, Payload, Status
 from .sandbox import Limits, RunOutcome, Sandbox, SandboxSpec, Security, get_sandbox
@@ -29,6 +36,7 @@ __all__ = [
     "ProgramGrader",
     "RunOutcome",
     "Sandbox",
+    "SandboxClosed",
     "SandboxSpec",
     "ScriptGrader",
     "Security",

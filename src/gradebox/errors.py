@@ -7,7 +7,8 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
     ├── ConfigError               bad configuration or usage; nothing was run (CLI exit 2)
     ├── ImageError                an image is missing, unpinned or differs from the lock
     └── EngineError               the container engine failed us
-        └── EngineUnavailable     the engine cannot be reached at all
+        ├── EngineUnavailable     the engine cannot be reached at all
+        └── SandboxClosed         the sandbox was closed (Ctrl-C): nothing new may start
 
 Foreign exceptions (``docker.errors``, ``requests``) are translated into these at exactly one
 edge, ``gradebox.sandbox._engine``; nothing above it imports them.
@@ -21,6 +22,7 @@ __all__ = [
     "EngineUnavailable",
     "GradeboxError",
     "ImageError",
+    "SandboxClosed",
 ]
 
 
@@ -67,3 +69,13 @@ class EngineError(GradeboxError):
 
 class EngineUnavailable(EngineError):
     """The container engine cannot be reached."""
+
+
+class SandboxClosed(EngineError):
+    """The sandbox was closed while work was still asking for containers (an interrupt).
+
+    Work that sees this was cut short; it is not a result and must not be recorded as one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("the sandbox was closed (interrupted)")

@@ -26,7 +26,7 @@ from typing import TextIO, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import EngineError, GradeboxError
+from .errors import GradeboxError, SandboxClosed
 from .graders.builtin import BuiltinAssertion
 from .graders.run import (
     TMP_PREFIX,
@@ -35,7 +35,7 @@ from .graders.run import (
     run_grader,
     run_in_workspace,
 )
-from .graders.verdict import judge
+from .graders.verdict import judge, tail_text
 from .images import DEFAULT_IMAGE, ImageResolver
 from .protocol import (
     GraderResult,
@@ -49,7 +49,7 @@ from .sandbox.base import Limits, RunOutcome, Sandbox
 from .sandbox.hardening import run_as
 from .sandbox.labels import LABEL_RUN
 from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
-from .workspace import Baseline, copy_template
+from .workspace import DEFAULT_DIFF_CAP, Baseline, copy_template
 
 __all__ = [
     "JsonlWriter",
@@ -61,6 +61,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("gradebox.runner")
+
+HOOK_TIMEOUT = 300.0  # before_each / after_each
 
 
 def default_workers() -> int:
@@ -142,24 +144,26 @@ def _input_text(payload: Payload) -> bytes:
     return json.dumps([m.model_dump(mode="json") for m in payload.input]).encode()
 
 
-def _step(outcome: RunOutcome) -> StepRecord:
-    tail = outcome.stderr.decode("utf-8", errors="replace").strip()[-2000:] or None
-    return StepRecord(
+def _step(
+    what: str, outcome: RunOutcome, timeout: float, limits: Limits
+) -> tuple[StepRecord, str | None]:
+    """A target or hook run: its record, and why it failed (None when it exited 0)."""
+    record = StepRecord(
         exit_code=outcome.exit_code,
         duration_ms=outcome.duration_ms,
         timed_out=outcome.timed_out,
-        stderr_tail=tail,
+        stderr_tail=tail_text(outcome.stderr),
     )
-
-
-def _step_failure(what: str, outcome: RunOutcome, timeout: float) -> str | None:
-    verdict = judge("program", what, outcome, timeout=timeout, limits=Limits())
     if outcome.exit_code == 0 and not outcome.timed_out and not outcome.oom_killed:
-        return None
+        return record, None
+    # Timeouts, OOM, signals and failed starts read the same as for a grader.
+    verdict = judge("program", what, outcome, timeout=timeout, limits=limits)
     if verdict.status is Status.error:
-        return f"{what}: {verdict.evidence}"
-    tail = (verdict.stderr_tail or "").splitlines()
-    return f"{what} exited with code {outcome.exit_code}" + (f": {tail[-1]}" if tail else "")
+        return record, f"{what}: {verdict.evidence}"
+    tail = (record.stderr_tail or "").splitlines()
+    return record, f"{what} exited with code {outcome.exit_code}" + (
+        f": {tail[-1]}" if tail else ""
+    )
 
 
 def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status, float]:
@@ -226,10 +230,8 @@ class _SuiteRun:
         )
         try:
             self._run(test, payload, scratch, result, timings)
-        except EngineError as exc:
-            if "closed" in str(exc):
-                raise  # interrupted: this test is not finished and must not be recorded
-            result.status, result.error = Status.error, str(exc)
+        except SandboxClosed:
+            raise  # interrupted: this test is not finished and must not be recorded
         except GradeboxError as exc:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
@@ -245,18 +247,20 @@ class _SuiteRun:
         result.finished_at = _now()
         return result
 
-    def _hook(self, name: str, command: object, ws: Path, labels: dict[str, str]) -> str | None:
-        image = self.image_for(None, None)
+    def _hook(
+        self, name: str, command: list[str] | str, ws: Path, labels: dict[str, str]
+    ) -> str | None:
         outcome = run_in_workspace(
             command,
             ws,
             self.box,
-            image_id=image,
-            name=name,  # type: ignore[arg-type]
+            image_id=self.image_for(None, None),
+            name=name,
+            timeout=HOOK_TIMEOUT,
             labels=labels,
             source_dir=self.suite.root,
         )
-        return _step_failure(name, outcome, 300.0)
+        return _step(name, outcome, HOOK_TIMEOUT, Limits())[1]
 
     def _run(
         self,
@@ -360,8 +364,7 @@ class _SuiteRun:
                 source_dir=self.suite.root,
             )
             timings["target"] = int((time.monotonic() - t) * 1000)
-            result.target = _step(outcome)
-            failure = _step_failure("target", outcome, target.timeout)
+            result.target, failure = _step("target", outcome, target.timeout, target.limits)
             answer = outcome.stdout.decode("utf-8", errors="replace")
             result.output = payload.output = answer
             payload.duration_ms = outcome.duration_ms
@@ -370,7 +373,7 @@ class _SuiteRun:
                 return
 
         if baseline is not None:
-            cap = int(ws_cfg.max_diff) if ws_cfg else 1 << 20
+            cap = int(ws_cfg.max_diff) if ws_cfg else DEFAULT_DIFF_CAP
             payload.file_changes = baseline.diff(cap)
             result.file_changes_bytes = len(payload.file_changes.encode())
 

@@ -21,12 +21,13 @@ from .._types import format_bytes, format_duration
 from ..protocol import Check, GraderResult, OutputShapeError, Status, parse_grader_output
 from ..sandbox.base import Limits, RunOutcome
 
-__all__ = ["judge"]
+__all__ = ["judge", "tail_text"]
 
 TAIL_CHARS = 2000
 
 
-def _tail(data: bytes) -> str | None:
+def tail_text(data: bytes) -> str | None:
+    """The last TAIL_CHARS characters of a stream, for a human reading a failure."""
     text = data.decode("utf-8", errors="replace").strip()
     if not text:
         return None
@@ -96,8 +97,8 @@ def judge(
         timed_out=outcome.timed_out,
         oom_killed=outcome.oom_killed,
         output_truncated=outcome.output_truncated,
-        stdout_tail=_tail(outcome.stdout),
-        stderr_tail=_tail(outcome.stderr),
+        stdout_tail=tail_text(outcome.stdout),
+        stderr_tail=tail_text(outcome.stderr),
     )
 
     if outcome.timed_out:

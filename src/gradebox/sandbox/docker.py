@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from .._version import __version__
-from ..errors import EngineError
+from ..errors import EngineError, SandboxClosed
 from . import _engine
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .hardening import HOME, host_config, run_as
@@ -122,7 +122,7 @@ class DockerSandbox(Sandbox):
         input exists. The grader's timeout starts at release. The image needs ``/bin/sh``.
         """
         if self._closed:
-            raise EngineError("the sandbox was closed (interrupted)")
+            raise SandboxClosed()
         labels = {
             **spec.labels,
             **owner_labels(self.session),
@@ -155,7 +155,7 @@ class DockerSandbox(Sandbox):
         handle = DockerPrepared(self, cid, spec, warm)
         if closed:  # close() ran while we were creating: this container must not run
             handle.discard()
-            raise EngineError("the sandbox was closed (interrupted)")
+            raise SandboxClosed()
         if warm:
             handle.attach_and_start()
         return handle
