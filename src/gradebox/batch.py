@@ -114,6 +114,7 @@ def grade_records(
     workers: int,
     resume: bool = True,
     on_done: Callable[[GradedRecord], None] = lambda r: None,
+    on_start: Callable[[int], None] = lambda done: None,
 ) -> list[GradedRecord]:
     """Grade every record not yet in ``out``; append each as it finishes. Ctrl-C stops
     cleanly: containers removed, finished records kept."""
@@ -121,6 +122,7 @@ def grade_records(
     if out and not resume and out.exists():
         out.unlink()
     todo = [(n, r) for n, r in records if n not in done]
+    on_start(len(records) - len(todo))
     sink = JsonlWriter(out) if out else None
     # Twice as many threads as workers: while `workers` graders run, as many more containers
     # are being created and started, so each grader's container is ready when a slot frees.

@@ -263,22 +263,19 @@ def build_images(
     say: Callable[[str], None] = log.info,
 ) -> list[ImageStatus]:
     """Build what is missing or out of date (by input hash); return the final status."""
-    wanted = list(names) if names else image_names()
-    current = {s.name: s for s in status(engine, wanted)}
-    base = current[BASE]
+    wanted = [n for n in (names or image_names()) if n != BASE]
+    base, *images = status(engine, wanted)
     base_id = base.id
     if force or not base.up_to_date:
         base_id = bootstrap_base(engine, say)
+        images = status(engine, wanted)[1:]  # a new base changes every image's inputs
     assert base_id is not None
-    for name in wanted:
-        if name == BASE:
-            continue
-        st = status(engine, [name])[1]
+    for st in images:
         if force or not st.up_to_date:
-            build_image(engine, name, base_id, say)
+            build_image(engine, st.name, base_id, say)
         else:
-            say(f"{qualified(name)} is up to date")
-    return status(engine, [n for n in wanted if n != BASE])
+            say(f"{st.ref} is up to date")
+    return status(engine, wanted)
 
 
 # ----------------------------------------------------------------------------------------------

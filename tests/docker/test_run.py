@@ -148,7 +148,9 @@ target:
 tests:
   - id: boom
     input: boom
-    assert: [{type: contains, value: fine}]
+    assert:
+      - {type: contains, value: fine}
+      - {type: script, name: never-released, command: "true"}
   - id: ok
     input: calm
     assert: [{type: contains, value: fine}]
@@ -159,6 +161,8 @@ tests:
     results = read_results(tmp_path / "out" / "results.jsonl")
     assert results["boom"].status.value == "error"
     assert results["boom"].error == "target exited with code 3: dying"
+    assert results["boom"].graders == []  # its grader was started ahead, then discarded
+    assert box.leftovers() == []
     assert results["ok"].status.value == "passed"
     assert (summary.errored, summary.passed) == (1, 1)
 

@@ -16,12 +16,14 @@ from rich.table import Table
 from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
 from ..calibrate import load_review_items, review_sheet, sample
 from ..errors import ConfigError
+from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
 from ..graders.run import run_grader, run_in_workspace
+from ..images import ImageResolver
 from ..protocol import Payload, Status
 from ..report import STYLE
 from ..runner import default_workers, run_as_ids
-from ..sandbox import get_sandbox
+from ..sandbox import Sandbox, get_sandbox
 from ..trials import summarise_trials
 from ..workspace import copy_template
 from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
@@ -38,7 +40,20 @@ def _exit(records: list[GradedRecord]) -> int:
     return 1 if any(r.status is Status.failed for r in records) else 0
 
 
-def _progress(out: Output, label: str, total: int) -> tuple[Progress, object]:
+def _grade(
+    out: Output,
+    label: str,
+    records: list[tuple[int, Record]],
+    config: GraderConfig,
+    box: Sandbox,
+    images: ImageResolver,
+    *,
+    workspace: Path,
+    workers: int,
+    out_file: Path | None = None,
+    resume: bool = False,
+) -> list[GradedRecord]:
+    """grade_records with a progress bar on stderr (records already in out_file count done)."""
     progress = Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
@@ -46,7 +61,20 @@ def _progress(out: Output, label: str, total: int) -> tuple[Progress, object]:
         TimeElapsedColumn(),
         console=out.err,
     )
-    return progress, progress.add_task(label, total=total)
+    task = progress.add_task(label, total=len(records))
+    with progress:
+        return grade_records(
+            records,
+            config,
+            box,
+            images,
+            out=out_file,
+            workspace=workspace,
+            workers=workers,
+            resume=resume,
+            on_start=lambda done: progress.update(task, completed=done),
+            on_done=lambda r: progress.advance(task),
+        )
 
 
 TABLE_ROWS = 50
@@ -100,19 +128,18 @@ def batch(
     records = read_records(records_file)
     with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
         ws = workspace or Path(empty)
-        progress, task = _progress(out, "batch", len(records))
-        with progress:
-            graded = grade_records(
-                records,
-                config,
-                box,
-                resolver_for(box, locked),
-                out=out_file,
-                workspace=ws,
-                workers=workers or default_workers(),
-                resume=not fresh,
-                on_done=lambda r: progress.advance(task),  # type: ignore[arg-type]
-            )
+        graded = _grade(
+            out,
+            "batch",
+            records,
+            config,
+            box,
+            resolver_for(box, locked),
+            workspace=ws,
+            workers=workers or default_workers(),
+            out_file=out_file,
+            resume=not fresh,
+        )
     if as_json:
         out.document({"out": str(out_file), "total": len(graded), **_counts(graded)})
     else:
@@ -185,19 +212,17 @@ def trials(
         images = resolver_for(box, locked)
         if target:
             records = _run_target(records, target, target_image, k, box, images, n_workers)
-        progress, task = _progress(out, "trials", len(records))
-        with progress:
-            graded = grade_records(
-                records,
-                config,
-                box,
-                images,
-                out=out_file,
-                workspace=Path(empty),
-                workers=n_workers,
-                resume=False,
-                on_done=lambda r: progress.advance(task),
-            )  # type: ignore[arg-type]
+        graded = _grade(
+            out,
+            "trials",
+            records,
+            config,
+            box,
+            images,
+            workspace=Path(empty),
+            workers=n_workers,
+            out_file=out_file,
+        )
     report = summarise_trials(graded, k)
     if as_json:
         out.document(report)
@@ -260,12 +285,13 @@ def calibrate(
         config = load_grader_ref(grader)
         with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
-            rescored = grade_records(
+            rescored = _grade(
+                out,
+                "re-scoring",
                 records,
                 config,
                 box,
                 resolver_for(box, locked),
-                out=None,
                 workspace=Path(empty),
                 workers=default_workers(),
             )
