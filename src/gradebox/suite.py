@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ._types import Bytes, Duration
+from ._types import Bytes, Duration, format_duration
 from ._yaml import LineMap, load_yaml_file, validate
 from .errors import ConfigError
 from .graders.builtin import BuiltinAssertion, is_builtin
@@ -228,7 +228,7 @@ def _default(defaults: Defaults, key: str) -> Any:
     if isinstance(value, ImageBuild):
         return value.model_dump()
     if key == "timeout" and value is not None:
-        return f"{value}s"
+        return format_duration(value)  # grader entries are validated from their YAML form
     return value
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
+from .._yaml import to_config_error
 from ..errors import ConfigError
 from ..graders import load_grader, run_grader
 from ..protocol import Payload, Status
@@ -20,12 +23,6 @@ EXIT = {Status.passed: 0, Status.failed: 1, Status.error: 3}
 
 def load_payload(source: str) -> Payload:
     """A payload from a JSON file, or ``-`` for stdin. Errors name the file and the field."""
-    import sys
-
-    from pydantic import ValidationError
-
-    from .._yaml import to_config_error
-
     name = "<stdin>" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
