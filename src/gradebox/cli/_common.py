@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,9 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-__all__ = ["JsonOpt", "LockedOpt", "Output", "WorkersOpt", "resolver_for"]
+from ..protocol import Status
+
+__all__ = ["exit_code", "JsonOpt", "LockedOpt", "Output", "WorkersOpt", "resolver_for"]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (logs go to stderr).")
@@ -27,6 +30,14 @@ LockedOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+def exit_code(statuses: Iterable[Status]) -> int:
+    """The documented exit code of a run: 3 if anything errored, else 1 if anything failed."""
+    seen = set(statuses)
+    if Status.error in seen:
+        return 3
+    return 1 if Status.failed in seen else 0
 
 
 def resolver_for(box: Any, locked: bool | None) -> Any:

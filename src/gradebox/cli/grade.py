@@ -13,12 +13,10 @@ from pydantic import ValidationError
 from .._yaml import to_config_error
 from ..errors import ConfigError
 from ..graders import load_grader, run_grader
-from ..protocol import Payload, Status
+from ..protocol import Payload
 from ..report import print_result
 from ..sandbox import get_sandbox
-from ._common import JsonOpt, LockedOpt, Output, resolver_for
-
-EXIT = {Status.passed: 0, Status.failed: 1, Status.error: 3}
+from ._common import JsonOpt, LockedOpt, Output, exit_code, resolver_for
 
 
 def load_payload(source: str) -> Payload:
@@ -69,4 +67,4 @@ def grade(
         out.document(result)
     else:
         print_result(result, out.console)
-    raise typer.Exit(EXIT[result.status])
+    raise typer.Exit(exit_code([result.status]))

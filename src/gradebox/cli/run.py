@@ -15,15 +15,9 @@ from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
 from ..sandbox import get_sandbox
 from ..suite import GraderAssertion, load_suite
-from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
+from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, exit_code, resolver_for
 
 SuiteArg = Annotated[Path, typer.Argument(help="The suite file (YAML).")]
-
-
-def _exit_code(results: list[TestResult]) -> int:
-    if any(r.status is Status.error for r in results):
-        return 3
-    return 1 if any(r.status is Status.failed for r in results) else 0
 
 
 def run(
@@ -97,7 +91,7 @@ def run(
     else:
         print_run(results, summary, output.console)
         output.console.print(f"[dim]results: {out_dir / 'results.jsonl'}[/]")
-    raise typer.Exit(_exit_code(results))
+    raise typer.Exit(exit_code(r.status for r in results))
 
 
 def validate(suite_file: SuiteArg, as_json: JsonOpt = False) -> None:

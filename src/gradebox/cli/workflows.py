@@ -26,18 +26,12 @@ from ..runner import default_workers, run_as_ids
 from ..sandbox import Sandbox, get_sandbox
 from ..trials import summarise_trials
 from ..workspace import copy_template
-from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, resolver_for
+from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, exit_code, resolver_for
 
 GraderOpt = Annotated[
     Path, typer.Option("--grader", "-g", help="A grader YAML, or a grader script (.py .sh .js).")
 ]
 MARK = {Status.passed: "pass", Status.failed: "fail", Status.error: "error"}
-
-
-def _exit(records: list[GradedRecord]) -> int:
-    if any(r.status is Status.error for r in records):
-        return 3
-    return 1 if any(r.status is Status.failed for r in records) else 0
 
 
 def _grade(
@@ -148,7 +142,7 @@ def batch(
         out.console.print(
             f"{c['passed']} passed, {c['failed']} failed, {c['error']} errored -> {out_file}"
         )
-    raise typer.Exit(_exit(graded))
+    raise typer.Exit(exit_code(r.status for r in graded))
 
 
 def _run_target(
