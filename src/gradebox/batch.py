@@ -86,7 +86,7 @@ def load_grader_ref(ref: str | Path) -> GraderConfig:
     path = Path(ref)
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         return load_grader(path)
-    return grader_for_file(path)
+    return grader_for_file(path, dialect="inline")
 
 
 def graded(line: int, record: Record, result: GraderResult) -> GradedRecord:

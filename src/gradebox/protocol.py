@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -33,6 +34,8 @@ __all__ = [
     "TestResult",
     "TokenUsage",
     "TraceSummary",
+    "clean_text",
+    "load_untrusted_json",
     "parse_grader_output",
 ]
 
@@ -208,7 +211,56 @@ class GraderOutput(_Open):
 
 
 class OutputShapeError(ValueError):
-    """stdout is JSON, but not a result object of any known shape."""
+    """stdout is not JSON, or JSON of no known result shape, or too deep to keep."""
+
+
+MAX_JSON_DEPTH = 64
+"""How deeply a grader's output may nest: deeper is an error, never a crash of the run."""
+
+
+def clean_text(value: str) -> str:
+    """A string that can always be written: lone surrogates (``"\\ud800"``) become U+FFFD."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    if depth > MAX_JSON_DEPTH:
+        raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v, depth + 1) for v in value]
+    return value
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def load_untrusted_json(text: str) -> Any:
+    """Parse what an untrusted process printed: bounded depth, every string writable.
+
+    Raises ``OutputShapeError`` for anything that is not such JSON (including nesting that
+    would exhaust the parser's recursion)."""
+    depth = deepest = 0
+    # A cheap pre-scan (strings removed) keeps the C parser away from 100,000 nested arrays,
+    # which would end in a RecursionError.
+    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise OutputShapeError(str(exc)) from None
+    return _clean(value)
 
 
 def clamp_score(value: float | None) -> float | None:
@@ -307,7 +359,7 @@ class GraderResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    type: Literal["program", "script", "builtin", "assertion"] = "program"
+    type: Literal["program", "script", "builtin", "assertion", "inline"] = "program"
     status: Status
     passed: bool
     score: float
@@ -322,6 +374,11 @@ class GraderResult(BaseModel):
     output_truncated: bool = False
     stdout_tail: str | None = None
     stderr_tail: str | None = None
+    privileges: list[str] = Field(
+        default_factory=list,
+        description="hardening the run allowed this grader to relax (see `allow`)",
+    )
+    backend: str | None = Field(default=None, description="the sandbox backend that ran it")
 
 
 # --------------------------------------------------------------------------------------------

@@ -425,24 +425,18 @@ class _SuiteRun:
             return payload.model_copy(update={"config": assertion.config})
         return payload
 
-    @staticmethod
-    def _typed(assertion: GraderAssertion, result: GraderResult) -> GraderResult:
-        if assertion.grader.type == "script" and assertion.config is not None:
-            result.type = "assertion"
-        return result
-
     def _release(
         self, assertion: GraderAssertion, payload: Payload, prepared: PreparedGrader
     ) -> GraderResult:
         try:
-            return self._typed(assertion, prepared.run(self._body(assertion, payload)))
+            return prepared.run(self._body(assertion, payload))
         finally:
             self.ahead.release()
 
     def _one(
         self, assertion: GraderAssertion, payload: Payload, ws: Path, labels: dict[str, str]
     ) -> GraderResult:
-        result = run_grader(
+        return run_grader(
             assertion.grader,
             self._body(assertion, payload),
             ws,
@@ -451,7 +445,6 @@ class _SuiteRun:
             labels=labels,
             file=str(self.suite.path),
         )
-        return self._typed(assertion, result)
 
     def close(self) -> None:
         self.grader_pool.shutdown(wait=False, cancel_futures=True)

@@ -205,6 +205,7 @@ def _compile_assertion(
     config = {k: v for k, v in entry.items() if k not in own and k != "type"}
     data = {
         "type": "script",
+        "dialect": "assertion",
         "name": custom.name,
         "command": custom.command(),
         "image": _default(defaults, "image") if custom.image() == "python" else custom.image(),

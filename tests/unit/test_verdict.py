@@ -73,11 +73,11 @@ def test_timeout_oom_signal_start_and_overflow_are_errors():
     assert t.status is Status.error and t.evidence == "Grader timed out after 2s" and t.timed_out
     o = run("program", 137, oom_killed=True)
     assert o.status is Status.error and "out of memory" in o.evidence and o.oom_killed
-    k = run("program", 137)
+    k = run("program", 137, signal=9)
     assert k.status is Status.error and "SIGKILL" in k.evidence
-    s = run("program", 127, stderr=b"[FATAL tini (7)] exec nope failed: No such file or directory")
+    s = run("program", None, start_error="nope: command not found")
     assert s.status is Status.error
-    assert s.evidence == "Failed to start grader program: No such file or directory"
+    assert s.evidence == "Failed to start grader program: nope: command not found"
     f = run("program", None, stdout=b"x" * 10, stdout_dropped=5)
     assert f.status is Status.error and "cap on stdout" in f.evidence and f.output_truncated
     for r in (t, o, k, s, f):
@@ -94,9 +94,73 @@ def test_program_nonzero_with_text_on_stdout_is_failed():
     assert "1 failed" in r.stdout_tail
 
 
-def test_gate_start_failures_are_errors():
-    r = run("program", 127, stderr=b"gradebox-gate: 1: exec: nosuch: not found\n")
-    assert r.status is Status.error
-    assert r.evidence == "Failed to start grader program: nosuch: not found"
+def test_a_grader_cannot_fake_a_start_failure_or_a_kill():
+    # Start failures and kills are what the backend reports, not what the grader prints.
     r = run("program", 127, stderr=b"[gradebox] cannot enter /workspace/x\n")
-    assert r.evidence == "Failed to start grader program: cannot enter /workspace/x"
+    assert r.status is Status.failed and r.evidence == "Grader exited with exit code 127"
+    r = run("program", 137, stderr=b"[INFO  tini (1)] Main child exited with signal\n")
+    assert r.status is Status.failed
+    r = run("program", 130)  # exit(130) of its own accord: a plain failure
+    assert r.status is Status.failed and r.exit_code == 130
+
+
+# The dialect table (see gradebox.graders.verdict), row by row.
+
+PASS = json.dumps({"pass": True, "score": 1.0}).encode()
+FAIL = json.dumps({"pass": False, "score": 0.3}).encode()
+
+
+def test_debug_line_before_a_failing_result_is_not_a_pass():
+    for dialect in ("script", "assertion"):
+        r = run(dialect, 0, stdout=b"debug: loading\n" + FAIL)
+        assert (r.status, r.score) == (Status.failed, 0.3), dialect
+    r = run("script", 0, stdout=b"debug\n{\n  \"pass\": false,\n  \"score\": 0\n}\n")
+    assert r.status is Status.failed
+    # Two objects: the one that ends stdout is the result.
+    r = run("script", 0, stdout=PASS + b"\n" + FAIL)
+    assert r.status is Status.failed
+
+
+def test_script_output_that_looks_like_a_broken_result_is_an_error():
+    r = run("script", 0, stdout=b'{"pass": tru')
+    assert r.status is Status.error and "unparseable" in r.evidence
+    r = run("script", 0, stdout=b'note\n{"pass": true}\ntrailing words')
+    assert r.status is Status.error
+    r = run("script", 0, stdout=b"{'pass': True}")  # a Python dict, not JSON
+    assert r.status is Status.error
+
+
+def test_program_is_strict_about_stdout():
+    assert run("program", 0, stdout=b"debug\n" + PASS).status is Status.error
+    assert run("program", 0, stdout=b"").status is Status.passed
+
+
+def test_inline_requires_json():
+    assert run("inline", 0).status is Status.error
+    assert run("inline", 0, stdout=b"looks fine").status is Status.error
+    assert run("inline", 0, stdout=b"[1]").status is Status.error
+    assert run("inline", 1, stdout=PASS).status is Status.error
+    assert run("inline", 0, stdout=PASS).status is Status.passed
+    r = run("inline", 0, stdout=json.dumps({"pass": False, "score": 0.2, "reasoning": "no"}).encode())
+    assert (r.status, r.score, r.evidence) == (Status.failed, 0.2, "no")
+
+
+def test_nonzero_exit_keeps_a_score_only_when_the_report_says_it_failed():
+    for dialect in ("program", "script"):
+        r = run(dialect, 1, stdout=json.dumps({"passed": True, "score": 0.9}).encode())
+        assert (r.status, r.passed, r.score) == (Status.failed, False, 0.0), dialect
+        r = run(dialect, 1, stdout=FAIL)
+        assert (r.status, r.score) == (Status.failed, 0.3), dialect
+
+
+def test_untrusted_output_is_bounded_and_writable():
+    deep = b'{"pass": false, "details": ' + b'{"a": ' * 400 + b"1" + b"}" * 400 + b"}"
+    r = run("script", 0, stdout=deep)
+    assert r.status is Status.error and "nested deeper" in r.evidence
+    arrays = b"[" * 100_000 + b"]" * 100_000
+    assert run("program", 0, stdout=arrays).status is Status.error
+    lone = b'{"pass": true, "reason": "\\ud800 ok", "checks": [{"text": "\\udfff", "pass": true}]}'
+    r = run("script", 0, stdout=lone)
+    assert r.status is Status.passed
+    r.model_dump_json()  # writable: no surrogate survives
+    assert "\ud800" not in r.evidence and r.evidence.endswith(" ok")

@@ -93,6 +93,11 @@ class _GraderBase(BaseModel):
         default="ro", description="rw gives the grader a private copy it may change"
     )
     weight: float = Field(default=1.0, ge=0, description="weight in a suite test's score")
+    dialect: Literal["program", "script", "assertion", "inline"] | None = Field(
+        default=None,
+        description="how its output is judged (see the dialect table); default: its type. "
+        "Custom assertions speak `assertion`, batch/trials/calibrate graders `inline`",
+    )
 
     _source_dir: Path | None = PrivateAttr(default=None)
 
@@ -140,6 +145,13 @@ class ProgramGrader(_GraderBase):
     def display_name(self) -> str:
         return self.name or PurePosixPath(self.program).name
 
+    @model_validator(mode="after")
+    def _program_dialect(self) -> ProgramGrader:
+        if self.dialect not in (None, "program"):
+            raise ValueError("a program grader speaks the program dialect; use type: script")
+        self.dialect = "program"
+        return self
+
 
 class ScriptGrader(_GraderBase):
     """Runs ``command`` with the payload as JSON on stdin (a string runs through ``sh -c``).
@@ -159,6 +171,13 @@ class ScriptGrader(_GraderBase):
         if not value or (isinstance(value, list) and not value[0]):
             raise ValueError("command must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _script_dialect(self) -> ScriptGrader:
+        if self.dialect == "program":
+            raise ValueError("a script grader cannot speak the program dialect")
+        self.dialect = self.dialect or "script"
+        return self
 
     def display_name(self) -> str:
         if self.name:

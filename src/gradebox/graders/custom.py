@@ -66,7 +66,9 @@ def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS) -> dict[str, C
     return found
 
 
-def grader_for_file(path: Path, *, name: str | None = None) -> ScriptGrader:
+def grader_for_file(
+    path: Path, *, name: str | None = None, dialect: str = "script"
+) -> ScriptGrader:
     """A script grader that runs one file: ``.py`` with python3, ``.sh`` with bash, ``.js``/
     ``.mjs``/``.cjs`` with node, anything else directly (it must be executable).
 
@@ -88,8 +90,9 @@ def grader_for_file(path: Path, *, name: str | None = None) -> ScriptGrader:
             "not executable and of no known kind (.py .sh .js .mjs .cjs)", file=str(path)
         )
     found = CustomAssertion(path.stem, path)
-    grader = ScriptGrader(
-        type="script", name=name or path.stem, command=found.command(), image=found.image()
-    )
+    grader = ScriptGrader.model_validate(
+        {"type": "script", "name": name or path.stem, "command": found.command(),
+         "image": found.image(), "dialect": dialect}
+    )  # fmt: skip
     grader.with_source(path.parent)
     return grader

@@ -261,7 +261,7 @@ class PreparedGrader:
                 _private_copy(self.workspace, self.copy_to, self.user)
             outcome = self._handle.execute(body if grader.type == "script" else None)
             result = judge(
-                grader.type,
+                grader.dialect or grader.type,
                 grader.display_name(),
                 outcome,
                 timeout=grader.timeout,

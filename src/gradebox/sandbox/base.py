@@ -97,7 +97,13 @@ class SandboxSpec:
 
 @dataclass
 class RunOutcome:
-    """What happened. ``exit_code`` is None when the process never ran or never exited."""
+    """What happened. ``exit_code`` is None when the process never ran or never exited.
+
+    ``signal`` is set only when the runtime itself saw the process die of that signal (then
+    ``exit_code`` is 128 + signal); a process that chose to exit with 137 has ``signal`` None.
+    ``start_error`` is set by the backend when the command could not be started at all; a
+    grader cannot set it by printing anything.
+    """
 
     exit_code: int | None
     stdout: bytes = b""
@@ -108,6 +114,7 @@ class RunOutcome:
     oom_killed: bool = False
     start_error: str | None = None
     duration_ms: int = 0
+    signal: int | None = None
 
     @property
     def output_truncated(self) -> bool:

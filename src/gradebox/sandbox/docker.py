@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import logging
 import queue
+import re
 import secrets
 import selectors
 import socket
@@ -129,11 +130,11 @@ class DockerSandbox(Sandbox):
             "gradebox.grader": spec.name,
             "gradebox.version": __version__,
         }
-        env = {"HOME": HOME, **spec.env}
-        command, workdir = spec.command, spec.workdir
-        if warm:
-            env[_GATE_CWD] = spec.workdir
-            command, workdir = [*_GATE, *spec.command], "/"
+        # Every container starts with the gate (see _GATE); `warm` only says when.
+        env = {"HOME": HOME, **spec.env, _GATE_CWD: spec.workdir}
+        if spec.security.init:
+            env["TINI_VERBOSITY"] = "2"  # the init then says whether a signal killed the child
+        command, workdir = [*_GATE, *spec.command], "/"
         try:
             cid = self.engine.create(
                 lambda: f"gradebox-{slug(spec.name)}-{secrets.token_hex(4)}",
@@ -146,6 +147,9 @@ class DockerSandbox(Sandbox):
                 stdin_open=True,
                 tty=False,
                 host_config=host_config(spec.limits, spec.security, spec.network, spec.mounts),
+                # The SDK would copy proxy settings (credentials included) from the runner's
+                # ~/.docker/config.json into every container: a grader gets only what we set.
+                use_config_proxy=False,
             )
         except EngineError as exc:
             return DockerPrepared(self, None, spec, warm, start_error=str(exc))
@@ -281,16 +285,49 @@ class DockerSandbox(Sandbox):
 
 
 _GATE_CWD = "GRADEBOX_CWD"
-# Blocks on one line of stdin (the release), then becomes the grader. `read` of the shell
-# consumes stdin byte by byte up to the newline, so the grader's own stdin follows intact.
-_GATE = [
-    "/bin/sh",
-    "-c",
-    'IFS= read -r _ || exit 125; cd "$GRADEBOX_CWD" 2>/dev/null || '
-    '{ echo "[gradebox] cannot enter $GRADEBOX_CWD" >&2; exit 127; }; '
-    'unset GRADEBOX_CWD; exec "$@"',
-    "gradebox-gate",
-]
+# Blocks on one line of stdin (the release), then becomes the command. The line is a fresh
+# token that only the runner and the gate know: the gate tags its own start failures with it,
+# so a grader cannot pass off its own stderr as a failed start. `read` of the shell consumes
+# stdin byte by byte up to the newline, so the command's own stdin follows intact.
+_GATE_SCRIPT = (
+    "IFS= read -r t || exit 125\n"
+    "say() { printf '[gradebox:%s] %s\\n' \"$t\" \"$1\" >&2; exit 127; }\n"
+    'cd "$GRADEBOX_CWD" 2>/dev/null || say "cannot enter $GRADEBOX_CWD"\n'
+    "unset GRADEBOX_CWD TINI_VERBOSITY\n"
+    'case "$1" in\n'
+    '  */*) [ -f "$1" ] && [ -x "$1" ] || say "$1: no such executable file";;\n'
+    '  *) command -v "$1" >/dev/null 2>&1 || say "$1: command not found";;\n'
+    "esac\n"
+    't=; exec "$@"'
+)
+_GATE = ["/bin/sh", "-c", _GATE_SCRIPT, "gradebox-gate"]
+_TINI_LINE = re.compile(rb"\[(?:TRACE|DEBUG|INFO|WARN|FATAL) +tini \(\d+\)\] ([^\n]*)\n?")
+
+
+def _own_lines(stream: bytes, token: str) -> tuple[bytes, str | None, bool | None]:
+    """Split what the gate and the init said from the command's own output.
+
+    tini writes its INFO lines to stdout (possibly in the middle of a line the command is
+    writing) and its FATAL lines to stderr; both are cut out. Returns the command's output,
+    the gate's start failure (if any), and whether the init saw the command die of a signal
+    (None: it did not say)."""
+    said: list[bytes] = []
+
+    def cut(m: re.Match[bytes]) -> bytes:
+        said.append(m.group(1))
+        return b""
+
+    stream = _TINI_LINE.sub(cut, stream)
+    exits = [s for s in said if s.startswith(b"Main child exited")]
+    signalled = exits[-1].startswith(b"Main child exited with signal") if exits else None
+    tag = f"[gradebox:{token}] ".encode()
+    kept, start_error = [], None
+    for line in stream.splitlines(keepends=True):
+        if line.startswith(tag):
+            start_error = line[len(tag) :].rstrip(b"\r\n").decode("utf-8", errors="replace")
+        else:
+            kept.append(line)
+    return b"".join(kept), start_error, signalled
 
 
 class DockerPrepared(Prepared):
@@ -334,7 +371,8 @@ class DockerPrepared(Prepared):
                     return RunOutcome(exit_code=None, start_error=self.start_error)
             assert self._raw is not None
             started = time.monotonic()
-            data = (b"\n" if self.warm else b"") + (stdin or b"")
+            token = secrets.token_hex(16)
+            data = f"{token}\n".encode() + (stdin or b"")
             streams, timed_out, overflow = DockerSandbox._pump(
                 self._raw, data, int(spec.limits.output), started + spec.timeout
             )
@@ -352,10 +390,16 @@ class DockerPrepared(Prepared):
             if exit_code == 137 and not timed_out:
                 # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
                 oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
+            stdout, _, signalled = _own_lines(bytes(streams.stdout), token)
+            stderr, start_error, _ = _own_lines(bytes(streams.stderr), token)
             return RunOutcome(
                 exit_code=None if timed_out else exit_code,
-                stdout=bytes(streams.stdout),
-                stderr=bytes(streams.stderr),
+                stdout=stdout,
+                stderr=stderr,
+                start_error=start_error,
+                signal=exit_code - 128
+                if signalled and exit_code is not None and exit_code > 128
+                else None,
                 stdout_dropped=streams.stdout_dropped,
                 stderr_dropped=streams.stderr_dropped,
                 timed_out=timed_out,

@@ -61,6 +61,7 @@ class HostSandbox(Sandbox):
         code = proc.returncode
         return RunOutcome(
             exit_code=None if timed_out else (128 - code if code < 0 else code),
+            signal=-code if code < 0 and not timed_out else None,
             stdout=out[:cap],
             stderr=err[-cap:],
             stdout_dropped=max(0, len(out) - cap),
