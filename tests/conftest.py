@@ -29,6 +29,20 @@ def box(engine: Engine) -> Iterator[DockerSandbox]:
     sandbox.close()
 
 
+# Every backend that the conformance suite runs against and that claims isolation. The attack
+# battery (tests/docker/test_adversarial.py) runs each attack against each of them.
+ISOLATED_BACKENDS = ["docker"]
+
+
+@pytest.fixture(scope="session", params=ISOLATED_BACKENDS)
+def sandbox(request, engine: Engine) -> Iterator[object]:
+    from gradebox.sandbox import get_sandbox
+
+    box = DockerSandbox(engine) if request.param == "docker" else get_sandbox(request.param)
+    yield box
+    box.close()
+
+
 @pytest.fixture(scope="session")
 def python_image(box: DockerSandbox) -> str:
     return box.resolve_image("gradebox/python:latest")

@@ -19,10 +19,10 @@ from pydantic import Field, ValidationError
 from .errors import ConfigError
 from .graders.config import GraderConfig, load_grader
 from .graders.custom import grader_for_file
-from .graders.run import prepare_grader
+from .graders.run import grader_fingerprint, prepare_grader
 from .images import ImageResolver
+from .jsonl import JsonlWriter, digest, read_jsonl, rewrite_jsonl
 from .protocol import GraderResult, InlinePayload, Status
-from .runner import JsonlWriter, read_jsonl
 from .sandbox.base import Sandbox
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
@@ -46,6 +46,7 @@ class GradedRecord(Record):
     record's 1-based line in the input file."""
 
     line: int
+    fingerprint: str | None = None  # the record and the grader: resume reuses only a match
     status: Status
     pass_: bool = Field(alias="pass")
     score: float
@@ -81,12 +82,37 @@ def read_graded(path: Path) -> dict[int, GradedRecord]:
     return {r.line: r for r in read_jsonl(path, GradedRecord)}
 
 
-def load_grader_ref(ref: str | Path) -> GraderConfig:
+def record_fingerprint(record: Record, grader_print: str) -> str:
+    return digest(grader_print, record.model_dump(mode="json", by_alias=True))
+
+
+def reusable(
+    path: Path, records: list[tuple[int, Record]], grader_print: str, retry_errors: bool
+) -> dict[int, GradedRecord]:
+    """Graded records in ``path`` whose record and grader are unchanged, by current line.
+
+    Matched by content, not position: records may have been added, removed or reordered.
+    Identical records (trials of one prompt) are matched one for one."""
+    by_print: dict[str, list[GradedRecord]] = {}
+    for g in read_jsonl(path, GradedRecord):
+        if g.fingerprint and not (retry_errors and g.status is Status.error):
+            by_print.setdefault(g.fingerprint, []).append(g)
+    out = {}
+    for n, record in records:
+        found = by_print.get(record_fingerprint(record, grader_print))
+        if found:
+            g = found.pop(0)
+            g.line = n
+            out[n] = g
+    return out
+
+
+def load_grader_ref(ref: str | Path, dialect: str = "inline") -> GraderConfig:
     """``--grader``: a grader YAML/JSON file, or a grader script (``.py``, ``.sh``, ``.js``...)."""
     path = Path(ref)
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         return load_grader(path)
-    return grader_for_file(path, dialect="inline")
+    return grader_for_file(path, dialect=dialect)
 
 
 def graded(line: int, record: Record, result: GraderResult) -> GradedRecord:
@@ -113,13 +139,18 @@ def grade_records(
     workspace: Path,
     workers: int,
     resume: bool = True,
+    retry_errors: bool = False,
     on_done: Callable[[GradedRecord], None] = lambda r: None,
     on_start: Callable[[int], None] = lambda done: None,
 ) -> list[GradedRecord]:
-    """Grade every record not yet in ``out``; append each as it finishes. Ctrl-C stops
-    cleanly: containers removed, finished records kept."""
-    done = read_graded(out) if (out and resume) else {}
-    if out and not resume and out.exists():
+    """Grade every record not yet in ``out`` (by content: a changed record or grader is graded
+    again); append each as it finishes. Ctrl-C stops cleanly: containers removed, finished
+    records kept."""
+    grader_print = grader_fingerprint(grader)
+    done = reusable(out, records, grader_print, retry_errors) if (out and resume) else {}
+    if out and resume:
+        rewrite_jsonl(out, [done[n] for n in sorted(done)])  # what stands, nothing stale
+    elif out and out.exists():
         out.unlink()
     todo = [(n, r) for n, r in records if n not in done]
     on_start(len(records) - len(todo))
@@ -141,6 +172,7 @@ def grade_records(
             n, record = futures[fut]
             result = fut.result()
             item = graded(n, record, result)
+            item.fingerprint = record_fingerprint(record, grader_print)
             done[n] = item
             if sink:
                 sink.append(item)

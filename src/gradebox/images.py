@@ -387,9 +387,13 @@ class ImageResolver:
         locked: bool = False,
         lock: Lock | None = None,
         say: Callable[[str], None] = log.info,
+        build_network: bool = False,
     ) -> None:
         self.engine = engine
         self.locked = locked
+        # A grader's own Dockerfile runs its RUN steps as root: without the network unless
+        # whoever runs gradebox allowed it (`allow: [network]`, `--allow network`).
+        self.build_network = build_network
         self._lock_file = lock
         self._cache: dict[str, str] = {}
         self._mutex = threading.Lock()
@@ -442,11 +446,20 @@ class ImageResolver:
         return iid
 
     def _build(self, spec: ImageBuild, source_dir: Path) -> str:
+        source_dir = source_dir.resolve()
         target = (source_dir / spec.build).resolve()
         dockerfile = target / "Dockerfile" if target.is_dir() else target
+        context = (source_dir / spec.context).resolve() if spec.context else dockerfile.parent
+        for key, path in (("image.build", dockerfile), ("image.context", context)):
+            # The build context is sent to the engine whole: it must not reach past the
+            # grader's own folder into the host's files.
+            if path != source_dir and source_dir not in path.parents:
+                raise ImageError(
+                    f"{key}: {path} is outside the grader's folder {source_dir}; a build may "
+                    "only use files next to the grader file"
+                )
         if not dockerfile.is_file():
             raise ImageError(f"image.build: {dockerfile} does not exist")
-        context = (source_dir / spec.context).resolve() if spec.context else dockerfile.parent
         digest = input_hash(context, dockerfile.read_text(errors="replace"))
         tag = f"{REPO}-local/{digest[7:23]}:latest"
         try:
@@ -463,7 +476,7 @@ class ImageResolver:
             else str(dockerfile),
             tag=tag,
             labels={LABEL_INPUTS: digest},
-            network_mode="bridge",
+            network_mode="bridge" if self.build_network else "none",
         ):
             if "error" in chunk:
                 raise ImageError(f"building {dockerfile} failed: {chunk['error'].strip()}")

@@ -420,6 +420,12 @@ class TestResult(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     started_at: str | None = None
     finished_at: str | None = None
+    fingerprint: str | None = Field(
+        default=None,
+        description="sha256 of the test and of everything that grades it: --resume reuses "
+        "this result only while it matches",
+    )
+    details_dropped: bool = False
 
 
 class RunSummary(BaseModel):
@@ -437,5 +443,6 @@ class RunSummary(BaseModel):
     duration_s: float
     workers: int
     interrupted: bool = False
+    reused: int = Field(default=0, description="results of unchanged tests kept by --resume")
     started_at: str
     finished_at: str

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from .protocol import GraderResult, RunSummary, Status, TestResult
 
-__all__ = ["STYLE", "junit_xml", "print_result", "print_run"]
+__all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_text"]
+
+# Control characters (ESC among them) let text an agent or a grader wrote retitle, clear or
+# rewrite a terminal, or set its clipboard; tabs and newlines are all that reach one.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What XML 1.0 cannot hold at all: a JUnit file with one of these is not XML.
+_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def escape(text: str) -> str:
+    """Untrusted text, safe for a terminal through rich: no control sequences, no markup."""
+    return _markup_escape(_CONTROL.sub("\ufffd", text))
+
+
+def xml_text(text: str) -> str:
+    """Untrusted text, safe inside XML: characters XML cannot hold become U+FFFD."""
+    return _NOT_XML.sub("\ufffd", text)
 
 STYLE = {Status.passed: "bold green", Status.failed: "bold red", Status.error: "bold yellow"}
 MARK = {Status.passed: "✔ PASS", Status.failed: "✘ FAIL", Status.error: "! ERROR"}
@@ -108,7 +126,7 @@ def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
     suite = ET.SubElement(
         root,
         "testsuite",
-        name=summary.suite,
+        name=xml_text(summary.suite),
         tests=str(len(results)),
         failures=str(summary.failed),
         errors=str(summary.errored),
@@ -120,15 +138,21 @@ def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=summary.suite,
-            name=r.id,
+            classname=xml_text(summary.suite),
+            name=xml_text(r.id),
             time=f"{r.timings_ms.get('total', 0) / 1000:.3f}",
         )
         if r.status is not Status.passed:
             tag = "error" if r.status is Status.error else "failure"
-            node = ET.SubElement(case, tag, message=reason(r)[:500], type=r.status.value)
-            node.text = "\n".join(
-                f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}" for g in r.graders
-            ) or (r.error or "")
+            node = ET.SubElement(
+                case, tag, message=xml_text(reason(r)[:500]), type=r.status.value
+            )
+            node.text = xml_text(
+                "\n".join(
+                    f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}"
+                    for g in r.graders
+                )
+                or (r.error or "")
+            )
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -14,29 +14,26 @@ import os
 import queue
 import secrets
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO, TypeVar
-
-from pydantic import BaseModel
 
 from .errors import GradeboxError, SandboxClosed
 from .graders.builtin import BuiltinAssertion
 from .graders.run import (
-    TMP_PREFIX,
     PreparedGrader,
+    new_scratch,
     prepare_grader,
     run_grader,
     run_in_workspace,
 )
 from .graders.verdict import judge, tail_text
 from .images import DEFAULT_IMAGE, ImageResolver
+from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
 from .protocol import (
     GraderResult,
     Payload,
@@ -49,11 +46,9 @@ from .sandbox.base import Limits, RunOutcome, Sandbox
 from .sandbox.hardening import run_as
 from .sandbox.labels import LABEL_RUN
 from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
-from .workspace import DEFAULT_DIFF_CAP, Baseline, copy_template
+from .workspace import DEFAULT_DIFF_CAP, Baseline, Quota, Workspace
 
 __all__ = [
-    "JsonlWriter",
-    "read_jsonl",
     "RunOptions",
     "default_workers",
     "read_results",
@@ -84,57 +79,13 @@ class RunOptions:
     workers: int | None = None
     filter: str | None = None
     resume: bool = False
+    retry_errors: bool = False  # with resume: errored tests run again
     max_ahead: int | None = None  # containers started ahead of their input; default 2/worker
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
-    """Every valid line of a results file; a torn last line (a killed writer) is skipped."""
-    if not path.is_file():
-        return
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                yield model.model_validate_json(line)
-            except ValueError:
-                continue
-
-
 def read_results(path: Path) -> dict[str, TestResult]:
-    """Finished tests of an earlier run, by id."""
+    """Finished tests of an earlier run, by id (a later line for the same id wins)."""
     return {r.id: r for r in read_jsonl(path, TestResult)}
-
-
-def open_jsonl_for_append(path: Path) -> TextIO:
-    """Open a JSONL file to append to, dropping a torn last line a killed writer left: an
-    append after it would be glued onto it and spoil a good record too."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with path.open("r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-    return path.open("a", encoding="utf-8")
-
-
-class JsonlWriter:
-    """Appends one JSON line per call, flushed and fsynced, from any thread."""
-
-    def __init__(self, path: Path) -> None:
-        self._file = open_jsonl_for_append(path)
-        self._lock = threading.Lock()
-
-    def append(self, result: BaseModel) -> None:
-        line = result.model_dump_json(by_alias=True) + "\n"
-        with self._lock:
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def _input_text(payload: Payload) -> bytes:
@@ -207,7 +158,7 @@ class _SuiteRun:
     def run_test(self, test: Test) -> TestResult:
         started, t0 = _now(), time.monotonic()
         timings: dict[str, int] = {}
-        scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+        scratch = new_scratch()
         case = test.case
         payload = Payload(
             input=case.input,
@@ -272,10 +223,32 @@ class _SuiteRun:
     ) -> None:
         labels = {**self.labels, "gradebox.test": test.id[:60]}
         ws_cfg = test.workspace
-        has_ws = ws_cfg is not None or self.target is not None
         t = time.monotonic()
-        user = run_as_ids()
-        ws = copy_template(self.suite.template_dir(ws_cfg), scratch / "workspace", owner=user)
+        ws = Workspace.create(
+            scratch / "workspace",
+            self.suite.template_dir(ws_cfg),
+            owner=run_as_ids(),
+            quota=ws_cfg.quota() if ws_cfg else Quota(),
+        )
+        try:
+            self._in_workspace(test, payload, ws, ws_cfg, scratch, result, timings, labels, t)
+        finally:
+            ws.close()
+
+    def _in_workspace(
+        self,
+        test: Test,
+        payload: Payload,
+        workspace: Workspace,
+        ws_cfg: WorkspaceConfig | None,
+        scratch: Path,
+        result: TestResult,
+        timings: dict[str, int],
+        labels: dict[str, str],
+        t: float,
+    ) -> None:
+        ws = workspace.path
+        has_ws = ws_cfg is not None or self.target is not None
         if ws_cfg and ws_cfg.before_each:
             failure = self._hook("before_each", ws_cfg.before_each, ws, labels)
             if failure:
@@ -295,7 +268,7 @@ class _SuiteRun:
         # need their input. Whatever is not used (the target failed) is discarded.
         ready = self._prepare_ahead(test, ws, labels)
         try:
-            self._finish(test, payload, ws, ws_cfg, baseline, ready, labels, result, timings)
+            self._finish(test, payload, workspace, ws_cfg, baseline, ready, labels, result, timings)
         finally:
             for fut in ready.values():
                 fut.add_done_callback(self._discard_prepared)
@@ -336,7 +309,7 @@ class _SuiteRun:
         self,
         test: Test,
         payload: Payload,
-        ws: Path,
+        workspace: Workspace,
         ws_cfg: WorkspaceConfig | None,
         baseline: Baseline | None,
         ready: dict[int, Future[PreparedGrader]],
@@ -344,6 +317,7 @@ class _SuiteRun:
         result: TestResult,
         timings: dict[str, int],
     ) -> None:
+        ws = workspace.path
         if self.target is not None:
             t = time.monotonic()
             target = self.target
@@ -368,6 +342,10 @@ class _SuiteRun:
             answer = outcome.stdout.decode("utf-8", errors="replace")
             result.output = payload.output = answer
             payload.duration_ms = outcome.duration_ms
+            over = workspace.exceeded()
+            if over:
+                result.error = f"target: {over}; its changes are not graded"
+                return
             if failure:
                 result.error = failure
                 return
@@ -474,15 +452,29 @@ def run_suite(
     workers = options.workers or suite.spec.defaults.workers or default_workers()
     out = options.out_dir
     results_path = out / "results.jsonl"
-    previous = read_results(results_path) if options.resume else {}
-    if not options.resume and results_path.exists():
-        results_path.unlink()
     selected = [
         t
         for t in suite.tests
         if options.filter is None or fnmatch.fnmatchcase(t.id, options.filter)
     ]
-    todo = [t for t in selected if t.id not in previous]
+    prints = {t.id: suite.fingerprint(t) for t in selected}
+    previous = read_results(results_path) if options.resume else {}
+    if not options.resume and results_path.exists():
+        results_path.unlink()
+    # Reuse a result only when the test and everything that grades it are unchanged.
+    reusable = {
+        k: r
+        for k, r in previous.items()
+        if k in prints
+        and r.fingerprint == prints[k]
+        and not (options.retry_errors and r.status is Status.error)
+    }
+    if options.resume:
+        # The file says exactly what stands: results of other tests, and the reused ones.
+        rewrite_jsonl(
+            results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
+        )
+    todo = [t for t in selected if t.id not in reusable]
     run_id = secrets.token_hex(6)
     on_start(len(selected), len(selected) - len(todo))
     writer = JsonlWriter(results_path)
@@ -491,9 +483,10 @@ def run_suite(
     # 100-test one does; the results themselves are on disk.
     wanted = {t.id for t in selected}
     finished: dict[str, tuple[Status, float]] = {
-        k: (v.status, v.score) for k, v in previous.items() if k in wanted
+        k: (v.status, v.score) for k, v in reusable.items() if k in wanted
     }
-    del previous
+    reused = len(finished)
+    del previous, reusable
     interrupted = False
     pool = ThreadPoolExecutor(workers, thread_name_prefix="test")
     # Completed futures go through a queue and are dropped once written, so finished results
@@ -511,7 +504,8 @@ def run_suite(
                     continue
             result = fut.result()
             del fut
-            writer.append(result)
+            result.fingerprint = prints[result.id]
+            _append_or_error(writer, result)
             finished[result.id] = (result.status, result.score)
             on_result(result)
     except KeyboardInterrupt:
@@ -532,8 +526,22 @@ def run_suite(
             started,
             time.monotonic() - t0,
         )
+        summary.reused = reused
         (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
+    """Write a result; one that cannot be written (whatever a grader put in it) is written as
+    an error of that test instead, and the run goes on."""
+    try:
+        writer.append(result)
+    except (ValueError, TypeError, RecursionError) as exc:
+        log.warning("test %s: result could not be written: %s", result.id, exc)
+        result.graders, result.details_dropped = [], True
+        result.status, result.passed, result.score = Status.error, False, 0.0
+        result.error = f"its result could not be written ({type(exc).__name__}); graders dropped"
+        writer.append(result)
 
 
 def summarise(

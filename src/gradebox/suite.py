@@ -19,10 +19,11 @@ from .errors import ConfigError
 from .graders.builtin import BuiltinAssertion, is_builtin
 from .graders.config import EnvKey, GraderConfig, ScriptGrader, grader_from_data
 from .graders.custom import CustomAssertion, discover
-from .images import ImageBuild
+from .images import ImageBuild, input_hash
+from .jsonl import digest
 from .protocol import Message
 from .sandbox.base import Limits
-from .workspace import DEFAULT_DIFF_CAP
+from .workspace import DEFAULT_DIFF_CAP, DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, Quota
 
 __all__ = ["Assertion", "GraderAssertion", "Suite", "Test", "load_suite"]
 
@@ -42,6 +43,16 @@ class WorkspaceConfig(_Strict):
         default=False, description="show files matched by .gitignore in file_changes"
     )
     max_diff: Bytes = Field(default=DEFAULT_DIFF_CAP, description="file_changes size cap")
+    max_size: Bytes = Field(
+        default=DEFAULT_MAX_SIZE,
+        description="what the target may write: the workspace is a filesystem of this size",
+    )
+    max_files: int = Field(
+        default=DEFAULT_MAX_FILES, ge=16, description="files and folders the workspace may hold"
+    )
+
+    def quota(self) -> Quota:
+        return Quota(size=int(self.max_size), files=self.max_files)
 
 
 class TargetConfig(_Strict):
@@ -74,9 +85,18 @@ class TestCase(_Strict):
     assert_: list[Any] = Field(default_factory=list, alias="assert")
 
 
+Privilege = Literal[
+    "root", "capabilities", "network", "writable-root", "privilege-escalation", "limits"
+]
+
+
 class SuiteFile(_Strict):
     name: str = "suite"
     description: str | None = None
+    allow: list[Privilege] = Field(
+        default_factory=list,
+        description="hardening the suite's graders and target may relax (see README)",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
     defaults: Defaults = Field(default_factory=Defaults)
     workspace: WorkspaceConfig | None = None
@@ -100,6 +120,8 @@ class GraderAssertion:
 
     grader: GraderConfig
     config: dict[str, Any] | None = None
+    field: str | None = None  # where it was written, for errors found later (the plan)
+    line: int | None = None
 
     @property
     def weight(self) -> float:
@@ -130,6 +152,7 @@ class Suite:
     spec: SuiteFile
     tests: list[Test]
     customs: dict[str, CustomAssertion]
+    _tree_hashes: dict[Path, str] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -139,11 +162,44 @@ class Suite:
     def root(self) -> Path:
         return self.path.parent.resolve()
 
+    def fingerprint(self, test: Test) -> str:
+        """What a result of ``test`` depends on: the test, the suite's settings, every grader
+        (configuration and the files it runs) and the workspace template's files."""
+        from .graders.run import grader_fingerprint, translate_args
+
+        spec = self.spec.model_dump(mode="json", exclude={"tests", "description", "metadata"})
+        parts: list[Any] = [spec, test.case.model_dump(mode="json", by_alias=True), test.metadata]
+        if spec.get("target"):
+            command = self.spec.target.command  # type: ignore[union-attr]
+            if not isinstance(command, str):
+                parts += _file_bytes(self.root, translate_args(command, self.root)[1])
+        for a in test.assertions:
+            if isinstance(a, GraderAssertion):
+                parts += [grader_fingerprint(a.grader), a.config]
+            else:
+                parts.append(a.model_dump(mode="json"))
+        template = self.template_dir(test.workspace)
+        if template is not None:
+            if template not in self._tree_hashes:
+                self._tree_hashes[template] = input_hash(template, "")
+            parts.append(self._tree_hashes[template])
+        return digest(*parts)
+
     def template_dir(self, ws: WorkspaceConfig | None) -> Path | None:
         return (self.root / ws.template).resolve() if ws and ws.template else None
 
 
 _GRADER_DEFAULT_KEYS = ("image", "timeout", "limits")
+
+
+def _file_bytes(folder: Path, names: list[str]) -> list[bytes]:
+    out = []
+    for name in names:
+        try:
+            out.append((folder / name).read_bytes())
+        except OSError:
+            out.append(b"<unreadable>")
+    return out
 
 
 def _compile_assertion(
@@ -185,7 +241,7 @@ def _compile_assertion(
         grader = grader_from_data(
             {**inherited, **entry}, file=file, lines=lines, prefix=loc, source_dir=suite_dir
         )
-        return GraderAssertion(grader)
+        return GraderAssertion(grader, field=here, line=lines.get(loc))
     custom = customs.get(kind)
     if custom is None:
         known = ", ".join(sorted(customs)) or "none found"
@@ -221,7 +277,7 @@ def _compile_assertion(
         data, file=file, lines=lines, prefix=loc, source_dir=custom.path.parent
     )
     assert isinstance(grader, ScriptGrader)
-    return GraderAssertion(grader, config=config or None)
+    return GraderAssertion(grader, config=config or None, field=here, line=lines.get(loc))
 
 
 def _default(defaults: Defaults, key: str) -> Any:

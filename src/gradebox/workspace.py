@@ -1,5 +1,11 @@
 """Test workspaces on the host: a fresh copy of the template, a git baseline, and the diff.
 
+Everything here reads files an agent wrote, so everything treats them as hostile: no link is
+ever followed (copies recreate links, nested repositories are found with ``lstat``, git never
+gets a work tree outside the workspace), special files are skipped, the workspace lives on a
+size- and file-limited filesystem when the host allows it, and the diff is streamed and cut at
+its cap. Ignore and attribute rules come from the baseline, never from what the agent wrote.
+
 The baseline lives in a git directory *outside* the workspace (``GIT_DIR`` + ``--work-tree``):
 nothing is created, changed or left inside the workspace, and a repository that the workspace
 already is (or contains) keeps its own history, index and files untouched. Each nested
@@ -9,8 +15,12 @@ repository gets its own baseline, so changes inside it show up as file diffs, no
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -18,9 +28,30 @@ from pathlib import Path
 
 from .errors import GradeboxError
 
-__all__ = ["DEFAULT_DIFF_CAP", "Baseline", "copy_template", "truncate_diff"]
+__all__ = [
+    "DEFAULT_DIFF_CAP",
+    "DEFAULT_MAX_FILES",
+    "DEFAULT_MAX_SIZE",
+    "Baseline",
+    "Quota",
+    "Workspace",
+    "WorkspaceError",
+    "copy_template",
+    "safe_copy",
+    "truncate_diff",
+    "unmount_below",
+]
+
+log = logging.getLogger("gradebox.workspace")
 
 DEFAULT_DIFF_CAP = 1 << 20
+DEFAULT_MAX_SIZE = 1 << 30
+DEFAULT_MAX_FILES = 100_000
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+# Attributes an agent's .gitattributes could use to make `git add` fail (an encoding), hide
+# content (`-diff` turns a file into "Binary files differ"), or rewrite it (filters, eol):
+# $GIT_DIR/info/attributes outranks every .gitattributes in the tree.
+_NEUTRAL_ATTRIBUTES = "* -text !eol -filter -ident !working-tree-encoding !diff !merge\n"
 
 _GIT_ENV = {
     # Our own identity and no user/system configuration: hooks, signing or a global
@@ -57,7 +88,65 @@ _GIT_OPTS = [
 
 
 class WorkspaceError(GradeboxError):
-    """The host could not copy a template or take a baseline (git missing, disk full)."""
+    """The host could not copy a template or take a baseline or diff (git failed, disk full)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies that follow no link and skip what is not a file, a directory or a link.
+
+
+def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None) -> list[str]:
+    """Copy the tree at ``source`` into ``dest`` (created) without following any link.
+
+    Links are recreated as links, FIFOs, sockets and devices are skipped (their relative paths
+    are returned), set-id bits are dropped. ``owner``: hand every entry to that uid:gid.
+    """
+    skipped: list[str] = []
+    dest.mkdir(parents=True, exist_ok=True)
+    chown = owner is not None and os.geteuid() == 0
+
+    def walk(src: Path, dst: Path, rel: str) -> None:
+        with os.scandir(src) as entries:
+            for entry in entries:
+                s, d = Path(entry.path), dst / entry.name
+                name = f"{rel}{entry.name}"
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(s), d)
+                elif stat.S_ISDIR(st.st_mode):
+                    d.mkdir(mode=0o700)
+                    walk(s, d, f"{name}/")
+                    os.chmod(d, stat.S_IMODE(st.st_mode) & 0o1777)
+                elif stat.S_ISREG(st.st_mode):
+                    _copy_file(s, d, stat.S_IMODE(st.st_mode) & 0o777)
+                else:
+                    skipped.append(name)
+                    continue
+                if chown:
+                    os.lchown(d, *owner)  # type: ignore[misc]
+
+    walk(source, dest, "")
+    if chown:
+        os.lchown(dest, *owner)  # type: ignore[misc]
+    return skipped
+
+
+def _copy_file(src: Path, dst: Path, mode: int) -> None:
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                # sendfile moves the bytes in the kernel; a quota'd destination ends it with
+                # ENOSPC, which the caller reports.
+                sent = os.sendfile(out, fd, None, 1 << 24)
+                if not sent:
+                    break
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+    os.chmod(dst, mode)
 
 
 def copy_template(template: Path | None, dest: Path, owner: tuple[int, int] | None = None) -> Path:
@@ -66,38 +155,241 @@ def copy_template(template: Path | None, dest: Path, owner: tuple[int, int] | No
     ``owner``: hand the copy to the sandbox user so an ``rw`` target can write it.
     """
     if template is None:
-        dest.mkdir(parents=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        if owner is not None and os.geteuid() == 0:
+            os.lchown(dest, *owner)
     else:
-        shutil.copytree(template, dest, symlinks=True)
-    if owner is not None and os.geteuid() == 0:
-        for dirpath, dirnames, filenames in os.walk(dest):
-            for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-                os.lchown(name, *owner)
+        safe_copy(template, dest, owner)
     return dest
+
+
+# ---------------------------------------------------------------------------------------------
+# A workspace on a filesystem of its own, limited in size and in files.
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What an agent (or an ``rw`` grader) may write: bytes and files (inodes)."""
+
+    size: int = DEFAULT_MAX_SIZE
+    files: int = DEFAULT_MAX_FILES
+
+    def describe(self) -> str:
+        from ._types import format_bytes
+
+        return f"{format_bytes(self.size)} and {self.files:,} files"
+
+
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+_libc: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> bool:
+    """A tmpfs of ``quota`` at ``path``: the kernel refuses writes past it (ENOSPC)."""
+    if os.geteuid() != 0 or not hasattr(os, "sched_getaffinity"):
+        return False
+    uid, gid = owner or (os.getuid(), os.getgid())
+    opts = f"size={quota.size},nr_inodes={quota.files + 1},mode=0755,uid={uid},gid={gid}"
+    rc = _lib().mount(b"gradebox-ws", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                      opts.encode())  # fmt: skip
+    if rc != 0:
+        log.warning("no size-limited workspace (%s): quota checked after the fact",
+                    os.strerror(ctypes.get_errno()))  # fmt: skip
+        return False
+    return True
+
+
+def _unmount(path: Path) -> None:
+    _lib().umount2(str(path).encode(), _MNT_DETACH)
+
+
+def unmount_below(root: Path) -> None:
+    """Detach every mount at or below ``root`` (workspaces a killed runner left mounted)."""
+    prefix = str(root.resolve())
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    points = [line.split()[4] for line in lines if len(line.split()) > 4]
+    for point in sorted(points, key=len, reverse=True):
+        point = point.encode().decode("unicode_escape")
+        if point == prefix or point.startswith(prefix + "/"):
+            _unmount(Path(point))
+
+
+class Workspace:
+    """A directory an untrusted process may write, on a filesystem of its own.
+
+    As root, a tmpfs of ``quota`` is mounted there, so the kernel itself stops a runaway agent
+    (ENOSPC) and nothing it writes reaches the host's disk. Elsewhere the quota is checked
+    after the fact, and ``exceeded()`` says so all the same.
+
+    Example::
+
+        ws = Workspace.create(scratch / "workspace", template, owner=(65534, 65534))
+        ...                       # the agent works in ws.path
+        if reason := ws.exceeded():
+            ...                   # the test is an error
+        ws.close()
+    """
+
+    def __init__(self, path: Path, quota: Quota, mounted: bool) -> None:
+        self.path, self.quota, self.mounted = path, quota, mounted
+        self.skipped: list[str] = []
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        template: Path | None = None,
+        *,
+        owner: tuple[int, int] | None = None,
+        quota: Quota | None = None,
+    ) -> Workspace:
+        quota = quota or Quota()
+        path.mkdir(parents=True, exist_ok=True)
+        ws = cls(path, quota, _mount_tmpfs(path, quota, owner))
+        try:
+            if template is not None:
+                ws.fill(template, owner)
+            elif owner is not None and os.geteuid() == 0:
+                os.lchown(path, *owner)
+        except BaseException:
+            ws.close()
+            raise
+        return ws
+
+    def fill(self, source: Path, owner: tuple[int, int] | None = None) -> None:
+        """Copy ``source`` in (no links followed, special files skipped)."""
+        try:
+            self.skipped = safe_copy(source, self.path, owner)
+        except OSError as exc:
+            if exc.errno in (28, 122):  # ENOSPC, EDQUOT
+                raise WorkspaceError(
+                    f"copying {source} exceeds the workspace quota ({self.quota.describe()})"
+                ) from None
+            raise WorkspaceError(f"cannot copy {source}: {exc}") from None
+
+    def exceeded(self) -> str | None:
+        """Why the workspace is over (or at) its quota, or None."""
+        if self.mounted:
+            st = os.statvfs(self.path)
+            free_bytes = st.f_bavail * st.f_frsize
+            if free_bytes < min(1 << 20, self.quota.size // 100) or st.f_favail < 2:
+                return f"the workspace quota ({self.quota.describe()}) was exhausted"
+            return None
+        size = files = 0
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            for name in dirnames + filenames:
+                files += 1
+                try:
+                    size += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                except OSError:
+                    continue
+            if size > self.quota.size or files > self.quota.files:
+                return f"the workspace quota ({self.quota.describe()}) was exceeded"
+        return None
+
+    def close(self) -> None:
+        if self.mounted:
+            _unmount(self.path)
+            self.mounted = False
 
 
 def truncate_diff(diff: str, cap: int) -> str:
     """Cut at a line boundary under ``cap`` bytes and say how much was dropped; never silently."""
     data = diff.encode("utf-8", errors="replace")
-    if len(data) <= cap:
-        return diff
-    cut = data.rfind(b"\n", 0, cap) + 1 or cap
-    kept = data[:cut].decode("utf-8", errors="ignore")
-    dropped = len(data) - cut
+    return _cut(data[: cap + 1], len(data), cap)
+
+
+def _cut(head: bytes, total: int, cap: int) -> str:
+    if total <= cap:
+        return head.decode("utf-8", errors="replace")
+    cut = head.rfind(b"\n", 0, cap) + 1 or cap
+    kept = head[:cut].decode("utf-8", errors="ignore")
     return (
         f"{kept}[gradebox: file_changes truncated at {cap} bytes: "
-        f"{dropped} of {len(data)} bytes dropped]\n"
+        f"{total - cut} of {total} bytes dropped]\n"
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Baselines.
+
+
+def _real_dir(root: Path, rel: str) -> bool:
+    """Is ``root/rel`` a directory reached through real directories only (no link)?"""
+    here = root
+    for part in [p for p in rel.split("/") if p]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+    return True
+
+
+def _is_repo_marker(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)
+
+
 def _find_repos(root: Path) -> list[str]:
-    """Relative paths of git repositories inside ``root`` ("" for root itself)."""
+    """Relative paths of git repositories inside ``root`` ("" for root itself); no link is
+    followed, and a ``.git`` that is a link does not make a repository."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        if ".git" in dirnames or ".git" in filenames:
+    for dirpath, dirnames, _filenames in os.walk(root):  # os.walk never enters linked dirs
+        if _is_repo_marker(Path(dirpath) / ".git"):
             found.append(os.path.relpath(dirpath, root).replace(os.sep, "/").removeprefix("."))
         dirnames[:] = [d for d in dirnames if d != ".git"]
     return sorted(p.lstrip("/") for p in found)
+
+
+def _escape(path: str) -> str:
+    """A path as a literal gitignore pattern: glob characters, leading ! and # escaped."""
+    out = "".join("\\" + c if c in "\\*?[]" else c for c in path)
+    if out[:1] in ("!", "#"):
+        out = "\\" + out
+    if out.endswith(" "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def _translate_ignore(rel_dir: str, text: str) -> list[str]:
+    """The lines of ``rel_dir/.gitignore`` as patterns anchored at the tree's root, with the
+    same meaning (unanchored patterns match at any depth below ``rel_dir``)."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        if not line.strip() or line.startswith("#"):
+            continue
+        if not rel_dir:
+            out.append(line)
+            continue
+        neg = line.startswith("!")
+        core = line[1:] if neg else line
+        dir_only = core.endswith("/")
+        core = core.rstrip("/")
+        if not core:
+            continue
+        anchored = "/" in core
+        core = core.lstrip("/")
+        pattern = f"/{_escape(rel_dir)}/" + (core if anchored else f"**/{core}")
+        out.append(("!" if neg else "") + pattern + ("/" if dir_only else ""))
+    return out
 
 
 @dataclass
@@ -107,6 +399,7 @@ class _Tree:
     rel: str
     git_dir: Path
     excludes: list[str] = field(default_factory=list)
+    ignore_rules: list[str] = field(default_factory=list)
     commit: str = ""
 
 
@@ -135,24 +428,37 @@ class Baseline:
             raise WorkspaceError("git is needed on the host to compute file_changes")
         store = store or Path(tempfile.mkdtemp(prefix="gradebox-baseline-"))
         base = cls(root.resolve(), store, include_ignored)
-        for rel in _find_repos(base.root) or [""]:
-            base._snapshot(rel)
-        if "" not in base.trees:
-            base._snapshot("")
+        try:
+            for rel in _find_repos(base.root) or [""]:
+                base._snapshot(rel)
+            if "" not in base.trees:
+                base._snapshot("")
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise WorkspaceError(f"cannot take a baseline of the workspace: {exc}") from None
         return base
 
-    def _git(self, tree: _Tree, *args: str, check: bool = True) -> str:
-        work = self.root / tree.rel if tree.rel else self.root
+    def _run(self, tree: _Tree, args: list[str], *, work: bool = True,
+             stdin: bytes | None = None) -> bytes:  # fmt: skip
+        cmd = ["git", *_GIT_OPTS, f"--git-dir={tree.git_dir}"]
+        cwd = self.store
+        if work:
+            if tree.rel and not _real_dir(self.root, tree.rel):
+                raise WorkspaceError(f"{tree.rel} is no longer a directory of the workspace")
+            cwd = self.root / tree.rel if tree.rel else self.root
+            cmd.append(f"--work-tree={cwd}")
         proc = subprocess.run(
-            ["git", *_GIT_OPTS, f"--git-dir={tree.git_dir}", f"--work-tree={work}", *args],
-            capture_output=True,
-            env={**os.environ, **_GIT_ENV},
-            cwd=work,
-        )
-        if check and proc.returncode != 0:
+            [*cmd, *args], input=stdin, capture_output=True,
+            env={**os.environ, **_GIT_ENV, "GIT_LITERAL_PATHSPECS": "1"}, cwd=cwd,
+        )  # fmt: skip
+        if proc.returncode != 0:
             msg = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise WorkspaceError(f"git {args[0]} failed in {work}: {msg[-1] if msg else '?'}")
-        return proc.stdout.decode("utf-8", errors="replace")
+            raise WorkspaceError(
+                f"git {args[0]} failed in {cwd}: {msg[-1] if msg else proc.returncode}"
+            )
+        return proc.stdout
+
+    def _git(self, tree: _Tree, *args: str) -> str:
+        return self._run(tree, list(args)).decode("utf-8", errors="replace")
 
     def _nested_under(self, rel: str, repos: list[str]) -> list[str]:
         prefix = f"{rel}/" if rel else ""
@@ -166,60 +472,110 @@ class Baseline:
             capture_output=True,
             env={**os.environ, **_GIT_ENV},
         )
-        self._git(tree, "config", "core.bare", "false")
+        (tree.git_dir / "info").mkdir(exist_ok=True)
+        (tree.git_dir / "info" / "attributes").write_text(_NEUTRAL_ATTRIBUTES)
         tree.excludes = self._nested_under(rel, list(self.trees) + _find_repos(self.root))
-        self._write_excludes(tree)
+        if not self.include_ignored and not empty:
+            tree.ignore_rules = self._ignore_rules(rel, tree.excludes)
         if empty:
-            tree.commit = self._git(
-                tree, "commit-tree", "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "-m", "empty"
-            ).strip()  # the empty tree: everything in a repo that appeared later is new
+            # The empty tree: everything in a repository that appeared later is new.
+            tree.commit = self._run(tree, ["commit-tree", EMPTY_TREE, "-m", "empty"],
+                                    work=False).decode().strip()  # fmt: skip
         else:
             self._add(tree)
-            self._git(tree, "commit", "-q", "--allow-empty", "--no-verify", "-m", "baseline")
-            tree.commit = self._git(tree, "rev-parse", "HEAD").strip()
+            tree.commit = self._git(tree, "commit-tree", self._git(tree, "write-tree").strip(),
+                                    "-m", "baseline").strip()  # fmt: skip
         self.trees[rel] = tree
 
-    def _write_excludes(self, tree: _Tree) -> None:
-        info = tree.git_dir / "info"
-        info.mkdir(exist_ok=True)
-        lines = [f"/{p}/" for p in tree.excludes]
-        (info / "exclude").write_text("\n".join(lines) + "\n")
+    def _ignore_rules(self, rel: str, nested: list[str]) -> list[str]:
+        """The tree's .gitignore files as they are now (at the baseline), as one rule list:
+        what the agent writes into a .gitignore later changes nothing."""
+        top = self.root / rel if rel else self.root
+        found: list[tuple[int, str, str]] = []
+        skip = {f"{n}" for n in nested}
+        for dirpath, dirnames, filenames in os.walk(top):
+            here = os.path.relpath(dirpath, top).replace(os.sep, "/").removeprefix(".")
+            here = here.lstrip("/")
+            dirnames[:] = [
+                d for d in dirnames if d != ".git" and f"{here}/{d}".lstrip("/") not in skip
+            ]
+            if ".gitignore" in filenames:
+                path = Path(dirpath) / ".gitignore"
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                    found.append((here.count("/") + bool(here), here, text))
+        rules: list[str] = []
+        for _depth, here, text in sorted(found):
+            rules += _translate_ignore(here, text)
+        return rules
 
     def _add(self, tree: _Tree) -> None:
-        args = ["add", "-A", "--ignore-errors"]
-        if self.include_ignored:
-            args.append("--force")
-        self._git(tree, *args, ".", check=False)
+        """Stage the tree as it is now: tracked changes, then every untracked file that the
+        baseline's rules do not ignore (the tree's own .gitignore files are not read)."""
+        rules = [f"/{_escape(p)}/" for p in tree.excludes] + tree.ignore_rules
+        exclude_file = tree.git_dir / "gradebox-exclude"
+        exclude_file.write_text("\n".join(rules) + "\n")
+        self._run(tree, ["add", "-u"])
+        others = self._run(tree, ["ls-files", "-z", "--others", f"--exclude-from={exclude_file}"])
+        if others:
+            self._run(
+                tree,
+                ["add", "--force", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                stdin=others,
+            )
 
     def diff(self, cap: int = DEFAULT_DIFF_CAP) -> str:
         """The unified diff from the baseline: edits, new and deleted files, renames, modes,
-        binaries (marked), nested repositories against their own baselines."""
+        binaries (marked), nested repositories against their own baselines. A repository that
+        was deleted or replaced by a link shows as deleted; the diff is streamed, and what is
+        past ``cap`` bytes is counted, not kept."""
+        try:
+            return self._diff(cap)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
+
+    def _diff(self, cap: int) -> str:
         for rel in _find_repos(self.root):
             if rel not in self.trees:  # a repository the agent created or cloned
                 self._snapshot(rel, empty=True)
-        parts = []
+        head = bytearray()
+        total = 0
         for rel, tree in sorted(self.trees.items()):
-            if rel and not (self.root / rel).is_dir():
-                continue
-            tree.excludes = self._nested_under(rel, list(self.trees))
-            self._write_excludes(tree)
-            self._add(tree)
             prefix = f"{rel}/" if rel else ""
-            parts.append(
-                self._git(
-                    tree,
-                    "diff",
-                    "--cached",
-                    "-M",
-                    "--no-color",
-                    "--no-ext-diff",
-                    "--no-textconv",
-                    f"--src-prefix=a/{prefix}",
-                    f"--dst-prefix=b/{prefix}",
-                    tree.commit,
-                )
-            )
-        return truncate_diff("".join(parts), cap)
+            opts = ["diff", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
+                    f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}"]  # fmt: skip
+            if rel and not _real_dir(self.root, rel):
+                args, work = [*opts, tree.commit, EMPTY_TREE], False
+            else:
+                tree.excludes = self._nested_under(rel, list(self.trees))
+                self._add(tree)
+                args, work = [*opts, "--cached", tree.commit], True
+            total = self._stream(tree, args, work, head, total, cap)
+        return _cut(bytes(head), total, cap)
+
+    def _stream(self, tree: _Tree, args: list[str], work: bool, head: bytearray, total: int,
+                cap: int) -> int:  # fmt: skip
+        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest."""
+        cmd = ["git", *_GIT_OPTS, f"--git-dir={tree.git_dir}"]
+        cwd = self.root / tree.rel if work and tree.rel else (self.root if work else self.store)
+        if work:
+            cmd.append(f"--work-tree={cwd}")
+        with subprocess.Popen(
+            [*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+            env={**os.environ, **_GIT_ENV},
+        ) as proc:  # fmt: skip
+            assert proc.stdout is not None and proc.stderr is not None
+            while chunk := proc.stdout.read(1 << 16):
+                room = cap + 1 - len(head)
+                if room > 0:
+                    head += chunk[:room]
+                total += len(chunk)
+            err = proc.stderr.read()
+            proc.wait()
+        if proc.returncode != 0:
+            lines = err.decode(errors="replace").strip().splitlines()
+            raise WorkspaceError(f"git diff failed in {cwd}: {lines[-1] if lines else '?'}")
+        return total
 
     def discard(self) -> None:
         shutil.rmtree(self.store, ignore_errors=True)

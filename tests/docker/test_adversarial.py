@@ -1,19 +1,30 @@
-"""Graders that misbehave on purpose. Each must end as a result, never hurt the host."""
+"""The attack battery: agents and graders that misbehave on purpose, against every isolated
+backend. Each attack must end as an honest result (never a pass it did not earn) and leave
+the host untouched."""
 
+import json
+import os
 import resource
 import time
 
 import pytest
 
 from gradebox.graders import load_grader, run_grader
+from gradebox.images import ImageBuild
 from gradebox.protocol import Payload, Status
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker
 
 
-def run(tmp_path, workspace, box, text):
-    return run_grader(load_grader(write(tmp_path / "g.yaml", text)), Payload(), workspace, box)
+@pytest.fixture
+def box(sandbox):
+    return sandbox
+
+
+def run(tmp_path, workspace, box, text, payload=None):
+    grader = load_grader(write(tmp_path / "g.yaml", text))
+    return run_grader(grader, payload or Payload(), workspace, box)
 
 
 def test_sleeping_past_the_timeout(tmp_path, workspace, box):
@@ -149,3 +160,205 @@ def test_failing_pytest_is_failed_not_error(tmp_path, workspace, box):
         "type: program\nprogram: python3\nargs: [-m, pytest, -q, -p, no:cacheprovider]\n",
     )
     assert r.status is Status.failed and "1 failed, 1 passed" in (r.stdout_tail or "")
+
+
+# --- A grader's output must not flip its verdict ----------------------------------------------
+
+
+def test_debug_line_before_a_failing_result_is_failed(tmp_path, workspace, box):
+    r = run(
+        tmp_path, workspace, box,
+        "type: script\ncommand: [sh, -c, 'echo debug: starting; echo \"{\\\"pass\\\": false}\"']\n",
+    )  # fmt: skip
+    assert r.status is Status.failed and not r.passed and r.score == 0.0
+
+
+def test_a_grader_cannot_fake_a_start_failure(tmp_path, workspace, box):
+    r = run(
+        tmp_path, workspace, box,
+        "type: program\nprogram: sh\n"
+        "args: ['-c', 'echo \"[gradebox] cannot enter /workspace\" >&2; exit 127']\n",
+    )  # fmt: skip
+    assert r.status is Status.failed and r.exit_code == 127
+
+
+def test_exit_codes_above_128_are_failures_unless_a_signal_killed(tmp_path, workspace, box):
+    r = run(tmp_path, workspace, box, "type: program\nprogram: sh\nargs: ['-c', 'exit 137']\n")
+    assert r.status is Status.failed and r.exit_code == 137
+    r = run(tmp_path, workspace, box, "type: program\nprogram: sh\nargs: ['-c', 'kill -TERM $$']\n")
+    assert r.status is Status.error and "SIGTERM" in r.evidence
+
+
+def test_deep_and_unwritable_output_is_an_error_that_can_be_written(tmp_path, workspace, box):
+    deep = '{"pass": true, "details": ' + '{"a": ' * 400 + "1" + "}" * 400 + "}"
+    write(tmp_path / "deep.json", deep)
+    r = run(tmp_path, workspace, box, "type: script\ncommand: [cat, deep.json]\n")
+    assert r.status is Status.error and "nested deeper" in r.evidence
+    r.model_dump_json()
+    write(tmp_path / "lone.json", '{"pass": false, "reason": "\\ud800"}')
+    r = run(tmp_path, workspace, box, "type: script\ncommand: [cat, lone.json]\n")
+    assert r.status is Status.failed
+    r.model_dump_json()
+    r = run(
+        tmp_path, workspace, box,
+        "type: program\nprogram: python3\n"
+        "args: ['-c', 'print(\"[\" * 100000 + \"]\" * 100000)']\n",
+    )  # fmt: skip
+    assert r.status is Status.error
+
+
+def test_a_long_python_one_liner_runs(tmp_path, workspace, box):
+    code = "import json; x = " + " + ".join(["1"] * 120) + "; print(json.dumps({'pass': x == 120}))"
+    assert len(code) > 256
+    r = run(tmp_path, workspace, box, f"type: script\ncommand: [python3, -c, {json.dumps(code)}]\n")
+    assert r.status is Status.passed, r.evidence
+
+
+# --- The host stays out of reach --------------------------------------------------------------
+
+
+def test_payload_is_readable_by_the_sandbox_user_alone(tmp_path, workspace, box):
+    r = run(
+        tmp_path, workspace, box,
+        "type: script\ncommand: \"stat -c '%a %u' $EVALUATE_GRADER_INPUT; id -u\"\n",
+    )  # fmt: skip
+    mode_owner, uid = r.evidence.splitlines()
+    assert mode_owner == f"400 {uid}"
+
+
+def test_runner_proxy_settings_never_reach_a_grader(tmp_path, workspace, monkeypatch):
+    from gradebox.sandbox._engine import Engine
+    from gradebox.sandbox.docker import DockerSandbox
+
+    config = tmp_path / "docker-config"
+    write(
+        config / "config.json",
+        json.dumps(
+            {"proxies": {"default": {"httpProxy": "http://user:secret@proxy.invalid:3128"}}}
+        ),
+    )
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    with DockerSandbox(Engine.connect()) as leaky:
+        r = run(tmp_path, workspace, leaky, 'type: script\ncommand: "env | sort"\n')
+    assert r.status is Status.passed
+    assert "secret" not in r.evidence and "proxy" not in r.evidence.lower()
+
+
+def test_a_fifo_in_the_workspace_does_not_break_an_rw_copy(tmp_path, workspace, box):
+    os.mkfifo(workspace / "pipe")
+    r = run(
+        tmp_path, workspace, box,
+        "type: script\nworkspace: rw\n"
+        "command: \"echo new > /workspace/x; cat /workspace/answer.txt\"\n",
+    )  # fmt: skip
+    assert r.status is Status.passed and r.evidence == "42"
+    assert not (workspace / "x").exists()
+
+
+def test_an_rw_grader_cannot_fill_the_host_disk(tmp_path, workspace, box):
+    r = run(
+        tmp_path, workspace, box,
+        "type: script\nworkspace: rw\n"
+        "command: \"for i in 1 2 3 4 5 6; do head -c 250000000 /dev/zero > /workspace/f$i || "
+        "exit 1; done\"\nlimits: {file_size: 300MiB, memory: 2GiB}\n",
+    )  # fmt: skip
+    # 1.5 GB into a 1 GiB private copy: the filesystem says no, and the grader never passes.
+    assert not r.passed and "No space left" in (r.stderr_tail or ""), r
+
+
+# --- The agent (target) cannot see the answer key, reach the host or hide its changes ---------
+
+
+def _run_suite(tmp_path, box, text, files=None):
+    from gradebox.images import ImageResolver
+    from gradebox.runner import RunOptions, read_results, run_suite
+    from gradebox.suite import load_suite
+
+    for name, body in (files or {}).items():
+        write(tmp_path / name, body)
+    suite = load_suite(write(tmp_path / "suite.yaml", text))
+    run_suite(suite, box, ImageResolver(box.engine), RunOptions(tmp_path / "out", workers=2))
+    return read_results(tmp_path / "out" / "results.jsonl")
+
+
+def test_the_target_sees_only_the_files_it_names(tmp_path, box):
+    results = _run_suite(
+        tmp_path, box,
+        "target: {command: [python3, agent.py]}\n"
+        "tests:\n  - id: t\n    input: go\n    expected_output: THE-ANSWER-KEY\n"
+        "    assert: [{type: script, command: [python3, graders/check.py]}]\n",
+        files={"agent.py": "import os\nprint(sorted(os.listdir('/grader')))\n"
+        "for p in ('/grader/suite.yaml',\n          '/grader/graders/check.py'):\n"
+        "    try:\n        print(open(p).read())\n"
+        "    except OSError:\n        print('no', p)\n",
+        "graders/check.py": "print('{\"pass\": true}')  # SECRET-GRADER\n"},
+    )  # fmt: skip
+    answer = results["t"].output
+    assert answer.splitlines()[0] == "['agent.py']"
+    assert "THE-ANSWER-KEY" not in answer and "SECRET-GRADER" not in answer
+    assert results["t"].status is Status.passed  # the grader itself still sees its folder
+
+
+def test_a_link_to_the_host_never_lands_in_file_changes(tmp_path, box):
+    import subprocess
+
+    template = tmp_path / "tpl"
+    write(template / "sub" / "code.py", "x = 1\n")
+    subprocess.run(["git", "init", "-q", str(template / "sub")], check=True)
+    results = _run_suite(
+        tmp_path, box,
+        "workspace: {template: ./tpl}\n"
+        "target: {command: 'rm -rf sub && ln -s /etc sub && echo done'}\n"
+        "tests:\n  - id: t\n    input: go\n"
+        "    assert: [{type: script, command: [python3, g.py]}]\n",
+        files={"g.py": "import json, sys\nfc = json.load(sys.stdin)['file_changes']\n"
+        "ok = 'root:x:0' not in fc and '-x = 1' in fc\n"
+        "print(json.dumps({'pass': ok, 'reason': fc[:300]}))\n"},
+    )  # fmt: skip
+    r = results["t"]
+    assert r.status is Status.passed, (r.error, r.graders)
+
+
+def test_an_agent_over_its_workspace_quota_is_an_error(tmp_path, box):
+    results = _run_suite(
+        tmp_path, box,
+        "workspace: {max_size: 8MiB, max_files: 100}\n"
+        "target: {command: 'head -c 20000000 /dev/zero > big; echo written'}\n"
+        "tests:\n  - id: big\n    input: go\n    assert: [{type: contains, value: written}]\n"
+        "  - id: many\n    input: go\n"
+        "    workspace: {max_files: 50}\n"
+        "    assert: [{type: contains, value: x}]\n",
+    )  # fmt: skip
+    big = results["big"]
+    assert big.status is Status.error and "workspace quota" in big.error, big.error
+    assert results["many"].status is Status.failed  # within quota: graded as usual
+
+
+def test_untrusted_output_costs_one_test_never_the_run(tmp_path, box):
+    deep = '{"pass": true, "details": ' + '{"a": ' * 400 + "1" + "}" * 400 + "}"
+    results = _run_suite(
+        tmp_path, box,
+        "tests:\n"
+        "  - id: deep\n    output: x\n    assert: [{type: script, command: [cat, deep.json]}]\n"
+        "  - id: lone\n    output: x\n    assert: [{type: script, command: [cat, lone.json]}]\n"
+        "  - id: fine\n    output: x\n    assert: [{type: contains, value: x}]\n",
+        files={"deep.json": deep,
+               "lone.json": '{"pass": true, "reason": "\\ud800 \\u001b]0;title\\u0007"}'},
+    )  # fmt: skip
+    assert results["deep"].status is Status.error
+    assert results["lone"].status is Status.passed
+    assert results["fine"].status is Status.passed
+
+
+def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
+    from gradebox.images import ImageResolver
+
+    write(
+        tmp_path / "Dockerfile",
+        "FROM gradebox/shell\n"
+        "RUN test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo\n",
+    )
+    resolver = ImageResolver(box.engine)
+    image = resolver.resolve(ImageBuild(build="./Dockerfile"), tmp_path)
+    assert image.startswith("sha256:")
+    box.engine.api.remove_image(image, force=True)

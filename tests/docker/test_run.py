@@ -199,7 +199,18 @@ def test_200_tests_with_several_workers(tmp_path, box, engine):
     assert box.leftovers() == []
 
 
-def test_sigint_then_resume(tmp_path, engine):
+def _no_scratch_of(pid):
+    import tempfile
+
+    left = list(Path(tempfile.gettempdir()).glob(f"gradebox-{pid}-*"))
+    mounts = [
+        m for m in Path("/proc/self/mountinfo").read_text().splitlines() if f"gradebox-{pid}-" in m
+    ]
+    return left == [] and mounts == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_then_resume(tmp_path, engine, sig):
     tests = "".join(
         f"  - id: t{i:02d}\n    output: x\n    assert:\n"
         f"      - {{type: script, command: 'sleep 1'}}\n"
@@ -218,9 +229,10 @@ def test_sigint_then_resume(tmp_path, engine):
         if results.exists() and len(results.read_text().splitlines()) >= 3:
             break
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
+    assert _no_scratch_of(proc.pid)
     done = len(read_results(results))
     assert 3 <= done < 16
     left = [
@@ -233,6 +245,7 @@ def test_sigint_then_resume(tmp_path, engine):
 
     p = gradebox("run", suite, "--resume", out, "--workers", "4", "--json")
     assert p.returncode == 0, p.stderr
+    assert f"reused {done} results" in p.stderr
     final = read_results(results)
     assert len(final) == 16
     assert json.loads(p.stdout)["summary"]["passed"] == 16
@@ -273,7 +286,7 @@ def _wait_for(predicate, timeout=30):
     raise AssertionError("condition never held")
 
 
-@pytest.mark.parametrize("how", ["sigint", "sigkill"])
+@pytest.mark.parametrize("how", ["sigint", "sigterm", "sigkill"])
 def test_containers_started_ahead_are_never_left_behind(tmp_path, engine, how):
     suite = write(tmp_path / "suite.yaml", AHEAD_SUITE)
     proc = subprocess.Popen(
@@ -296,10 +309,11 @@ def test_containers_started_ahead_are_never_left_behind(tmp_path, engine, how):
     except AssertionError:
         proc.kill()
         raise
-    if how == "sigint":
-        proc.send_signal(signal.SIGINT)
+    if how in ("sigint", "sigterm"):
+        proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
         proc.communicate(timeout=60)
         assert proc.returncode == 130
+        assert _no_scratch_of(proc.pid)
     else:
         proc.kill()
         proc.wait()
@@ -308,7 +322,58 @@ def test_containers_started_ahead_are_never_left_behind(tmp_path, engine, how):
         # a moment later, so gc is run the way a user would: again, until nothing is left.
         for _ in range(5):
             assert gradebox("gc").returncode == 0
-            if not _mine(engine, proc.pid):
+            if not _mine(engine, proc.pid) and _no_scratch_of(proc.pid):
                 break
             time.sleep(1)
+        assert _no_scratch_of(proc.pid)  # the workspace mount and scratch are gone too
     assert _mine(engine, proc.pid) == []
+
+
+RESUME_SUITE = """
+tests:
+  - id: a
+    output: alpha
+    assert: [{type: script, command: [python3, g.py]}]
+  - id: b
+    output: beta
+    assert: [{type: script, command: [python3, g.py]}]
+"""
+
+
+def test_resume_reuses_only_unchanged_tests(tmp_path):
+    suite = write(tmp_path / "suite.yaml", RESUME_SUITE)
+    write(tmp_path / "g.py", 'import json; print(json.dumps({"pass": True}))\n')
+    out = tmp_path / "out"
+    assert gradebox("run", suite, "--out", out).returncode == 0
+    # Unchanged: both reused, nothing runs.
+    p = gradebox("run", suite, "--resume", out, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["summary"]["reused"] == 2, p.stderr
+    # The grader file changed: every verdict it gave is stale and is graded again.
+    write(tmp_path / "g.py", 'import json; print(json.dumps({"pass": False}))\n')
+    p = gradebox("run", suite, "--resume", out, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["summary"]["reused"] == 0, p.stderr
+    # One test changed: only that one runs again; the file holds one line per test.
+    write(tmp_path / "suite.yaml", RESUME_SUITE.replace("beta", "gamma"))
+    p = gradebox("run", suite, "--resume", out, "--json")
+    assert json.loads(p.stdout)["summary"]["reused"] == 1, p.stderr
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["id"] for x in lines) == ["a", "b"]
+    assert read_results(out / "results.jsonl")["b"].output == "gamma"
+
+
+def test_resume_retries_errors_on_request_and_refuses_a_damaged_file(tmp_path):
+    suite = write(tmp_path / "suite.yaml", RESUME_SUITE)
+    write(tmp_path / "g.py", "import sys; sys.exit('boom')\n")  # stderr + exit 1: error
+    out = tmp_path / "out"
+    assert gradebox("run", suite, "--out", out).returncode == 3
+    p = gradebox("run", suite, "--resume", out, "--json")
+    assert json.loads(p.stdout)["summary"]["reused"] == 2  # errors are results too...
+    p = gradebox("run", suite, "--resume", out, "--retry-errors", "--json")
+    assert json.loads(p.stdout)["summary"]["reused"] == 0  # ...until asked to retry them
+    text = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text("not json\n" + "\n".join(text) + "\n")
+    p = gradebox("run", suite, "--resume", out)
+    assert p.returncode == 2 and "results.jsonl:1" in p.stderr and "not a valid result" in p.stderr
+    # A torn last line (a killed writer) is tolerated.
+    (out / "results.jsonl").write_text("\n".join(text) + '\n{"id": "a", "sta')
+    assert gradebox("run", suite, "--resume", out).returncode == 3

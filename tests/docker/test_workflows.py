@@ -81,7 +81,9 @@ def test_batch_resumes_from_its_output(tmp_path):
         json.loads(x) for x in out.read_text().splitlines() if x.startswith("{") and x.endswith("}")
     ]
     assert sorted(x["line"] for x in lines) == [1, 2, 3, 4]
-    assert lines[0] == json.loads(kept[0])  # finished records were not graded again
+    first = json.loads(kept[0])
+    # Finished records were not graded again.
+    assert {x["line"]: x for x in lines}[first["line"]] == first
 
 
 def test_trials_json(tmp_path):
@@ -180,3 +182,87 @@ print(json.dumps({"score": min(1.0, words / 4), "reason": f"{words} words",
     assert gradebox("assert", "legacy", "--agent-output", "x", cwd=nested).returncode == 0
     missing = gradebox("assert", "nope", cwd=nested)
     assert missing.returncode == 2 and "long-enough" in missing.stderr
+
+
+def test_batch_resumes_by_content_not_by_line(tmp_path):
+    grader = write(tmp_path / "g.py", (INLINE / "hint-grader.py").read_text())
+    rows = [
+        {"id": str(i), "input": "q", "output": f"answer {i}", "hint": "answer"} for i in range(3)
+    ]
+    src = records(tmp_path / "r.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    assert gradebox("batch", src, "-g", grader, "-o", out).returncode == 0
+    # A record inserted at the top shifts every line: the old verdicts still match by content.
+    src = records(
+        tmp_path / "r.jsonl", [{"id": "new", "input": "q", "output": "no", "hint": "x"}, *rows]
+    )
+    p = gradebox("batch", src, "-g", grader, "-o", out, "--json")
+    assert "reused 3 verdicts" in p.stderr and json.loads(p.stdout)["total"] == 4
+    # A changed grader makes every verdict stale.
+    write(grader, grader.read_text() + "\n# changed\n")
+    p = gradebox("batch", src, "-g", grader, "-o", out, "--json")
+    assert "reused" not in p.stderr
+    assert len(out.read_text().splitlines()) == 4  # one line per record, nothing stale
+
+
+def _wait_lines(path, n, timeout=60):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never reached {n} lines")
+
+
+def _no_leftovers(engine, pid):
+    import tempfile
+
+    mine = [c for c in engine.containers({"gradebox.owner": None})
+            if c["Labels"]["gradebox.owner"].endswith(f":{pid}")]  # fmt: skip
+    scratch = list(Path(tempfile.gettempdir()).glob(f"gradebox-{pid}-*"))
+    return mine == [] and scratch == []
+
+
+@pytest.mark.parametrize("command", ["batch", "trials-target"])
+def test_sigterm_stops_batch_and_trials_at_once(tmp_path, engine, command):
+    import signal
+    import time
+
+    slow = write(
+        tmp_path / "slow.py",
+        "import json, time\ntime.sleep(2)\nprint(json.dumps({'pass': True, 'score': 1}))\n",
+    )
+    rows = [{"id": str(i), "input": "q", "output": "a", "hint": "a"} for i in range(40)]
+    src = records(tmp_path / "r.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    if command == "batch":
+        args = ["batch", src, "-g", slow, "-o", out, "--workers", "2"]
+    else:
+        args = [
+            "trials",
+            src,
+            "-g",
+            slow,
+            "-k",
+            "3",
+            "--target",
+            "sleep 2; echo a",
+            "--workers",
+            "2",
+        ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    if command == "batch":
+        _wait_lines(out, 2)
+    else:
+        time.sleep(6)  # some trials' targets are running
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 20  # the queue (120 trials, 40 records) was not run out
+    assert _no_leftovers(engine, proc.pid)

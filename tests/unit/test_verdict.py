@@ -114,7 +114,7 @@ def test_debug_line_before_a_failing_result_is_not_a_pass():
     for dialect in ("script", "assertion"):
         r = run(dialect, 0, stdout=b"debug: loading\n" + FAIL)
         assert (r.status, r.score) == (Status.failed, 0.3), dialect
-    r = run("script", 0, stdout=b"debug\n{\n  \"pass\": false,\n  \"score\": 0\n}\n")
+    r = run("script", 0, stdout=b'debug\n{\n  "pass": false,\n  "score": 0\n}\n')
     assert r.status is Status.failed
     # Two objects: the one that ends stdout is the result.
     r = run("script", 0, stdout=PASS + b"\n" + FAIL)
@@ -141,7 +141,9 @@ def test_inline_requires_json():
     assert run("inline", 0, stdout=b"[1]").status is Status.error
     assert run("inline", 1, stdout=PASS).status is Status.error
     assert run("inline", 0, stdout=PASS).status is Status.passed
-    r = run("inline", 0, stdout=json.dumps({"pass": False, "score": 0.2, "reasoning": "no"}).encode())
+    r = run(
+        "inline", 0, stdout=json.dumps({"pass": False, "score": 0.2, "reasoning": "no"}).encode()
+    )
     assert (r.status, r.score, r.evidence) == (Status.failed, 0.2, "no")
 
 

@@ -146,3 +146,139 @@ def test_copy_template_is_fresh_each_time(tmp_path):
     b = copy_template(tmp_path / "tpl", tmp_path / "b")
     assert (b / "f.txt").read_text() == "x"
     assert copy_template(None, tmp_path / "empty").is_dir()
+
+
+# Hostile workspaces: every trick an agent has to hide a change or reach the host.
+
+
+def test_nested_repo_replaced_by_a_link_to_the_host_is_a_deletion(tmp_path):
+    host = tmp_path / "host-secrets"
+    write(host / "id_rsa", "PRIVATE KEY\n")
+    git(host, "init", "-q")
+    ws = tmp_path / "ws"
+    write(ws / "top.txt", "top\n")
+    write(ws / "sub" / "code.py", "x = 1\n")
+    git(ws / "sub", "init", "-q")
+    base = Baseline.take(ws)
+    import shutil
+
+    shutil.rmtree(ws / "sub")
+    (ws / "sub").symlink_to(host)
+    diff = base.diff()
+    base.discard()
+    assert "PRIVATE KEY" not in diff and "id_rsa" not in diff
+    assert "deleted file mode" in diff and "-x = 1" in diff
+    assert "new file mode 120000" in diff  # the link itself is a change of the top tree
+
+
+def test_deleted_nested_repository_shows_as_deleted(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "lib" / "a.py", "a = 1\n")
+    git(ws / "lib", "init", "-q")
+    base = Baseline.take(ws)
+    import shutil
+
+    shutil.rmtree(ws / "lib")
+    diff = base.diff()
+    assert "deleted file mode" in diff and "a/lib/a.py" in diff and "-a = 1" in diff
+
+
+def test_glob_characters_in_a_nested_repo_name_hide_nothing(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "*" / "x.txt", "x\n")
+    git(ws / "*", "init", "-q")
+    base = Baseline.take(ws)
+    write(ws / "new.txt", "visible\n")
+    write(ws / "dir" / "deep.txt", "visible too\n")
+    diff = base.diff()
+    assert "+visible\n" in diff and "+visible too" in diff
+
+
+def test_ignore_rules_come_from_the_baseline(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / ".gitignore", "*.log\n")
+    write(ws / "pkg" / ".gitignore", "build/\n!keep.log\n")
+    base = Baseline.take(ws)
+    write(ws / ".gitignore", "*\n")  # the agent tries to hide everything
+    write(ws / "pkg" / ".gitignore", "*\n")
+    write(ws / "solution.py", "print('cheat')\n")
+    write(ws / "debug.log", "noise\n")
+    write(ws / "pkg" / "build" / "out.o", "obj\n")
+    write(ws / "pkg" / "keep.log", "kept\n")
+    diff = base.diff()
+    assert "+print('cheat')" in diff
+    assert "debug.log" not in diff and "out.o" not in diff  # ignored by the baseline's rules
+    assert "+kept" in diff  # re-included by the baseline's nested rule
+    assert "+*" in diff  # the .gitignore edits themselves are changes
+
+
+def test_gitattributes_cannot_break_or_blank_the_diff(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "a.py", "a = 1\n")
+    base = Baseline.take(ws)
+    write(ws / ".gitattributes", "* working-tree-encoding=UTF-16\n*.py -diff\n")
+    write(ws / "a.py", "a = 2\n")
+    diff = base.diff()
+    assert "-a = 1\n+a = 2" in diff
+
+
+def test_a_failing_diff_is_an_error_not_an_empty_diff(tmp_path):
+    import pytest
+
+    from gradebox.workspace import WorkspaceError
+
+    ws = tmp_path / "ws"
+    write(ws / "a.py", "a = 1\n")
+    base = Baseline.take(ws)
+    import shutil
+
+    shutil.rmtree(base.store)
+    with pytest.raises(WorkspaceError):
+        base.diff()
+
+
+def test_diff_is_streamed_and_counted_past_the_cap(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    base = Baseline.take(ws)
+    write(ws / "big.txt", "line of text\n" * 50_000)
+    diff = base.diff(cap=1000)
+    assert len(diff.encode()) < 1200
+    assert "file_changes truncated at 1000 bytes" in diff and "of 700123 bytes dropped" in diff
+
+
+def test_copies_skip_fifos_and_follow_no_links(tmp_path):
+    from gradebox.workspace import safe_copy
+
+    src = tmp_path / "src"
+    write(src / "f.txt", "data\n")
+    os.mkfifo(src / "pipe")
+    (src / "link").symlink_to("/etc/passwd")
+    (src / "dirlink").symlink_to(tmp_path)
+    skipped = safe_copy(src, tmp_path / "dst")
+    assert skipped == ["pipe"]
+    dst = tmp_path / "dst"
+    assert (dst / "f.txt").read_text() == "data\n"
+    assert os.readlink(dst / "link") == "/etc/passwd" and (dst / "link").is_symlink()
+    assert (dst / "dirlink").is_symlink()
+
+
+def test_workspace_quota_is_enforced_by_the_filesystem(tmp_path):
+    import pytest
+
+    from gradebox.workspace import Quota, Workspace
+
+    ws = Workspace.create(tmp_path / "ws", quota=Quota(size=4 << 20, files=50))
+    try:
+        assert ws.exceeded() is None
+        with pytest.raises(OSError), open(ws.path / "big", "wb") as f:
+            f.write(b"x" * (8 << 20))  # ENOSPC from the kernel (as root), or...
+        assert ws.exceeded() is not None
+    except BaseException:
+        if ws.mounted:
+            raise
+        # ...without root there is no mount: the write succeeds and the check catches it.
+        assert ws.exceeded() is not None
+    finally:
+        ws.close()
+    assert ws.mounted is False

@@ -15,10 +15,27 @@ from rich.console import Console
 
 from ..protocol import Status
 
-__all__ = ["exit_code", "JsonOpt", "LockedOpt", "Output", "WorkersOpt", "resolver_for"]
+__all__ = [
+    "AllowOpt",
+    "JsonOpt",
+    "LockedOpt",
+    "Output",
+    "WorkersOpt",
+    "allowed",
+    "exit_code",
+    "resolver_for",
+]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (logs go to stderr).")
+]
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="Let graders relax this hardening (repeatable): root, capabilities, network, "
+        "writable-root, privilege-escalation, limits.",
+    ),
 ]
 WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Parallel runs.")]
 LockedOpt = Annotated[
@@ -40,13 +57,28 @@ def exit_code(statuses: Iterable[Status]) -> int:
     return 1 if Status.failed in seen else 0
 
 
-def resolver_for(box: Any, locked: bool | None) -> Any:
+def allowed(values: list[str] | None) -> set[str]:
+    """``--allow`` values, checked: a typo must not silently allow nothing (or everything)."""
+    from ..errors import ConfigError
+    from ..plan import PRIVILEGES
+
+    out = set(values or ())
+    unknown = out - set(PRIVILEGES)
+    if unknown:
+        raise ConfigError(
+            f"unknown privilege {sorted(unknown)[0]!r}; known: {', '.join(PRIVILEGES)}",
+            field="--allow",
+        )
+    return out
+
+
+def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:
     """The run's image resolver; ``--locked`` defaults to on under CI (CI=true)."""
     from ..images import ImageResolver
 
     if locked is None:
         locked = os.environ.get("CI", "").lower() == "true"
-    return ImageResolver(box.engine, locked=locked)
+    return ImageResolver(box.engine, locked=locked, build_network="network" in set(allow))
 
 
 class Output:

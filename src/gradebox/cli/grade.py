@@ -11,12 +11,14 @@ import typer
 from pydantic import ValidationError
 
 from .._yaml import to_config_error
+from ..batch import load_grader_ref
 from ..errors import ConfigError
-from ..graders import load_grader, run_grader
+from ..graders import run_grader
+from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
 from ..sandbox import get_sandbox
-from ._common import JsonOpt, LockedOpt, Output, exit_code, resolver_for
+from ._common import AllowOpt, JsonOpt, LockedOpt, Output, allowed, exit_code, resolver_for
 
 
 def load_payload(source: str) -> Payload:
@@ -39,7 +41,9 @@ def load_payload(source: str) -> Payload:
 
 
 def grade(
-    grader_file: Annotated[Path, typer.Argument(help="Grader configuration (YAML or JSON).")],
+    grader_file: Annotated[
+        Path, typer.Argument(help="A grader file (YAML or JSON), or a grader script (.py .sh .js).")
+    ],
     input: Annotated[
         str | None,
         typer.Option("--input", "-i", help="Payload JSON file ('-' for stdin); default: {}."),
@@ -48,6 +52,7 @@ def grade(
         Path, typer.Option("--workspace", "-W", help="Directory mounted at EVALUATE_WORKSPACE.")
     ] = Path("."),
     locked: LockedOpt = None,
+    allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run one program or script grader in a fresh, hardened container.
@@ -56,12 +61,14 @@ def grade(
     3 the grader errored (timeout, crash, unparseable output), 4 the engine failed.
     """
     out = Output(as_json)
-    grader = load_grader(grader_file)
+    grader = load_grader_ref(grader_file, dialect="script")
     payload = load_payload(input) if input else Payload()
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
+    privileges = allowed(allow)
+    check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
     with get_sandbox() as box:
-        images = resolver_for(box, locked)
+        images = resolver_for(box, locked, privileges)
         result = run_grader(grader, payload, workspace, box, images=images, file=str(grader_file))
     if as_json:
         out.document(result)

@@ -10,12 +10,22 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..plan import plan_suite
 from ..protocol import Status, TestResult
 from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
 from ..sandbox import get_sandbox
 from ..suite import GraderAssertion, load_suite
-from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, exit_code, resolver_for
+from ._common import (
+    AllowOpt,
+    JsonOpt,
+    LockedOpt,
+    Output,
+    WorkersOpt,
+    allowed,
+    exit_code,
+    resolver_for,
+)
 
 SuiteArg = Annotated[Path, typer.Argument(help="The suite file (YAML).")]
 
@@ -32,6 +42,10 @@ def run(
         Path | None, typer.Option("--resume", help="Continue the run in DIR: only missing tests.")
     ] = None,
     locked: LockedOpt = None,
+    allow: AllowOpt = None,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="With --resume: run errored tests again.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every test of a suite, each graded in containers; a table at the end.
@@ -49,7 +63,14 @@ def run(
     else:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suite.name)
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
-    options = RunOptions(out_dir=out_dir, workers=workers, filter=filter, resume=resume is not None)
+    options = RunOptions(
+        out_dir=out_dir,
+        workers=workers,
+        filter=filter,
+        resume=resume is not None,
+        retry_errors=retry_errors,
+    )
+    privileges = allowed(allow)
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -74,10 +95,14 @@ def run(
         counts[key[result.status]] += 1
         progress.update(task, advance=1, **counts)
 
-    with get_sandbox() as box, progress:
-        summary = run_suite(
-            suite, box, resolver_for(box, locked), options, on_result=on_result, on_start=on_start
-        )
+    with get_sandbox() as box:
+        images = resolver_for(box, locked, privileges | set(suite.spec.allow))
+        # Every image resolved and every grader checked before the first container starts.
+        plan_suite(suite, images, privileges)
+        with progress:
+            summary = run_suite(suite, box, images, options, on_result=on_result, on_start=on_start)
+    if summary.reused:
+        output.info(f"reused {summary.reused} results of unchanged tests from {out_dir}")
     results = [
         r
         for r in read_results(out_dir / "results.jsonl").values()
@@ -94,10 +119,18 @@ def run(
     raise typer.Exit(exit_code(r.status for r in results))
 
 
-def validate(suite_file: SuiteArg, as_json: JsonOpt = False) -> None:
-    """Check a suite, its graders and its assertions without running anything (exit 0 or 2)."""
+def validate(
+    suite_file: SuiteArg, locked: LockedOpt = None, allow: AllowOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Check a suite, its graders, its assertions, its images and the privileges its graders
+    ask for: the plan `run` makes, without running anything (exit 0, or 2 naming the error)."""
     output = Output(as_json)
     suite = load_suite(suite_file)
+    privileges = allowed(allow)
+    with get_sandbox() as box:
+        plan = plan_suite(
+            suite, resolver_for(box, locked, privileges | set(suite.spec.allow)), privileges
+        )
     containers = sum(isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
     host = sum(not isinstance(a, GraderAssertion) for t in suite.tests for a in t.assertions)
     info = {
@@ -107,6 +140,7 @@ def validate(suite_file: SuiteArg, as_json: JsonOpt = False) -> None:
         "builtin_assertions": host,
         "custom_assertions": sorted(suite.customs),
         "target": suite.spec.target is not None,
+        "images": plan.images,
     }
     if as_json:
         output.document({"valid": True, **info})

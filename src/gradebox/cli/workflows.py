@@ -4,12 +4,12 @@ other harnesses, now sandboxed."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -18,15 +18,25 @@ from ..calibrate import load_review_items, review_sheet, sample
 from ..errors import ConfigError
 from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
-from ..graders.run import run_grader, run_in_workspace
+from ..graders.run import new_scratch, run_grader, run_in_workspace
 from ..images import ImageResolver
+from ..plan import check_grader
 from ..protocol import Payload, Status
-from ..report import STYLE
+from ..report import STYLE, escape
 from ..runner import default_workers, run_as_ids
 from ..sandbox import Sandbox, get_sandbox
 from ..trials import summarise_trials
-from ..workspace import copy_template
-from ._common import JsonOpt, LockedOpt, Output, WorkersOpt, exit_code, resolver_for
+from ..workspace import Workspace
+from ._common import (
+    AllowOpt,
+    JsonOpt,
+    LockedOpt,
+    Output,
+    WorkersOpt,
+    allowed,
+    exit_code,
+    resolver_for,
+)
 
 GraderOpt = Annotated[
     Path, typer.Option("--grader", "-g", help="A grader YAML, or a grader script (.py .sh .js).")
@@ -46,6 +56,7 @@ def _grade(
     workers: int,
     out_file: Path | None = None,
     resume: bool = False,
+    retry_errors: bool = False,
 ) -> list[GradedRecord]:
     """grade_records with a progress bar on stderr (records already in out_file count done)."""
     progress = Progress(
@@ -56,6 +67,12 @@ def _grade(
         console=out.err,
     )
     task = progress.add_task(label, total=len(records))
+
+    def start(done: int) -> None:
+        progress.update(task, completed=done)
+        if done:
+            out.info(f"reused {done} verdicts of unchanged records from {out_file}")
+
     with progress:
         return grade_records(
             records,
@@ -66,7 +83,8 @@ def _grade(
             workspace=workspace,
             workers=workers,
             resume=resume,
-            on_start=lambda done: progress.update(task, completed=done),
+            retry_errors=retry_errors,
+            on_start=start,
             on_done=lambda r: progress.advance(task),
         )
 
@@ -109,7 +127,11 @@ def batch(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Start over instead of resuming from --out.")
     ] = False,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="Grade again the records that errored.")
+    ] = False,
     locked: LockedOpt = None,
+    allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Grade every record in its own container; each is written to --out as soon as it is done.
@@ -120,6 +142,8 @@ def batch(
     out = Output(as_json)
     config = load_grader_ref(grader)
     records = read_records(records_file)
+    privileges = allowed(allow)
+    check_grader(config, privileges, file=str(grader), workspaces=(workspace,) if workspace else ())
     with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
         ws = workspace or Path(empty)
         graded = _grade(
@@ -128,11 +152,12 @@ def batch(
             records,
             config,
             box,
-            resolver_for(box, locked),
+            resolver_for(box, locked, privileges),
             workspace=ws,
             workers=workers or default_workers(),
             out_file=out_file,
             resume=not fresh,
+            retry_errors=retry_errors,
         )
     if as_json:
         out.document({"out": str(out_file), "total": len(graded), **_counts(graded)})
@@ -159,25 +184,40 @@ def _run_target(
     image_id = images.resolve(image)  # type: ignore[attr-defined]
 
     def one(record: Record) -> Record:
-        with tempfile.TemporaryDirectory(prefix="gradebox-trial-") as tmp:
-            # A fresh, empty workspace per trial, owned by the sandbox user so it can write.
-            ws = copy_template(None, Path(tmp) / "workspace", owner=run_as_ids())
-            text = record.input if isinstance(record.input, str) else json.dumps(record.input)
-            outcome = run_in_workspace(
-                command,
-                ws,
-                box,
-                image_id=image_id,  # type: ignore[arg-type]
-                name=f"target-{record.id}",
-                stdin=text.encode(),
-            )
+        scratch = new_scratch()
+        try:
+            # A fresh, empty, size-limited workspace per trial, owned by the sandbox user.
+            ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
+            try:
+                text = record.input if isinstance(record.input, str) else json.dumps(record.input)
+                outcome = run_in_workspace(
+                    command,
+                    ws.path,
+                    box,  # type: ignore[arg-type]
+                    image_id=image_id,
+                    name=f"target-{record.id}",
+                    stdin=text.encode(),
+                )
+            finally:
+                ws.close()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         answer = outcome.stdout.decode("utf-8", errors="replace")
         return record.model_copy(update={"output": answer})
 
-    with ThreadPoolExecutor(workers) as pool:
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="trial")
+    try:
         futures = [pool.submit(one, r) for _, r in records for _ in range(k)]
         # Each trial is its own record; "line" numbers the trials in order.
-        return [(i, f.result()) for i, f in enumerate(futures, 1)]
+        done = [(i, f.result()) for i, f in enumerate(futures, 1)]
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: queued trials never start, running ones are killed with their
+        # containers, and nothing waits for the rest of the queue.
+        pool.shutdown(wait=False, cancel_futures=True)
+        box.close()  # type: ignore[attr-defined]
+        raise
+    pool.shutdown()
+    return done
 
 
 def trials(
@@ -191,6 +231,7 @@ def trials(
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Graded trials.")] = None,
     workers: WorkersOpt = None,
     locked: LockedOpt = None,
+    allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Grade trials and report pass rate, pass@k and pass^k per prompt and overall.
@@ -202,8 +243,10 @@ def trials(
     config = load_grader_ref(grader)
     records = read_records(records_file)
     n_workers = workers or default_workers()
+    privileges = allowed(allow)
+    check_grader(config, privileges, file=str(grader))
     with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
-        images = resolver_for(box, locked)
+        images = resolver_for(box, locked, privileges)
         if target:
             records = _run_target(records, target, target_image, k, box, images, n_workers)
         graded = _grade(
@@ -277,6 +320,7 @@ def calibrate(
     second: dict[int, tuple[bool, float, str]] | None = None
     if grader is not None:
         config = load_grader_ref(grader)
+        check_grader(config, set(), file=str(grader))
         with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
             rescored = _grade(

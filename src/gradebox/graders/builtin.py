@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..protocol import GraderResult, Status
@@ -24,13 +25,32 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+REGEX_TIMEOUT = 1.0
+"""Seconds a user's regex may take on one answer: an agent's answer must not be able to hang
+the run through catastrophic backtracking."""
+_MAX_JSON_STARTS = 2000
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _search(pattern: str, output: str) -> bool:
+    try:
+        return regex.search(pattern, output, timeout=REGEX_TIMEOUT) is not None
+    except TimeoutError:
+        raise _TooSlow(f"the regex took over {REGEX_TIMEOUT:g}s on the answer") from None
+
+
 def _find_json(output: str) -> bool:
     decoder = json.JSONDecoder()
-    for match in re.finditer(r"[\[{]", output):
+    for n, match in enumerate(re.finditer(r"[\[{]", output)):
+        if n >= _MAX_JSON_STARTS:  # bounded work on a hostile answer of a million brackets
+            break
         try:
             decoder.raw_decode(output, match.start())
             return True
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return False
 
@@ -39,7 +59,7 @@ def _is_json(output: str) -> bool:
     try:
         json.loads(output)
         return True
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -51,7 +71,7 @@ BUILTINS = {
     # Surrounding whitespace never counts: a target's stdout ends with a newline.
     "equals": lambda out, v: out.strip() == _text(v).strip(),
     "starts-with": lambda out, v: out.lstrip().startswith(_text(v)),
-    "regex": lambda out, v: re.search(_text(v), out) is not None,
+    "regex": lambda out, v: _search(_text(v), out),
     "is-json": lambda out, v: _is_json(out),
     "contains-json": lambda out, v: _find_json(out),
 }
@@ -82,8 +102,8 @@ class BuiltinAssertion(BaseModel):
             raise ValueError(f"{self.type} needs a 'value'")
         if base == "regex":
             try:
-                re.compile(_text(self.value))
-            except re.error as exc:
+                regex.compile(_text(self.value))
+            except regex.error as exc:
                 raise ValueError(f"invalid regex: {exc}") from None
         return self
 
@@ -100,7 +120,13 @@ class BuiltinAssertion(BaseModel):
 
     def evaluate(self, output: str | None) -> GraderResult:
         negate = self.type.startswith("not-")
-        hit = bool(BUILTINS[self.type.removeprefix("not-")](output or "", self.value))
+        try:
+            hit = bool(BUILTINS[self.type.removeprefix("not-")](output or "", self.value))
+        except _TooSlow as exc:
+            return GraderResult(
+                name=self.display_name(), type="builtin", status=Status.error, passed=False,
+                score=0.0, evidence=str(exc),
+            )  # fmt: skip
         passed = hit != negate
         answer = (output or "").strip()
         shown = repr(answer if len(answer) <= 80 else answer[:79] + "…")

@@ -15,10 +15,12 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE, ImageResolver
+from ..jsonl import digest
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
 from ..sandbox.base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Security
-from ..sandbox.hardening import run_as
+from ..sandbox.hardening import privileges_of, run_as
 from ..sandbox.labels import pid_alive
+from ..workspace import Workspace, unmount_below
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
 
@@ -39,16 +41,24 @@ TMP_PREFIX = "gradebox-"
 
 
 def collect_scratch(everything: bool = False) -> list[Path]:
-    """Remove scratch dirs (payload files, private workspace copies) of runners that are gone."""
+    """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
+    runners that are gone."""
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir():
             continue
         if everything or not pid_alive(int(pid)):
+            unmount_below(path)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def new_scratch() -> Path:
+    """A private scratch folder (0700: other local users cannot read payloads or copies),
+    named after this process so that `gradebox gc` knows whose it is."""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
 
 
 def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None = None) -> str:
@@ -79,10 +89,86 @@ def _grader_file(arg: str, source_dir: Path | None) -> str | None:
     text = arg.replace("\\", "/")
     if text.startswith("/") or len(text) > 4096:
         return None
-    candidate = (source_dir / text).resolve()
-    if source_dir not in candidate.parents or not candidate.is_file():
-        return None  # not a file there, or a link that would expose something outside it
+    try:
+        candidate = (source_dir / text).resolve()
+        if source_dir not in candidate.parents or not candidate.is_file():
+            return None  # not a file there, or a link that would expose something outside it
+    except (OSError, ValueError):  # a 300-character one-liner is no file name
+        return None
     return candidate.relative_to(source_dir).as_posix()
+
+
+_SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".js", ".mjs", ".cjs", ".ts", ".mts", ".rb", ".pl")
+_INTERPRETERS = {"python", "python3", "node", "bash", "sh", "bun", "deno", "ruby", "perl",
+                 "tsx", "uv"}  # fmt: skip
+
+
+def named_script_paths(argv: list[str]) -> list[int]:
+    """Indices of ``argv`` that name a script by a relative path (``graders/check.py``,
+    ``./validators/x.sh``): the program itself, or the first operand of an interpreter."""
+    found = []
+    if not argv:
+        return found
+    if _looks_like_path(argv[0]):
+        found.append(0)
+    if PurePosixPath(argv[0]).name in _INTERPRETERS:
+        for i, arg in enumerate(argv[1:], 1):
+            if arg in ("-c", "-m", "-e", "--eval", "-"):
+                break
+            if arg == "run" or arg.startswith("-"):
+                continue
+            if _looks_like_path(arg) or arg.endswith(_SCRIPT_SUFFIXES):
+                found.append(i)
+            break
+    return found
+
+
+def _looks_like_path(arg: str) -> bool:
+    text = arg.replace("\\", "/")
+    return (
+        "/" in text
+        and not text.startswith(("/", "-"))
+        and "\n" not in text
+        and " " not in text
+        and len(text) < 1024
+    )
+
+
+def check_grader_files(
+    grader: GraderConfig, *, file: str | None, field: str | None, line: int | None = None,
+    also_in: tuple[Path, ...] = (),
+) -> None:  # fmt: skip
+    """Refuse, before anything runs, a command that names a script that is not there: next to
+    the grader file, nor in the workspace it will run in. A typo in a path must not become a
+    failure charged to the agent."""
+    if isinstance(grader, ProgramGrader):
+        if grader.shell:
+            return
+        argv, key, offset = [grader.program, *grader.args], "args", -1
+    elif isinstance(grader.command, str):
+        return
+    else:
+        argv, key, offset = list(grader.command), "command", 0
+    for i in named_script_paths(argv):
+        arg = argv[i]
+        bases = [grader.source_dir, *also_in] if grader.source_dir else list(also_in)
+        if any(_exists(base, arg) for base in bases if base is not None):
+            continue
+        where = "program" if key == "args" and i == 0 else f"{key}.{i + offset}"
+        raise ConfigError(
+            f"{arg!r} names a script that does not exist next to the grader file "
+            f"({grader.source_dir or 'no folder'}) nor in the workspace; fix the path",
+            file=file,
+            line=line,
+            field=f"{field}.{where}" if field else where,
+        )
+
+
+def _exists(base: Path, arg: str) -> bool:
+    try:
+        return (base / arg.replace("\\", "/")).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def translate_args(argv: list[str], source_dir: Path | None) -> tuple[list[str], list[str]]:
@@ -115,13 +201,29 @@ def build_command(grader: GraderConfig) -> tuple[list[str], list[str]]:
     return translate_args(grader.command, grader.source_dir)
 
 
-def source_mounts(source_dir: Path, used: list[str], user: str, scratch: Path) -> list[Mount]:
+def grader_fingerprint(grader: GraderConfig) -> str:
+    """What a verdict of ``grader`` depends on besides its input: its configuration and the
+    bytes of every file next to it that its command runs."""
+    parts: list[object] = [grader.model_dump(mode="json"), str(grader.source_dir)]
+    if grader.source_dir is not None:
+        for rel in build_command(grader)[1]:
+            try:
+                parts.append((grader.source_dir / rel).read_bytes())
+            except OSError:
+                parts.append("<unreadable>")
+    return digest(*parts)
+
+
+def source_mounts(
+    source_dir: Path, used: list[str], user: str, scratch: Path, *, whole_folder: bool = True
+) -> list[Mount]:
     """Mount the grader's folder read-only at /grader; when the container user cannot enter
-    it (a 0700 ``mktemp -d`` folder), mount just the files the command names, copying any
-    the user cannot read."""
+    it (a 0700 ``mktemp -d`` folder), or ``whole_folder`` is off (a target, which must never
+    see the suite's graders and expected answers), mount just the files the command names,
+    copying any the user cannot read."""
     if not used:
         return []
-    if _enterable(source_dir, user):
+    if whole_folder and _enterable(source_dir, user):
         return [Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True)]
     mounts = []
     for rel in dict.fromkeys(used):
@@ -149,19 +251,6 @@ def _enterable(directory: Path, user: str) -> bool:
     return st.st_mode & 0o005 == 0o005
 
 
-def _private_copy(source: Path, dest: Path, user: str) -> Path:
-    """A copy only this grader sees: the host directory and other graders never see writes."""
-    shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
-    if os.geteuid() == 0:
-        # Root on the host: hand the copy to the container user so it can write. (A non-root
-        # host runs containers as its own uid, which already owns the copy.)
-        uid, _, gid = user.partition(":")
-        for dirpath, dirnames, filenames in os.walk(dest):
-            for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-                os.lchown(entry, int(uid), int(gid or uid))
-    return dest
-
-
 class PreparedGrader:
     """A grader whose container is ready before its payload exists; used once.
 
@@ -185,31 +274,32 @@ class PreparedGrader:
     ) -> None:
         self.grader, self.workspace, self.file = grader, workspace, file
         self.image_id, self.ref_text = image_id, ref_text
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+        self.scratch = new_scratch()
+        self.backend = sandbox.name
+        self.copy: Workspace | None = None
         self._done = False
         try:
             self._handle = self._prepare(sandbox, labels, warm)
         except BaseException:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            self._clean()
             raise
 
     def _prepare(self, sandbox: Sandbox, labels: dict[str, str], warm: bool) -> Prepared:
         grader, scratch = self.grader, self.scratch
-        os.chmod(scratch, 0o755)
-        self.inputs = scratch / "input"
-        self.inputs.mkdir(mode=0o755)
         self.user = run_as(grader.security)
+        uid, _, gid = self.user.partition(":")
+        self.owner = (int(uid), int(gid or uid))
+        # The payload: readable by the sandbox user alone (the scratch folder is 0700 too).
+        self.inputs = scratch / "input"
+        self.inputs.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(self.inputs, *self.owner)
         ws = self.workspace.resolve()
-        # The private copy is filled at release, when the workspace is final; its mount point
-        # exists from the start so the container can be created now.
-        self.copy_to: Path | None = None
+        # A private copy, on a filesystem of its own, is filled at release, when the workspace
+        # is final; it is mounted now so the container can be created now.
         if grader.workspace == "rw" or not _enterable(ws, self.user):
-            self.copy_to = scratch / "workspace"
-            self.copy_to.mkdir(mode=0o755)
-            if os.geteuid() == 0:
-                uid, _, gid = self.user.partition(":")
-                os.chown(self.copy_to, int(uid), int(gid or uid))
-            ws = self.copy_to
+            self.copy = Workspace.create(scratch / "workspace", owner=self.owner)
+            ws = self.copy.path
         command, used = build_command(grader)
         mounts = [
             Mount(ws, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
@@ -256,9 +346,12 @@ class PreparedGrader:
             body = wire.to_wire()
             (self.inputs / "input.json").write_bytes(body)
             for f in self.inputs.iterdir():
-                f.chmod(0o644)
-            if self.copy_to is not None:
-                _private_copy(self.workspace, self.copy_to, self.user)
+                f.chmod(0o400)
+                if os.geteuid() == 0:
+                    os.chown(f, *self.owner)
+            os.chmod(self.inputs, 0o500)
+            if self.copy is not None:
+                self.copy.fill(self.workspace, self.owner)
             outcome = self._handle.execute(body if grader.type == "script" else None)
             result = judge(
                 grader.dialect or grader.type,
@@ -270,6 +363,8 @@ class PreparedGrader:
             )
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)
+            result.privileges = privileges_of(grader.security, grader.network, grader.limits)
+            result.backend = self.backend
             return result
         finally:
             self.discard()
@@ -277,6 +372,11 @@ class PreparedGrader:
     def discard(self) -> None:
         self._done = True
         self._handle.discard()
+        self._clean()
+
+    def _clean(self) -> None:
+        if self.copy is not None:
+            self.copy.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -366,11 +466,13 @@ def run_in_workspace(
     """
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=False)]
-    scratch = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+    scratch = new_scratch()
     try:
         if source_dir is not None and not isinstance(command, str):
             argv, used = translate_args(argv, source_dir)
-            mounts += source_mounts(source_dir, used, run_as(Security()), scratch)
+            mounts += source_mounts(
+                source_dir, used, run_as(Security()), scratch, whole_folder=False
+            )
         spec = SandboxSpec(
             image=image_id,
             command=argv,

@@ -4,15 +4,15 @@ One table, written from the protocol references, decides every verdict. The *dia
 property of the grader configuration (``GraderConfig.dialect``), never guessed from what the
 grader printed:
 
-============  ===================  =====================  ======================  ===================
-dialect       exit 0, no stdout    exit 0, result JSON    exit 0, other stdout    exit != 0
-============  ===================  =====================  ======================  ===================
-program       passed, 1.0          its verdict            error                   failed (1)
-script        passed, 1.0          its verdict (2)        passed, text = check    failed (1); error
-                                                          (3)                     when stderr said so
-assertion     as script            as script              as script               as script
-inline        error                its verdict            error                   error
-============  ===================  =====================  ======================  ===================
+=========  =================  ===================  ====================  =====================
+dialect    exit 0, no stdout  exit 0, result JSON  exit 0, other stdout  exit != 0
+=========  =================  ===================  ====================  =====================
+program    passed, 1.0        its verdict          error                 failed (1)
+script     passed, 1.0        its verdict (2)      passed, text is the   failed (1); error when
+                                                   check (3)             it wrote to stderr
+assertion  as script          as script            as script             as script
+inline     error              its verdict          error                 error
+=========  =================  ===================  ====================  =====================
 
 1. Whatever it printed: a reported score is kept only when the report itself says it failed,
    otherwise the score is 0. A grader that exits non-zero never passes.
@@ -232,4 +232,3 @@ def _tails_if(status: Status, common: dict[str, object]) -> dict[str, object]:
     if status is Status.passed:
         return {"stdout_tail": None, "stderr_tail": None}
     return {"stdout_tail": common["stdout_tail"], "stderr_tail": common["stderr_tail"]}
-

@@ -291,7 +291,7 @@ _GATE_CWD = "GRADEBOX_CWD"
 # stdin byte by byte up to the newline, so the command's own stdin follows intact.
 _GATE_SCRIPT = (
     "IFS= read -r t || exit 125\n"
-    "say() { printf '[gradebox:%s] %s\\n' \"$t\" \"$1\" >&2; exit 127; }\n"
+    'say() { printf \'[gradebox:%s] %s\\n\' "$t" "$1" >&2; exit 127; }\n'
     'cd "$GRADEBOX_CWD" 2>/dev/null || say "cannot enter $GRADEBOX_CWD"\n'
     "unset GRADEBOX_CWD TINI_VERBOSITY\n"
     'case "$1" in\n'

@@ -10,9 +10,44 @@ from typing import Any
 
 from .base import Limits, Mount, Security, default_user
 
-__all__ = ["HOME", "host_config", "run_as"]
+__all__ = ["HOME", "PRIVILEGES", "host_config", "privileges_of", "run_as"]
 
 HOME = "/home/grader"
+
+
+PRIVILEGES = {
+    "root": "run as uid 0 (security.user)",
+    "capabilities": "add Linux capabilities back (security.capabilities)",
+    "network": "a network beyond loopback (network: bridge); also for image builds",
+    "writable-root": "a writable root filesystem (security.read_only_root: false)",
+    "privilege-escalation": "setuid programs may gain privileges (no_new_privileges: false)",
+    "limits": "resource limits above the defaults (limits.*)",
+}
+
+
+def privileges_of(
+    security: Security | None, network: str = "none", limits: Limits | None = None
+) -> list[str]:
+    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes."""
+    asked: list[str] = []
+    sec = security or Security()
+    if sec.user is not None and sec.user.partition(":")[0].strip() in ("0", "root"):
+        asked.append("root")
+    if sec.capabilities:
+        asked.append("capabilities")
+    if network != "none":
+        asked.append("network")
+    if not sec.read_only_root:
+        asked.append("writable-root")
+    if not sec.no_new_privileges:
+        asked.append("privilege-escalation")
+    if limits is not None:
+        default = Limits()
+        for key in Limits.model_fields:
+            if float(getattr(limits, key)) > float(getattr(default, key)):
+                asked.append("limits")
+                break
+    return asked
 
 
 def run_as(security: Security) -> str:

@@ -1,0 +1,118 @@
+"""The plan of a run, made before its first container starts.
+
+Everything that can be checked without running anything is checked here, so that a mistake in
+a suite or a grader file is exit 2 with nothing run, never a verdict charged to the agent:
+
+- every image (targets, hooks, graders, custom assertions) resolves to an immutable id, and
+  under ``--locked`` matches the lock;
+- every script a command names by path exists;
+- every hardening setting a grader relaxes is one that whoever runs gradebox allowed.
+
+Privileges are the runner's decision, never the grader file's: a third-party grader that asks
+for root, capabilities, the network, a writable root or limits above the defaults is refused
+unless the suite (``allow: [...]``) or the command line (``--allow ...``) allows it, and each
+result records what its grader was allowed (``privileges``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .graders.config import GraderConfig
+from .graders.run import check_grader_files
+from .images import DEFAULT_IMAGE, ImageResolver
+from .sandbox.hardening import PRIVILEGES, privileges_of
+
+__all__ = ["PRIVILEGES", "Plan", "check_privileges", "plan_suite", "privileges_of"]
+
+
+def check_privileges(
+    asked: Iterable[str], allowed: set[str], *, what: str, file: str | None,
+    field: str | None, line: int | None = None,
+) -> None:  # fmt: skip
+    """Refuse what was asked for and not allowed, naming the key and the fix."""
+    missing = [p for p in asked if p not in allowed]
+    if missing:
+        wanted = ", ".join(f"{p} ({PRIVILEGES[p]})" for p in missing)
+        raise ConfigError(
+            f"{what} asks for {wanted}; a grader cannot grant itself that: allow it with "
+            f"`allow: [{', '.join(missing)}]` in the suite or "
+            + " ".join(f"--allow {p}" for p in missing),
+            file=file,
+            line=line,
+            field=field,
+        )
+
+
+def check_grader(
+    grader: GraderConfig,
+    allowed: set[str],
+    *,
+    file: str | None,
+    field: str | None = None,
+    line: int | None = None,
+    workspaces: tuple[Path, ...] = (),
+) -> None:
+    """Files and privileges of one grader, before it runs."""
+    asked = privileges_of(grader.security, grader.network, grader.limits)
+    what = f"grader {grader.display_name()!r}"
+    check_privileges(asked, allowed, what=what, file=file, field=field, line=line)
+    check_grader_files(grader, file=file, field=field, line=line, also_in=workspaces)
+
+
+@dataclass
+class Plan:
+    """What a run will use: the image id for every reference, found before anything ran."""
+
+    images: dict[str, str] = field(default_factory=dict)
+    graders: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"images": self.images, "graders": self.graders}
+
+
+def plan_suite(suite: Any, images: ImageResolver, allowed: Iterable[str] = ()) -> Plan:
+    """Check a loaded suite end to end and resolve every image it names. Runs nothing.
+
+    Example::
+
+        plan = plan_suite(load_suite("suite.yaml"), ImageResolver(engine, locked=True))
+    """
+    from .suite import GraderAssertion
+
+    allow = set(allowed) | set(suite.spec.allow)
+    file = str(suite.path)
+    plan = Plan()
+    default_image = suite.spec.defaults.image or DEFAULT_IMAGE
+
+    def resolve(ref: Any, source: Path | None) -> None:
+        ref = ref or default_image
+        text = ref if isinstance(ref, str) else f"build:{ref.build}"
+        plan.images[text] = images.resolve(ref, source)
+
+    target = suite.spec.target
+    if target is not None:
+        check_privileges(
+            privileges_of(None, target.network, target.limits), allow,
+            what="the target", file=file, field="target",
+        )  # fmt: skip
+        resolve(target.image, suite.root)
+    if suite.spec.workspace is not None or any(t.workspace for t in suite.tests):
+        resolve(None, suite.root)
+    for test in suite.tests:
+        template = suite.template_dir(test.workspace)
+        for assertion in test.assertions:
+            if not isinstance(assertion, GraderAssertion):
+                continue
+            grader = assertion.grader
+            check_grader(
+                grader, allow, file=file, field=assertion.field, line=assertion.line,
+                workspaces=(template,) if template else (),
+            )  # fmt: skip
+            resolve(grader.image, grader.source_dir)
+            plan.graders += 1
+    return plan

@@ -1,0 +1,196 @@
+"""Attacks on the host-side logic that need no container: each was a way to game a verdict, to
+reach the host, or to crash a run with what an agent or a grader wrote."""
+
+import json
+import os
+import stat
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from rich.console import Console
+
+from gradebox.errors import ConfigError, ImageError
+from gradebox.graders.builtin import BuiltinAssertion
+from gradebox.graders.config import load_grader
+from gradebox.graders.run import check_grader_files, new_scratch
+from gradebox.images import ImageBuild, ImageResolver
+from gradebox.jsonl import read_jsonl
+from gradebox.plan import check_grader
+from gradebox.protocol import GraderResult, RunSummary, Status, TestResult
+from gradebox.report import junit_xml, print_result, print_run
+from tests.conftest import write
+
+# --- configuration mistakes are exit 2 before anything runs, not failures of the agent -------
+
+
+def test_a_missing_grader_script_is_a_configuration_error(tmp_path):
+    g = load_grader(
+        write(tmp_path / "g.yaml", "type: program\nprogram: python3\nargs: [graders/chek.py]\n")
+    )
+    with pytest.raises(ConfigError, match=r"graders/chek.py.*does not exist") as err:
+        check_grader_files(g, file="g.yaml", field=None)
+    assert err.value.field == "args.0"
+    write(tmp_path / "graders" / "check.py", "")
+    g = load_grader(
+        write(tmp_path / "g.yaml", "type: program\nprogram: python3\nargs: [graders/check.py]\n")
+    )
+    check_grader_files(g, file="g.yaml", field=None)
+    s = load_grader(write(tmp_path / "s.yaml", "type: script\ncommand: [./validators/x.sh]\n"))
+    with pytest.raises(ConfigError, match="validators/x.sh"):
+        check_grader_files(s, file="s.yaml", field=None)
+
+
+def test_a_script_in_the_workspace_is_not_a_missing_grader_file(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "tests" / "run.py", "")
+    g = load_grader(
+        write(tmp_path / "g.yaml", "type: program\nprogram: python3\nargs: [tests/run.py]\n")
+    )
+    check_grader_files(g, file="g.yaml", field=None, also_in=(ws,))
+    # Modules and one-liners name no file.
+    for args in ("[-m, pytest, tests/x.py]", "[-c, 'print(1)']"):
+        g = load_grader(
+            write(tmp_path / "g.yaml", f"type: program\nprogram: python3\nargs: {args}\n")
+        )
+        check_grader_files(g, file="g.yaml", field=None)
+
+
+def test_a_long_one_liner_is_no_file_name(tmp_path):
+    from gradebox.graders.run import translate_args
+
+    code = "print(" + "1 + " * 200 + "1)"
+    argv, used = translate_args(["python3", "-c", code], tmp_path)
+    assert argv[2] == code and used == []
+    argv, used = translate_args(["x" * 300 + "/y.py"], tmp_path)
+    assert used == []
+
+
+@pytest.mark.parametrize(
+    ("yaml", "privilege"),
+    [
+        ("security: {user: '0:0'}", "root"),
+        ("security: {capabilities: [DAC_READ_SEARCH]}", "capabilities"),
+        ("network: bridge", "network"),
+        ("security: {read_only_root: false}", "writable-root"),
+        ("security: {no_new_privileges: false}", "privilege-escalation"),
+        ("limits: {memory: 8GiB}", "limits"),
+    ],
+)
+def test_a_grader_cannot_grant_itself_privileges(tmp_path, yaml, privilege):
+    g = load_grader(write(tmp_path / "g.yaml", f"type: script\ncommand: 'true'\n{yaml}\n"))
+    with pytest.raises(ConfigError, match=f"--allow {privilege}"):
+        check_grader(g, set(), file="g.yaml")
+    check_grader(g, {privilege}, file="g.yaml")  # whoever runs gradebox may allow it
+
+
+def test_lower_limits_and_the_defaults_need_no_privilege(tmp_path):
+    g = load_grader(
+        write(
+            tmp_path / "g.yaml",
+            "type: script\ncommand: 'true'\nlimits: {memory: 256MiB, pids: 32}\n",
+        )
+    )
+    check_grader(g, set(), file="g.yaml")
+
+
+def test_a_suite_allows_what_its_graders_need(tmp_path, monkeypatch):
+    from gradebox.plan import plan_suite
+    from gradebox.suite import load_suite
+
+    class NoImages:
+        def resolve(self, ref, source=None):
+            return "sha256:" + "0" * 64
+
+    body = (
+        "tests:\n  - id: t\n    output: x\n    assert:\n"
+        "      - {type: script, command: 'true', network: bridge}\n"
+    )
+    suite = load_suite(write(tmp_path / "suite.yaml", body))
+    with pytest.raises(ConfigError) as err:
+        plan_suite(suite, NoImages())
+    assert "suite.yaml:5" in str(err.value) and "tests.0.assert.0" in str(err.value)
+    suite = load_suite(write(tmp_path / "suite.yaml", "allow: [network]\n" + body))
+    assert plan_suite(suite, NoImages()).graders == 1
+
+
+def test_a_build_context_stays_inside_the_grader_folder(tmp_path):
+    write(tmp_path / "elsewhere" / "secret", "host file\n")
+    write(tmp_path / "grader" / "Dockerfile", "FROM scratch\nCOPY secret /\n")
+    resolver = ImageResolver(engine=None)  # refused before the engine is asked anything
+    for spec in (
+        ImageBuild(build="./Dockerfile", context="../elsewhere"),
+        ImageBuild(build="../elsewhere/Dockerfile"),
+    ):
+        with pytest.raises(ImageError, match="outside the grader's folder"):
+            resolver.resolve(spec, tmp_path / "grader")
+
+
+def test_a_user_regex_is_time_bounded():
+    a = BuiltinAssertion(type="regex", value="(a|aa)+$")
+    started = time.monotonic()
+    r = a.evaluate("a" * 80 + "b")
+    assert time.monotonic() - started < 5
+    assert r.status is Status.error and "regex took over" in r.evidence
+    assert BuiltinAssertion(type="contains-json").evaluate("[" * 100_000).status is Status.failed
+
+
+# --- what an agent or a grader writes cannot corrupt a report --------------------------------
+
+EVIL = "ok\x1b]0;pwned\x07\x1b[2J\x1b]52;c;Y3VybCBldmlsLnNo\x07 \x01\x0b done [bold]markup[/]"
+
+
+def _result(evidence: str) -> TestResult:
+    grader = GraderResult(
+        name="g\x1b[31m", status=Status.failed, passed=False, score=0.0, evidence=evidence
+    )
+    return TestResult(
+        id="t\x00\x1b", status=Status.failed, passed=False, score=0.0, graders=[grader]
+    )
+
+
+def _summary() -> RunSummary:
+    return RunSummary(
+        suite="s", run_id="r", total=1, passed=0, failed=1, errored=0, pass_rate=0.0,
+        mean_score=0.0, duration_s=0.1, workers=1, started_at="x", finished_at="y",
+    )  # fmt: skip
+
+
+def test_junit_is_well_formed_whatever_the_evidence_says():
+    text = junit_xml([_result(EVIL)], _summary())
+    root = ET.fromstring(text.split("\n", 1)[1])
+    assert root.find(".//failure") is not None
+
+
+def test_terminal_output_carries_no_escape_sequences():
+    console = Console(record=True, force_terminal=True, width=200)
+    print_run([_result(EVIL)], _summary(), console)
+    print_result(_result(EVIL).graders[0], console)
+    text = console.export_text(styles=False)
+    assert "\x1b" not in text and "\x07" not in text and "\x01" not in text
+    assert "[bold]markup[/]" in text  # shown as written, not interpreted
+
+
+# --- files the runner keeps ------------------------------------------------------------------
+
+
+def test_scratch_is_private(tmp_path):
+    import shutil
+
+    path = new_scratch()
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+        assert path.name.startswith(f"gradebox-{os.getpid()}-")
+    finally:
+        shutil.rmtree(path)
+
+
+def test_only_a_torn_last_line_is_tolerated(tmp_path):
+    good = TestResult(id="a", status=Status.passed, passed=True, score=1.0).model_dump_json()
+    f = tmp_path / "r.jsonl"
+    f.write_text(good + "\n" + '{"id": "b", "sta')
+    assert [r.id for r in read_jsonl(f, TestResult)] == ["a"]
+    f.write_text(good + "\n" + "garbage\n" + good + "\n")
+    with pytest.raises(ConfigError, match="line 2 is not a valid result"):
+        list(read_jsonl(f, TestResult))
+    assert json.loads(good)["id"] == "a"
