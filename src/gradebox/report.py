@@ -28,6 +28,7 @@ def xml_text(text: str) -> str:
     """Untrusted text, safe inside XML: characters XML cannot hold become U+FFFD."""
     return _NOT_XML.sub("\ufffd", text)
 
+
 STYLE = {Status.passed: "bold green", Status.failed: "bold red", Status.error: "bold yellow"}
 MARK = {Status.passed: "✔ PASS", Status.failed: "✘ FAIL", Status.error: "! ERROR"}
 
@@ -144,9 +145,7 @@ def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
         )
         if r.status is not Status.passed:
             tag = "error" if r.status is Status.error else "failure"
-            node = ET.SubElement(
-                case, tag, message=xml_text(reason(r)[:500]), type=r.status.value
-            )
+            node = ET.SubElement(case, tag, message=xml_text(reason(r)[:500]), type=r.status.value)
             node.text = xml_text(
                 "\n".join(
                     f"[{g.status.value}] {g.name} score={g.score:.2f}: {g.evidence}"
