@@ -2,10 +2,19 @@
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from gradebox.workspace import Baseline, copy_template, truncate_diff
 from tests.conftest import write
+
+
+@pytest.fixture(autouse=True)
+def _baselines_in_tmp_path(tmp_path, monkeypatch):
+    # Baseline stores default to the system temp folder: keep this module's in its tmp_path.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def git(cwd, *args):
