@@ -1,4 +1,4 @@
-"""The sandbox conformance suite, run against the Docker backend."""
+"""The sandbox conformance suite, run against every isolated backend (Docker and OCI)."""
 
 import pytest
 
@@ -6,15 +6,15 @@ from gradebox.sandbox.self_check import CHECKS, self_check
 
 pytestmark = pytest.mark.docker
 
-# Checks this backend is known to fail, with the reason. Empty for Docker.
-KNOWN_FAILURES: dict[str, str] = {}
+# Checks each backend is known to fail, with the reason. Empty for Docker and OCI.
+KNOWN_FAILURES: dict[str, dict[str, str]] = {"docker": {}, "oci": {}}
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("name", list(CHECKS))
-def test_docker_backend_conforms(box, python_image, name, warm):
-    result = self_check(box, python_image, only=[name], warm=warm)[name]
-    if name in KNOWN_FAILURES:
+def test_backend_conforms(sandbox, python_image, name, warm):
+    result = self_check(sandbox, python_image, only=[name], warm=warm)[name]
+    if name in KNOWN_FAILURES[sandbox.name]:
         assert result is not True, f"{name} passes now: drop it from KNOWN_FAILURES"
     else:
         assert result is True, result

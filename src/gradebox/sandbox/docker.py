@@ -12,7 +12,6 @@ import atexit
 import contextlib
 import logging
 import queue
-import re
 import secrets
 import selectors
 import socket
@@ -24,7 +23,9 @@ from typing import Any
 from .._version import __version__
 from ..errors import EngineError, SandboxClosed
 from . import _engine
+from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .gate import GATE, GATE_CWD, INIT_ENV, own_lines
 from .hardening import HOME, host_config, run_as
 from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
 
@@ -36,21 +37,12 @@ _STDOUT, _STDERR = 1, 2
 _HEADER = struct.Struct(">BxxxL")
 
 
-class _Streams:
-    """Demultiplexes Docker's attach stream and applies the output caps.
-
-    stdout keeps its head: it carries the verdict, and past the cap no verdict can be trusted,
-    so the caller stops the grader. stderr keeps its tail, the part that explains a failure,
-    and draining it is allowed to go on.
-    """
+class _Streams(CappedOutput):
+    """Demultiplexes Docker's attach stream into the capped stdout and stderr."""
 
     def __init__(self, cap: int) -> None:
-        self.cap = cap
+        super().__init__(cap)
         self.buf = bytearray()
-        self.stdout = bytearray()
-        self.stderr = bytearray()
-        self.stdout_dropped = 0
-        self.stderr_dropped = 0
 
     def feed(self, data: bytes) -> None:
         self.buf += data
@@ -61,21 +53,9 @@ class _Streams:
             chunk = bytes(self.buf[_HEADER.size : _HEADER.size + size])
             del self.buf[: _HEADER.size + size]
             if stream == _STDERR:
-                self._tail(chunk)
+                self.tail(chunk)
             else:
-                self._head(chunk)
-
-    def _head(self, chunk: bytes) -> None:
-        room = self.cap - len(self.stdout)
-        self.stdout += chunk[: max(room, 0)]
-        self.stdout_dropped += max(len(chunk) - max(room, 0), 0)
-
-    def _tail(self, chunk: bytes) -> None:
-        self.stderr += chunk
-        if len(self.stderr) > self.cap:
-            over = len(self.stderr) - self.cap
-            del self.stderr[:over]
-            self.stderr_dropped += over
+                self.head(chunk)
 
 
 @register_sandbox("docker")
@@ -131,10 +111,10 @@ class DockerSandbox(Sandbox):
             "gradebox.version": __version__,
         }
         # Every container starts with the gate (see _GATE); `warm` only says when.
-        env = {"HOME": HOME, **spec.env, _GATE_CWD: spec.workdir}
+        env = {"HOME": HOME, **spec.env, GATE_CWD: spec.workdir}
         if spec.security.init:
-            env["TINI_VERBOSITY"] = "2"  # the init then says whether a signal killed the child
-        command, workdir = [*_GATE, *spec.command], "/"
+            env.update(INIT_ENV)  # the init then says whether a signal killed the child
+        command, workdir = [*GATE, *spec.command], "/"
         try:
             cid = self.engine.create(
                 lambda: f"gradebox-{slug(spec.name)}-{secrets.token_hex(4)}",
@@ -284,52 +264,6 @@ class DockerSandbox(Sandbox):
             log.warning("cleanup of session %s incomplete: %s", self.session, exc)
 
 
-_GATE_CWD = "GRADEBOX_CWD"
-# Blocks on one line of stdin (the release), then becomes the command. The line is a fresh
-# token that only the runner and the gate know: the gate tags its own start failures with it,
-# so a grader cannot pass off its own stderr as a failed start. `read` of the shell consumes
-# stdin byte by byte up to the newline, so the command's own stdin follows intact.
-_GATE_SCRIPT = (
-    "IFS= read -r t || exit 125\n"
-    'say() { printf \'[gradebox:%s] %s\\n\' "$t" "$1" >&2; exit 127; }\n'
-    'cd "$GRADEBOX_CWD" 2>/dev/null || say "cannot enter $GRADEBOX_CWD"\n'
-    "unset GRADEBOX_CWD TINI_VERBOSITY\n"
-    'case "$1" in\n'
-    '  */*) [ -f "$1" ] && [ -x "$1" ] || say "$1: no such executable file";;\n'
-    '  *) command -v "$1" >/dev/null 2>&1 || say "$1: command not found";;\n'
-    "esac\n"
-    't=; exec "$@"'
-)
-_GATE = ["/bin/sh", "-c", _GATE_SCRIPT, "gradebox-gate"]
-_TINI_LINE = re.compile(rb"\[(?:TRACE|DEBUG|INFO|WARN|FATAL) +tini \(\d+\)\] ([^\n]*)\n?")
-
-
-def _own_lines(stream: bytes, token: str) -> tuple[bytes, str | None, bool | None]:
-    """Split what the gate and the init said from the command's own output.
-
-    tini writes its INFO lines to stdout (possibly in the middle of a line the command is
-    writing) and its FATAL lines to stderr; both are cut out. Returns the command's output,
-    the gate's start failure (if any), and whether the init saw the command die of a signal
-    (None: it did not say)."""
-    said: list[bytes] = []
-
-    def cut(m: re.Match[bytes]) -> bytes:
-        said.append(m.group(1))
-        return b""
-
-    stream = _TINI_LINE.sub(cut, stream)
-    exits = [s for s in said if s.startswith(b"Main child exited")]
-    signalled = exits[-1].startswith(b"Main child exited with signal") if exits else None
-    tag = f"[gradebox:{token}] ".encode()
-    kept, start_error = [], None
-    for line in stream.splitlines(keepends=True):
-        if line.startswith(tag):
-            start_error = line[len(tag) :].rstrip(b"\r\n").decode("utf-8", errors="replace")
-        else:
-            kept.append(line)
-    return b"".join(kept), start_error, signalled
-
-
 class DockerPrepared(Prepared):
     """One container, created (and, when warm, started and waiting), used at most once."""
 
@@ -346,6 +280,7 @@ class DockerPrepared(Prepared):
         self._sock: Any = None
         self._raw: socket.socket | None = None
         self._used = False
+        self.backend = "docker"
 
     def attach_and_start(self) -> None:
         assert self.cid is not None
@@ -390,8 +325,8 @@ class DockerPrepared(Prepared):
             if exit_code == 137 and not timed_out:
                 # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
                 oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
-            stdout, _, signalled = _own_lines(bytes(streams.stdout), token)
-            stderr, start_error, _ = _own_lines(bytes(streams.stderr), token)
+            stdout, _, signalled = own_lines(bytes(streams.stdout), token)
+            stderr, start_error, _ = own_lines(bytes(streams.stderr), token)
             return RunOutcome(
                 exit_code=None if timed_out else exit_code,
                 stdout=stdout,

@@ -22,7 +22,9 @@ class HostSandbox(Sandbox):
     """Runs graders as bare host subprocesses: unsafe for untrusted code, by design."""
 
     isolated = False
-    engine = None
+
+    def __init__(self) -> None:
+        self.engine = None  # no images: every spec runs on this machine as it is
 
     def resolve_image(self, ref: str) -> str:
         return "host"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec
+from .base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec
 
 __all__ = ["CHECKS", "self_check"]
 
@@ -251,6 +251,9 @@ class _Warm(Sandbox):
         ready = self.box.prepare(spec, warm=True)
         time.sleep(0.05)  # it really waits: nothing runs before the release
         return ready.execute(spec.stdin)
+
+    def prepare(self, spec: SandboxSpec, *, warm: bool = True) -> Prepared:
+        return self.box.prepare(spec, warm=warm)
 
     def resolve_image(self, ref: str) -> str:
         return self.box.resolve_image(ref)

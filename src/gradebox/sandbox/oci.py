@@ -1,0 +1,476 @@
+"""The OCI backend: each run is a container of the OCI runtime itself (``runc``), no engine.
+
+Docker's cost per container is the engine path (dockerd, containerd, a shim, and a FUSE
+overlay of every image layer). Graders run on a read-only root, so they need none of it: the
+image's root filesystem is unpacked once (``rootfs.RootfsCache``) and bound read-only, and
+the runtime Docker itself uses runs the container directly from a bundle we write
+(``oci_config.runtime_config``, a pure function). Same gate, same init, same caps and the same
+conformance checks as the Docker backend.
+
+Lifecycle: the bundle (``config.json``) is written, then ``runc run --keep`` starts the
+container with our pipes as its stdio; the gate blocks on its release line, so a container
+started ahead costs nothing at release but a pipe write. The timeout SIGKILLs the container's
+PID 1, and the kernel then kills every process in its pid namespace. After the exit the
+cgroup says whether the OOM killer struck; then ``runc delete`` and the bundle's removal run
+off the critical path. State lives under a root of our own (``$GRADEBOX_OCI_STATE``, default
+``/run/gradebox``), and every container id carries the runner's pid, so ``gradebox gc`` finds
+and removes what a SIGKILLed runner left.
+
+Specs this backend does not run itself (a network beyond loopback, a writable root) go to the
+Docker backend; their ``Prepared.backend`` says so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import queue
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ..errors import EngineError, SandboxClosed
+from . import _engine
+from ._streams import CappedOutput
+from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .gate import own_lines
+from .hardening import HOME
+from .labels import pid_alive, slug
+from .oci_config import MOUNT_POINTS, runtime_config
+from .rootfs import RootfsCache
+
+__all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
+
+log = logging.getLogger("gradebox.sandbox")
+
+ID_PREFIX = "gradebox-"
+CGROUP_PARENT = "gradebox"
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("GRADEBOX_OCI_STATE", "/run/gradebox"))
+
+
+def runtime_binary() -> str:
+    """``$GRADEBOX_RUNTIME`` (``runc``, ``crun``, ``runsc``: anything that takes a bundle)."""
+    return os.environ.get("GRADEBOX_RUNTIME", "runc")
+
+
+def init_binary() -> Path | None:
+    """The host's static tini, which Docker ships as ``docker-init``."""
+    for name in ("docker-init", "tini-static"):
+        found = shutil.which(name)
+        if found:
+            return Path(found).resolve()
+    return None
+
+
+def oci_usable() -> str | None:
+    """None when this host can run the OCI backend, else why not (for ``auto``)."""
+    if os.geteuid() != 0:
+        return "the OCI backend needs root (rootless runtimes are not supported yet)"
+    if shutil.which(runtime_binary()) is None:
+        return f"no OCI runtime {runtime_binary()!r} on PATH"
+    if init_binary() is None:
+        return "no static init (docker-init or tini-static) on PATH"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "no cgroup filesystem"
+    return None
+
+
+@register_sandbox("oci")
+class OciSandbox(Sandbox):
+    """Runs each spec as a container of the OCI runtime, on an image's unpacked root filesystem.
+
+    Example::
+
+        with OciSandbox() as box:
+            image = box.resolve_image("gradebox/python")
+            out = box.run(SandboxSpec(image=image, command=["python3", "-c", "print(1)"]))
+    """
+
+    def __init__(self, engine: _engine.Engine | None = None, session: str | None = None) -> None:
+        why = oci_usable()
+        if why:
+            raise EngineError(f"OCI backend unavailable: {why}")
+        self.engine = engine or _engine.Engine.connect()
+        self.session = session or secrets.token_hex(4)
+        self.runtime = runtime_binary()
+        self.init = init_binary()
+        root = state_root()
+        self.state = root / "runtime"
+        self.bundles = root / "bundles"
+        for path in (self.state, self.bundles):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS, open_points=("/tmp", HOME))
+        self._image_cache: dict[str, str] = {}
+        self._live: dict[str, OciPrepared] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._docker: Sandbox | None = None
+        self._trash: queue.Queue[str] = queue.Queue()
+        self._remover: threading.Thread | None = None
+        atexit.register(self.close)
+
+    # -- images ------------------------------------------------------------------------------
+
+    def resolve_image(self, ref: str) -> str:
+        if ref.startswith("sha256:") and len(ref) == 71:
+            return ref
+        if ref not in self._image_cache:
+            self._image_cache[ref] = str(self.engine.image(ref)["Id"])
+        return self._image_cache[ref]
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self, spec: SandboxSpec) -> RunOutcome:
+        return self.prepare(spec, warm=False).execute(spec.stdin)
+
+    def _fallback(self) -> Sandbox:
+        with self._lock:
+            if self._docker is None:
+                from .docker import DockerSandbox
+
+                self._docker = DockerSandbox(self.engine, session=self.session)
+            return self._docker
+
+    def prepare(self, spec: SandboxSpec, *, warm: bool = True) -> Prepared:
+        if self._closed:
+            raise SandboxClosed()
+        if spec.network != "none" or not spec.security.read_only_root:
+            # A network or a writable root: the engine's job (the result says where it ran).
+            return self._fallback().prepare(spec, warm=warm)
+        name = f"{slug(spec.name, 20)}-{secrets.token_hex(3)}"
+        cid = f"{ID_PREFIX}{os.getpid()}-{self.session}-{name}"
+        bundle = self.bundles / cid
+        try:
+            rootfs = self.cache.path_for(spec.image)
+        except EngineError as exc:
+            return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
+        config = runtime_config(
+            spec, rootfs=rootfs, cgroup=f"/{CGROUP_PARENT}/{cid}", init_source=self.init
+        )
+        bundle.mkdir(parents=True, mode=0o700)
+        (bundle / "config.json").write_text(json.dumps(config))
+        handle = OciPrepared(self, cid, bundle, spec)
+        with self._lock:
+            self._live[cid] = handle
+            closed = self._closed
+        if closed:  # close() ran while we were preparing: this container must not run
+            handle.discard()
+            raise SandboxClosed()
+        if warm:
+            handle.start()
+        return handle
+
+    def _dispose(self, cid: str, bundle: Path) -> None:
+        """Delete the container and its bundle, off the caller's critical path unless closing."""
+        if self._closed:
+            self._delete(cid, bundle)
+            return
+        with self._lock:
+            if self._remover is None or not self._remover.is_alive():
+                self._remover = threading.Thread(
+                    target=self._remove_loop, name="gradebox-oci-rm", daemon=True
+                )
+                self._remover.start()
+        self._trash.put(cid)
+
+    def _remove_loop(self) -> None:
+        while True:
+            cid = self._trash.get()
+            try:
+                self._delete(cid, self.bundles / cid)
+            finally:
+                self._trash.task_done()
+
+    def _delete(self, cid: str, bundle: Path) -> None:
+        delete_container(self.runtime, self.state, cid)
+        shutil.rmtree(bundle, ignore_errors=True)
+        with self._lock:
+            self._live.pop(cid, None)
+
+    def drain(self) -> None:
+        self._trash.join()
+
+    def leftovers(self) -> list[str]:
+        self.drain()
+        mine = f"{ID_PREFIX}{os.getpid()}-{self.session}-"
+        found = set()
+        for folder in (self.state, self.bundles):
+            if folder.is_dir():
+                found |= {p.name for p in folder.iterdir() if p.name.startswith(mine)}
+        if self._docker is not None:
+            found |= set(self._docker.leftovers())
+        return sorted(found)
+
+    def close(self) -> None:
+        """Kill and delete everything this sandbox still has; safe from another thread."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live.values())
+        for handle in live:
+            handle.kill()
+        self.drain()
+        for handle in live:
+            handle.discard()
+        for handle in live:
+            self._delete(handle.cid, handle.bundle)
+        if self._docker is not None:
+            self._docker.close()
+
+
+class OciPrepared(Prepared):
+    """One container of the OCI runtime, started ahead (or at execute), used at most once."""
+
+    def __init__(
+        self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
+        start_error: str | None = None,
+    ) -> None:  # fmt: skip
+        self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
+        self.start_error = start_error
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._used = False
+        self._disposed = False
+        self.backend = "oci"
+
+    def start(self) -> None:
+        box = self.box
+        try:
+            self.proc = subprocess.Popen(
+                [box.runtime, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
+                 "--log-format", "json", "run", "--keep", "--bundle", str(self.bundle),
+                 "--pid-file", str(self.bundle / "pid"), self.cid],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            self.start_error = f"cannot run {box.runtime}: {exc.strerror or exc}"
+
+    def kill(self) -> None:
+        """SIGKILL the container's PID 1: the kernel kills everything in its pid namespace."""
+        try:
+            pid = int((self.bundle / "pid").read_text().strip())
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            # Not started yet, or already gone: make sure the runtime itself is gone too.
+            if self.proc is not None and self.proc.poll() is None:
+                subprocess.run(
+                    [self.box.runtime, "--root", str(self.box.state), "kill", "--all", self.cid,
+                     "KILL"], capture_output=True, timeout=30,
+                )  # fmt: skip
+
+    def execute(self, stdin: bytes | None = None) -> RunOutcome:
+        if self._used:
+            raise RuntimeError("a sandbox is used once; prepare another")
+        self._used = True
+        try:
+            if self.proc is None and self.start_error is None:
+                self.start()
+            if self.start_error or self.proc is None:
+                return RunOutcome(exit_code=None, start_error=self.start_error)
+            return self._run(stdin or b"")
+        finally:
+            self.discard()
+
+    def _run(self, stdin: bytes) -> RunOutcome:
+        proc, spec = self.proc, self.spec
+        assert proc is not None
+        started = time.monotonic()
+        token = secrets.token_hex(16)
+        out = CappedOutput(int(spec.limits.output))
+        timed_out, overflow = _pump(proc, f"{token}\n".encode() + stdin, out,
+                                    started + spec.timeout)  # fmt: skip
+        if timed_out or overflow:
+            self.kill()
+            self._hang_up()  # the runtime copies output to us: let it stop at once
+        try:
+            left = max(1.0, started + spec.timeout + 5 - time.monotonic())
+            code: int | None = proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            proc.kill()
+            proc.wait()
+            code = None
+        duration_ms = int((time.monotonic() - started) * 1000)
+        failure = _runtime_error(self.bundle / "runtime.log") if code else None
+        oom = code == 137 and not timed_out and _oom_killed(self.cid)
+        stdout, _, signalled = own_lines(bytes(out.stdout), token)
+        stderr, start_error, _ = own_lines(bytes(out.stderr), token)
+        if failure and not start_error:
+            start_error = failure
+        return RunOutcome(
+            exit_code=None if timed_out else code,
+            stdout=stdout,
+            stderr=stderr,
+            stdout_dropped=out.stdout_dropped,
+            stderr_dropped=out.stderr_dropped,
+            timed_out=timed_out,
+            oom_killed=oom,
+            start_error=start_error,
+            signal=code - 128 if signalled and code is not None and code > 128 else None,
+            duration_ms=duration_ms,
+        )
+
+    def _hang_up(self) -> None:
+        """Close our ends of the pipes: a gate still waiting reads EOF and exits, and the
+        runtime stops copying output nobody reads."""
+        if self.proc is None:
+            return
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def discard(self) -> None:
+        if self._disposed:
+            return
+        self._disposed = True
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self._hang_up()
+                self.kill()
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self._hang_up()
+        if self.bundle.exists():
+            self.box._dispose(self.cid, self.bundle)
+        else:
+            with self.box._lock:
+                self.box._live.pop(self.cid, None)
+
+
+def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput,
+          deadline: float) -> tuple[bool, bool]:  # fmt: skip
+    """Feed stdin and drain stdout/stderr together until both close or the deadline."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    pending = memoryview(data)
+    fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+    for fd in fds:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    win = proc.stdin.fileno()
+    os.set_blocking(win, False)
+    sel.register(win, selectors.EVENT_WRITE)
+    open_reads = 2
+    try:
+        while open_reads:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True, False
+            for key, _mask in sel.select(timeout=min(left, 0.5)):
+                fd = key.fd
+                if fd == win:
+                    try:
+                        sent = os.write(win, pending[: 1 << 16])
+                    except BlockingIOError:
+                        sent = 0
+                    except OSError:  # the command exited without reading its stdin
+                        pending = memoryview(b"")
+                        sent = 0
+                    pending = pending[sent:]
+                    if not pending:
+                        sel.unregister(win)
+                        with contextlib.suppress(OSError):
+                            proc.stdin.close()
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 18)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    open_reads -= 1
+                    continue
+                if fds[fd] == "out":
+                    out.head(chunk)
+                    if out.stdout_dropped:
+                        return False, True
+                else:
+                    out.tail(chunk)
+        return False, False
+    finally:
+        sel.close()
+
+
+def _runtime_error(log_file: Path) -> str | None:
+    """What the runtime itself said went wrong (its log, where no grader can write)."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("level") in ("error", "fatal"):
+            return str(entry.get("msg", "the runtime failed"))[:500]
+    return None
+
+
+def _oom_killed(cid: str) -> bool:
+    control = Path("/sys/fs/cgroup/memory") / CGROUP_PARENT / cid / "memory.oom_control"
+    try:
+        for line in control.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value) > 0
+    except (OSError, ValueError):
+        pass
+    events = Path("/sys/fs/cgroup") / CGROUP_PARENT / cid / "memory.events"  # cgroup v2
+    try:
+        for line in events.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value) > 0
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def delete_container(runtime: str, state: Path, cid: str) -> None:
+    """Force-delete a container (kills what still runs, removes its cgroups and state)."""
+    try:
+        subprocess.run([runtime, "--root", str(state), "delete", "--force", cid],
+                       capture_output=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not delete container %s: %s", cid, exc)
+
+
+def _owner_pid(cid: str) -> int | None:
+    rest = cid.removeprefix(ID_PREFIX)
+    pid = rest.split("-", 1)[0]
+    return int(pid) if cid.startswith(ID_PREFIX) and pid.isdigit() else None
+
+
+def collect_garbage(everything: bool = False) -> list[str]:
+    """Delete containers and bundles whose runner is gone (or all, with ``everything``)."""
+    root = state_root()
+    state, bundles = root / "runtime", root / "bundles"
+    runtime = runtime_binary()
+    names: set[str] = set()
+    for folder in (state, bundles):
+        if folder.is_dir():
+            names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
+    removed = []
+    for cid in sorted(names):
+        pid = _owner_pid(cid)
+        if everything or pid is None or not pid_alive(pid):
+            if shutil.which(runtime):
+                delete_container(runtime, state, cid)
+            shutil.rmtree(bundles / cid, ignore_errors=True)
+            removed.append(cid)
+    return removed
