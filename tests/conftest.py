@@ -83,3 +83,20 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
+    """Containers of the runner with this pid, on every backend: Docker containers by their
+    owner label, OCI containers by the pid in their id (state or bundle still there)."""
+    from gradebox.sandbox.oci import state_root
+
+    found = [
+        c["Names"][0]
+        for c in engine.containers({LABEL_OWNER: None})
+        if c["Labels"][LABEL_OWNER].endswith(f":{pid}") and (not running or c["State"] == "running")
+    ]
+    folders = [state_root() / "runtime"] + ([] if running else [state_root() / "bundles"])
+    for folder in folders:
+        if folder.is_dir():
+            found += [p.name for p in folder.iterdir() if p.name.startswith(f"gradebox-{pid}-")]
+    return found

@@ -46,7 +46,7 @@ from .sandbox.base import Limits, RunOutcome, Sandbox
 from .sandbox.hardening import run_as
 from .sandbox.labels import LABEL_RUN
 from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
-from .workspace import DEFAULT_DIFF_CAP, Baseline, Quota, Workspace
+from .workspace import DEFAULT_DIFF_CAP, Baseline, Quota, Workspace, overlay_mode, safe_copy
 
 __all__ = [
     "RunOptions",
@@ -151,6 +151,21 @@ class _SuiteRun:
         spec = suite.spec
         self.target = spec.target
         self.default_image = spec.defaults.image or DEFAULT_IMAGE
+        # Templates staged once per run (owned by the sandbox user), each test's workspace an
+        # overlay over its stage: no copy per test where the kernel allows overlays.
+        self.scratch = new_scratch()
+        self._staged: dict[Path, Path] = {}
+        self._stage_lock = threading.Lock()
+
+    def lower_for(self, template: Path | None) -> Path | None:
+        if template is None or os.geteuid() != 0 or overlay_mode() == "copy":
+            return None
+        with self._stage_lock:
+            if template not in self._staged:
+                stage = self.scratch / f"template-{len(self._staged)}"
+                safe_copy(template, stage, run_as_ids())
+                self._staged[template] = stage
+            return self._staged[template]
 
     def image_for(self, ref: object, source: Path | None) -> str:
         return self.images.resolve(ref or self.default_image, source)  # type: ignore[arg-type]
@@ -224,11 +239,14 @@ class _SuiteRun:
         labels = {**self.labels, "gradebox.test": test.id[:60]}
         ws_cfg = test.workspace
         t = time.monotonic()
+        template = self.suite.template_dir(ws_cfg)
+        lower = self.lower_for(template)
         ws = Workspace.create(
             scratch / "workspace",
-            self.suite.template_dir(ws_cfg),
+            None if lower else template,
             owner=run_as_ids(),
             quota=ws_cfg.quota() if ws_cfg else Quota(),
+            lower=lower,
         )
         try:
             self._in_workspace(test, payload, ws, ws_cfg, scratch, result, timings, labels, t)
@@ -279,7 +297,11 @@ class _SuiteRun:
         ready: dict[int, Future[PreparedGrader]] = {}
         for idx, assertion in enumerate(test.assertions):
             if isinstance(assertion, GraderAssertion) and self.ahead.acquire(blocking=False):
-                ready[idx] = self.grader_pool.submit(self._prepare, assertion, ws, labels)
+                try:
+                    ready[idx] = self.grader_pool.submit(self._prepare, assertion, ws, labels)
+                except RuntimeError:  # the pool was shut down: the run is being interrupted
+                    self.ahead.release()
+                    raise SandboxClosed() from None
         return ready
 
     def _prepare(
@@ -426,6 +448,7 @@ class _SuiteRun:
 
     def close(self) -> None:
         self.grader_pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def run_as_ids() -> tuple[int, int]:

@@ -67,6 +67,9 @@ class TargetConfig(_Strict):
 
 
 class Defaults(_Strict):
+    sandbox: Literal["auto", "oci", "docker", "host"] | None = Field(
+        default=None, description="the backend when neither --sandbox nor $GRADEBOX_SANDBOX says"
+    )
     image: str | ImageBuild | None = None
     timeout: Duration | None = None
     limits: dict[str, Any] | None = None

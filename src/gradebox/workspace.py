@@ -207,6 +207,32 @@ def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> boo
     return True
 
 
+def overlay_mode() -> str:
+    """``$GRADEBOX_WORKSPACE``: ``overlay`` (the default, where the kernel allows) or ``copy``."""
+    return "copy" if os.environ.get("GRADEBOX_WORKSPACE", "").lower() == "copy" else "overlay"
+
+
+def _mount_overlay(lower: Path, layer: Path, merged: Path, owner: tuple[int, int] | None) -> bool:
+    """An overlay at ``merged``: reads from ``lower``, writes into ``layer/upper`` only."""
+    if os.geteuid() != 0 or overlay_mode() == "copy":
+        return False
+    upper, work = layer / "upper", layer / "work"
+    upper.mkdir(mode=0o755, exist_ok=True)
+    work.mkdir(mode=0o700, exist_ok=True)
+    st = os.stat(lower)
+    os.chmod(upper, stat.S_IMODE(st.st_mode))
+    os.chown(upper, *(owner or (st.st_uid, st.st_gid)))
+    # No redirects, index or metacopy: the upper layer holds plain files and whiteouts only.
+    opts = (f"lowerdir={lower},upperdir={upper},workdir={work},"
+            "redirect_dir=off,index=off,metacopy=off")  # fmt: skip
+    rc = _lib().mount(b"gradebox-ws", str(merged).encode(), b"overlay",
+                      _MS_NOSUID | _MS_NODEV, opts.encode())  # fmt: skip
+    if rc != 0:
+        log.info("no overlay (%s): the workspace is copied", os.strerror(ctypes.get_errno()))
+        return False
+    return True
+
+
 def _unmount(path: Path) -> None:
     _lib().umount2(str(path).encode(), _MNT_DETACH)
 
@@ -244,6 +270,11 @@ class Workspace:
     def __init__(self, path: Path, quota: Quota, mounted: bool) -> None:
         self.path, self.quota, self.mounted = path, quota, mounted
         self.skipped: list[str] = []
+        self.layer: Path | None = None  # the overlay's writable layer, when there is one
+
+    @property
+    def kind(self) -> str:
+        return "overlay" if self.layer is not None else "copy"
 
     @classmethod
     def create(
@@ -253,9 +284,18 @@ class Workspace:
         *,
         owner: tuple[int, int] | None = None,
         quota: Quota | None = None,
+        lower: Path | None = None,
     ) -> Workspace:
+        """A workspace at ``path``: empty, a copy of ``template``, or (``lower``) an overlay
+        whose writes land in a size-limited layer of their own and are never merged back
+        (falling back to a copy of ``lower`` where the kernel says no)."""
         quota = quota or Quota()
         path.mkdir(parents=True, exist_ok=True)
+        if lower is not None:
+            ws = cls._overlay(path, lower, owner, quota)
+            if ws is not None:
+                return ws
+            template = lower
         ws = cls(path, quota, _mount_tmpfs(path, quota, owner))
         try:
             if template is not None:
@@ -266,6 +306,21 @@ class Workspace:
             ws.close()
             raise
         return ws
+
+    @classmethod
+    def _overlay(
+        cls, path: Path, lower: Path, owner: tuple[int, int] | None, quota: Quota
+    ) -> Workspace | None:
+        layer = path.with_name(path.name + ".layer")
+        layer.mkdir(mode=0o700, exist_ok=True)
+        quota_mounted = _mount_tmpfs(layer, quota, None)
+        if _mount_overlay(lower, layer, path, owner):
+            ws = cls(path, quota, quota_mounted)
+            ws.layer = layer
+            return ws
+        if quota_mounted:
+            _unmount(layer)
+        return None
 
     def fill(self, source: Path, owner: tuple[int, int] | None = None) -> None:
         """Copy ``source`` in (no links followed, special files skipped)."""
@@ -281,13 +336,13 @@ class Workspace:
     def exceeded(self) -> str | None:
         """Why the workspace is over (or at) its quota, or None."""
         if self.mounted:
-            st = os.statvfs(self.path)
+            st = os.statvfs(self.layer or self.path)
             free_bytes = st.f_bavail * st.f_frsize
             if free_bytes < min(1 << 20, self.quota.size // 100) or st.f_favail < 2:
                 return f"the workspace quota ({self.quota.describe()}) was exhausted"
             return None
         size = files = 0
-        for dirpath, dirnames, filenames in os.walk(self.path):
+        for dirpath, dirnames, filenames in os.walk(self.layer or self.path):
             for name in dirnames + filenames:
                 files += 1
                 try:
@@ -299,7 +354,12 @@ class Workspace:
         return None
 
     def close(self) -> None:
-        if self.mounted:
+        if self.layer is not None:
+            _unmount(self.path)  # the overlay, then the layer under it
+            if self.mounted:
+                _unmount(self.layer)
+            self.layer, self.mounted = None, False
+        elif self.mounted:
             _unmount(self.path)
             self.mounted = False
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.sandbox.labels import LABEL_OWNER
-from tests.conftest import write
+from tests.conftest import leftovers_of, write
 
 pytestmark = pytest.mark.docker
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "reference"
@@ -90,56 +89,48 @@ def test_unreachable_engine_is_one_clear_line(tmp_path, workspace):
     assert p.stderr.strip().count("\n") == 0
 
 
-def _wait_for_container(engine, pid, timeout=30):
+def _wait_for_container(engine, pid, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        mine = [
-            c
-            for c in engine.containers({LABEL_OWNER: None})
-            if c["Labels"][LABEL_OWNER].endswith(f":{pid}") and c["State"] == "running"
-        ]
+        mine = leftovers_of(engine, pid, running=True)
         if mine:
             return mine
         time.sleep(0.2)
     raise AssertionError("the runner never started its container")
 
 
-def _sleeping_runner(tmp_path, workspace, engine):
+def _sleeping_runner(tmp_path, workspace, engine, backend):
     """A `gradebox grade` process whose grader sleeps; returns once its container runs."""
     g = write(tmp_path / "g.yaml", "type: program\nprogram: sleep\nargs: ['600']\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace)],
+        [sys.executable, "-m", "gradebox", "grade", str(g), "--workspace", str(workspace),
+         "--sandbox", backend],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )
+    )  # fmt: skip
     _wait_for_container(engine, proc.pid)
     return proc
 
 
-def _left_by(engine, pid):
-    return [
-        c
-        for c in engine.containers({LABEL_OWNER: None})
-        if c["Labels"][LABEL_OWNER].endswith(f":{pid}")
-    ]
-
-
-def test_ctrl_c_removes_the_container(tmp_path, workspace, engine):
-    proc = _sleeping_runner(tmp_path, workspace, engine)
-    proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("backend", ["docker", "oci"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_removes_the_container(tmp_path, workspace, engine, backend, sig):
+    proc = _sleeping_runner(tmp_path, workspace, engine, backend)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert _left_by(engine, proc.pid) == []
+    assert leftovers_of(engine, proc.pid) == []
 
 
-def test_sigkilled_runner_is_cleaned_by_gc(tmp_path, workspace, engine):
-    proc = _sleeping_runner(tmp_path, workspace, engine)
+@pytest.mark.parametrize("backend", ["docker", "oci"])
+def test_sigkilled_runner_is_cleaned_by_gc(tmp_path, workspace, engine, backend):
+    proc = _sleeping_runner(tmp_path, workspace, engine, backend)
     proc.kill()
     proc.wait()
     assert _wait_for_container(engine, proc.pid, timeout=5)  # orphaned, still there
     p = gradebox("gc", "--json")
     assert p.returncode == 0, p.stderr
-    assert _left_by(engine, proc.pid) == []
+    assert leftovers_of(engine, proc.pid) == []
     assert json.loads(p.stdout)["containers"]
     assert not list(Path("/tmp").glob(f"gradebox-{proc.pid}-*"))
 

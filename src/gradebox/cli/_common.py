@@ -17,6 +17,8 @@ from ..protocol import Status
 
 __all__ = [
     "AllowOpt",
+    "SandboxOpt",
+    "open_sandbox",
     "JsonOpt",
     "LockedOpt",
     "Output",
@@ -28,6 +30,16 @@ __all__ = [
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout (logs go to stderr).")
+]
+SandboxOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sandbox",
+        help="auto (oci where a runtime is usable, else docker), oci, docker or host "
+        "(no isolation). Default: $GRADEBOX_SANDBOX, else the suite's defaults.sandbox, "
+        "else auto.",
+        show_default=False,
+    ),
 ]
 AllowOpt = Annotated[
     list[str] | None,
@@ -70,6 +82,18 @@ def allowed(values: list[str] | None) -> set[str]:
             field="--allow",
         )
     return out
+
+
+def open_sandbox(out: Output, name: str | None, suite_default: str | None = None) -> Any:
+    """The sandbox a command runs on, said on stderr when it was chosen for the user."""
+    from ..sandbox import choose_backend, get_sandbox
+
+    wanted = name or os.environ.get("GRADEBOX_SANDBOX") or suite_default or "auto"
+    chosen = choose_backend(wanted)
+    box = get_sandbox(chosen)
+    if wanted == "auto":
+        out.info(f"[dim]sandbox: {chosen}[/]")
+    return box
 
 
 def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:

@@ -17,8 +17,17 @@ from ..graders import run_grader
 from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
-from ..sandbox import get_sandbox
-from ._common import AllowOpt, JsonOpt, LockedOpt, Output, allowed, exit_code, resolver_for
+from ._common import (
+    AllowOpt,
+    JsonOpt,
+    LockedOpt,
+    Output,
+    SandboxOpt,
+    allowed,
+    exit_code,
+    open_sandbox,
+    resolver_for,
+)
 
 
 def load_payload(source: str) -> Payload:
@@ -52,6 +61,7 @@ def grade(
         Path, typer.Option("--workspace", "-W", help="Directory mounted at EVALUATE_WORKSPACE.")
     ] = Path("."),
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -67,7 +77,7 @@ def grade(
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
     privileges = allowed(allow)
     check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
-    with get_sandbox() as box:
+    with open_sandbox(out, sandbox) as box:
         images = resolver_for(box, locked, privileges)
         result = run_grader(grader, payload, workspace, box, images=images, file=str(grader_file))
     if as_json:

@@ -11,6 +11,7 @@ from .. import images as img
 from .._types import format_bytes
 from ..errors import ImageError
 from ..sandbox._engine import Engine
+from ..sandbox.rootfs import RootfsCache
 from ._common import JsonOpt, Output
 
 app = typer.Typer(help="Build, list and check the runtime images.", no_args_is_help=True)
@@ -81,8 +82,63 @@ def build(
 
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
-    """Show every image: id, size, whether it matches its build inputs and the lock."""
-    _show(Output(as_json), img.status(Engine.connect()))
+    """Show every image (id, size, whether it matches its build inputs and the lock) and the
+    OCI backend's cache of unpacked root filesystems."""
+    out = Output(as_json)
+    engine = Engine.connect()
+    statuses = img.status(engine)
+    cache = _cache_rows(engine)
+    if out.as_json:
+        out.document({"images": _rows(statuses, img.read_lock()), "rootfs_cache": cache})
+        return
+    _table(out, statuses, img.read_lock())
+    table = Table(title=f"rootfs cache ({RootfsCache(None).root})")
+    for col in ("image id", "size", "needed"):
+        table.add_column(col)
+    for row in cache:
+        needed = "[green]yes[/]" if row["needed"] else "[yellow]no: `images prune`[/]"
+        table.add_row(str(row["id"])[7:19], format_bytes(int(row["size"])), needed)
+    out.console.print(table)
+
+
+def _needed_ids(engine: Engine) -> set[str]:
+    """Image ids a run may still use: locked ones and gradebox's current images."""
+    lock = img.read_lock() if _has_images() else None
+    ids = {e.id for e in lock.images.values()} if lock else set()
+    ids |= {str(i["Id"]) for i in engine.images(img.LABEL_IMAGE)}
+    ids |= {str(i["Id"]) for i in engine.images(img.LABEL_INPUTS)}
+    return ids
+
+
+def _cache_rows(engine: Engine) -> list[dict[str, object]]:
+    needed = _needed_ids(engine)
+    return [
+        {"id": e.image_id, "path": str(e.path), "size": e.size, "needed": e.image_id in needed}
+        for e in RootfsCache(None).entries()
+    ]
+
+
+def _has_images() -> bool:
+    try:
+        img.images_dir()
+    except ImageError:
+        return False
+    return True
+
+
+@app.command("prune")
+def prune(as_json: JsonOpt = False) -> None:
+    """Remove unpacked root filesystems that no lock entry and no current image needs."""
+    out = Output(as_json)
+    cache = RootfsCache(None)
+    gone = [r for r in _cache_rows(Engine.connect()) if not r["needed"]]
+    for row in gone:
+        cache.remove(str(row["id"]))
+    if as_json:
+        out.document({"removed": gone})
+    else:
+        freed = sum(int(r["size"]) for r in gone)
+        out.console.print(f"removed {len(gone)} root filesystem(s), {format_bytes(freed)}")
 
 
 @app.command("lock")

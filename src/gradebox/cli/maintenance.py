@@ -25,10 +25,14 @@ def gc(
     A runner removes its containers on success, error, timeout and Ctrl-C; only a runner
     killed with SIGKILL leaves any. Those carry its host and pid, so gc knows them.
     """
+    from ..sandbox import oci
+
     out = Output(as_json)
+    # OCI containers first: their workspaces are mounts inside the scratch folders.
+    names = oci.collect_garbage(everything=everything)
     removed = collect_garbage(Engine.connect(), everything=everything)
     scratch = collect_scratch(everything=everything)
-    names = [c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12] for c in removed]
+    names += [c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12] for c in removed]
     if as_json:
         out.document({"containers": names, "scratch_dirs": [str(p) for p in scratch]})
     else:

@@ -14,16 +14,17 @@ from ..plan import plan_suite
 from ..protocol import Status, TestResult
 from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
-from ..sandbox import get_sandbox
 from ..suite import GraderAssertion, load_suite
 from ._common import (
     AllowOpt,
     JsonOpt,
     LockedOpt,
     Output,
+    SandboxOpt,
     WorkersOpt,
     allowed,
     exit_code,
+    open_sandbox,
     resolver_for,
 )
 
@@ -42,6 +43,7 @@ def run(
         Path | None, typer.Option("--resume", help="Continue the run in DIR: only missing tests.")
     ] = None,
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="With --resume: run errored tests again.")
@@ -95,7 +97,7 @@ def run(
         counts[key[result.status]] += 1
         progress.update(task, advance=1, **counts)
 
-    with get_sandbox() as box:
+    with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         images = resolver_for(box, locked, privileges | set(suite.spec.allow))
         # Every image resolved and every grader checked before the first container starts.
         plan_suite(suite, images, privileges)
@@ -120,14 +122,18 @@ def run(
 
 
 def validate(
-    suite_file: SuiteArg, locked: LockedOpt = None, allow: AllowOpt = None, as_json: JsonOpt = False
+    suite_file: SuiteArg,
+    locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
+    allow: AllowOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 naming the error)."""
     output = Output(as_json)
     suite = load_suite(suite_file)
     privileges = allowed(allow)
-    with get_sandbox() as box:
+    with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         plan = plan_suite(
             suite, resolver_for(box, locked, privileges | set(suite.spec.allow)), privileges
         )

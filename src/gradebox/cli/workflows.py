@@ -24,7 +24,7 @@ from ..plan import check_grader
 from ..protocol import Payload, Status
 from ..report import STYLE, escape
 from ..runner import default_workers, run_as_ids
-from ..sandbox import Sandbox, get_sandbox
+from ..sandbox import Sandbox
 from ..trials import summarise_trials
 from ..workspace import Workspace
 from ._common import (
@@ -32,9 +32,11 @@ from ._common import (
     JsonOpt,
     LockedOpt,
     Output,
+    SandboxOpt,
     WorkersOpt,
     allowed,
     exit_code,
+    open_sandbox,
     resolver_for,
 )
 
@@ -131,6 +133,7 @@ def batch(
         bool, typer.Option("--retry-errors", help="Grade again the records that errored.")
     ] = False,
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -144,7 +147,10 @@ def batch(
     records = read_records(records_file)
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader), workspaces=(workspace,) if workspace else ())
-    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+    with (
+        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        open_sandbox(out, sandbox) as box,
+    ):
         ws = workspace or Path(empty)
         graded = _grade(
             out,
@@ -231,6 +237,7 @@ def trials(
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Graded trials.")] = None,
     workers: WorkersOpt = None,
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -245,7 +252,10 @@ def trials(
     n_workers = workers or default_workers()
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader))
-    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+    with (
+        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        open_sandbox(out, sandbox) as box,
+    ):
         images = resolver_for(box, locked, privileges)
         if target:
             records = _run_target(records, target, target_image, k, box, images, n_workers)
@@ -312,6 +322,7 @@ def calibrate(
         Path | None, typer.Option("--out", "-o", help="Write the sheet here.")
     ] = None,
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Draw a reproducible sample of verdicts into a Markdown review sheet."""
@@ -321,7 +332,10 @@ def calibrate(
     if grader is not None:
         config = load_grader_ref(grader)
         check_grader(config, set(), file=str(grader))
-        with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+        with (
+            tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+            open_sandbox(out, sandbox) as box,
+        ):
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
             rescored = _grade(
                 out,
@@ -369,6 +383,7 @@ def assert_(
         Path | None, typer.Option("--file", help="JSON with output, input, criteria.")
     ] = None,
     locked: LockedOpt = None,
+    sandbox: SandboxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a grader found by name, walking up from here, on one answer; print its JSON result
@@ -394,7 +409,10 @@ def assert_(
             data[key] = value
     payload = Payload.model_validate(data)
     config = grader_for_file(found[name].path, name=name)
-    with tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty, get_sandbox() as box:
+    with (
+        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        open_sandbox(out, sandbox) as box,
+    ):
         result = run_grader(config, payload, Path(empty), box, images=resolver_for(box, locked))
     # Like the tool it replaces, `assert` answers in JSON: it is called by other programs.
     out.document(result)

@@ -295,11 +295,17 @@ class PreparedGrader:
         if os.geteuid() == 0:
             os.chown(self.inputs, *self.owner)
         ws = self.workspace.resolve()
-        # A private copy, on a filesystem of its own, is filled at release, when the workspace
-        # is final; it is mounted now so the container can be created now.
+        # A private view, on a filesystem of its own, is made at release, when the workspace
+        # is final (an overlay over it where the kernel allows, else a copy); its mount point
+        # exists now so the container can be created now, and started only at release.
+        self.private: Path | None = None
         if grader.workspace == "rw" or not _enterable(ws, self.user):
-            self.copy = Workspace.create(scratch / "workspace", owner=self.owner)
-            ws = self.copy.path
+            self.private = scratch / "workspace"
+            self.private.mkdir(mode=0o755)
+            if os.geteuid() == 0:
+                os.chown(self.private, *self.owner)
+            ws = self.private
+            warm = False
         command, used = build_command(grader)
         mounts = [
             Mount(ws, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
@@ -350,8 +356,14 @@ class PreparedGrader:
                 if os.geteuid() == 0:
                     os.chown(f, *self.owner)
             os.chmod(self.inputs, 0o500)
-            if self.copy is not None:
-                self.copy.fill(self.workspace, self.owner)
+            if self.private is not None:
+                ours = os.stat(self.workspace).st_uid == self.owner[0]
+                self.copy = Workspace.create(
+                    self.private,
+                    None if ours else self.workspace,
+                    owner=self.owner,
+                    lower=self.workspace.resolve() if ours else None,
+                )
             outcome = self._handle.execute(body if grader.type == "script" else None)
             result = judge(
                 grader.dialect or grader.type,
@@ -364,7 +376,7 @@ class PreparedGrader:
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)
             result.privileges = privileges_of(grader.security, grader.network, grader.limits)
-            result.backend = self.backend
+            result.backend = getattr(self._handle, "backend", self.backend)
             return result
         finally:
             self.discard()

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EngineError, SandboxClosed
@@ -218,6 +219,9 @@ class OciSandbox(Sandbox):
             self._closed = True
             live = list(self._live.values())
         for handle in live:
+            if not handle._used and handle.proc is not None and handle.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    handle.proc.stdin.close()  # a gate waiting for its release reads EOF
             handle.kill()
         self.drain()
         for handle in live:
@@ -244,16 +248,21 @@ class OciPrepared(Prepared):
 
     def start(self) -> None:
         box = self.box
-        try:
-            self.proc = subprocess.Popen(
-                [box.runtime, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
-                 "--log-format", "json", "run", "--keep", "--bundle", str(self.bundle),
-                 "--pid-file", str(self.bundle / "pid"), self.cid],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
-        except OSError as exc:
-            self.start_error = f"cannot run {box.runtime}: {exc.strerror or exc}"
+        argv = [box.runtime, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
+                "--log-format", "json", "run", "--keep", "--bundle", str(self.bundle),
+                "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
+        # Under the lock: close() may have run between prepare() and here, and nothing may
+        # start after it (it would outlive the run).
+        with box._lock:
+            if box._closed or self._disposed:
+                raise SandboxClosed()
+            try:
+                self.proc = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    start_new_session=True, close_fds=True,
+                )  # fmt: skip
+            except OSError as exc:
+                self.start_error = f"cannot run {box.runtime}: {exc.strerror or exc}"
 
     def kill(self) -> None:
         """SIGKILL the container's PID 1: the kernel kills everything in its pid namespace."""
@@ -288,7 +297,10 @@ class OciPrepared(Prepared):
         token = secrets.token_hex(16)
         out = CappedOutput(int(spec.limits.output))
         timed_out, overflow = _pump(proc, f"{token}\n".encode() + stdin, out,
-                                    started + spec.timeout)  # fmt: skip
+                                    started + spec.timeout, lambda: self.box._closed)  # fmt: skip
+        if self.box._closed:
+            self.kill()
+            raise SandboxClosed()
         if timed_out or overflow:
             self.kill()
             self._hang_up()  # the runtime copies output to us: let it stop at once
@@ -351,9 +363,10 @@ class OciPrepared(Prepared):
                 self.box._live.pop(self.cid, None)
 
 
-def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput,
-          deadline: float) -> tuple[bool, bool]:  # fmt: skip
-    """Feed stdin and drain stdout/stderr together until both close or the deadline."""
+def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, deadline: float,
+          stop: Callable[[], bool]) -> tuple[bool, bool]:  # fmt: skip
+    """Feed stdin and drain stdout/stderr together until both close, the deadline, or
+    ``stop()`` (the sandbox is closing)."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     sel = selectors.DefaultSelector()
     pending = memoryview(data)
@@ -366,7 +379,7 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput,
     sel.register(win, selectors.EVENT_WRITE)
     open_reads = 2
     try:
-        while open_reads:
+        while open_reads and not stop():
             left = deadline - time.monotonic()
             if left <= 0:
                 return True, False
