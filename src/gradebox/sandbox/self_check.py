@@ -147,6 +147,33 @@ def no_docker_socket(box: Sandbox, image: str) -> None:
     _expect(out.stdout.strip() == b"0", "a docker socket is visible")
 
 
+_SYSCALL_PROBE = """
+import ctypes, json, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+out = {"seccomp": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")]}
+if platform.machine() == "x86_64":
+    for name, nr, args in (("keyctl", 250, (0, -3, 0)), ("unshare", 272, (0x10000000,)),
+                           ("add_key", 248, (0, 0, 0, 0, 0))):
+        rc = libc.syscall(nr, *args)
+        out[name] = ctypes.get_errno() if rc == -1 else 0
+print(json.dumps(out))
+"""
+
+
+@check
+def seccomp_denies_escape_syscalls(box: Sandbox, image: str) -> None:
+    # Syscalls an unprivileged process may normally make: only a seccomp filter says no.
+    out = box.run(
+        SandboxSpec(image=image, command=["python3", "-c", _SYSCALL_PROBE], name="self-check")
+    )
+    import json
+
+    seen = json.loads(out.stdout or b"{}")
+    _expect(seen.get("seccomp") == ["2"], f"no seccomp filter: {seen}")
+    for name in ("keyctl", "unshare", "add_key"):
+        _expect(seen.get(name, 1) == 1, f"{name} was not refused with EPERM: {seen}")
+
+
 @check
 def timeout_kills_every_process(box: Sandbox, image: str) -> None:
     # A child that ignores SIGTERM must die too; the whole environment goes.

@@ -1,0 +1,100 @@
+"""The OCI runtime configuration, from the spec alone: no runtime needed."""
+
+import json
+from pathlib import Path
+
+from gradebox.sandbox.base import Limits, Mount, SandboxSpec, Security
+from gradebox.sandbox.oci_config import (
+    DENIED_SYSCALLS,
+    INIT_PATH,
+    MASKED_PATHS,
+    runtime_config,
+    seccomp_profile,
+)
+
+
+def config(**kw):
+    spec = SandboxSpec(image="sha256:" + "0" * 64, command=["python3", "g.py"], **kw)
+    return runtime_config(spec, rootfs=Path("/cache/rootfs/x"), cgroup="/gradebox/c1",
+                          init_source=Path("/usr/bin/tini-static"))  # fmt: skip
+
+
+def test_the_bundle_is_valid_oci():
+    c = json.loads(json.dumps(config()))  # plain JSON all the way down
+    assert c["ociVersion"].startswith("1.0")
+    assert {"process", "root", "mounts", "linux", "hostname"} <= set(c)
+    p = c["process"]
+    assert p["terminal"] is False and isinstance(p["args"], list) and p["cwd"] == "/"
+    assert all(isinstance(e, str) and "=" in e for e in p["env"])
+    assert isinstance(p["user"]["uid"], int) and isinstance(p["user"]["gid"], int)
+    for m in c["mounts"]:
+        assert m["destination"].startswith("/") and "type" in m and "source" in m
+        assert all(isinstance(o, str) for o in m.get("options", []))
+    for r in p["rlimits"]:
+        assert r["type"].startswith("RLIMIT_") and isinstance(r["hard"], int)
+    assert {n["type"] for n in c["linux"]["namespaces"]} <= {
+        "pid", "network", "mount", "ipc", "uts", "user", "cgroup"
+    }  # fmt: skip
+
+
+def test_defaults_are_the_locked_down_setting():
+    c = config()
+    p, linux = c["process"], c["linux"]
+    assert p["user"] == {"uid": 65534, "gid": 65534} or p["user"]["uid"] != 0
+    assert all(v == [] for v in p["capabilities"].values())
+    assert p["noNewPrivileges"] is True
+    assert c["root"]["readonly"] is True
+    types = {n["type"] for n in linux["namespaces"]}
+    assert {"pid", "ipc", "uts", "mount", "network"} <= types
+    res = linux["resources"]
+    assert res["memory"]["limit"] == res["memory"]["swap"] == 1 << 30  # no swap
+    assert res["pids"]["limit"] == 256 and res["cpu"]["quota"] == 100_000
+    rl = {r["type"]: r["hard"] for r in p["rlimits"]}
+    assert rl == {"RLIMIT_NOFILE": 1024, "RLIMIT_FSIZE": 256 << 20, "RLIMIT_CORE": 0}
+    dests = {m["destination"]: m for m in c["mounts"]}
+    assert {"/proc", "/dev", "/tmp", "/home/grader"} <= set(dests)
+    assert dests[INIT_PATH]["options"][:2] == ["bind", "ro"]
+    assert p["args"][:2] == [INIT_PATH, "--"]  # the reaping init is PID 1
+    assert set(MASKED_PATHS) <= set(linux["maskedPaths"]) and "/proc/kcore" in MASKED_PATHS
+    assert "/proc/sys" in linux["readonlyPaths"]
+
+
+def test_overrides_reach_the_config():
+    c = config(
+        limits=Limits(memory=256 << 20, pids=32, cpus=0.5),
+        security=Security(
+            user="1000:1000", capabilities=["net_bind_service"], no_new_privileges=False, init=False
+        ),  # fmt: skip
+        mounts=(
+            Mount(Path("/host/ws"), "/workspace", read_only=False),
+            Mount(Path("/host/g.py"), "/grader/g.py"),
+        ),  # fmt: skip
+    )
+    assert c["process"]["user"] == {"uid": 1000, "gid": 1000}
+    assert c["process"]["capabilities"]["bounding"] == ["CAP_NET_BIND_SERVICE"]
+    assert c["process"]["noNewPrivileges"] is False
+    assert c["process"]["args"][0] != INIT_PATH
+    assert c["linux"]["resources"]["cpu"]["quota"] == 50_000
+    binds = {m["destination"]: m["options"] for m in c["mounts"] if m["type"] == "bind"}
+    assert "rw" in binds["/workspace"] and "ro" in binds["/grader/g.py"]
+    # A single file under /grader gets a tmpfs to hold its mount point, before the file.
+    order = [m["destination"] for m in c["mounts"]]
+    assert order.index("/grader") < order.index("/grader/g.py")
+
+
+def test_seccomp_denies_every_family_docker_denies():
+    profile = seccomp_profile()
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    denied = set()
+    for rule in profile["syscalls"]:
+        if rule["action"] == "SCMP_ACT_ERRNO" and "args" not in rule:
+            denied |= set(rule["names"])
+    for family in ("mount", "namespaces", "keyring", "bpf", "tracing", "perf", "modules",
+                   "kexec", "clock", "reboot", "swap"):  # fmt: skip
+        assert set(DENIED_SYSCALLS[family]) <= denied, family
+    for name in ("mount", "unshare", "setns", "keyctl", "bpf", "ptrace", "perf_event_open",
+                 "init_module", "kexec_load", "clock_settime", "reboot", "swapon"):  # fmt: skip
+        assert name in denied, name
+    clone_rules = [r for r in profile["syscalls"] if r["names"] == ["clone"]]
+    assert len(clone_rules) == 7  # one per CLONE_NEW* flag
+    assert config()["linux"]["seccomp"] == profile
