@@ -9,18 +9,64 @@ Example::
     print(result.status, result.score)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .errors import (
-    ConfigError,
-    EngineError,
-    EngineUnavailable,
-    GradeboxError,
-    ImageError,
-    SandboxClosed,
-)
-from .graders import GraderConfig, ProgramGrader, ScriptGrader, load_grader, run_grader
-from .protocol import Check, GraderResult, Payload, Status
-from .sandbox import Limits, RunOutcome, Sandbox, SandboxSpec, Security, get_sandbox
+
+# The public names, each imported on first use: `gradebox --version` and other short commands
+# must not pay for pydantic, docker and the rest.
+_WHERE = {
+    "ConfigError": "errors",
+    "EngineError": "errors",
+    "EngineUnavailable": "errors",
+    "GradeboxError": "errors",
+    "ImageError": "errors",
+    "SandboxClosed": "errors",
+    "GraderConfig": "graders",
+    "ProgramGrader": "graders",
+    "ScriptGrader": "graders",
+    "load_grader": "graders",
+    "run_grader": "graders",
+    "Check": "protocol",
+    "GraderResult": "protocol",
+    "Payload": "protocol",
+    "Status": "protocol",
+    "Limits": "sandbox",
+    "RunOutcome": "sandbox",
+    "Sandbox": "sandbox",
+    "SandboxSpec": "sandbox",
+    "Security": "sandbox",
+    "get_sandbox": "sandbox",
+}
+
+if TYPE_CHECKING:
+    from .errors import (
+        ConfigError,
+        EngineError,
+        EngineUnavailable,
+        GradeboxError,
+        ImageError,
+        SandboxClosed,
+    )
+    from .graders import GraderConfig, ProgramGrader, ScriptGrader, load_grader, run_grader
+    from .protocol import Check, GraderResult, Payload, Status
+    from .sandbox import Limits, RunOutcome, Sandbox, SandboxSpec, Security, get_sandbox
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gradebox' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "Check",

@@ -1,106 +1,22 @@
-"""The ``gradebox`` command. Each command parses options, calls the library, prints.
+"""The ``gradebox`` command (the app itself is in ``cli.app``).
 
-Library errors become one-line messages here, in one place; ``--debug`` shows tracebacks.
-
-Exit codes: 0 success/passed, 1 failed, 2 invalid configuration or usage (nothing ran),
-3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 130 Ctrl-C.
+``main`` answers ``--version`` before importing anything else: a short command must not pay
+for typer, pydantic and the Docker SDK.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import signal
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
 
-import typer
-
-from .._version import __version__
-from ..errors import ConfigError, GradeboxError, ImageError
-from . import images as images_cmd
-from .grade import grade
-from .maintenance import gc, schemas
-from .run import run, validate
-from .workflows import assert_, batch, calibrate, trials
-
-F = TypeVar("F", bound=Callable[..., Any])
-_state = {"debug": False}
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    sys.stderr.write(f"gradebox: error: {message}\n")
-    return typer.Exit(code)
-
-
-def handled(fn: F) -> F:
-    """Library errors -> one line on stderr and a documented exit code (the one place)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            raise _fail("interrupted; every container of this run was removed", 130) from None
-        except (ConfigError, ImageError) as exc:
-            if _state["debug"]:
-                raise
-            raise _fail(str(exc), 2) from None
-        except GradeboxError as exc:
-            if _state["debug"]:
-                raise
-            raise _fail(str(exc), 4) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-app = typer.Typer(
-    name="gradebox",
-    help="Run evaluation graders, each in its own throwaway, locked-down container.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.command()(handled(grade))
-app.command()(handled(run))
-app.command()(handled(validate))
-app.command()(handled(batch))
-app.command()(handled(trials))
-app.command()(handled(calibrate))
-app.command("assert")(handled(assert_))
-app.command()(handled(gc))
-app.command()(handled(schemas))
-for command in images_cmd.app.registered_commands:
-    command.callback = handled(command.callback)
-app.add_typer(images_cmd.app, name="images")
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"gradebox {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
-    ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Tracebacks and engine logs.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More logs on stderr.")] = False,
-) -> None:
-    _state["debug"] = debug
-    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="gradebox: %(message)s", stream=sys.stderr)
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    # SIGTERM gets the same clean shutdown as Ctrl-C: every container is removed.
-    raise KeyboardInterrupt
+__all__ = ["main"]
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _sigterm)
-    app(prog_name="gradebox")
+    if sys.argv[1:] in (["--version"], ["-V"]):
+        from .._version import __version__
+
+        sys.stdout.write(f"gradebox {__version__}\n")
+        return
+    from .app import main as run
+
+    run()
