@@ -40,7 +40,6 @@ from gradebox import Payload, get_sandbox, load_grader, run_grader
 from gradebox.batch import Record, grade_records
 from gradebox.graders.custom import grader_for_file
 from gradebox.graders.run import prepare_grader
-from gradebox.images import ImageResolver
 from gradebox.runner import RunOptions, run_suite
 from gradebox.suite import load_suite
 
@@ -93,7 +92,7 @@ def bench_cold(root: Path, n: int, backend: str) -> float:
     payload = Payload(output="The answer is 42.")
     times = []
     with get_sandbox(backend) as box:
-        images = ImageResolver(box.engine)
+        images = box.images()
         run_grader(grader, payload, ws, box, images=images)  # type: ignore[arg-type]
         for _ in range(n):
             t = time.perf_counter()
@@ -107,7 +106,7 @@ def bench_warm(root: Path, n: int, backend: str) -> dict[str, float]:
     payload = Payload(output="The answer is 42.")
     latency = []
     with get_sandbox(backend) as box:
-        images = ImageResolver(box.engine)
+        images = box.images()
         nxt = prepare_grader(grader, ws, box, images=images)  # type: ignore[arg-type]
         t0 = time.perf_counter()
         for i in range(n):
@@ -130,7 +129,7 @@ def bench_throughput(root: Path, n: int, workers: int, backend: str) -> float:
     records = [(i, Record(id=str(i), output="42")) for i in range(1, n + 1)]
     (root / "ws").mkdir(exist_ok=True)
     with get_sandbox(backend) as box:
-        images = ImageResolver(box.engine)
+        images = box.images()
         images.resolve("python")
         t = time.perf_counter()
         graded = grade_records(
@@ -156,7 +155,7 @@ def bench_suite(root: Path, n: int, workers: int, backend: str) -> float:
     (root / "suite.yaml").write_text(f"name: bench\ntests:\n{tests}")
     suite = load_suite(root / "suite.yaml")
     with get_sandbox(backend) as box:
-        images = _HostImages() if backend == "host" else ImageResolver(box.engine)
+        images = _HostImages() if backend == "host" else box.images()
         t = time.perf_counter()
         summary = run_suite(
             suite, box, images, RunOptions(root / f"out-{backend}-{workers}", workers=workers)
@@ -195,7 +194,7 @@ def bench_functional(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
     for backend in ("docker", "oci"):
         warm = []
         with get_sandbox(backend) as box:
-            images = ImageResolver(box.engine)
+            images = box.images()
             for _ in range(runs):
                 ready = prepare_grader(grader, project, box, images=images)
                 time.sleep(0.3)  # the agent still working; the container waits
@@ -237,7 +236,7 @@ tests = "".join(f"  - id: t{i:05d}\\n    output: answer {i}\\n    assert:\\n"
                 for i in range(n))
 (root / "s.yaml").write_text(f"workspace:\\n  template: ./tpl\\ntests:\\n{tests}")
 with get_sandbox("oci") as box:
-    run_suite(load_suite(root / "s.yaml"), box, ImageResolver(box.engine),
+    run_suite(load_suite(root / "s.yaml"), box, box.images(),
               RunOptions(root / "out", workers=4))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -302,7 +301,7 @@ def bench_workspace(root: Path, n: int) -> dict[str, float]:
             with get_sandbox("oci") as box:
                 t = time.perf_counter()
                 summary = run_suite(
-                    suite, box, ImageResolver(box.engine), RunOptions(root / f"o-{mode}", workers=2)
+                    suite, box, box.images(), RunOptions(root / f"o-{mode}", workers=2)
                 )
                 out[f"{mode}_ms_per_test"] = ms((time.perf_counter() - t) / n)
             assert summary.passed == n, summary

@@ -11,7 +11,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from pydantic import Field, ValidationError
@@ -19,11 +18,11 @@ from pydantic import Field, ValidationError
 from .errors import ConfigError
 from .graders.config import GraderConfig, load_grader
 from .graders.custom import grader_for_file
-from .graders.run import grader_fingerprint, prepare_grader
-from .images import ImageResolver
+from .graders.run import grader_fingerprint
 from .jsonl import JsonlWriter, digest, read_jsonl, rewrite_jsonl
+from .pool import Warm, WarmPool, imap_interruptible
 from .protocol import GraderResult, InlinePayload, Status
-from .sandbox.base import Sandbox
+from .sandbox.base import ImageSource, Sandbox
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
 
@@ -133,7 +132,7 @@ def grade_records(
     records: list[tuple[int, Record]],
     grader: GraderConfig,
     box: Sandbox,
-    images: ImageResolver,
+    images: ImageSource,
     *,
     out: Path | None,
     workspace: Path,
@@ -155,34 +154,35 @@ def grade_records(
     todo = [(n, r) for n, r in records if n not in done]
     on_start(len(records) - len(todo))
     sink = JsonlWriter(out) if out else None
-    # Twice as many threads as workers: while `workers` graders run, as many more containers
-    # are being created and started, so each grader's container is ready when a slot frees.
-    pool = ThreadPoolExecutor(2 * workers, thread_name_prefix="batch")
-    running = threading.BoundedSemaphore(workers)
+    # Every record runs the same grader on the same workspace: containers are started ahead
+    # for whichever record comes next, so each is ready when a slot frees.
+    pool = WarmPool(box, images, ahead=workers)
+    lock = threading.Lock()
+    spare: list[Warm] = [pool.start(grader, workspace) for _ in range(min(workers, len(todo)))]
+    started = [len(spare)]  # one container per record, never more
 
-    def one(record: Record) -> GraderResult:
-        ready = prepare_grader(grader, workspace, box, images=images, warm=True)
-        with running:
-            return ready.run(record.payload())
+    def one(item: tuple[int, Record]) -> GraderResult:
+        with lock:
+            warm = spare.pop() if spare else None
+            if started[0] < len(todo):
+                spare.append(pool.start(grader, workspace))  # a later record's, ahead
+                started[0] += 1
+        if warm is None:
+            warm = pool.start(grader, workspace)
+        return warm.run(item[1].payload())
 
-    interrupted = False
     try:
-        futures = {pool.submit(one, r): (n, r) for n, r in todo}
-        for fut in as_completed(futures):
-            n, record = futures[fut]
-            result = fut.result()
-            item = graded(n, record, result)
+        for (n, record), fut in imap_interruptible(one, todo, workers, box=box, name="batch"):
+            item = graded(n, record, fut.result())
             item.fingerprint = record_fingerprint(record, grader_print)
             done[n] = item
             if sink:
                 sink.append(item)
             on_done(item)
-    except KeyboardInterrupt:
-        interrupted = True
-        box.close()
-        raise
     finally:
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        for warm in spare:
+            warm.discard()
+        pool.close()
         if sink:
             sink.close()
     return [done[n] for n, _ in records if n in done]

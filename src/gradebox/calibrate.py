@@ -14,7 +14,7 @@ from .batch import read_graded
 from .errors import ConfigError
 from .protocol import Status
 
-__all__ = ["ReviewItem", "load_review_items", "review_sheet", "sample"]
+__all__ = ["ReviewItem", "agreement", "load_review_items", "review_sheet", "sample"]
 
 
 class ReviewItem(BaseModel):
@@ -100,6 +100,14 @@ def _block(text: Any) -> str:
     return f"{fence}\n{body or ''}\n{fence}"
 
 
+def agreement(
+    items: list[ReviewItem], second: dict[int, tuple[bool, float, str]]
+) -> tuple[int, float]:
+    """How many first verdicts the second grader agrees with, and the rate."""
+    agree = sum(1 for i in items if second[i.line][0] == i.passed)
+    return agree, (agree / len(items) if items else 0.0)
+
+
 def review_sheet(
     items: list[ReviewItem],
     source: str,
@@ -109,8 +117,7 @@ def review_sheet(
     """Markdown: one section per sampled record, verdicts side by side when re-scored."""
     lines = [f"# Calibration sheet: {source}", "", f"{len(items)} records, seed {seed}."]
     if second is not None:
-        agree = sum(1 for i in items if second[i.line][0] == i.passed)
-        rate = agree / len(items) if items else 0.0
+        agree, rate = agreement(items, second)
         lines.append(f"Agreement with the second grader: {agree}/{len(items)} ({rate:.0%}).")
     lines.append("")
     for item in items:

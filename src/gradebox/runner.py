@@ -8,10 +8,8 @@ the tests that were in flight, and ``resume`` runs just what is missing.
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
-import queue
 import secrets
 import shutil
 import threading
@@ -24,28 +22,17 @@ from pathlib import Path
 
 from .errors import GradeboxError, SandboxClosed
 from .graders.builtin import BuiltinAssertion
-from .graders.run import (
-    PreparedGrader,
-    new_scratch,
-    prepare_grader,
-    run_grader,
-    run_in_workspace,
-)
-from .graders.verdict import judge, tail_text
-from .images import DEFAULT_IMAGE, ImageResolver
+from .graders.run import run_grader
+from .images import DEFAULT_IMAGE
 from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
-from .protocol import (
-    GraderResult,
-    Payload,
-    RunSummary,
-    Status,
-    StepRecord,
-    TestResult,
-)
-from .sandbox.base import Limits, RunOutcome, Sandbox
-from .sandbox.hardening import run_as
+from .pool import Warm, WarmPool, imap_interruptible
+from .protocol import GraderResult, Payload, RunSummary, Status, TestResult
+from .sandbox.base import ImageSource, Limits, Sandbox
+from .sandbox.hardening import run_as_ids
 from .sandbox.labels import LABEL_RUN
-from .suite import GraderAssertion, Suite, Test, WorkspaceConfig
+from .scratch import new_scratch
+from .steps import HOOK_TIMEOUT, input_text, judge_step, run_in_workspace
+from .suite import GraderAssertion, Suite, Test
 from .workspace import DEFAULT_DIFF_CAP, Baseline, Quota, Workspace, overlay_mode, safe_copy
 
 __all__ = [
@@ -57,7 +44,6 @@ __all__ = [
 
 log = logging.getLogger("gradebox.runner")
 
-HOOK_TIMEOUT = 300.0  # before_each / after_each
 
 
 def default_workers() -> int:
@@ -88,35 +74,6 @@ def read_results(path: Path) -> dict[str, TestResult]:
     return {r.id: r for r in read_jsonl(path, TestResult)}
 
 
-def _input_text(payload: Payload) -> bytes:
-    """What a target reads on stdin: the user's text, or the message list as JSON."""
-    if len(payload.input) == 1 and isinstance(payload.input[0].content, str):
-        return payload.input[0].content.encode()
-    return json.dumps([m.model_dump(mode="json") for m in payload.input]).encode()
-
-
-def _step(
-    what: str, outcome: RunOutcome, timeout: float, limits: Limits
-) -> tuple[StepRecord, str | None]:
-    """A target or hook run: its record, and why it failed (None when it exited 0)."""
-    record = StepRecord(
-        exit_code=outcome.exit_code,
-        duration_ms=outcome.duration_ms,
-        timed_out=outcome.timed_out,
-        stderr_tail=tail_text(outcome.stderr),
-    )
-    if outcome.exit_code == 0 and not outcome.timed_out and not outcome.oom_killed:
-        return record, None
-    # Timeouts, OOM, signals and failed starts read the same as for a grader.
-    verdict = judge("program", what, outcome, timeout=timeout, limits=limits)
-    if verdict.status is Status.error:
-        return record, f"{what}: {verdict.evidence}"
-    tail = (record.stderr_tail or "").splitlines()
-    return record, f"{what} exited with code {outcome.exit_code}" + (
-        f": {tail[-1]}" if tail else ""
-    )
-
-
 def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status, float]:
     """Weighted mean score; passed when every assertion passed; error when any errored."""
     total = sum(weights)
@@ -131,26 +88,26 @@ def aggregate(results: list[GraderResult], weights: list[float]) -> tuple[Status
 
 
 class _SuiteRun:
+    """What every test of one run shares: the sandbox, images, the warm pool, the graders'
+    executor and the staged templates. Each test runs as a ``_TestRun``."""
+
     def __init__(
         self,
         suite: Suite,
         box: Sandbox,
-        images: ImageResolver,
+        images: ImageSource,
         run_id: str,
         workers: int,
         max_ahead: int | None = None,
     ) -> None:
-        self.suite = suite
-        self.box = box
-        self.images = images
-        self.run_id = run_id
+        self.suite, self.box, self.images, self.run_id = suite, box, images, run_id
         self.labels = {LABEL_RUN: run_id}
         self.grader_pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="grader")
-        # How many containers may wait, started, for their input at once.
-        self.ahead = threading.BoundedSemaphore(max_ahead or 2 * workers)
-        spec = suite.spec
-        self.target = spec.target
-        self.default_image = spec.defaults.image or DEFAULT_IMAGE
+        # Containers started ahead wait on their own executor: never behind running graders.
+        ahead = 2 * workers if max_ahead is None else max_ahead
+        self.warm = WarmPool(box, images, ahead=ahead)
+        self.target = suite.spec.target
+        self.default_image = suite.spec.defaults.image or DEFAULT_IMAGE
         # Templates staged once per run (owned by the sandbox user), each test's workspace an
         # overlay over its stage: no copy per test where the kernel allows overlays.
         self.scratch = new_scratch()
@@ -171,297 +128,181 @@ class _SuiteRun:
         return self.images.resolve(ref or self.default_image, source)  # type: ignore[arg-type]
 
     def run_test(self, test: Test) -> TestResult:
-        started, t0 = _now(), time.monotonic()
-        timings: dict[str, int] = {}
-        scratch = new_scratch()
+        return _TestRun(self, test).run()
+
+    def close(self) -> None:
+        self.warm.close()
+        self.grader_pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class _TestRun:
+    """One test: workspace and baseline, containers started ahead, target, diff, graders,
+    hooks, and the result they add up to."""
+
+    def __init__(self, run: _SuiteRun, test: Test) -> None:
+        self.run_, self.test = run, test
+        self.labels = {**run.labels, "gradebox.test": test.id[:60]}
+        self.ws_cfg = test.workspace
+        self.timings: dict[str, int] = {}
         case = test.case
-        payload = Payload(
-            input=case.input,
-            expected_output=case.expected_output,
-            output=case.output,
-            criteria=case.criteria,
-            hint=case.hint,
-            metadata=test.metadata,
-        )
-        result = TestResult(
-            id=test.id,
-            status=Status.error,
-            passed=False,
-            score=0.0,
-            input=payload.input,
-            expected_output=payload.expected_output,
-            output=case.output,
-            metadata=test.metadata,
-            started_at=started,
-        )
+        self.payload = Payload(
+            input=case.input, expected_output=case.expected_output, output=case.output,
+            criteria=case.criteria, hint=case.hint, metadata=test.metadata,
+        )  # fmt: skip
+        self.result = TestResult(
+            id=test.id, status=Status.error, passed=False, score=0.0, input=self.payload.input,
+            expected_output=self.payload.expected_output, output=case.output,
+            metadata=test.metadata, started_at=_now(),
+        )  # fmt: skip
+        self.warm: dict[int, Warm] = {}
+
+    def run(self) -> TestResult:
+        t0 = time.monotonic()
+        scratch = new_scratch()
+        result = self.result
         try:
-            self._run(test, payload, scratch, result, timings)
+            self._in_scratch(scratch)
         except SandboxClosed:
             raise  # interrupted: this test is not finished and must not be recorded
         except GradeboxError as exc:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
-            log.exception("test %s", test.id)
-            result.status, result.error = (
-                Status.error,
-                f"internal error: {type(exc).__name__}: {exc}",
-            )
+            log.exception("test %s", self.test.id)
+            result.status = Status.error
+            result.error = f"internal error: {type(exc).__name__}: {exc}"
         finally:
+            for warm in self.warm.values():
+                warm.discard()  # started ahead and not used (the target failed)
             shutil.rmtree(scratch, ignore_errors=True)
-        timings["total"] = int((time.monotonic() - t0) * 1000)
-        result.timings_ms = timings
+        self.timings["total"] = int((time.monotonic() - t0) * 1000)
+        result.timings_ms = self.timings
         result.finished_at = _now()
         return result
 
-    def _hook(
-        self, name: str, command: list[str] | str, ws: Path, labels: dict[str, str]
-    ) -> str | None:
-        outcome = run_in_workspace(
-            command,
-            ws,
-            self.box,
-            image_id=self.image_for(None, None),
-            name=name,
-            timeout=HOOK_TIMEOUT,
-            labels=labels,
-            source_dir=self.suite.root,
-        )
-        return _step(name, outcome, HOOK_TIMEOUT, Limits())[1]
-
-    def _run(
-        self,
-        test: Test,
-        payload: Payload,
-        scratch: Path,
-        result: TestResult,
-        timings: dict[str, int],
-    ) -> None:
-        labels = {**self.labels, "gradebox.test": test.id[:60]}
-        ws_cfg = test.workspace
+    def _in_scratch(self, scratch: Path) -> None:
+        run, cfg = self.run_, self.ws_cfg
         t = time.monotonic()
-        template = self.suite.template_dir(ws_cfg)
-        lower = self.lower_for(template)
-        ws = Workspace.create(
-            scratch / "workspace",
-            None if lower else template,
-            owner=run_as_ids(),
-            quota=ws_cfg.quota() if ws_cfg else Quota(),
-            lower=lower,
-        )
+        template = run.suite.template_dir(cfg)
+        lower = run.lower_for(template)
+        workspace = Workspace.create(
+            scratch / "workspace", None if lower else template, owner=run_as_ids(),
+            quota=cfg.quota() if cfg else Quota(), lower=lower,
+        )  # fmt: skip
         try:
-            self._in_workspace(test, payload, ws, ws_cfg, scratch, result, timings, labels, t)
+            if cfg and cfg.before_each:
+                failure = self._hook("before_each", cfg.before_each, workspace.path)
+                if failure:
+                    self.result.error = failure
+                    return
+            baseline = None
+            if cfg is not None or run.target is not None:
+                baseline = Baseline.take(
+                    workspace.path, include_ignored=bool(cfg and cfg.include_ignored),
+                    store=scratch / "baseline",
+                )  # fmt: skip
+            self.timings["workspace"] = int((time.monotonic() - t) * 1000)
+            # Start the graders' containers now, while the target works: at release they only
+            # need their input. Whatever is not used (the target failed) is discarded.
+            for idx, assertion in enumerate(self.test.assertions):
+                if isinstance(assertion, GraderAssertion):
+                    self.warm[idx] = run.warm.start(
+                        assertion.grader, workspace.path, labels=self.labels,
+                        file=str(run.suite.path),
+                    )  # fmt: skip
+            if self._target(workspace):
+                self._grade_and_finish(workspace, baseline)
         finally:
-            ws.close()
+            workspace.close()
 
-    def _in_workspace(
-        self,
-        test: Test,
-        payload: Payload,
-        workspace: Workspace,
-        ws_cfg: WorkspaceConfig | None,
-        scratch: Path,
-        result: TestResult,
-        timings: dict[str, int],
-        labels: dict[str, str],
-        t: float,
-    ) -> None:
-        ws = workspace.path
-        has_ws = ws_cfg is not None or self.target is not None
-        if ws_cfg and ws_cfg.before_each:
-            failure = self._hook("before_each", ws_cfg.before_each, ws, labels)
-            if failure:
-                result.error = failure
-                return
-        baseline = (
-            Baseline.take(
-                ws,
-                include_ignored=bool(ws_cfg and ws_cfg.include_ignored),
-                store=scratch / "baseline",
-            )
-            if has_ws
-            else None
-        )
-        timings["workspace"] = int((time.monotonic() - t) * 1000)
-        # Start the graders' containers now, while the target works: at release they only
-        # need their input. Whatever is not used (the target failed) is discarded.
-        ready = self._prepare_ahead(test, ws, labels)
-        try:
-            self._finish(test, payload, workspace, ws_cfg, baseline, ready, labels, result, timings)
-        finally:
-            for fut in ready.values():
-                fut.add_done_callback(self._discard_prepared)
+    def _hook(self, name: str, command: list[str] | str, ws: Path) -> str | None:
+        run = self.run_
+        outcome = run_in_workspace(
+            command, ws, run.box, image_id=run.image_for(None, None), name=name,
+            timeout=HOOK_TIMEOUT, labels=self.labels, source_dir=run.suite.root,
+        )  # fmt: skip
+        return judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
 
-    def _prepare_ahead(
-        self, test: Test, ws: Path, labels: dict[str, str]
-    ) -> dict[int, Future[PreparedGrader]]:
-        ready: dict[int, Future[PreparedGrader]] = {}
-        for idx, assertion in enumerate(test.assertions):
-            if isinstance(assertion, GraderAssertion) and self.ahead.acquire(blocking=False):
-                try:
-                    ready[idx] = self.grader_pool.submit(self._prepare, assertion, ws, labels)
-                except RuntimeError:  # the pool was shut down: the run is being interrupted
-                    self.ahead.release()
-                    raise SandboxClosed() from None
-        return ready
+    def _target(self, workspace: Workspace) -> bool:
+        """Run the agent, if the suite has one; False when the test ends here (an error)."""
+        run, target, payload, result = self.run_, self.run_.target, self.payload, self.result
+        if target is None:
+            return True
+        t = time.monotonic()
+        image = run.image_for(target.image, run.suite.root)
+        result.images["target"] = image
+        outcome = run_in_workspace(
+            target.command, workspace.path, run.box, image_id=image,
+            name=f"target-{self.test.id}", stdin=input_text(payload), timeout=target.timeout,
+            network=target.network, env={**target.env, "GRADEBOX_TEST_ID": self.test.id},
+            limits=target.limits, labels=self.labels, source_dir=run.suite.root,
+        )  # fmt: skip
+        self.timings["target"] = int((time.monotonic() - t) * 1000)
+        result.target, failure = judge_step("target", outcome, target.timeout, target.limits)
+        result.output = payload.output = outcome.stdout.decode("utf-8", errors="replace")
+        payload.duration_ms = outcome.duration_ms
+        over = workspace.exceeded()
+        if over:
+            result.error = f"target: {over}; its changes are not graded"
+            return False
+        if failure:
+            result.error = failure
+            return False
+        return True
 
-    def _prepare(
-        self, assertion: GraderAssertion, ws: Path, labels: dict[str, str]
-    ) -> PreparedGrader:
-        try:
-            return prepare_grader(
-                assertion.grader,
-                ws,
-                self.box,
-                images=self.images,
-                labels=labels,
-                file=str(self.suite.path),
-                warm=True,
-            )
-        except BaseException:
-            self.ahead.release()
-            raise
-
-    def _discard_prepared(self, fut: Future[PreparedGrader]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        fut.result().discard()
-        self.ahead.release()
-
-    def _finish(
-        self,
-        test: Test,
-        payload: Payload,
-        workspace: Workspace,
-        ws_cfg: WorkspaceConfig | None,
-        baseline: Baseline | None,
-        ready: dict[int, Future[PreparedGrader]],
-        labels: dict[str, str],
-        result: TestResult,
-        timings: dict[str, int],
-    ) -> None:
-        ws = workspace.path
-        if self.target is not None:
-            t = time.monotonic()
-            target = self.target
-            image = self.image_for(target.image, self.suite.root)
-            result.images["target"] = image
-            outcome = run_in_workspace(
-                target.command,
-                ws,
-                self.box,
-                image_id=image,
-                name=f"target-{test.id}",
-                stdin=_input_text(payload),
-                timeout=target.timeout,
-                network=target.network,
-                env={**target.env, "GRADEBOX_TEST_ID": test.id},
-                limits=target.limits,
-                labels=labels,
-                source_dir=self.suite.root,
-            )
-            timings["target"] = int((time.monotonic() - t) * 1000)
-            result.target, failure = _step("target", outcome, target.timeout, target.limits)
-            answer = outcome.stdout.decode("utf-8", errors="replace")
-            result.output = payload.output = answer
-            payload.duration_ms = outcome.duration_ms
-            over = workspace.exceeded()
-            if over:
-                result.error = f"target: {over}; its changes are not graded"
-                return
-            if failure:
-                result.error = failure
-                return
-
+    def _grade_and_finish(self, workspace: Workspace, baseline: Baseline | None) -> None:
+        result, payload, cfg = self.result, self.payload, self.ws_cfg
         if baseline is not None:
-            cap = int(ws_cfg.max_diff) if ws_cfg else DEFAULT_DIFF_CAP
+            cap = int(cfg.max_diff) if cfg else DEFAULT_DIFF_CAP
             payload.file_changes = baseline.diff(cap)
             result.file_changes_bytes = len(payload.file_changes.encode())
-
         t = time.monotonic()
-        graded = self._grade(test, payload, ws, labels, ready)
-        timings["graders"] = int((time.monotonic() - t) * 1000)
+        graded = self._grade(workspace.path)
+        self.timings["graders"] = int((time.monotonic() - t) * 1000)
         result.graders = graded
         for g in graded:
             if g.image:
                 result.images[g.image.ref] = g.image.id
-
-        if ws_cfg and ws_cfg.after_each:
-            failure = self._hook("after_each", ws_cfg.after_each, ws, labels)
+        if cfg and cfg.after_each:
+            failure = self._hook("after_each", cfg.after_each, workspace.path)
             if failure:
                 result.error = failure
-        weights = [a.weight for a in test.assertions]
+        weights = [a.weight for a in self.test.assertions]
         status, score = aggregate(graded, weights) if graded else (Status.passed, 1.0)
         if result.error:
             status = Status.error
         result.status, result.score, result.passed = status, score, status is Status.passed
 
-    def _grade(
-        self,
-        test: Test,
-        payload: Payload,
-        ws: Path,
-        labels: dict[str, str],
-        ready: dict[int, Future[PreparedGrader]],
-    ) -> list[GraderResult]:
+    def _grade(self, ws: Path) -> list[GraderResult]:
+        run = self.run_
         slots: list[GraderResult | Future[GraderResult]] = []
-        for idx, assertion in enumerate(test.assertions):
+        for idx, assertion in enumerate(self.test.assertions):
             if isinstance(assertion, BuiltinAssertion):
-                slots.append(assertion.evaluate(payload.output))
+                slots.append(assertion.evaluate(self.payload.output))
                 continue
-            prepared = ready.pop(idx, None)
-            if prepared is not None:
-                # Waited for here, in the test's thread, never inside the pool: a pool task
-                # waiting on a queued pool task could wait forever.
-                slots.append(
-                    self.grader_pool.submit(self._release, assertion, payload, prepared.result())
-                )
-            else:
-                slots.append(self.grader_pool.submit(self._one, assertion, payload, ws, labels))
+            body = self.payload
+            if assertion.config:
+                body = body.model_copy(update={"config": assertion.config})
+            warm = self.warm.pop(idx, None)
+            try:
+                if warm is not None:
+                    slots.append(run.grader_pool.submit(warm.run, body))
+                else:
+                    slots.append(run.grader_pool.submit(
+                        run_grader, assertion.grader, body, ws, run.box, images=run.images,
+                        labels=self.labels, file=str(run.suite.path),
+                    ))  # fmt: skip
+            except RuntimeError:  # the executor was shut down: the run is being interrupted
+                if warm is not None:
+                    warm.discard()
+                raise SandboxClosed() from None
         return [s if isinstance(s, GraderResult) else s.result() for s in slots]
-
-    @staticmethod
-    def _body(assertion: GraderAssertion, payload: Payload) -> Payload:
-        if assertion.config:
-            return payload.model_copy(update={"config": assertion.config})
-        return payload
-
-    def _release(
-        self, assertion: GraderAssertion, payload: Payload, prepared: PreparedGrader
-    ) -> GraderResult:
-        try:
-            return prepared.run(self._body(assertion, payload))
-        finally:
-            self.ahead.release()
-
-    def _one(
-        self, assertion: GraderAssertion, payload: Payload, ws: Path, labels: dict[str, str]
-    ) -> GraderResult:
-        return run_grader(
-            assertion.grader,
-            self._body(assertion, payload),
-            ws,
-            self.box,
-            images=self.images,
-            labels=labels,
-            file=str(self.suite.path),
-        )
-
-    def close(self) -> None:
-        self.grader_pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def run_as_ids() -> tuple[int, int]:
-    from .sandbox.base import Security
-
-    uid, _, gid = run_as(Security()).partition(":")
-    return int(uid), int(gid or uid)
 
 
 def run_suite(
     suite: Suite,
     box: Sandbox,
-    images: ImageResolver,
+    images: ImageSource,
     options: RunOptions,
     on_result: Callable[[TestResult], None] = lambda r: None,
     on_start: Callable[[int, int], None] = lambda total, done: None,
@@ -511,20 +352,8 @@ def run_suite(
     reused = len(finished)
     del previous, reusable
     interrupted = False
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="test")
-    # Completed futures go through a queue and are dropped once written, so finished results
-    # are not all held until the end (as_completed would hold every future it was given).
-    done_q: queue.SimpleQueue[Future[TestResult]] = queue.SimpleQueue()
     try:
-        for t in todo:
-            pool.submit(state.run_test, t).add_done_callback(done_q.put)
-        for _ in range(len(todo)):
-            while True:  # short waits keep Ctrl-C prompt on every platform
-                try:
-                    fut = done_q.get(timeout=0.5)
-                    break
-                except queue.Empty:
-                    continue
+        for _test, fut in imap_interruptible(state.run_test, todo, workers, box=box, name="test"):
             result = fut.result()
             del fut
             result.fingerprint = prints[result.id]
@@ -533,10 +362,8 @@ def run_suite(
             on_result(result)
     except KeyboardInterrupt:
         interrupted = True
-        box.close()  # ends in-flight runs at once; no container starts after this
         raise
     finally:
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
         state.close()
         writer.close()
         summary = summarise(

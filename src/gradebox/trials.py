@@ -12,14 +12,29 @@ over the prompts that have at least k trials.
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections import defaultdict
 from math import comb
 
 from pydantic import BaseModel, Field
 
-from .batch import GradedRecord
+from .batch import GradedRecord, Record
+from .pool import imap_interruptible
+from .sandbox.base import Sandbox
+from .sandbox.hardening import run_as_ids
+from .scratch import new_scratch
+from .steps import run_in_workspace
+from .workspace import Workspace
 
-__all__ = ["PromptStats", "TrialsReport", "pass_at_k", "pass_hat_k", "summarise_trials"]
+__all__ = [
+    "PromptStats",
+    "TrialsReport",
+    "pass_at_k",
+    "pass_hat_k",
+    "run_target_trials",
+    "summarise_trials",
+]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -99,3 +114,39 @@ def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
         },
     )
     return TrialsReport(k=k, prompts=prompts, overall=overall)
+
+
+def run_target_trials(
+    records: list[tuple[int, Record]],
+    command: str,
+    image_id: str,
+    k: int,
+    box: Sandbox,
+    *,
+    workers: int,
+) -> list[tuple[int, Record]]:
+    """Run ``command`` K times per prompt, input on stdin, each in a fresh, empty,
+    size-limited workspace; the answers become trials (numbered in order). Ctrl-C and SIGTERM
+    stop the queue at once."""
+    jobs = [(i, r) for i, r in enumerate((r for _, r in records for _ in range(k)), 1)]
+
+    def one(job: tuple[int, Record]) -> Record:
+        _, record = job
+        scratch = new_scratch()
+        try:
+            ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
+            try:
+                text = record.input if isinstance(record.input, str) else json.dumps(record.input)
+                outcome = run_in_workspace(
+                    command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
+                    stdin=text.encode(),
+                )  # fmt: skip
+            finally:
+                ws.close()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        answer = outcome.stdout.decode("utf-8", errors="replace")
+        return record.model_copy(update={"output": answer})
+
+    done = {job[0]: fut.result() for job, fut in imap_interruptible(one, jobs, workers, box=box)}
+    return [(i, done[i]) for i, _ in jobs]

@@ -270,14 +270,13 @@ def test_an_rw_grader_cannot_fill_the_host_disk(tmp_path, workspace, box):
 
 
 def _run_suite(tmp_path, box, text, files=None):
-    from gradebox.images import ImageResolver
     from gradebox.runner import RunOptions, read_results, run_suite
     from gradebox.suite import load_suite
 
     for name, body in (files or {}).items():
         write(tmp_path / name, body)
     suite = load_suite(write(tmp_path / "suite.yaml", text))
-    run_suite(suite, box, ImageResolver(box.engine), RunOptions(tmp_path / "out", workers=2))
+    run_suite(suite, box, box.images(), RunOptions(tmp_path / "out", workers=2))
     return read_results(tmp_path / "out" / "results.jsonl")
 
 
@@ -351,14 +350,13 @@ def test_untrusted_output_costs_one_test_never_the_run(tmp_path, box):
 
 
 def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
-    from gradebox.images import ImageResolver
 
     write(
         tmp_path / "Dockerfile",
         "FROM gradebox/shell\n"
         "RUN test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo\n",
     )
-    resolver = ImageResolver(box.engine)
+    resolver = box.images()
     image = resolver.resolve(ImageBuild(build="./Dockerfile"), tmp_path)
     assert image.startswith("sha256:")
     box.engine.api.remove_image(image, force=True)

@@ -13,12 +13,13 @@ from rich.console import Console
 from gradebox.errors import ConfigError, ImageError
 from gradebox.graders.builtin import BuiltinAssertion
 from gradebox.graders.config import load_grader
-from gradebox.graders.run import check_grader_files, new_scratch
+from gradebox.graders.run import check_grader_files
 from gradebox.images import ImageBuild, ImageResolver
 from gradebox.jsonl import read_jsonl
 from gradebox.plan import check_grader
 from gradebox.protocol import GraderResult, RunSummary, Status, TestResult
 from gradebox.report import junit_xml, print_result, print_run
+from gradebox.scratch import new_scratch
 from tests.conftest import write
 
 # --- configuration mistakes are exit 2 before anything runs, not failures of the agent -------

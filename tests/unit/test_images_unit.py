@@ -50,3 +50,19 @@ def test_qualified_names():
     assert qualified("python") == "gradebox/python:latest"
     assert qualified("debian:bookworm") == "debian:bookworm"
     assert qualified("x/y@sha256:00") == "x/y@sha256:00"
+
+
+def test_status_without_apt_configuration(monkeypatch, tmp_path):
+    """`images list` works on a host without Debian's apt files when the images are built."""
+    from gradebox.errors import ImageError
+    from gradebox.images import build
+
+    def no_apt(*a, **k):
+        raise ImageError("no Debian mirror found")
+
+    (tmp_path / "base").mkdir()
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "apt_mirror", no_apt)
+    monkeypatch.setattr(build, "_current", lambda engine, name: ("sha256:" + "1" * 64, 1, "x"))
+    [base] = build.status(engine=None)
+    assert base.up_to_date

@@ -98,11 +98,9 @@ def open_sandbox(out: Output, name: str | None, suite_default: str | None = None
 
 def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:
     """The run's image resolver; ``--locked`` defaults to on under CI (CI=true)."""
-    from ..images import ImageResolver
-
     if locked is None:
         locked = os.environ.get("CI", "").lower() == "true"
-    return ImageResolver(box.engine, locked=locked, build_network="network" in set(allow))
+    return box.images(locked=locked, build_network="network" in set(allow))
 
 
 class Output:

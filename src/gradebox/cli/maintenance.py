@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from ..graders.run import collect_scratch
 from ..sandbox._engine import Engine
 from ..sandbox.docker import collect_garbage
 from ..schemas import write_schemas
+from ..scratch import collect_scratch
 from ._common import JsonOpt, Output
 
 

@@ -4,7 +4,6 @@ other harnesses, now sandboxed."""
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -14,19 +13,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
-from ..calibrate import load_review_items, review_sheet, sample
+from ..calibrate import agreement, load_review_items, review_sheet, sample
 from ..errors import ConfigError
 from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
-from ..graders.run import new_scratch, run_grader, run_in_workspace
+from ..graders.run import run_grader
 from ..images import ImageResolver
 from ..plan import check_grader
 from ..protocol import Payload, Status
 from ..report import STYLE, escape
-from ..runner import default_workers, run_as_ids
+from ..runner import default_workers
 from ..sandbox import Sandbox
-from ..trials import summarise_trials
-from ..workspace import Workspace
+from ..trials import run_target_trials, summarise_trials
 from ._common import (
     AllowOpt,
     JsonOpt,
@@ -176,56 +174,6 @@ def batch(
     raise typer.Exit(exit_code(r.status for r in graded))
 
 
-def _run_target(
-    records: list[tuple[int, Record]],
-    command: str,
-    image: str,
-    k: int,
-    box: object,
-    images: object,
-    workers: int,
-) -> list[tuple[int, Record]]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    image_id = images.resolve(image)  # type: ignore[attr-defined]
-
-    def one(record: Record) -> Record:
-        scratch = new_scratch()
-        try:
-            # A fresh, empty, size-limited workspace per trial, owned by the sandbox user.
-            ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
-            try:
-                text = record.input if isinstance(record.input, str) else json.dumps(record.input)
-                outcome = run_in_workspace(
-                    command,
-                    ws.path,
-                    box,  # type: ignore[arg-type]
-                    image_id=image_id,
-                    name=f"target-{record.id}",
-                    stdin=text.encode(),
-                )
-            finally:
-                ws.close()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        answer = outcome.stdout.decode("utf-8", errors="replace")
-        return record.model_copy(update={"output": answer})
-
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="trial")
-    try:
-        futures = [pool.submit(one, r) for _, r in records for _ in range(k)]
-        # Each trial is its own record; "line" numbers the trials in order.
-        done = [(i, f.result()) for i, f in enumerate(futures, 1)]
-    except KeyboardInterrupt:
-        # Ctrl-C or SIGTERM: queued trials never start, running ones are killed with their
-        # containers, and nothing waits for the rest of the queue.
-        pool.shutdown(wait=False, cancel_futures=True)
-        box.close()  # type: ignore[attr-defined]
-        raise
-    pool.shutdown()
-    return done
-
-
 def trials(
     records_file: Annotated[Path, typer.Argument(help="Records; lines sharing an id are trials.")],
     grader: GraderOpt,
@@ -258,7 +206,9 @@ def trials(
     ):
         images = resolver_for(box, locked, privileges)
         if target:
-            records = _run_target(records, target, target_image, k, box, images, n_workers)
+            records = run_target_trials(
+                records, target, images.resolve(target_image), k, box, workers=n_workers
+            )
         graded = _grade(
             out,
             "trials",
@@ -349,11 +299,7 @@ def calibrate(
             )
         second = {r.line: (r.pass_, r.score, r.reasoning) for r in rescored}
     sheet = review_sheet(picked, results_file.name, seed, second)
-    agreement = (
-        sum(1 for i in picked if second[i.line][0] == i.passed) / len(picked)
-        if second and picked
-        else None
-    )
+    rate = agreement(picked, second)[1] if second and picked else None
     if sheet_file:
         sheet_file.write_text(sheet, encoding="utf-8")
     if as_json:
@@ -361,14 +307,14 @@ def calibrate(
             {
                 "seed": seed,
                 "sample": [i.model_dump(exclude={"record"}) for i in picked],
-                "agreement": agreement,
+                "agreement": rate,
                 "sheet": str(sheet_file) if sheet_file else None,
             }
         )
     elif sheet_file:
         out.console.print(
             f"{len(picked)} records -> {sheet_file}"
-            + (f"; agreement {agreement:.0%}" if agreement is not None else "")
+            + (f"; agreement {rate:.0%}" if rate is not None else "")
         )
     else:
         typer.echo(sheet, nl=False)

@@ -10,17 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path, PurePosixPath
 
 from ..errors import ConfigError
-from ..images import DEFAULT_IMAGE, ImageResolver
+from ..images import DEFAULT_IMAGE
 from ..jsonl import digest
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
-from ..sandbox.base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Security
+from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox, SandboxSpec
 from ..sandbox.hardening import privileges_of, run_as
-from ..sandbox.labels import pid_alive
-from ..workspace import Workspace, unmount_below
+from ..scratch import new_scratch
+from ..workspace import Workspace
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
 
@@ -31,34 +30,11 @@ __all__ = [
     "PreparedGrader",
     "prepare_grader",
     "run_grader",
-    "run_in_workspace",
 ]
 
 CONTAINER_WORKSPACE = "/workspace"
 CONTAINER_INPUT_DIR = "/run/gradebox"
 CONTAINER_GRADER_DIR = "/grader"
-TMP_PREFIX = "gradebox-"
-
-
-def collect_scratch(everything: bool = False) -> list[Path]:
-    """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
-    runners that are gone."""
-    removed = []
-    for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
-        pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or not path.is_dir():
-            continue
-        if everything or not pid_alive(int(pid)):
-            unmount_below(path)
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def new_scratch() -> Path:
-    """A private scratch folder (0700: other local users cannot read payloads or copies),
-    named after this process so that `gradebox gc` knows whose it is."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
 
 
 def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None = None) -> str:
@@ -397,7 +373,7 @@ def prepare_grader(
     workspace: Path | str,
     sandbox: Sandbox,
     *,
-    images: ImageResolver | None = None,
+    images: ImageSource | None = None,
     image_id: str | None = None,
     labels: dict[str, str] | None = None,
     file: str | None = None,
@@ -409,8 +385,7 @@ def prepare_grader(
         raise ConfigError(f"workspace {workspace} is not a directory")
     ref = grader.image or DEFAULT_IMAGE
     if image_id is None:
-        resolver = images or ImageResolver(sandbox.engine)  # type: ignore[attr-defined]
-        image_id = resolver.resolve(ref, grader.source_dir)
+        image_id = (images or sandbox.images()).resolve(ref, grader.source_dir)
     ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
     return PreparedGrader(
         grader,
@@ -431,7 +406,7 @@ def run_grader(
     sandbox: Sandbox,
     *,
     image_id: str | None = None,
-    images: ImageResolver | None = None,
+    images: ImageSource | None = None,
     labels: dict[str, str] | None = None,
     file: str | None = None,
 ) -> GraderResult:
@@ -455,49 +430,3 @@ def run_grader(
         warm=False,
     )
     return prepared.run(payload)
-
-
-def run_in_workspace(
-    command: list[str] | str,
-    workspace: Path,
-    sandbox: Sandbox,
-    *,
-    image_id: str,
-    name: str,
-    stdin: bytes | None = None,
-    timeout: float = 300.0,
-    network: str = "none",
-    env: dict[str, str] | None = None,
-    limits: Limits | None = None,
-    labels: dict[str, str] | None = None,
-    source_dir: Path | None = None,
-) -> RunOutcome:
-    """Run a command that may change the workspace in place (a suite's target and hooks).
-
-    Same hardening as a grader; the only difference is the workspace, mounted read-write.
-    """
-    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=False)]
-    scratch = new_scratch()
-    try:
-        if source_dir is not None and not isinstance(command, str):
-            argv, used = translate_args(argv, source_dir)
-            mounts += source_mounts(
-                source_dir, used, run_as(Security()), scratch, whole_folder=False
-            )
-        spec = SandboxSpec(
-            image=image_id,
-            command=argv,
-            workdir=CONTAINER_WORKSPACE,
-            env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
-            mounts=tuple(mounts),
-            stdin=stdin,
-            timeout=timeout,
-            limits=limits or Limits(),
-            network=network,
-            labels=labels or {},
-            name=name,
-        )
-        return sandbox.run(spec)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

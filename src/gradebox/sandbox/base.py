@@ -13,13 +13,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._types import Bytes
 
 __all__ = [
+    "ImageSource",
     "Limits",
     "Mount",
     "Prepared",
@@ -121,6 +122,13 @@ class RunOutcome:
         return bool(self.stdout_dropped or self.stderr_dropped)
 
 
+class ImageSource(Protocol):
+    """Turns image references (names, pinned references, ``{build: ...}``) into the ids a
+    backend runs, checked against the lock when locked. ``Sandbox.images()`` gives one."""
+
+    def resolve(self, ref: Any, source_dir: Path | None = None) -> str: ...
+
+
 class Prepared(ABC):
     """A sandbox made ready before its input exists; executed once, then destroyed."""
 
@@ -182,6 +190,16 @@ class Sandbox(ABC):
     @abstractmethod
     def resolve_image(self, ref: str) -> str:
         """An image reference -> the immutable id that ``SandboxSpec.image`` takes."""
+
+    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+        """The run's image resolution for this backend (lock-aware, builds included).
+
+        Example::
+
+            images = box.images(locked=True)
+            spec = SandboxSpec(image=images.resolve("python"), command=["true"])
+        """
+        raise NotImplementedError(f"the {self.name} backend resolves no images")
 
     def leftovers(self) -> list[str]:
         """Environments this process created that still exist (should always be empty)."""

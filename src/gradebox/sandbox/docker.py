@@ -24,7 +24,7 @@ from .._version import __version__
 from ..errors import EngineError, SandboxClosed
 from . import _engine
 from ._streams import CappedOutput
-from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import ImageSource, Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import GATE, GATE_CWD, INIT_ENV, own_lines
 from .hardening import HOME, host_config, run_as
 from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
@@ -74,7 +74,7 @@ class DockerSandbox(Sandbox):
         self.session = session or secrets.token_hex(6)
         self._live: set[str] = set()
         self._lock = threading.Lock()
-        self._image_cache: dict[str, str] = {}
+        self._resolver: ImageSource | None = None
         self._closed = False
         self._trash: queue.Queue[str] = queue.Queue()
         self._remover: threading.Thread | None = None
@@ -85,9 +85,22 @@ class DockerSandbox(Sandbox):
     def resolve_image(self, ref: str) -> str:
         if ref.startswith("sha256:") and len(ref) == 71:
             return ref
-        if ref not in self._image_cache:
-            self._image_cache[ref] = str(self.engine.image(ref)["Id"])
-        return self._image_cache[ref]
+        return self._default_images().resolve(ref)
+
+    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+        from ..images import ImageResolver
+
+        if not locked and not build_network:
+            return self._default_images()
+        return ImageResolver(self.engine, locked=locked, build_network=build_network)
+
+    def _default_images(self) -> ImageSource:
+        with self._lock:
+            if self._resolver is None:
+                from ..images import ImageResolver
+
+                self._resolver = ImageResolver(self.engine)
+            return self._resolver
 
     # -- running -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .base import Limits, Mount, Security, default_user
 
-__all__ = ["HOME", "PRIVILEGES", "host_config", "privileges_of", "run_as"]
+__all__ = ["HOME", "PRIVILEGES", "host_config", "privileges_of", "run_as", "run_as_ids"]
 
 HOME = "/home/grader"
 
@@ -52,6 +52,12 @@ def privileges_of(
 
 def run_as(security: Security) -> str:
     return security.user or default_user()
+
+
+def run_as_ids(security: Security | None = None) -> tuple[int, int]:
+    """``run_as`` as numbers: the owner the host gives files the sandbox user must write."""
+    uid, _, gid = run_as(security or Security()).partition(":")
+    return int(uid), int(gid or uid)
 
 
 def host_config(

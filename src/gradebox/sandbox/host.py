@@ -12,9 +12,16 @@ import signal
 import subprocess
 import time
 
-from .base import RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import ImageSource, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 
 __all__ = ["HostSandbox"]
+
+
+class _HostImages:
+    """There are no images on the host: every reference is the host itself."""
+
+    def resolve(self, ref: object, source_dir: object = None) -> str:
+        return "host"
 
 
 @register_sandbox("host")
@@ -28,6 +35,9 @@ class HostSandbox(Sandbox):
 
     def resolve_image(self, ref: str) -> str:
         return "host"
+
+    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+        return _HostImages()
 
     def run(self, spec: SandboxSpec) -> RunOutcome:
         def host_path(value: str) -> str:

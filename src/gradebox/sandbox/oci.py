@@ -41,7 +41,7 @@ from pathlib import Path
 from ..errors import EngineError, SandboxClosed
 from . import _engine
 from ._streams import CappedOutput
-from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import ImageSource, Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import own_lines
 from .hardening import HOME
 from .labels import pid_alive, slug
@@ -112,7 +112,7 @@ class OciSandbox(Sandbox):
         for path in (self.state, self.bundles):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS, open_points=("/tmp", HOME))
-        self._image_cache: dict[str, str] = {}
+        self._resolver: ImageSource | None = None
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -126,9 +126,22 @@ class OciSandbox(Sandbox):
     def resolve_image(self, ref: str) -> str:
         if ref.startswith("sha256:") and len(ref) == 71:
             return ref
-        if ref not in self._image_cache:
-            self._image_cache[ref] = str(self.engine.image(ref)["Id"])
-        return self._image_cache[ref]
+        return self._default_images().resolve(ref)
+
+    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+        from ..images import ImageResolver
+
+        if not locked and not build_network:
+            return self._default_images()
+        return ImageResolver(self.engine, locked=locked, build_network=build_network)
+
+    def _default_images(self) -> ImageSource:
+        with self._lock:
+            if self._resolver is None:
+                from ..images import ImageResolver
+
+                self._resolver = ImageResolver(self.engine)
+            return self._resolver
 
     # -- running -----------------------------------------------------------------------------
 

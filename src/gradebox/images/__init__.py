@@ -1,0 +1,61 @@
+"""Runtime images: bootstrap a Debian base offline, build the images in ``images/``, resolve
+names to immutable ids.
+
+No registry is needed. The base is a Debian root filesystem made by ``debootstrap`` from the
+mirror in the host's own apt configuration and imported into the engine; every runtime image
+is a Dockerfile in ``images/NAME/`` built ``FROM`` that base (a build argument, so the same
+file builds from an official base pinned by digest where a registry exists).
+
+An image is up to date when its ``gradebox.inputs`` label equals the hash of its build inputs
+(its folder's files and its base's id), so a changed Dockerfile is rebuilt and nothing else is.
+
+The package is split by job: ``catalog`` (names, folders, input hashes), ``apt`` (the
+machine's mirror), ``build`` (debootstrap, builds, status), ``lock`` (the lock file) and
+``resolve`` (names -> ids for a run).
+"""
+
+from .apt import BASE_PACKAGES, Mirror, apt_mirror
+from .build import ImageStatus, bootstrap_base, build_image, build_images, status
+from .catalog import (
+    BASE,
+    DEFAULT_IMAGE,
+    LABEL_IMAGE,
+    LABEL_INPUTS,
+    REPO,
+    TAG,
+    image_names,
+    images_dir,
+    input_hash,
+    qualified,
+)
+from .lock import Lock, LockEntry, lock_path, read_lock, verify, write_lock
+from .resolve import ImageBuild, ImageResolver
+
+__all__ = [
+    "BASE",
+    "BASE_PACKAGES",
+    "DEFAULT_IMAGE",
+    "LABEL_IMAGE",
+    "LABEL_INPUTS",
+    "REPO",
+    "TAG",
+    "ImageBuild",
+    "ImageResolver",
+    "ImageStatus",
+    "Lock",
+    "LockEntry",
+    "Mirror",
+    "apt_mirror",
+    "bootstrap_base",
+    "build_image",
+    "build_images",
+    "image_names",
+    "images_dir",
+    "input_hash",
+    "lock_path",
+    "qualified",
+    "read_lock",
+    "status",
+    "verify",
+    "write_lock",
+]

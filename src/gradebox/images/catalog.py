@@ -1,0 +1,58 @@
+"""Names, folders and input hashes of the runtime images in ``images/``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from ..errors import ImageError
+
+log = logging.getLogger("gradebox.images")
+
+REPO = "gradebox"
+BASE = "base"
+DEFAULT_IMAGE = "python"
+TAG = "latest"
+LABEL_INPUTS = "gradebox.inputs"
+LABEL_IMAGE = "gradebox.image"
+
+
+def images_dir() -> Path:
+    """Where the image folders are: $GRADEBOX_IMAGES_DIR, else ``images/`` of this checkout."""
+    env = os.environ.get("GRADEBOX_IMAGES_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "images" / BASE).is_dir():
+            return parent / "images"
+    cwd = Path.cwd()
+    for parent in (cwd, *cwd.parents):
+        if (parent / "images" / BASE).is_dir():
+            return parent / "images"
+    raise ImageError("cannot find the images/ folder; set GRADEBOX_IMAGES_DIR to it")
+
+
+def image_names(directory: Path | None = None) -> list[str]:
+    """Every image folder with a Dockerfile (the base is built by bootstrap, not listed)."""
+    directory = directory or images_dir()
+    return sorted(p.name for p in directory.iterdir() if (p / "Dockerfile").is_file())
+
+
+def qualified(name: str) -> str:
+    """``python`` -> ``gradebox/python:latest``; a full reference is returned as it is."""
+    if "/" in name or ":" in name or "@" in name:
+        return name
+    return f"{REPO}/{name}:{TAG}"
+
+
+def input_hash(folder: Path, base_id: str) -> str:
+    """sha256 over every file in ``folder`` (path and bytes) and the base image id."""
+    h = hashlib.sha256()
+    h.update(base_id.encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return "sha256:" + h.hexdigest()

@@ -1,0 +1,81 @@
+"""The lock: which image id each name must be (``images/images.lock.json``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ImageError
+from ..sandbox._engine import Engine
+from .build import _current, status
+from .catalog import BASE, images_dir
+
+
+class LockEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    base_id: str | None = None
+    inputs: str | None = None
+
+
+class Lock(BaseModel):
+    """``images/images.lock.json``: name -> the image id that was built and reviewed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    images: dict[str, LockEntry] = Field(default_factory=dict)
+
+
+def lock_path(directory: Path | None = None) -> Path:
+    return (directory or images_dir()) / "images.lock.json"
+
+
+def read_lock(path: Path | None = None) -> Lock | None:
+    path = path or lock_path()
+    if not path.is_file():
+        return None
+    try:
+        return Lock.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ImageError(f"{path}: not a valid lock file ({str(exc).splitlines()[0]})") from None
+
+
+def write_lock(engine: Engine, path: Path | None = None) -> Lock:
+    """Record every built image's id, base id and input hash. Refuses out-of-date images."""
+    statuses = status(engine)
+    stale = [s.name for s in statuses if not s.up_to_date]
+    if stale:
+        raise ImageError(
+            f"cannot lock images that are missing or out of date: {', '.join(stale)}; "
+            "run `gradebox images build` first"
+        )
+    base_id = statuses[0].id
+    lock = Lock(
+        images={
+            s.name: LockEntry(
+                id=str(s.id), base_id=None if s.name == BASE else base_id, inputs=s.inputs
+            )
+            for s in statuses
+        }
+    )
+    path = path or lock_path()
+    path.write_text(json.dumps(lock.model_dump(), indent=2, sort_keys=True) + "\n")
+    return lock
+
+
+def verify(engine: Engine, lock: Lock) -> dict[str, str | None]:
+    """name -> None when the local image is the locked one, else what is wrong."""
+    problems: dict[str, str | None] = {}
+    for name, entry in sorted(lock.images.items()):
+        iid, _, _ = _current(engine, name)
+        if iid is None:
+            problems[name] = "missing"
+        elif iid != entry.id:
+            problems[name] = f"is {iid[7:19]}, the lock says {entry.id[7:19]}"
+        else:
+            problems[name] = None
+    return problems

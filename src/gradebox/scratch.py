@@ -1,0 +1,41 @@
+"""Scratch folders on the host: payload files, workspaces, private copies, staged templates.
+
+Every one is private (0700, from ``mkdtemp``) and named after the runner's pid, so that
+``gradebox gc`` knows which belong to runners that are gone, and removes them (unmounting the
+workspaces mounted inside them first).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .sandbox.labels import pid_alive
+from .workspace import unmount_below
+
+__all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch"]
+
+TMP_PREFIX = "gradebox-"
+
+
+def collect_scratch(everything: bool = False) -> list[Path]:
+    """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
+    runners that are gone."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or not path.is_dir():
+            continue
+        if everything or not pid_alive(int(pid)):
+            unmount_below(path)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def new_scratch() -> Path:
+    """A private scratch folder (0700: other local users cannot read payloads or copies),
+    named after this process so that `gradebox gc` knows whose it is."""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
