@@ -44,7 +44,8 @@ def imap_interruptible(
     """``(item, finished future)`` pairs in the order they finish.
 
     Futures go through a queue and are dropped once yielded, so a run of 100,000 items holds
-    only what is in flight. Waits are short, so Ctrl-C is prompt on every platform."""
+    only what is in flight. Waits are short, so Ctrl-C is prompt on every platform. Leaving
+    the loop early (an exception in its body) stops everything, as an interruption does."""
     pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=name)
     done: queue.SimpleQueue[tuple[T, Future[R]]] = queue.SimpleQueue()
     interrupted = False

@@ -45,7 +45,6 @@ __all__ = [
 log = logging.getLogger("gradebox.runner")
 
 
-
 def default_workers() -> int:
     """$GRADEBOX_WORKERS (what `make bench` measured best on this machine), else 2 per core:
     a grader container spends much of its life waiting on the engine."""
@@ -362,6 +361,7 @@ def run_suite(
             on_result(result)
     except KeyboardInterrupt:
         interrupted = True
+        box.close()  # (the map has closed it too) in-flight runs end; nothing new starts
         raise
     finally:
         state.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import queue
 import secrets
 import selectors
 import socket
@@ -23,8 +22,9 @@ from typing import Any
 from .._version import __version__
 from ..errors import EngineError, SandboxClosed
 from . import _engine
+from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
-from .base import ImageSource, Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import GATE, GATE_CWD, INIT_ENV, own_lines
 from .hardening import HOME, host_config, run_as
 from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
@@ -59,7 +59,7 @@ class _Streams(CappedOutput):
 
 
 @register_sandbox("docker")
-class DockerSandbox(Sandbox):
+class DockerSandbox(EngineImages, Sandbox):
     """Runs each spec in its own hardened container on the local Docker engine.
 
     Example::
@@ -74,33 +74,11 @@ class DockerSandbox(Sandbox):
         self.session = session or secrets.token_hex(6)
         self._live: set[str] = set()
         self._lock = threading.Lock()
-        self._resolver: ImageSource | None = None
         self._closed = False
-        self._trash: queue.Queue[str] = queue.Queue()
-        self._remover: threading.Thread | None = None
+        self._remover = BackgroundRemover(self._remove_now, "gradebox-rm")
         atexit.register(self.close)
 
     # -- images ------------------------------------------------------------------------------
-
-    def resolve_image(self, ref: str) -> str:
-        if ref.startswith("sha256:") and len(ref) == 71:
-            return ref
-        return self._default_images().resolve(ref)
-
-    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
-        from ..images import ImageResolver
-
-        if not locked and not build_network:
-            return self._default_images()
-        return ImageResolver(self.engine, locked=locked, build_network=build_network)
-
-    def _default_images(self) -> ImageSource:
-        with self._lock:
-            if self._resolver is None:
-                from ..images import ImageResolver
-
-                self._resolver = ImageResolver(self.engine)
-            return self._resolver
 
     # -- running -----------------------------------------------------------------------------
 
@@ -163,21 +141,7 @@ class DockerSandbox(Sandbox):
         if now or self._closed:
             self._remove_now(cid)
             return
-        with self._lock:
-            if self._remover is None or not self._remover.is_alive():
-                self._remover = threading.Thread(
-                    target=self._remove_loop, name="gradebox-rm", daemon=True
-                )
-                self._remover.start()
-        self._trash.put(cid)
-
-    def _remove_loop(self) -> None:
-        while True:
-            cid = self._trash.get()
-            try:
-                self._remove_now(cid)
-            finally:
-                self._trash.task_done()
+        self._remover.put(cid)
 
     def _remove_now(self, cid: str) -> None:
         if self.engine.remove(cid):  # a forced remove kills what still runs
@@ -186,7 +150,7 @@ class DockerSandbox(Sandbox):
 
     def drain(self) -> None:
         """Wait until every container handed to background removal is gone."""
-        self._trash.join()
+        self._remover.join()
 
     @staticmethod
     def _pump(

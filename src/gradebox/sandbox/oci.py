@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import secrets
 import selectors
 import shutil
@@ -40,8 +39,9 @@ from pathlib import Path
 
 from ..errors import EngineError, SandboxClosed
 from . import _engine
+from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
-from .base import ImageSource, Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import own_lines
 from .hardening import HOME
 from .labels import pid_alive, slug
@@ -88,7 +88,7 @@ def oci_usable() -> str | None:
 
 
 @register_sandbox("oci")
-class OciSandbox(Sandbox):
+class OciSandbox(EngineImages, Sandbox):
     """Runs each spec as a container of the OCI runtime, on an image's unpacked root filesystem.
 
     Example::
@@ -112,36 +112,16 @@ class OciSandbox(Sandbox):
         for path in (self.state, self.bundles):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS, open_points=("/tmp", HOME))
-        self._resolver: ImageSource | None = None
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._docker: Sandbox | None = None
-        self._trash: queue.Queue[str] = queue.Queue()
-        self._remover: threading.Thread | None = None
+        self._remover = BackgroundRemover(
+            lambda cid: self._delete(cid, self.bundles / cid), "gradebox-oci-rm"
+        )
         atexit.register(self.close)
 
     # -- images ------------------------------------------------------------------------------
-
-    def resolve_image(self, ref: str) -> str:
-        if ref.startswith("sha256:") and len(ref) == 71:
-            return ref
-        return self._default_images().resolve(ref)
-
-    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
-        from ..images import ImageResolver
-
-        if not locked and not build_network:
-            return self._default_images()
-        return ImageResolver(self.engine, locked=locked, build_network=build_network)
-
-    def _default_images(self) -> ImageSource:
-        with self._lock:
-            if self._resolver is None:
-                from ..images import ImageResolver
-
-                self._resolver = ImageResolver(self.engine)
-            return self._resolver
 
     # -- running -----------------------------------------------------------------------------
 
@@ -190,21 +170,7 @@ class OciSandbox(Sandbox):
         if self._closed:
             self._delete(cid, bundle)
             return
-        with self._lock:
-            if self._remover is None or not self._remover.is_alive():
-                self._remover = threading.Thread(
-                    target=self._remove_loop, name="gradebox-oci-rm", daemon=True
-                )
-                self._remover.start()
-        self._trash.put(cid)
-
-    def _remove_loop(self) -> None:
-        while True:
-            cid = self._trash.get()
-            try:
-                self._delete(cid, self.bundles / cid)
-            finally:
-                self._trash.task_done()
+        self._remover.put(cid)
 
     def _delete(self, cid: str, bundle: Path) -> None:
         delete_container(self.runtime, self.state, cid)
@@ -213,7 +179,7 @@ class OciSandbox(Sandbox):
             self._live.pop(cid, None)
 
     def drain(self) -> None:
-        self._trash.join()
+        self._remover.join()
 
     def leftovers(self) -> list[str]:
         self.drain()
@@ -448,23 +414,21 @@ def _runtime_error(log_file: Path) -> str | None:
 
 
 def _oom_killed(cid: str) -> bool:
-    control = Path("/sys/fs/cgroup/memory") / CGROUP_PARENT / cid / "memory.oom_control"
+    """Did the OOM killer strike in the container's cgroup (v1, else v2)?"""
+    v1 = Path("/sys/fs/cgroup/memory") / CGROUP_PARENT / cid / "memory.oom_control"
+    v2 = Path("/sys/fs/cgroup") / CGROUP_PARENT / cid / "memory.events"
+    return any(_counter(path, "oom_kill") > 0 for path in (v1, v2))
+
+
+def _counter(path: Path, key: str) -> int:
     try:
-        for line in control.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value) > 0
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
     except (OSError, ValueError):
         pass
-    events = Path("/sys/fs/cgroup") / CGROUP_PARENT / cid / "memory.events"  # cgroup v2
-    try:
-        for line in events.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value) > 0
-    except (OSError, ValueError):
-        pass
-    return False
+    return 0
 
 
 def delete_container(runtime: str, state: Path, cid: str) -> None:

@@ -1,0 +1,70 @@
+"""What the engine-backed backends (docker, oci) share: images from the engine's store, and
+removal taken off the critical path."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from .base import ImageSource
+
+__all__ = ["BackgroundRemover", "EngineImages"]
+
+
+class EngineImages:
+    """``resolve_image`` and ``images()`` for backends whose images live in the Docker engine
+    (the OCI backend unpacks the very same ids). Expects ``engine`` and ``_lock``."""
+
+    engine: object
+    _lock: threading.Lock
+    _resolver: ImageSource | None = None
+
+    def resolve_image(self, ref: str) -> str:
+        if ref.startswith("sha256:") and len(ref) == 71:
+            return ref
+        return self._default_images().resolve(ref)
+
+    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+        from ..images import ImageResolver
+
+        if not locked and not build_network:
+            return self._default_images()
+        return ImageResolver(self.engine, locked=locked, build_network=build_network)  # type: ignore[arg-type]
+
+    def _default_images(self) -> ImageSource:
+        with self._lock:
+            if self._resolver is None:
+                from ..images import ImageResolver
+
+                self._resolver = ImageResolver(self.engine)  # type: ignore[arg-type]
+            return self._resolver
+
+
+class BackgroundRemover:
+    """Runs ``remove(item)`` for each item put, on one daemon thread started on demand;
+    ``join()`` waits until everything put so far is removed."""
+
+    def __init__(self, remove: Callable[[str], None], name: str) -> None:
+        self._remove, self._name = remove, name
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, item: str) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+        self._queue.put(item)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                self._remove(item)
+            finally:
+                self._queue.task_done()
+
+    def join(self) -> None:
+        self._queue.join()
