@@ -31,6 +31,7 @@ class ScriptedSandbox(Sandbox):
         self.prepared = self.executed = self.discarded = self.waiting = 0
         self.ahead = self.most_ahead = 0
         self.closed = False
+        self.live: set = set()
         self.by_test: dict[str, list[str]] = {}
 
     def images(self, *, locked=False, build_network=False):
@@ -56,10 +57,17 @@ class ScriptedSandbox(Sandbox):
             if warm:  # started ahead of its input (a cold one is prepared at its release)
                 self.ahead += 1
                 self.most_ahead = max(self.most_ahead, self.ahead)
-        return _Scripted(self, spec, warm)
+            handle = _Scripted(self, spec, warm)
+            self.live.add(handle)
+        return handle
 
     def close(self):
-        self.closed = True
+        # As every backend does: closing destroys whatever is still prepared and waiting.
+        with self.lock:
+            self.closed = True
+            live = list(self.live)
+        for handle in live:
+            handle.discard()
 
 
 class _Scripted(Prepared):
@@ -74,6 +82,7 @@ class _Scripted(Prepared):
             if self.done:
                 return
             self.done = True
+            self.box.live.discard(self)
             self.box.waiting -= 1
             self.box.ahead -= self.warm
             setattr(self.box, how, getattr(self.box, how) + 1)

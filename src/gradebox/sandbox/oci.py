@@ -7,12 +7,15 @@ the runtime Docker itself uses runs the container directly from a bundle we writ
 (``oci_config.runtime_config``, a pure function). Same gate, same init, same caps and the same
 conformance checks as the Docker backend.
 
-Lifecycle: the bundle (``config.json``) is written, then ``runc run --keep`` starts the
-container with our pipes as its stdio; the gate blocks on its release line, so a container
-started ahead costs nothing at release but a pipe write. The timeout SIGKILLs the container's
-PID 1, and the kernel then kills every process in its pid namespace. After the exit the
-cgroup says whether the OOM killer struck; then ``runc delete`` and the bundle's removal run
-off the critical path. State lives under a root of our own (``$GRADEBOX_OCI_STATE``, default
+Lifecycle: the bundle (``config.json``) is written, then ``runc run`` starts the container
+with our pipes as its stdio; the gate blocks on its release line, so a container started
+ahead costs nothing at release but a pipe write. The timeout SIGKILLs the container's PID 1,
+and the kernel then kills every process in its pid namespace. The memory limit sits on a
+cgroup of our own, the parent of the container's: it outlives the runtime's cleanup, so after
+the exit it says whether the OOM killer struck, and then it is removed (one ``rmdir``, no
+second runtime call). Where that cgroup cannot be made (cgroup v2), ``runc run --keep`` and a
+``runc delete`` off the critical path do the same. State lives under a root of our own
+(``$GRADEBOX_OCI_STATE``, default
 ``/run/gradebox``), and every container id carries the runner's pid, so ``gradebox gc`` finds
 and removes what a SIGKILLed runner left.
 
@@ -54,6 +57,7 @@ log = logging.getLogger("gradebox.sandbox")
 
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = "gradebox"
+MEMCG_ROOT = Path("/sys/fs/cgroup/memory")
 
 
 def state_root() -> Path:
@@ -149,12 +153,14 @@ class OciSandbox(EngineImages, Sandbox):
             rootfs = self.cache.path_for(spec.image)
         except EngineError as exc:
             return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
+        memcg = _make_memcg(cid, int(spec.limits.memory))
         config = runtime_config(
-            spec, rootfs=rootfs, cgroup=f"/{CGROUP_PARENT}/{cid}", init_source=self.init
-        )
+            spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
+            cgroup=f"/{CGROUP_PARENT}/{cid}" + ("/c" if memcg else ""),
+        )  # fmt: skip
         bundle.mkdir(parents=True, mode=0o700)
         (bundle / "config.json").write_text(json.dumps(config))
-        handle = OciPrepared(self, cid, bundle, spec)
+        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg)
         with self._lock:
             self._live[cid] = handle
             closed = self._closed
@@ -173,8 +179,12 @@ class OciSandbox(EngineImages, Sandbox):
         self._remover.put(cid)
 
     def _delete(self, cid: str, bundle: Path) -> None:
-        delete_container(self.runtime, self.state, cid)
+        if (self.state / cid).exists():  # kept (--keep), or its runtime was killed
+            delete_container(self.runtime, self.state, cid)
         shutil.rmtree(bundle, ignore_errors=True)
+        memcg = MEMCG_ROOT / CGROUP_PARENT / cid
+        if memcg.exists():
+            _remove_memcg(memcg)
         with self._lock:
             self._live.pop(cid, None)
 
@@ -216,9 +226,10 @@ class OciPrepared(Prepared):
 
     def __init__(
         self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
-        start_error: str | None = None,
+        start_error: str | None = None, memcg: Path | None = None,
     ) -> None:  # fmt: skip
         self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
+        self.memcg = memcg  # our memory cgroup, the container's parent (None: --keep instead)
         self.start_error = start_error
         self.proc: subprocess.Popen[bytes] | None = None
         self._used = False
@@ -228,7 +239,8 @@ class OciPrepared(Prepared):
     def start(self) -> None:
         box = self.box
         argv = [box.runtime, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", "--keep", "--bundle", str(self.bundle),
+                "--log-format", "json", "run", *(() if self.memcg else ("--keep",)),
+                "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
         # Under the lock: close() may have run between prepare() and here, and nothing may
         # start after it (it would outlive the run).
@@ -293,8 +305,9 @@ class OciPrepared(Prepared):
             code = None
         duration_ms = int((time.monotonic() - started) * 1000)
         failure = _runtime_error(self.bundle / "runtime.log") if code else None
-        oom = code == 137 and not timed_out and _oom_killed(self.cid)
         stdout, _, signalled = own_lines(bytes(out.stdout), token)
+        oom = code == 137 and bool(signalled) and not timed_out
+        oom = oom and _oom_killed(self.cid, self.memcg)
         stderr, start_error, _ = own_lines(bytes(out.stderr), token)
         if failure and not start_error:
             start_error = failure
@@ -413,11 +426,81 @@ def _runtime_error(log_file: Path) -> str | None:
     return None
 
 
-def _oom_killed(cid: str) -> bool:
-    """Did the OOM killer strike in the container's cgroup (v1, else v2)?"""
-    v1 = Path("/sys/fs/cgroup/memory") / CGROUP_PARENT / cid / "memory.oom_control"
+def _oom_killed(cid: str, memcg: Path | None) -> bool:
+    """Did the OOM killer strike (in our memory cgroup, else the container's own, v1 or v2)?"""
+    if memcg is not None:
+        # The kill is counted in the container's own cgroup, gone with it; ours remembers
+        # the peak. A SIGKILL (the caller checks) of a container that reached its limit is
+        # the OOM killer's.
+        limit = _read_int(memcg / "memory.limit_in_bytes")
+        peak = _read_int(memcg / "memory.max_usage_in_bytes")
+        return limit > 0 and peak >= limit - (1 << 20)
+    v1 = MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
     v2 = Path("/sys/fs/cgroup") / CGROUP_PARENT / cid / "memory.events"
     return any(_counter(path, "oom_kill") > 0 for path in (v1, v2))
+
+
+def _make_memcg(cid: str, limit: int) -> Path | None:
+    """A cgroup v1 memory cgroup of ``limit`` bytes (and as much memory+swap: no swap) that
+    the container's cgroup goes under. None where there is no v1 memory controller."""
+    parent = MEMCG_ROOT / CGROUP_PARENT
+    if not (MEMCG_ROOT / "memory.limit_in_bytes").exists():
+        return None
+    path = parent / cid
+    try:
+        parent.mkdir(exist_ok=True)
+        path.mkdir()
+        (path / "memory.limit_in_bytes").write_text(str(limit))
+        if (path / "memory.memsw.limit_in_bytes").exists():
+            (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    except OSError as exc:
+        log.info("no memory cgroup of our own (%s): the runtime keeps the container", exc)
+        _remove_memcg(path)
+        return None
+    return path
+
+
+def _remove_memcg(path: Path) -> None:
+    """rmdir our cgroup ``gradebox/<cid>`` (and a leaf ``c`` the runtime left in it) in every
+    controller: the runtime removes only its leaf, and made the rest on its way there.
+    Whatever still runs in one is killed first."""
+    cid = path.name
+    for controller in [MEMCG_ROOT, *_controllers()]:
+        base = controller / CGROUP_PARENT / cid
+        for leaf in (base / "c", base):
+            for _ in range(50):
+                try:
+                    os.rmdir(leaf)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy: processes still in it
+                    for pid in _pids(leaf):
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
+                    time.sleep(0.02)
+
+
+def _controllers() -> list[Path]:
+    root = MEMCG_ROOT.parent
+    try:
+        return [p for p in root.iterdir() if p != MEMCG_ROOT and (p / CGROUP_PARENT).is_dir()]
+    except OSError:
+        return []
+
+
+def _pids(cgroup: Path) -> list[int]:
+    try:
+        return [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def _counter(path: Path, key: str) -> int:
@@ -452,15 +535,16 @@ def collect_garbage(everything: bool = False) -> list[str]:
     state, bundles = root / "runtime", root / "bundles"
     runtime = runtime_binary()
     names: set[str] = set()
-    for folder in (state, bundles):
+    for folder in (state, bundles, MEMCG_ROOT / CGROUP_PARENT):
         if folder.is_dir():
             names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
     removed = []
     for cid in sorted(names):
         pid = _owner_pid(cid)
         if everything or pid is None or not pid_alive(pid):
-            if shutil.which(runtime):
+            if shutil.which(runtime) and (state / cid).exists():
                 delete_container(runtime, state, cid)
             shutil.rmtree(bundles / cid, ignore_errors=True)
+            _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
             removed.append(cid)
     return removed

@@ -155,8 +155,12 @@ def runtime_config(
     cgroup: str,
     init_source: Path | None,
     hostname: str = "gradebox",
+    memory: bool = True,
 ) -> dict[str, Any]:
-    """The OCI runtime configuration (``config.json``) that runs ``spec`` behind the gate."""
+    """The OCI runtime configuration (``config.json``) that runs ``spec`` behind the gate.
+
+    ``memory=False``: the caller has put the memory limit on the parent of ``cgroup`` itself
+    (where the OOM killer's count outlives the container's own cgroup)."""
     limits, security = spec.limits, spec.security
     uid, _, gid = run_as(security).partition(":")
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -230,10 +234,14 @@ def runtime_config(
             "cgroupsPath": cgroup,
             "resources": {
                 "devices": [{"allow": False, "access": "rwm"}],
-                # Memory and memory+swap equal: no swap, an OOM kill instead of thrashing.
-                "memory": {"limit": int(limits.memory), "swap": int(limits.memory)},
                 "pids": {"limit": limits.pids},
                 "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
+                # Memory and memory+swap equal: no swap, an OOM kill instead of thrashing.
+                **(
+                    {"memory": {"limit": int(limits.memory), "swap": int(limits.memory)}}
+                    if memory
+                    else {}
+                ),
             },
             "maskedPaths": list(MASKED_PATHS),
             "readonlyPaths": list(READONLY_PATHS),
