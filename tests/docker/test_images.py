@@ -113,3 +113,38 @@ def test_suite_local_dockerfile_is_built_once(tmp_path, engine, box):
         assert again.builds == 0
     finally:
         engine.api.remove_image(results[0].image.id, force=True)
+
+
+def test_images_list_shows_the_rootfs_cache_and_prune_removes_what_nothing_needs(
+    tmp_path, python_image
+):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from gradebox.sandbox.oci import OciSandbox
+
+    env = {**os.environ, "GRADEBOX_CACHE": str(tmp_path / "cache")}
+    os.environ["GRADEBOX_CACHE"] = env["GRADEBOX_CACHE"]
+    try:
+        box = OciSandbox()
+        box.cache.path_for(python_image)  # needed: a current gradebox image
+        box.close()
+    finally:
+        del os.environ["GRADEBOX_CACHE"]
+    stale = tmp_path / "cache" / "rootfs" / ("ab" * 32)
+    stale.mkdir()
+    (stale / ".gradebox-complete").write_text("sha256:" + "ab" * 32 + "\n")
+
+    def gradebox(*args):
+        return subprocess.run([sys.executable, "-m", "gradebox", *args], capture_output=True,
+                              text=True, env=env)  # fmt: skip
+
+    listed = json.loads(gradebox("images", "list", "--json").stdout)["rootfs_cache"]
+    needed = {row["id"]: row["needed"] for row in listed}
+    assert needed == {python_image: True, "sha256:" + "ab" * 32: False}
+    p = gradebox("images", "prune", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [r["id"] for r in json.loads(p.stdout)["removed"]] == ["sha256:" + "ab" * 32]
+    assert not stale.exists() and (tmp_path / "cache" / "rootfs" / python_image[7:]).is_dir()
