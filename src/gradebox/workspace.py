@@ -23,6 +23,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ __all__ = [
     "copy_template",
     "safe_copy",
     "truncate_diff",
+    "walk_tree",
     "unmount_below",
 ]
 
@@ -104,31 +106,50 @@ def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None) ->
     skipped: list[str] = []
     dest.mkdir(parents=True, exist_ok=True)
     chown = owner is not None and os.geteuid() == 0
-
-    def walk(src: Path, dst: Path, rel: str) -> None:
-        with os.scandir(src) as entries:
-            for entry in entries:
-                s, d = Path(entry.path), dst / entry.name
-                name = f"{rel}{entry.name}"
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(s), d)
-                elif stat.S_ISDIR(st.st_mode):
-                    d.mkdir(mode=0o700)
-                    walk(s, d, f"{name}/")
-                    os.chmod(d, stat.S_IMODE(st.st_mode) & 0o1777)
-                elif stat.S_ISREG(st.st_mode):
-                    _copy_file(s, d, stat.S_IMODE(st.st_mode) & 0o777)
-                else:
-                    skipped.append(name)
-                    continue
-                if chown:
-                    os.lchown(d, *owner)  # type: ignore[misc]
-
-    walk(source, dest, "")
+    modes: list[tuple[Path, int]] = []
+    # An explicit stack, not recursion: an agent can nest directories thousands deep.
+    for rel, _src, entries in walk_tree(source):
+        dst = dest / rel if rel else dest
+        for entry in entries:
+            s, d = Path(entry.path), dst / entry.name
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISDIR(st.st_mode):
+                d.mkdir(mode=0o700)  # its real mode once it is filled (it may be 0500)
+                modes.append((d, stat.S_IMODE(st.st_mode) & 0o1777))
+            elif stat.S_ISREG(st.st_mode):
+                _copy_file(s, d, stat.S_IMODE(st.st_mode) & 0o777)
+            else:
+                skipped.append(f"{rel}/{entry.name}" if rel else entry.name)
+                continue
+            if chown:
+                os.lchown(d, *owner)  # type: ignore[misc]
+    for d, mode in reversed(modes):
+        os.chmod(d, mode)
     if chown:
         os.lchown(dest, *owner)  # type: ignore[misc]
     return skipped
+
+
+def walk_tree(
+    root: Path, descend: Callable[[str], bool] = lambda rel: True
+) -> Iterator[tuple[str, Path, list[os.DirEntry[str]]]]:
+    """``(relative path, path, entries)`` of every directory under ``root``, parents first.
+
+    No link is ever followed, and it keeps its own stack: a tree nested thousands deep (which
+    an agent can make) is walked like any other. ``descend(rel)`` prunes a subdirectory."""
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        path = root / rel if rel else root
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        yield rel, path, entries
+        for entry in reversed(entries):
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir(follow_symlinks=False) and descend(child):
+                stack.append(child)
 
 
 def _copy_file(src: Path, dst: Path, mode: int) -> None:
@@ -342,11 +363,11 @@ class Workspace:
                 return f"the workspace quota ({self.quota.describe()}) was exhausted"
             return None
         size = files = 0
-        for dirpath, dirnames, filenames in os.walk(self.layer or self.path):
-            for name in dirnames + filenames:
+        for _rel, _path, entries in walk_tree(self.layer or self.path):
+            for entry in entries:
                 files += 1
                 try:
-                    size += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                    size += entry.stat(follow_symlinks=False).st_blocks * 512
                 except OSError:
                     continue
             if size > self.quota.size or files > self.quota.files:
@@ -411,11 +432,11 @@ def _find_repos(root: Path) -> list[str]:
     """Relative paths of git repositories inside ``root`` ("" for root itself); no link is
     followed, and a ``.git`` that is a link does not make a repository."""
     found = []
-    for dirpath, dirnames, _filenames in os.walk(root):  # os.walk never enters linked dirs
-        if _is_repo_marker(Path(dirpath) / ".git"):
-            found.append(os.path.relpath(dirpath, root).replace(os.sep, "/").removeprefix("."))
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-    return sorted(p.lstrip("/") for p in found)
+    not_git = lambda rel: rel.rsplit("/", 1)[-1] != ".git"  # noqa: E731
+    for rel, path, _entries in walk_tree(root, not_git):
+        if _is_repo_marker(path / ".git"):
+            found.append(rel)
+    return sorted(found)
 
 
 def _escape(path: str) -> str:

@@ -291,3 +291,29 @@ def test_workspace_quota_is_enforced_by_the_filesystem(tmp_path):
     finally:
         ws.close()
     assert ws.mounted is False
+
+
+def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
+    """Python's own walkers recurse: an agent's 1,500-deep tree must not crash the host side."""
+    from gradebox.workspace import Quota, Workspace, safe_copy
+
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    base = Baseline.take(ws)
+    here = os.open(ws, os.O_RDONLY)
+    try:
+        for _ in range(1500):  # relative steps: no path is ever longer than one component
+            os.mkdir("d", dir_fd=here)
+            deeper = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = deeper
+        fd = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+        os.write(fd, b"deep\n")
+        os.close(fd)
+    finally:
+        os.close(here)
+    assert "+deep" in base.diff(cap=1 << 24)
+    safe_copy(ws, tmp_path / "copy")
+    assert os.path.exists(str(tmp_path / "copy") + "/d" * 1500 + "/deep.txt")
+    workspace = Workspace(ws, Quota(size=1 << 30, files=1000), mounted=False)
+    assert "quota" in (workspace.exceeded() or "")  # 1,502 entries over a 1,000-file quota
