@@ -156,6 +156,7 @@ class Suite:
     tests: list[Test]
     customs: dict[str, CustomAssertion]
     _tree_hashes: dict[Path, str] = field(default_factory=dict, repr=False)
+    _suite_print: str | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -168,14 +169,18 @@ class Suite:
     def fingerprint(self, test: Test) -> str:
         """What a result of ``test`` depends on: the test, the suite's settings, every grader
         (configuration and the files it runs) and the workspace template's files."""
-        from .graders.run import grader_fingerprint, translate_args
+        from .graders.run import file_digest, grader_fingerprint, translate_args
 
-        spec = self.spec.model_dump(mode="json", exclude={"tests", "description", "metadata"})
-        parts: list[Any] = [spec, test.case.model_dump(mode="json", by_alias=True), test.metadata]
-        if spec.get("target"):
-            command = self.spec.target.command  # type: ignore[union-attr]
-            if not isinstance(command, str):
-                parts += _file_bytes(self.root, translate_args(command, self.root)[1])
+        if self._suite_print is None:  # the suite's settings and target: once per run
+            spec = self.spec.model_dump(mode="json", exclude={"tests", "description", "metadata"})
+            target = self.spec.target
+            files = []
+            if target is not None and not isinstance(target.command, str):
+                files = [file_digest(self.root / rel)
+                         for rel in translate_args(target.command, self.root)[1]]  # fmt: skip
+            self._suite_print = digest(spec, *files)
+        parts: list[Any] = [self._suite_print, test.case.model_dump(mode="json", by_alias=True),
+                            test.metadata]  # fmt: skip
         for a in test.assertions:
             if isinstance(a, GraderAssertion):
                 parts += [grader_fingerprint(a.grader), a.config]
@@ -193,16 +198,6 @@ class Suite:
 
 
 _GRADER_DEFAULT_KEYS = ("image", "timeout", "limits")
-
-
-def _file_bytes(folder: Path, names: list[str]) -> list[bytes]:
-    out = []
-    for name in names:
-        try:
-            out.append((folder / name).read_bytes())
-        except OSError:
-            out.append(b"<unreadable>")
-    return out
 
 
 def _compile_assertion(

@@ -510,10 +510,11 @@ class Baseline:
         store = store or Path(tempfile.mkdtemp(prefix="gradebox-baseline-"))
         base = cls(root.resolve(), store, include_ignored)
         try:
-            for rel in _find_repos(base.root) or [""]:
-                base._snapshot(rel)
+            repos = _find_repos(base.root)  # one walk of the tree, not one per repository
+            for rel in repos or [""]:
+                base._snapshot(rel, repos)
             if "" not in base.trees:
-                base._snapshot("")
+                base._snapshot("", repos)
         except (OSError, subprocess.SubprocessError) as exc:
             raise WorkspaceError(f"cannot take a baseline of the workspace: {exc}") from None
         return base
@@ -545,7 +546,7 @@ class Baseline:
         prefix = f"{rel}/" if rel else ""
         return [r[len(prefix) :] for r in repos if r != rel and r.startswith(prefix)]
 
-    def _snapshot(self, rel: str, empty: bool = False) -> None:
+    def _snapshot(self, rel: str, repos: list[str], empty: bool = False) -> None:
         tree = _Tree(rel, self.store / f"tree{len(self.trees)}.git")
         subprocess.run(
             ["git", "init", "-q", "--bare", str(tree.git_dir)],
@@ -555,7 +556,7 @@ class Baseline:
         )
         (tree.git_dir / "info").mkdir(exist_ok=True)
         (tree.git_dir / "info" / "attributes").write_text(_NEUTRAL_ATTRIBUTES)
-        tree.excludes = self._nested_under(rel, list(self.trees) + _find_repos(self.root))
+        tree.excludes = self._nested_under(rel, list(self.trees) + repos)
         if not self.include_ignored and not empty:
             tree.ignore_rules = self._ignore_rules(rel, tree.excludes)
         if empty:
@@ -616,9 +617,10 @@ class Baseline:
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
 
     def _diff(self, cap: int) -> str:
-        for rel in _find_repos(self.root):
+        repos = _find_repos(self.root)
+        for rel in repos:
             if rel not in self.trees:  # a repository the agent created or cloned
-                self._snapshot(rel, empty=True)
+                self._snapshot(rel, repos, empty=True)
         head = bytearray()
         total = 0
         for rel, tree in sorted(self.trees.items()):

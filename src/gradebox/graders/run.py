@@ -7,6 +7,7 @@ container exists.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -182,12 +183,25 @@ def grader_fingerprint(grader: GraderConfig) -> str:
     bytes of every file next to it that its command runs."""
     parts: list[object] = [grader.model_dump(mode="json"), str(grader.source_dir)]
     if grader.source_dir is not None:
-        for rel in build_command(grader)[1]:
-            try:
-                parts.append((grader.source_dir / rel).read_bytes())
-            except OSError:
-                parts.append("<unreadable>")
+        parts += [file_digest(grader.source_dir / rel) for rel in build_command(grader)[1]]
     return digest(*parts)
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, read once per run however many tests name it (keyed by its stat)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "<unreadable>"
+    return _file_digest(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    try:
+        return digest(Path(path).read_bytes())
+    except OSError:
+        return "<unreadable>"
 
 
 def source_mounts(
