@@ -11,7 +11,6 @@ import fnmatch
 import logging
 import os
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +32,15 @@ from .sandbox.labels import LABEL_RUN
 from .scratch import new_scratch
 from .steps import HOOK_TIMEOUT, input_text, judge_step, run_in_workspace
 from .suite import GraderAssertion, Suite, Test
-from .workspace import DEFAULT_DIFF_CAP, Baseline, Quota, Workspace, overlay_mode, safe_copy
+from .workspace import (
+    DEFAULT_DIFF_CAP,
+    Baseline,
+    Quota,
+    Workspace,
+    overlay_mode,
+    remove_tree,
+    safe_copy,
+)
 
 __all__ = [
     "RunOptions",
@@ -132,7 +139,7 @@ class _SuiteRun:
     def close(self) -> None:
         self.warm.close()
         self.grader_pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.scratch)
 
 
 class _TestRun:
@@ -173,7 +180,7 @@ class _TestRun:
         finally:
             for warm in self.warm.values():
                 warm.discard()  # started ahead and not used (the target failed)
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
         self.timings["total"] = int((time.monotonic() - t0) * 1000)
         result.timings_ms = self.timings
         result.finished_at = _now()

@@ -8,12 +8,11 @@ workspaces mounted inside them first).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from .sandbox.labels import pid_alive
-from .workspace import unmount_below
+from .workspace import remove_tree, unmount_below
 
 __all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch"]
 
@@ -30,7 +29,7 @@ def collect_scratch(everything: bool = False) -> list[Path]:
             continue
         if everything or not pid_alive(int(pid)):
             unmount_below(path)
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             removed.append(path)
     return removed
 

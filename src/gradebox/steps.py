@@ -9,7 +9,6 @@ judged by the same table as a grader and makes its test an ``error``.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from .graders.run import CONTAINER_WORKSPACE, source_mounts, translate_args
@@ -18,6 +17,7 @@ from .protocol import Payload, Status, StepRecord
 from .sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security
 from .sandbox.hardening import run_as
 from .scratch import new_scratch
+from .workspace import remove_tree
 
 __all__ = ["HOOK_TIMEOUT", "input_text", "judge_step", "run_in_workspace"]
 
@@ -67,7 +67,7 @@ def run_in_workspace(
         )
         return sandbox.run(spec)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 def input_text(payload: Payload) -> bytes:

@@ -13,7 +13,6 @@ over the prompts that have at least k trials.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import defaultdict
 from math import comb
 
@@ -25,7 +24,7 @@ from .sandbox.base import Sandbox
 from .sandbox.hardening import run_as_ids
 from .scratch import new_scratch
 from .steps import run_in_workspace
-from .workspace import Workspace
+from .workspace import Workspace, remove_tree
 
 __all__ = [
     "PromptStats",
@@ -144,7 +143,7 @@ def run_target_trials(
             finally:
                 ws.close()
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
         answer = outcome.stdout.decode("utf-8", errors="replace")
         return record.model_copy(update={"output": answer})
 

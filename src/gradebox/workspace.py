@@ -15,6 +15,7 @@ repository gets its own baseline, so changes inside it show up as file diffs, no
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -38,6 +39,7 @@ __all__ = [
     "Workspace",
     "WorkspaceError",
     "copy_template",
+    "remove_tree",
     "safe_copy",
     "truncate_diff",
     "walk_tree",
@@ -150,6 +152,29 @@ def walk_tree(
             child = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_dir(follow_symlinks=False) and descend(child):
                 stack.append(child)
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf`` that never recurses (an agent's tree may be thousands deep, and
+    ``shutil.rmtree`` recurses) and never follows a link; errors are ignored."""
+    try:
+        dirs = [p for _rel, p, _entries in walk_tree(path)]
+    except OSError:
+        dirs = []
+    for directory in reversed(dirs):  # children before their parents
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    if not entry.is_dir(follow_symlinks=False):
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+    with contextlib.suppress(OSError):
+        if not path.is_dir() or path.is_symlink():
+            os.unlink(path)
 
 
 def _copy_file(src: Path, dst: Path, mode: int) -> None:

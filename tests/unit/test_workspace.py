@@ -297,6 +297,7 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
     """Python's own walkers recurse: an agent's 1,500-deep tree must not crash the host side."""
     from gradebox.workspace import Quota, Workspace, safe_copy
 
+    (tmp_path / "host-file").write_text("keep\n")
     ws = tmp_path / "ws"
     write(ws / "a.txt", "a\n")
     base = Baseline.take(ws)
@@ -310,6 +311,7 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
         fd = os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
         os.write(fd, b"deep\n")
         os.close(fd)
+        os.symlink(str(tmp_path), "up", dir_fd=here)  # removal must not follow it
     finally:
         os.close(here)
     assert "+deep" in base.diff(cap=1 << 24)
@@ -317,3 +319,11 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
     assert os.path.exists(str(tmp_path / "copy") + "/d" * 1500 + "/deep.txt")
     workspace = Workspace(ws, Quota(size=1 << 30, files=1000), mounted=False)
     assert "quota" in (workspace.exceeded() or "")  # 1,502 entries over a 1,000-file quota
+    # Scratch folders holding such a tree are removed too (shutil.rmtree would recurse).
+    from gradebox.workspace import remove_tree
+
+    base.discard()
+    for tree in (ws, tmp_path / "copy"):
+        remove_tree(tree)
+        assert not tree.exists()
+    assert (tmp_path / "host-file").read_text() == "keep\n"

@@ -20,7 +20,7 @@ from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload
 from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox, SandboxSpec
 from ..sandbox.hardening import privileges_of, run_as
 from ..scratch import new_scratch
-from ..workspace import Workspace
+from ..workspace import Workspace, remove_tree
 from .config import GraderConfig, ProgramGrader
 from .verdict import judge
 
@@ -379,7 +379,7 @@ class PreparedGrader:
     def _clean(self) -> None:
         if self.copy is not None:
             self.copy.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.scratch)
 
 
 def prepare_grader(
