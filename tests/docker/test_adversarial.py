@@ -360,3 +360,14 @@ def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
     image = resolver.resolve(ImageBuild(build="./Dockerfile"), tmp_path)
     assert image.startswith("sha256:")
     box.engine.api.remove_image(image, force=True)
+
+
+def test_a_spec_the_oci_backend_does_not_run_goes_to_docker_and_says_so(tmp_path, workspace):
+    from gradebox.sandbox import get_sandbox
+
+    with get_sandbox("oci") as box:
+        plain = run(tmp_path, workspace, box, "type: script\ncommand: 'true'\n")
+        bridged = run(tmp_path, workspace, box, "type: script\ncommand: 'true'\nnetwork: bridge\n")
+    assert plain.backend == "oci" and bridged.backend == "docker"
+    assert bridged.privileges == ["network"] and bridged.image and bridged.image.id
+    assert plain.image and plain.image.id.startswith("sha256:")

@@ -366,3 +366,18 @@ def test_resume_retries_errors_on_request_and_refuses_a_damaged_file(tmp_path):
     # A torn last line (a killed writer) is tolerated.
     (out / "results.jsonl").write_text("\n".join(text) + '\n{"id": "a", "sta')
     assert gradebox("run", suite, "--resume", out).returncode == 3
+
+
+def test_auto_says_which_sandbox_and_a_missing_image_runs_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "GRADEBOX_SANDBOX"}
+    suite = write(
+        tmp_path / "suite.yaml",
+        "target: {command: 'echo hi'}\ntests:\n  - id: t\n    input: go\n    assert:\n"
+        "      - {type: script, command: 'true', image: gradebox/no-such-image}\n",
+    )
+    out = tmp_path / "out"
+    p = gradebox("run", suite, "--out", out, env=env)
+    assert p.returncode == 2, p.stderr
+    assert "sandbox: oci" in p.stderr  # auto chose, and said so
+    assert "no-such-image" in p.stderr
+    assert not (out / "results.jsonl").exists()  # the plan failed: not even the target ran

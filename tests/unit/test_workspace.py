@@ -327,3 +327,22 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
         remove_tree(tree)
         assert not tree.exists()
     assert (tmp_path / "host-file").read_text() == "keep\n"
+
+
+def test_an_overlay_workspace_never_writes_into_its_lower_layer(tmp_path):
+    from gradebox.workspace import Quota, Workspace
+
+    lower = tmp_path / "stage"
+    write(lower / "a.txt", "template\n")
+    ws = Workspace.create(tmp_path / "ws", owner=(os.getuid(), os.getgid()), lower=lower,
+                          quota=Quota(size=8 << 20, files=100))  # fmt: skip
+    try:
+        if os.geteuid() == 0:
+            assert ws.kind == "overlay"  # as root the kernel allows it; elsewhere: a copy
+        (ws.path / "a.txt").write_text("agent\n")
+        (ws.path / "new.txt").write_text("new\n")
+        assert (ws.path / "a.txt").read_text() == "agent\n"
+        assert (lower / "a.txt").read_text() == "template\n"
+        assert not (lower / "new.txt").exists()
+    finally:
+        ws.close()
