@@ -18,7 +18,7 @@ from ..images import DEFAULT_IMAGE
 from ..jsonl import digest
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
 from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox, SandboxSpec
-from ..sandbox.hardening import privileges_of, run_as
+from ..sandbox.hardening import privileges_of, run_as, run_as_ids
 from ..scratch import new_scratch
 from ..workspace import Workspace, remove_tree
 from .config import GraderConfig, ProgramGrader
@@ -277,8 +277,7 @@ class PreparedGrader:
     def _prepare(self, sandbox: Sandbox, labels: dict[str, str], warm: bool) -> Prepared:
         grader, scratch = self.grader, self.scratch
         self.user = run_as(grader.security)
-        uid, _, gid = self.user.partition(":")
-        self.owner = (int(uid), int(gid or uid))
+        self.owner = run_as_ids(grader.security)
         # The payload: readable by the sandbox user alone (the scratch folder is 0700 too).
         self.inputs = scratch / "input"
         self.inputs.mkdir(mode=0o700)
