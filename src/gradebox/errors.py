@@ -7,6 +7,7 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
     ├── ConfigError               bad configuration or usage; nothing was run (CLI exit 2)
     │   └── ConfigErrors          several of them, found in one pass (one line each)
     ├── ImageError                an image is missing, unpinned or differs from the lock
+    ├── ClusterError              a cluster run cannot start: Ray unreachable, a node refused
     └── EngineError               the container engine failed us
         ├── EngineUnavailable     the engine cannot be reached at all
         └── SandboxClosed         the sandbox was closed (Ctrl-C): nothing new may start
@@ -18,6 +19,7 @@ edge, ``gradebox.sandbox._engine``; nothing above it imports them.
 from __future__ import annotations
 
 __all__ = [
+    "ClusterError",
     "ConfigError",
     "ConfigErrors",
     "EngineError",
@@ -97,6 +99,10 @@ class EngineError(GradeboxError):
 
 class EngineUnavailable(EngineError):
     """The container engine cannot be reached."""
+
+
+class ClusterError(GradeboxError):
+    """A cluster run cannot start (a node refused, Ray unreachable) or lost its nodes."""
 
 
 class SandboxClosed(EngineError):

@@ -519,6 +519,13 @@ class TestResult(BaseModel):
         default_factory=list, description="required assertions that scored below their gate"
     )
     usage: Usage | None = Field(default=None, description="model calls of its graders")
+    node: str | None = Field(
+        default=None, description="the cluster node that ran it (Ray node id and address)"
+    )
+    attempts: int | None = Field(
+        default=None, description="on a cluster: times it was sent to a node (a lost node's "
+        "tests are sent again)",
+    )
 
 
 class RunSummary(BaseModel):
@@ -543,6 +550,9 @@ class RunSummary(BaseModel):
     usage: Usage | None = Field(default=None, description="every model call of the run")
     warnings: list[str] = Field(
         default_factory=list, description="what failed without changing a verdict (after_all)"
+    )
+    nodes: dict[str, int] | None = Field(
+        default=None, description="on a cluster: tests run by each node"
     )
     started_at: str
     finished_at: str

@@ -15,12 +15,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import GradeboxError, SandboxClosed
 from .graders.assertion import (
@@ -73,6 +73,9 @@ from .workspace import (
     remove_tree,
 )
 
+if TYPE_CHECKING:
+    from .cluster import ClusterRun
+
 __all__ = [
     "RunOptions",
     "default_workers",
@@ -107,6 +110,7 @@ class RunOptions:
     use_cache: bool = True  # model answers from the response cache when the request repeats
     references: bool = False  # validate-refs: each test's reference answer stands in for the target
     model_calls: int = 4  # model calls in flight at once, for the whole run
+    run_id: str | None = None  # a cluster run's (its nodes know it); else a new one
 
 
 def read_results(path: Path) -> dict[str, TestResult]:
@@ -129,6 +133,7 @@ class _SuiteRun:
         use_cache: bool = True,
         model_calls: int = 4,
         references: bool = False,
+        scratch: Path | None = None,
     ) -> None:
         self.suite, self.box, self.images, self.run_id = suite, box, images, run_id
         self.references = references
@@ -146,7 +151,9 @@ class _SuiteRun:
         self.default_image = suite.spec.defaults.image or DEFAULT_IMAGE
         # Templates staged once per run (owned by the sandbox user), each test's workspace an
         # overlay over its stage: no copy per test where the kernel allows overlays.
-        self.scratch = new_scratch()
+        if scratch is not None:  # a cluster node's: removed with the run's folder there
+            scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.scratch = scratch or new_scratch()
         self._staged: dict[object, Path] = {}
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
@@ -474,11 +481,15 @@ def run_suite(
     options: RunOptions,
     on_result: Callable[[TestResult], None] = lambda r: None,
     on_start: Callable[[int, int], None] = lambda total, done: None,
+    remote: ClusterRun | None = None,
 ) -> RunSummary:
     """Run every selected test; append each result to ``out_dir/results.jsonl`` when done.
 
     Ctrl-C (KeyboardInterrupt) stops the run cleanly: containers are removed, finished tests
     stay in results.jsonl, and the summary records ``interrupted``; the exception propagates.
+
+    ``remote``: the tests run on a Ray cluster's nodes instead (``gradebox.cluster``); the
+    results are written here, exactly as for a local run, each with the node that ran it.
     """
     started, t0 = _now(), time.monotonic()
     workers = options.workers or suite.spec.defaults.workers or default_workers()
@@ -508,7 +519,7 @@ def run_suite(
             results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
         )
     todo = [t for t in selected if t.id not in reusable]
-    run_id = secrets.token_hex(6)
+    run_id = remote.run_id if remote is not None else options.run_id or secrets.token_hex(6)
     on_start(len(selected), len(selected) - len(todo))
     writer = JsonlWriter(results_path)
     state = _SuiteRun(suite, box, images, run_id, workers, options.max_ahead,
@@ -523,13 +534,22 @@ def run_suite(
     del previous, reusable
     interrupted = False
     warnings: list[str] = []
+    nodes: dict[str, int] = {}
+    stream = (
+        (
+            fut.result()
+            for _t, fut in imap_interruptible(state.run_test, todo, workers, box=box, name="test")
+        )  # fmt: skip
+        if remote is None
+        else remote_results(remote, todo, workers)
+    )
     try:
-        for _test, fut in imap_interruptible(state.run_test, todo, workers, box=box, name="test"):
-            result = fut.result()
-            del fut
+        for result in stream:
             result.fingerprint = prints[result.id]
             _append_or_error(writer, result)
             finished[result.id] = (result.status, result.score)
+            if result.node:
+                nodes[result.node] = nodes.get(result.node, 0) + 1
             on_result(result)
     except KeyboardInterrupt:
         interrupted = True
@@ -556,8 +576,45 @@ def run_suite(
         summary.min_mean_score = suite.spec.min_mean_score
         summary.warnings = warnings
         summary.usage = state.models.usage() if state.models is not None else None
+        if remote is not None:  # the models were called on the nodes
+            summary.usage = _usage_total(out / "results.jsonl", finished)
+            summary.nodes = nodes
         (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+def remote_results(remote: ClusterRun, tests: list[Test], in_flight: int) -> Iterator[TestResult]:
+    """The tests' results from the cluster as they finish; a test no node could run is an
+    error (the reason in it), never a pass."""
+    by_id = {t.id: t for t in tests}
+    for done in remote.map(list(by_id), in_flight):
+        if done.value is not None:
+            result = TestResult.model_validate_json(done.value)
+        else:
+            result = not_run(by_id[done.item], done.error or "not run")
+        result.node, result.attempts = done.node, done.attempts
+        yield result
+
+
+def not_run(test: Test, why: str) -> TestResult:
+    """The result of a test that could not run at all."""
+    case, now = test.case, _now()
+    return TestResult(
+        id=test.id, status=Status.error, passed=False, score=0.0, input=case.input,
+        expected_output=case.expected_output, output=case.output, metadata=test.metadata,
+        threshold=test.threshold, error=why, started_at=now, finished_at=now,
+    )  # fmt: skip
+
+
+def _usage_total(path: Path, finished: dict[str, tuple[Status, float]]) -> Usage | None:
+    """The run's model usage, summed over its results (a cluster's calls were made on the
+    nodes, each in its test's result)."""
+    total, seen = Usage(), False
+    for r in read_jsonl(path, TestResult):
+        if r.id in finished and r.usage is not None:
+            total.merge(r.usage)
+            seen = True
+    return total if seen else None
 
 
 def _usage_of(results: list[GraderResult]) -> Usage | None:

@@ -216,9 +216,12 @@ class Suite:
     def root(self) -> Path:
         return self.path.parent.resolve()
 
-    def fingerprint(self, test: Test) -> str:
+    def fingerprint(self, test: Test, portable: bool = False) -> str:
         """What a result of ``test`` depends on: the test, the suite's settings, every grader
-        (configuration and the files it runs) and the workspace template's files."""
+        (configuration and the files it runs) and the workspace template's files.
+
+        ``portable``: the same wherever a copy of the suite lies (a cluster node checks its
+        copy against the driver's with it); results carry the other, which names places."""
         from .graders.run import file_digest, grader_fingerprint, translate_args
 
         if self._suite_print is None:  # the suite's settings and target: once per run
@@ -234,7 +237,8 @@ class Suite:
         for a in _all(test.assertions):
             parts.append(a.scoring())
             if isinstance(a, GraderAssertion):
-                parts += [grader_fingerprint(a.grader), a.config]
+                where = self.root if portable else None
+                parts += [grader_fingerprint(a.grader, where), a.config]
             elif isinstance(a, AssertSet):
                 parts.append(a.threshold)
             else:

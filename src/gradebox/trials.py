@@ -115,6 +115,31 @@ def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
     return TrialsReport(k=k, prompts=prompts, overall=overall)
 
 
+def run_target_once(record: Record, command: str, image_id: str, box: Sandbox) -> Record:
+    """One trial: ``command`` with the prompt on stdin, in a fresh, empty, size-limited
+    workspace; the record with its answer."""
+    scratch = new_scratch()
+    try:
+        ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
+        try:
+            text = record.input if isinstance(record.input, str) else json.dumps(record.input)
+            outcome = run_in_workspace(
+                command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
+                stdin=text.encode(),
+            )  # fmt: skip
+        finally:
+            ws.close()
+    finally:
+        remove_tree(scratch)
+    answer = outcome.stdout.decode("utf-8", errors="replace")
+    return record.model_copy(update={"output": answer})
+
+
+def trial_jobs(records: list[tuple[int, Record]], k: int) -> list[tuple[int, Record]]:
+    """K numbered trials per prompt, in order."""
+    return [(i, r) for i, r in enumerate((r for _, r in records for _ in range(k)), 1)]
+
+
 def run_target_trials(
     records: list[tuple[int, Record]],
     command: str,
@@ -124,28 +149,12 @@ def run_target_trials(
     *,
     workers: int,
 ) -> list[tuple[int, Record]]:
-    """Run ``command`` K times per prompt, input on stdin, each in a fresh, empty,
-    size-limited workspace; the answers become trials (numbered in order). Ctrl-C and SIGTERM
-    stop the queue at once."""
-    jobs = [(i, r) for i, r in enumerate((r for _, r in records for _ in range(k)), 1)]
+    """Run ``command`` K times per prompt (``run_target_once``); the answers become trials
+    (numbered in order). Ctrl-C and SIGTERM stop the queue at once."""
+    jobs = trial_jobs(records, k)
 
     def one(job: tuple[int, Record]) -> Record:
-        _, record = job
-        scratch = new_scratch()
-        try:
-            ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
-            try:
-                text = record.input if isinstance(record.input, str) else json.dumps(record.input)
-                outcome = run_in_workspace(
-                    command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
-                    stdin=text.encode(),
-                )  # fmt: skip
-            finally:
-                ws.close()
-        finally:
-            remove_tree(scratch)
-        answer = outcome.stdout.decode("utf-8", errors="replace")
-        return record.model_copy(update={"output": answer})
+        return run_target_once(job[1], command, image_id, box)
 
     done = {job[0]: fut.result() for job, fut in imap_interruptible(one, jobs, workers, box=box)}
     return [(i, done[i]) for i, _ in jobs]

@@ -22,10 +22,12 @@ __all__ = [
     "JsonOpt",
     "LockedOpt",
     "Output",
+    "RayOpt",
     "WorkersOpt",
     "allowed",
     "exit_code",
     "resolver_for",
+    "wanted_sandbox",
 ]
 
 JsonOpt = Annotated[
@@ -49,7 +51,21 @@ AllowOpt = Annotated[
         "writable-root, privilege-escalation, limits.",
     ),
 ]
-WorkersOpt = Annotated[int | None, typer.Option("--workers", "-w", min=1, help="Parallel runs.")]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option("--workers", "-w", min=1, help="Parallel runs (with --ray: across the cluster)."),
+]
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Run on a Ray cluster (pip install 'gradebox[ray]'): its address host:port, or "
+        "auto ($RAY_ADDRESS, or the cluster this machine joined). Each item is a task on a "
+        "node offering a `gradebox` resource, under that node's sandbox.",
+        show_default=False,
+    ),
+]
 LockedOpt = Annotated[
     bool | None,
     typer.Option(
@@ -84,11 +100,16 @@ def allowed(values: list[str] | None) -> set[str]:
     return out
 
 
+def wanted_sandbox(name: str | None, suite_default: str | None = None) -> str:
+    """The sandbox asked for (``auto`` is decided where it runs: on each node of a cluster)."""
+    return name or os.environ.get("GRADEBOX_SANDBOX") or suite_default or "auto"
+
+
 def open_sandbox(out: Output, name: str | None, suite_default: str | None = None) -> Any:
     """The sandbox a command runs on, said on stderr when it was chosen for the user."""
     from ..sandbox import choose_backend, get_sandbox
 
-    wanted = name or os.environ.get("GRADEBOX_SANDBOX") or suite_default or "auto"
+    wanted = wanted_sandbox(name, suite_default)
     chosen = choose_backend(wanted)
     box = get_sandbox(chosen)
     if wanted == "auto":

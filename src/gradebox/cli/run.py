@@ -21,12 +21,14 @@ from ._common import (
     JsonOpt,
     LockedOpt,
     Output,
+    RayOpt,
     SandboxOpt,
     WorkersOpt,
     allowed,
     exit_code,
     open_sandbox,
     resolver_for,
+    wanted_sandbox,
 )
 
 SuiteArg = Annotated[
@@ -59,6 +61,7 @@ def run(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Ask the models again (skip the response cache).")
     ] = False,
+    ray: RayOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every test of a suite, each graded in containers; a table at the end.
@@ -66,10 +69,14 @@ def run(
     Reads gradebox suites and AgentV eval files (YAML, or JSONL cases with a YAML sidecar),
     told apart by their shape or by --format.
 
+    With --ray ADDRESS each test runs on a node of a Ray cluster; every node is checked first
+    (engine, runtime, the driver's image ids, the same suite) and the results are written here,
+    each with its node. A test whose node dies is run again elsewhere.
+
     Results: DIR/results.jsonl (one line per test, written as each finishes) and
     DIR/summary.json. Exit codes: 0 all passed, 1 some failed (or the mean score is below the
-    suite's threshold), 2 invalid suite (nothing ran), 3 some errored, 4 engine failure, 130
-    interrupted (finished tests are kept).
+    suite's threshold), 2 invalid suite (nothing ran), 3 some errored, 4 engine or cluster
+    failure (a refused node: nothing ran), 130 interrupted (finished tests are kept).
     """
     output = Output(as_json)
     suite = load_suite(suite_file, format=format)
@@ -116,9 +123,21 @@ def run(
     with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         images = resolver_for(box, locked, privileges | set(suite.spec.allow))
         # Every image resolved and every grader checked before the first container starts.
-        plan_suite(suite, images, privileges)
+        plan = plan_suite(suite, images, privileges)
+        remote = None
+        if ray is not None:
+            from ..cluster import RayCluster, start_suite
+
+            cluster = RayCluster(ray)
+            remote = start_suite(
+                cluster, suite, plan, images=images, allow=privileges, format=format,
+                sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
+            )  # fmt: skip
+            options.workers = workers or cluster.slots()
+            output.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
         with progress:
-            summary = run_suite(suite, box, images, options, on_result=on_result, on_start=on_start)
+            summary = run_suite(suite, box, images, options, on_result=on_result,
+                                on_start=on_start, remote=remote)  # fmt: skip
     if summary.reused:
         output.info(f"reused {summary.reused} results of unchanged tests from {out_dir}")
     results = [

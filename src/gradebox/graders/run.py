@@ -204,10 +204,14 @@ def build_command(grader: GraderConfig) -> tuple[list[str], list[str]]:
     return translate_args(grader.command, grader.source_dir)
 
 
-def grader_fingerprint(grader: GraderConfig) -> str:
+def grader_fingerprint(grader: GraderConfig, relative_to: Path | None = None) -> str:
     """What a verdict of ``grader`` depends on besides its input: its configuration and the
-    bytes of every file next to it that its command runs."""
-    parts: list[object] = [grader.model_dump(mode="json"), str(grader.source_dir)]
+    bytes of every file next to it that its command runs. ``relative_to``: name its folder
+    relative to this one (the same on every machine that holds a copy of the suite)."""
+    where = str(grader.source_dir)
+    if relative_to is not None and grader.source_dir is not None:
+        where = os.path.relpath(grader.source_dir, relative_to)
+    parts: list[object] = [grader.model_dump(mode="json"), where]
     if grader.source_dir is not None:
         parts += [file_digest(grader.source_dir / rel) for rel in build_command(grader)[1]]
     return digest(*parts)

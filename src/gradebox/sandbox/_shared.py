@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .base import ImageSource
 
@@ -25,12 +26,16 @@ class EngineImages:
             return ref
         return self._default_images().resolve(ref)
 
-    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+    def images(
+        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+    ) -> ImageSource:
         from ..images import ImageResolver
 
-        if not locked and not build_network:
+        if not locked and not build_network and lock is None:
             return self._default_images()
-        return ImageResolver(self.engine, locked=locked, build_network=build_network)  # type: ignore[arg-type]
+        return ImageResolver(
+            self.engine, locked=locked, build_network=build_network, lock=lock  # type: ignore[arg-type]
+        )
 
     def _default_images(self) -> ImageSource:
         with self._lock:

@@ -194,8 +194,11 @@ class Sandbox(ABC):
     def resolve_image(self, ref: str) -> str:
         """An image reference -> the immutable id that ``SandboxSpec.image`` takes."""
 
-    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
-        """The run's image resolution for this backend (lock-aware, builds included).
+    def images(
+        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+    ) -> ImageSource:
+        """The run's image resolution for this backend (lock-aware, builds included);
+        ``lock``: check against this lock instead of ``images/images.lock.json``.
 
         Example::
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 from .base import ImageSource, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 
@@ -36,7 +37,9 @@ class HostSandbox(Sandbox):
     def resolve_image(self, ref: str) -> str:
         return "host"
 
-    def images(self, *, locked: bool = False, build_network: bool = False) -> ImageSource:
+    def images(
+        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+    ) -> ImageSource:
         return _HostImages()
 
     def run(self, spec: SandboxSpec) -> RunOutcome:

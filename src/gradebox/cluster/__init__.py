@@ -1,0 +1,85 @@
+"""Gradebox on a Ray cluster: the tests of a suite (or the records of a batch) as Ray tasks
+on the nodes that offer a ``gradebox`` resource, each under that node's own sandbox.
+
+Example::
+
+    cluster = RayCluster("auto")
+    run = start_suite(cluster, suite, plan, images=resolver, sandbox="auto")
+    summary = run_suite(suite, box, resolver, RunOptions(out_dir=out), remote=run)
+
+Ray is an optional extra (``pip install 'gradebox[ray]'``); nothing here imports it until a
+cluster is asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .bundle import common_root
+from .driver import MAX_ATTEMPTS, ClusterRun, Finished, RayCluster, suite_paths
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "ClusterRun",
+    "Finished",
+    "RayCluster",
+    "start_grader",
+    "start_suite",
+]
+
+
+def start_suite(
+    cluster: RayCluster,
+    suite: Any,
+    plan: Any,
+    *,
+    images: Any,
+    sandbox: str,
+    allow: set[str] = frozenset(),  # type: ignore[assignment]
+    format: str | None = None,
+    options: Any = None,
+) -> ClusterRun:
+    """Send a suite to the cluster and check every node against the driver's plan."""
+    paths = suite_paths(suite)
+    root = common_root(paths)
+    exclude = [options.out_dir] if options is not None else []
+    return cluster.start(
+        root=root, exclude=exclude, kind="suite", entry=str(suite.path.resolve().relative_to(root)),
+        images=dict(plan.images), lock=_lock_of(images), locked=_locked(images),
+        sandbox=sandbox, allow=tuple(sorted(allow | set(suite.spec.allow))), format=format,
+        fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
+        use_cache=options.use_cache if options else True,
+        model_calls=options.model_calls if options else 4,
+        references=options.references if options else False,
+    )  # fmt: skip
+
+
+def start_grader(
+    cluster: RayCluster,
+    grader_file: Path,
+    image_ids: dict[str, str],
+    *,
+    images: Any,
+    sandbox: str,
+    workspace: Path | None = None,
+    allow: set[str] = frozenset(),  # type: ignore[assignment]
+) -> ClusterRun:
+    """Send one grader (``batch``, ``trials``) and its workspace to the cluster."""
+    paths = [grader_file, *([workspace] if workspace else [])]
+    root = common_root(paths)
+    return cluster.start(
+        root=root, kind="grader", entry=str(grader_file.resolve().relative_to(root)),
+        workspace=str(workspace.resolve().relative_to(root)) if workspace else None,
+        images=image_ids, lock=_lock_of(images), locked=_locked(images),
+        sandbox=sandbox, allow=tuple(sorted(allow)),
+    )  # fmt: skip
+
+
+def _locked(images: Any) -> bool:
+    return bool(getattr(images, "locked", False))
+
+
+def _lock_of(images: Any) -> dict[str, Any] | None:
+    lock = getattr(images, "lock", None)
+    return lock.model_dump() if lock is not None else None

@@ -1,0 +1,277 @@
+"""The driver's side of a cluster run: connect, check every node, send the work, take the
+results as they finish, clean up.
+
+Ray schedules: each test (or record) is a task that needs one ``gradebox`` resource, so a node
+runs as many at once as it offers. The driver only bounds how many are in flight, sends again
+the work of a node that died (at most ``MAX_ATTEMPTS`` times in all), and records each item
+exactly once. Ray's own task retries are off: a retry the driver does not see could not be
+counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ClusterError
+from .bundle import pack
+from .node import Job, node_op, run_item
+
+__all__ = ["MAX_ATTEMPTS", "ClusterRun", "Finished", "RayCluster"]
+
+log = logging.getLogger("gradebox.cluster")
+
+MAX_ATTEMPTS = 3  # a test whose node died is sent again, up to this many times in all
+PREFLIGHT_TIMEOUT = 600.0  # a node may build a grader's own image before it answers
+SWEEP_TIMEOUT = 60.0
+STALL_CHECK = 10.0  # with nothing finishing for this long, check that a node is left
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(
+            "--ray needs Ray on this machine and on every node: pip install 'gradebox[ray]'"
+        ) from None
+    return ray
+
+
+@dataclass
+class Finished:
+    """One item back from the cluster: the node's answer, or why there is none."""
+
+    item: Any
+    value: Any
+    error: str | None
+    node: str | None
+    attempts: int
+
+
+class RayCluster:
+    """A connection to a Ray cluster whose nodes offer a ``gradebox`` resource.
+
+    Example::
+
+        cluster = RayCluster("auto")            # or "127.0.0.1:6379", or $RAY_ADDRESS
+        print(cluster.slots(), "tests at once")
+    """
+
+    def __init__(self, address: str = "auto") -> None:
+        ray = _ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
+                raise ClusterError(
+                    f"cannot reach a Ray cluster at {address!r} ({reason}); start one with "
+                    "`ray start --head` and give its address to --ray"
+                ) from None
+        self.ray = ray
+        self.item = ray.remote(num_cpus=0, resources={"gradebox": 1}, max_retries=0)(run_item)
+        self.op = ray.remote(num_cpus=0, max_retries=0)(node_op)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Live nodes that offer gradebox slots."""
+        return [
+            n for n in self.ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get("gradebox", 0) > 0
+        ]  # fmt: skip
+
+    def slots(self) -> int:
+        """Tests the cluster runs at once: the sum of its nodes' ``gradebox`` resources."""
+        return int(sum(n["Resources"]["gradebox"] for n in self.nodes()))
+
+    def on_node(self, node_id: str) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return self.op.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        )
+
+    def start(self, **fields: Any) -> ClusterRun:
+        """Put a job's files in the object store, then check every node (``ClusterRun``)."""
+        root, exclude = fields.pop("root"), fields.pop("exclude", ())
+        bundle = self.ray.put(pack(root, exclude))
+        job = Job(run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle,
+                  **fields)  # fmt: skip
+        run = ClusterRun(self, job)
+        run.preflight()
+        return run
+
+
+class ClusterRun:
+    """One job on the cluster: checked on every node, mapped over its items, swept."""
+
+    def __init__(self, cluster: RayCluster, job: Job) -> None:
+        self.cluster, self.job = cluster, job
+        self.ray = cluster.ray
+        self.job_ref = self.ray.put(job)
+
+    @property
+    def run_id(self) -> str:
+        return self.job.run_id
+
+    def preflight(self) -> None:
+        """Refuse, before anything runs, every node that cannot run the job as planned:
+        no engine or runtime, other image ids, another gradebox, another copy of a test."""
+        nodes = self.cluster.nodes()
+        if not nodes:
+            raise ClusterError(
+                "no node of the Ray cluster offers a `gradebox` resource; start workers with "
+                "`ray start --address HEAD --resources '{\"gradebox\": 4}'`"
+            )
+        refs = {self.cluster.on_node(n["NodeID"]).remote("preflight", self.job_ref): n
+                for n in nodes}  # fmt: skip
+        ready, late = self.ray.wait(list(refs), num_returns=len(refs), timeout=PREFLIGHT_TIMEOUT)
+        problems = []
+        for ref, node in refs.items():
+            name = f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')})"
+            if ref in late:
+                self.ray.cancel(ref, force=True)
+                problems.append(f"node {name}: did not answer within {PREFLIGHT_TIMEOUT:.0f} s")
+                continue
+            try:
+                report = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:
+                problems.append(f"node {name}: {_first_line(exc)}")
+                continue
+            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
+        if problems:
+            self.sweep()
+            raise ClusterError(
+                f"{len(problems)} problem(s) on the cluster; nothing ran:\n  "
+                + "\n  ".join(problems)
+            )
+
+    def map(self, items: Iterable[Any], in_flight: int) -> Iterator[Finished]:
+        """Each item on some node, at most ``in_flight`` at once, in the order they finish.
+
+        An item whose node or worker died is sent again; an interruption (Ctrl-C) or an early
+        exit cancels what is in flight. The run's files and leftovers are swept on every node
+        either way."""
+        ray = self.ray
+        todo = deque((item, 1) for item in items)
+        pending: dict[Any, tuple[Any, int]] = {}
+        last = time.monotonic()
+        try:
+            while todo or pending:
+                while todo and len(pending) < max(1, in_flight):
+                    item, attempt = todo.popleft()
+                    pending[self.cluster.item.remote(self.job_ref, item)] = (item, attempt)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                if not ready:
+                    if time.monotonic() - last > STALL_CHECK:
+                        last = time.monotonic()
+                        if not self.cluster.nodes():
+                            raise ClusterError(
+                                f"no node offers `gradebox` any more; {len(todo) + len(pending)}"
+                                " tests were not run (finished ones are kept)"
+                            )
+                    continue
+                last = time.monotonic()
+                for ref in ready:
+                    item, attempt = pending.pop(ref)
+                    done = self._collect(ref, item, attempt)
+                    if done is None:
+                        todo.appendleft((item, attempt + 1))
+                    else:
+                        yield done
+        except BaseException:
+            self.cancel(list(pending))
+            raise
+        finally:
+            self.sweep()
+
+    def _collect(self, ref: Any, item: Any, attempt: int) -> Finished | None:
+        """What came back; None: the node was lost and the item goes out again."""
+        exceptions = self.ray.exceptions
+        try:
+            status, value, node = self.ray.get(ref)
+        except exceptions.RayTaskError as exc:  # our code raised on the node: no retry
+            return Finished(item, None, f"on the cluster: {_first_line(exc)}", None, attempt)
+        except exceptions.RayError as exc:  # the node or its worker died under it
+            if attempt < MAX_ATTEMPTS:
+                log.warning("%s: its node was lost (%s); sending it again (attempt %d)",
+                            item, type(exc).__name__, attempt + 1)  # fmt: skip
+                return None
+            why = f"its node was lost {attempt} times ({type(exc).__name__}); not run again"
+            return Finished(item, None, why, None, attempt)
+        if status == "refused":
+            return Finished(item, None, value, node, attempt)
+        return Finished(item, value, None, node, attempt)
+
+    def cancel(self, refs: list[Any]) -> None:
+        """Stop work in flight: first as Ctrl-C does inside the task (its containers are
+        removed there), then by killing the workers that did not stop."""
+        ray = self.ray
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        _, left = ray.wait(refs, num_returns=len(refs), timeout=10) if refs else ([], [])
+        for ref in left:
+            ray.cancel(ref, force=True)
+        if left:
+            ray.wait(left, num_returns=len(left), timeout=10)
+
+    def sweep(self) -> list[dict[str, Any]]:
+        """On every live node: remove the run's folder, and containers and scratch that
+        killed workers left."""
+        refs = [self.cluster.on_node(n["NodeID"]).remote("sweep", run_id=self.run_id)
+                for n in self.cluster.nodes()]  # fmt: skip
+        if not refs:
+            return []
+        ready, late = self.ray.wait(refs, num_returns=len(refs), timeout=SWEEP_TIMEOUT)
+        reports = []
+        for ref in ready:
+            try:
+                reports.append(self.ray.get(ref))
+            except self.ray.exceptions.RayError as exc:
+                log.warning("sweep: %s", _first_line(exc))
+        if late:
+            log.warning("sweep: %d node(s) did not answer within %.0f s", len(late), SWEEP_TIMEOUT)
+        return reports
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def suite_paths(suite: Any) -> list[Path]:
+    """Every file and folder a suite's tests need: the suite, templates, graders, custom
+    assertions, model targets, repositories and references."""
+    from ..graders.assertion import GraderAssertion, leaves
+
+    paths = [suite.path]
+    for test in suite.tests:
+        template = suite.template_dir(test.workspace)
+        if template is not None:
+            paths.append(template)
+        cfg = test.workspace
+        for repo in cfg.repos if cfg else ():
+            source = Path(str(repo.source))
+            if "://" not in str(repo.source):
+                paths.append(source if source.is_absolute() else suite.root / source)
+        case = test.case
+        for rel in (case.reference_workspace, case.reference_patch):
+            if rel:
+                paths.append(suite.root / rel)
+        paths += [Path(f) for f in case.input_files]
+        for a in leaves(test.assertions):
+            if isinstance(a, GraderAssertion):
+                if a.grader.source_dir is not None:
+                    paths.append(a.grader.source_dir)
+                if a.file:
+                    paths.append(Path(a.file))
+    paths += [c.path for c in suite.customs.values()]
+    if suite.targets is not None:
+        paths += [Path(f) for f in suite.targets.sources.values() if f]
+    return [p for p in paths if p.exists()]
