@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, ValidationError
 
@@ -23,6 +24,9 @@ from .jsonl import JsonlWriter, digest, read_jsonl, rewrite_jsonl
 from .pool import Warm, WarmPool, imap_interruptible
 from .protocol import GraderResult, InlinePayload, Status
 from .sandbox.base import ImageSource, Sandbox
+
+if TYPE_CHECKING:
+    from .cluster import ClusterRun
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
 
@@ -146,10 +150,11 @@ def grade_records(
     retry_errors: bool = False,
     on_done: Callable[[GradedRecord], None] = lambda r: None,
     on_start: Callable[[int], None] = lambda done: None,
+    remote: ClusterRun | None = None,
 ) -> list[GradedRecord]:
     """Grade every record not yet in ``out`` (by content: a changed record or grader is graded
     again); append each as it finishes. Ctrl-C stops cleanly: containers removed, finished
-    records kept."""
+    records kept. ``remote``: each record is graded on a Ray cluster's node instead."""
     grader_print = grader_fingerprint(grader)
     done = reusable(out, records, grader_print, retry_errors) if (out and resume) else {}
     if out and resume:
@@ -159,26 +164,35 @@ def grade_records(
     todo = [(n, r) for n, r in records if n not in done]
     on_start(len(records) - len(todo))
     sink = JsonlWriter(out) if out else None
-    # Every record runs the same grader on the same workspace: containers are started ahead
-    # for whichever record comes next, so each is ready when a slot frees.
-    pool = WarmPool(box, images, ahead=workers)
-    lock = threading.Lock()
-    spare: list[Warm] = [pool.start(grader, workspace) for _ in range(min(workers, len(todo)))]
-    started = [len(spare)]  # one container per record, never more
+    if remote is not None:
+        stream = remote_grades(remote, grader, todo, workers)
+        spare: list[Warm] = []
+        pool = None
+    else:
+        # Every record runs the same grader on the same workspace: containers are started
+        # ahead for whichever record comes next, so each is ready when a slot frees.
+        pool = WarmPool(box, images, ahead=workers)
+        lock = threading.Lock()
+        spare = [pool.start(grader, workspace) for _ in range(min(workers, len(todo)))]
+        started = [len(spare)]  # one container per record, never more
 
-    def one(item: tuple[int, Record]) -> GraderResult:
-        with lock:
-            warm = spare.pop() if spare else None
-            if started[0] < len(todo):
-                spare.append(pool.start(grader, workspace))  # a later record's, ahead
-                started[0] += 1
-        if warm is None:
-            warm = pool.start(grader, workspace)
-        return warm.run(item[1].payload())
+        def one(item: tuple[int, Record]) -> GraderResult:
+            with lock:
+                warm = spare.pop() if spare else None
+                if started[0] < len(todo):
+                    spare.append(pool.start(grader, workspace))  # a later record's, ahead
+                    started[0] += 1
+            if warm is None:
+                warm = pool.start(grader, workspace)
+            return warm.run(item[1].payload())
 
+        stream = (
+            (item, fut.result())
+            for item, fut in imap_interruptible(one, todo, workers, box=box, name="batch")
+        )
     try:
-        for (n, record), fut in imap_interruptible(one, todo, workers, box=box, name="batch"):
-            item = graded(n, record, fut.result())
+        for (n, record), result in stream:
+            item = graded(n, record, result)
             item.fingerprint = record_fingerprint(record, grader_print)
             done[n] = item
             if sink:
@@ -187,7 +201,26 @@ def grade_records(
     finally:
         for warm in spare:
             warm.discard()
-        pool.close()
+        if pool is not None:
+            pool.close()
         if sink:
             sink.close()
     return [done[n] for n, _ in records if n in done]
+
+
+def remote_grades(
+    remote: ClusterRun, grader: GraderConfig, todo: list[tuple[int, Record]], in_flight: int
+) -> Iterator[tuple[tuple[int, Record], GraderResult]]:
+    """Each record graded on some node of the cluster, as they finish; a record no node could
+    grade is an error (the reason in it), never a pass."""
+    records = dict(todo)
+    items = [("grade", n, r.model_dump(mode="json", by_alias=True)) for n, r in todo]
+    for done in remote.map(items, in_flight):
+        n = done.item[1]
+        if done.value is not None:
+            result = GraderResult.model_validate_json(done.value)
+        else:
+            result = GraderResult(name=grader.display_name(), type=grader.type,
+                                  status=Status.error, passed=False, score=0.0,
+                                  evidence=done.error or "not run")  # fmt: skip
+        yield (n, records[n]), result

@@ -523,7 +523,8 @@ class TestResult(BaseModel):
         default=None, description="the cluster node that ran it (Ray node id and address)"
     )
     attempts: int | None = Field(
-        default=None, description="on a cluster: times it was sent to a node (a lost node's "
+        default=None,
+        description="on a cluster: times it was sent to a node (a lost node's "
         "tests are sent again)",
     )
 

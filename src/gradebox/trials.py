@@ -15,16 +15,21 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from math import comb
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from .batch import GradedRecord, Record
+from .errors import ClusterError
 from .pool import imap_interruptible
 from .sandbox.base import Sandbox
 from .sandbox.hardening import run_as_ids
 from .scratch import new_scratch
 from .steps import run_in_workspace
 from .workspace import Workspace, remove_tree
+
+if TYPE_CHECKING:
+    from .cluster import ClusterRun
 
 __all__ = [
     "PromptStats",
@@ -148,10 +153,23 @@ def run_target_trials(
     box: Sandbox,
     *,
     workers: int,
+    remote: ClusterRun | None = None,
 ) -> list[tuple[int, Record]]:
     """Run ``command`` K times per prompt (``run_target_once``); the answers become trials
-    (numbered in order). Ctrl-C and SIGTERM stop the queue at once."""
+    (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``remote``: each trial
+    runs on a Ray cluster's node; a trial no node could run has no answer (it then fails)."""
     jobs = trial_jobs(records, k)
+    if remote is not None:
+        items = [("target", i, (r.model_dump(mode="json", by_alias=True), command, image_id))
+                 for i, r in jobs]  # fmt: skip
+        by_index = dict(jobs)
+        done: dict[int, Record] = {}
+        for fin in remote.map(items, workers):
+            i = fin.item[1]
+            if fin.value is None:  # no answer is no trial: never graded as one
+                raise ClusterError(f"trial {i} of {by_index[i].id!r} could not run: {fin.error}")
+            done[i] = Record.model_validate(fin.value)
+        return [(i, done[i]) for i, _ in jobs]
 
     def one(job: tuple[int, Record]) -> Record:
         return run_target_once(job[1], command, image_id, box)

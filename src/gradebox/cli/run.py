@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -124,20 +125,21 @@ def run(
         images = resolver_for(box, locked, privileges | set(suite.spec.allow))
         # Every image resolved and every grader checked before the first container starts.
         plan = plan_suite(suite, images, privileges)
-        remote = None
-        if ray is not None:
-            from ..cluster import RayCluster, start_suite
+        with ExitStack() as stack:
+            remote = None
+            if ray is not None:
+                from ..cluster import RayCluster, start_suite
 
-            cluster = RayCluster(ray)
-            remote = start_suite(
-                cluster, suite, plan, images=images, allow=privileges, format=format,
-                sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
-            )  # fmt: skip
-            options.workers = workers or cluster.slots()
-            output.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
-        with progress:
-            summary = run_suite(suite, box, images, options, on_result=on_result,
-                                on_start=on_start, remote=remote)  # fmt: skip
+                cluster = RayCluster(ray)
+                remote = stack.enter_context(start_suite(
+                    cluster, suite, plan, images=images, allow=privileges, format=format,
+                    sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
+                ))  # fmt: skip
+                options.workers = workers or cluster.slots()
+                output.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
+            with progress:
+                summary = run_suite(suite, box, images, options, on_result=on_result,
+                                    on_start=on_start, remote=remote)  # fmt: skip
     if summary.reused:
         output.info(f"reused {summary.reused} results of unchanged tests from {out_dir}")
     results = [

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,7 +19,7 @@ from ..errors import ConfigError
 from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
 from ..graders.run import run_grader
-from ..images import ImageResolver
+from ..images import DEFAULT_IMAGE, ImageResolver
 from ..plan import check_grader
 from ..protocol import Payload, Status
 from ..report import STYLE, escape
@@ -30,13 +31,18 @@ from ._common import (
     JsonOpt,
     LockedOpt,
     Output,
+    RayOpt,
     SandboxOpt,
     WorkersOpt,
     allowed,
     exit_code,
     open_sandbox,
     resolver_for,
+    wanted_sandbox,
 )
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterRun
 
 GraderOpt = Annotated[
     Path, typer.Option("--grader", "-g", help="A grader YAML, or a grader script (.py .sh .js).")
@@ -57,6 +63,7 @@ def _grade(
     out_file: Path | None = None,
     resume: bool = False,
     retry_errors: bool = False,
+    remote: ClusterRun | None = None,
 ) -> list[GradedRecord]:
     """grade_records with a progress bar on stderr (records already in out_file count done)."""
     progress = Progress(
@@ -86,7 +93,28 @@ def _grade(
             retry_errors=retry_errors,
             on_start=start,
             on_done=lambda r: progress.advance(task),
+            remote=remote,
         )
+
+
+def _on_cluster(
+    stack: ExitStack, out: Output, address: str, grader_file: Path, config: GraderConfig,
+    images: ImageResolver, sandbox: str | None, privileges: set[str],
+    workspace: Path | None = None, more_images: tuple[str, ...] = (),
+) -> tuple[ClusterRun, int]:  # fmt: skip
+    """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
+    the cluster's slots (the default number in flight)."""
+    from ..cluster import RayCluster, start_grader
+
+    cluster = RayCluster(address)
+    refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
+    ids = {ref: images.resolve(ref) for ref in refs}  # a grader's own build: on each node
+    remote = stack.enter_context(start_grader(
+        cluster, grader_file, ids, images=images, sandbox=wanted_sandbox(sandbox),
+        workspace=workspace, allow=privileges,
+    ))  # fmt: skip
+    out.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
+    return remote, cluster.slots()
 
 
 TABLE_ROWS = 50
@@ -133,6 +161,7 @@ def batch(
     locked: LockedOpt = None,
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
+    ray: RayOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Grade every record in its own container; each is written to --out as soon as it is done.
@@ -148,20 +177,27 @@ def batch(
     with (
         tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
         open_sandbox(out, sandbox) as box,
+        ExitStack() as stack,
     ):
         ws = workspace or Path(empty)
+        images = resolver_for(box, locked, privileges)
+        remote, slots = None, default_workers()
+        if ray is not None:
+            remote, slots = _on_cluster(stack, out, ray, grader, config, images, sandbox,
+                                        privileges, workspace)  # fmt: skip
         graded = _grade(
             out,
             "batch",
             records,
             config,
             box,
-            resolver_for(box, locked, privileges),
+            images,
             workspace=ws,
-            workers=workers or default_workers(),
+            workers=workers or slots,
             out_file=out_file,
             resume=not fresh,
             retry_errors=retry_errors,
+            remote=remote,
         )
     if as_json:
         out.document({"out": str(out_file), "total": len(graded), **_counts(graded)})
@@ -187,6 +223,7 @@ def trials(
     locked: LockedOpt = None,
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
+    ray: RayOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Grade trials and report pass rate, pass@k and pass^k per prompt and overall.
@@ -203,12 +240,20 @@ def trials(
     with (
         tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
         open_sandbox(out, sandbox) as box,
+        ExitStack() as stack,
     ):
         images = resolver_for(box, locked, privileges)
+        remote = None
+        if ray is not None:
+            more = (target_image,) if target else ()
+            remote, slots = _on_cluster(stack, out, ray, grader, config, images, sandbox,
+                                        privileges, more_images=more)  # fmt: skip
+            n_workers = workers or slots
         if target:
             records = run_target_trials(
-                records, target, images.resolve(target_image), k, box, workers=n_workers
-            )
+                records, target, images.resolve(target_image), k, box, workers=n_workers,
+                remote=remote,
+            )  # fmt: skip
         graded = _grade(
             out,
             "trials",
@@ -219,6 +264,7 @@ def trials(
             workspace=Path(empty),
             workers=n_workers,
             out_file=out_file,
+            remote=remote,
         )
     report = summarise_trials(graded, k)
     if as_json:

@@ -119,6 +119,16 @@ class ClusterRun:
     def run_id(self) -> str:
         return self.job.run_id
 
+    def close(self) -> None:
+        """The job is over: sweep every node (its files, and what killed workers left)."""
+        self.sweep()
+
+    def __enter__(self) -> ClusterRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def preflight(self) -> None:
         """Refuse, before anything runs, every node that cannot run the job as planned:
         no engine or runtime, other image ids, another gradebox, another copy of a test."""
@@ -155,8 +165,7 @@ class ClusterRun:
         """Each item on some node, at most ``in_flight`` at once, in the order they finish.
 
         An item whose node or worker died is sent again; an interruption (Ctrl-C) or an early
-        exit cancels what is in flight. The run's files and leftovers are swept on every node
-        either way."""
+        exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
         todo = deque((item, 1) for item in items)
         pending: dict[Any, tuple[Any, int]] = {}
@@ -187,8 +196,6 @@ class ClusterRun:
         except BaseException:
             self.cancel(list(pending))
             raise
-        finally:
-            self.sweep()
 
     def _collect(self, ref: Any, item: Any, attempt: int) -> Finished | None:
         """What came back; None: the node was lost and the item goes out again."""

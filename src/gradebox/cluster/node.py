@@ -83,7 +83,6 @@ class _Context:
     def __init__(self, job: Job) -> None:
         import ray
 
-        from ..images.lock import Lock
         from ..sandbox import get_sandbox
 
         self.job, self.dir = job, run_dir(job.run_id)
@@ -94,10 +93,9 @@ class _Context:
             )
         self.root = unpack(ray.get(job.bundle), self.dir / "bundle")
         self.box = get_sandbox(job.sandbox)  # the engine and runtime checks of this node
-        self.images = self.box.images(
-            locked=job.locked, build_network="network" in job.allow,
-            lock=Lock.model_validate(job.lock) if job.lock else None,
-        )  # fmt: skip
+        # Not `locked` here: the driver enforced the lock when it planned, and this node must
+        # hold the very ids the driver resolved (stricter), which _same_images checks.
+        self.images = self.box.images(build_network="network" in job.allow)
         self.state: Any = None
         self.tests: dict[str, Any] = {}
         self.grader: Any = None
@@ -111,13 +109,13 @@ class _Context:
         from ..plan import plan_suite
 
         job = self.job
+        self._same_images()
         if job.kind == "suite":
             from ..runner import _SuiteRun
             from ..suite import load_suite
 
             suite = load_suite(self.root / job.entry, format=job.format)
-            plan = plan_suite(suite, self.images, job.allow)  # type: ignore[arg-type]
-            self._same_images(plan.images)
+            plan_suite(suite, self.images, job.allow)  # type: ignore[arg-type]
             self.tests = {t.id: t for t in suite.tests}
             # Graders of one test run side by side, as they do locally.
             self.state = _SuiteRun(
@@ -129,21 +127,24 @@ class _Context:
             from ..batch import load_grader_ref
 
             self.grader = load_grader_ref(self.root / job.entry)
-            seen = {ref: self.images.resolve(ref) for ref in job.images}
-            self._same_images(seen)
             if job.workspace is not None:
                 self.workspace = self.root / job.workspace
             else:
                 self.workspace = self.dir / "empty"
                 self.workspace.mkdir(exist_ok=True)
 
-    def _same_images(self, here: dict[str, str]) -> None:
+    def _same_images(self) -> None:
         """Every image the driver planned must be the same bytes here. A grader's own
         Dockerfile is built on each node from the bundle (pinned by its inputs' hash)."""
+        from ..errors import ImageError
+
         for ref, wanted in sorted(self.job.images.items()):
             if ref.startswith("build:"):
                 continue
-            got = here.get(ref)
+            try:
+                got: str | None = self.images.resolve(ref)
+            except ImageError:
+                got = None
             if got != wanted:
                 what = "is missing" if got is None else f"is {got[7:19]}"
                 raise NodeRefused(
@@ -186,7 +187,7 @@ class _Context:
             if test is None or suite_print(self.state.suite, test) != job.fingerprints.get(item):
                 raise NodeRefused(f"test {item}: this node's copy differs from the driver's")
             return self.state.run_test(test).model_dump_json()
-        what, payload = item
+        what, _n, payload = item
         if what == "target":
             from ..batch import Record
             from ..trials import run_target_once

@@ -34,7 +34,10 @@ class EngineImages:
         if not locked and not build_network and lock is None:
             return self._default_images()
         return ImageResolver(
-            self.engine, locked=locked, build_network=build_network, lock=lock  # type: ignore[arg-type]
+            self.engine,
+            locked=locked,
+            build_network=build_network,
+            lock=lock,  # type: ignore[arg-type]
         )
 
     def _default_images(self) -> ImageSource:

@@ -1,0 +1,261 @@
+"""`--ray` on a real local Ray cluster: a head and two worker nodes, each its own processes,
+temp dir and $TMPDIR, each offering `gradebox` slots. Never skipped: without Ray or an engine
+these fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gradebox.sandbox.labels import LABEL_OWNER
+from gradebox.sandbox.oci import state_root
+from tests.conftest import write
+from tests.ray_cluster import LocalRay
+
+pytestmark = pytest.mark.docker
+
+GRADER = """\
+import json, os, sys, time
+d = json.load(sys.stdin)
+time.sleep(float(d["metadata"].get("sleep", 0)))
+ok = d["output"] == "good" and os.path.exists(os.environ["EVALUATE_WORKSPACE"] + "/a.txt")
+sys.exit(0 if ok else 1)
+"""
+
+
+def make_suite(root: Path, n: int, sleep: float = 0.0, bad: tuple[int, ...] = ()) -> Path:
+    """n tests, each graded in a container by a grader file next to the suite, over a
+    template: both must travel to the nodes."""
+    write(root / "g.py", GRADER)
+    write(root / "tpl" / "a.txt", "from the template\n")
+    lines = ["name: spread", "workspace: {template: ./tpl}", "tests:"]
+    for i in range(n):
+        lines += [
+            f"  - id: t-{i:02d}",
+            f"    output: {'bad' if i in bad else 'good'}",
+            f"    metadata: {{sleep: {sleep}}}",
+            "    assert: [{type: script, command: [python3, g.py]}]",
+        ]
+    return write(root / "suite.yaml", "\n".join(lines) + "\n")
+
+
+def gradebox(*args: object, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gradebox", *map(str, args)],
+                          capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload]  # fmt: skip
+
+
+def start(*args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gradebox", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def results(out: Path) -> list[dict]:
+    path = out / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(predicate, timeout: float = 120):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition never held")
+
+
+def containers_left(engine) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every gradebox container on this machine not owned by this pytest process."""
+    mine = f":{os.getpid()}"
+    found = [c["Names"][0] for c in engine.containers({LABEL_OWNER: None})
+             if not c["Labels"][LABEL_OWNER].endswith(mine)]  # fmt: skip
+    for folder in (state_root() / "runtime", state_root() / "bundles"):
+        if folder.is_dir():
+            found += [p.name for p in folder.iterdir()
+                      if p.name.startswith("gradebox-") and not p.name.startswith(f"gradebox-{os.getpid()}-")]  # fmt: skip
+    return found
+
+
+def scratch_left(cluster: LocalRay) -> list[str]:
+    """Gradebox files in any node's $TMPDIR (the run's folder, per-test scratch)."""
+    return [str(p) for p in cluster.base.glob("*-tmp/gradebox-*")]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> LocalRay:  # type: ignore[misc]
+    with LocalRay(tmp_path_factory.mktemp("ray"), workers=2, slots=2) as c:
+        yield c
+
+
+def test_fifty_tests_spread_over_both_workers_each_recorded_once(tmp_path, cluster, engine):
+    suite = make_suite(tmp_path / "suite", 50, bad=(7, 31))
+    out = tmp_path / "out"
+    p = gradebox("run", suite, "--ray", cluster.address, "--out", out, "--junit",
+                 tmp_path / "junit.xml", "--json")  # fmt: skip
+    assert p.returncode == 1, p.stderr  # two fail on purpose; nothing errored
+    got = results(out)
+    ids = Counter(r["id"] for r in got)
+    assert len(got) == 50 and set(ids.values()) == {1}
+    assert {r["id"] for r in got if r["status"] == "failed"} == {"t-07", "t-31"}
+    assert all(r["status"] == "passed" for r in got if r["id"] not in ("t-07", "t-31"))
+    nodes = Counter(r["node"] for r in got)
+    assert len(nodes) == 2, nodes  # both workers ran tests
+    assert all(r["attempts"] == 1 for r in got)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nodes"] == dict(nodes) and summary["total"] == 50
+    assert summary["passed"] == 48 and summary["workers"] == 4  # the cluster's slots
+    cases = ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")
+    assert len(list(cases)) == 50
+    assert containers_left(engine) == [] and scratch_left(cluster) == []
+
+
+def test_filter_and_resume_on_the_cluster(tmp_path, cluster):
+    suite = make_suite(tmp_path / "suite", 12)
+    out = tmp_path / "out"
+    p = gradebox("run", suite, "--ray", cluster.address, "--out", out, "--filter", "t-0*")
+    assert p.returncode == 0, p.stderr
+    assert sorted(r["id"] for r in results(out)) == [f"t-{i:02d}" for i in range(10)]
+    p = gradebox("run", suite, "--ray", cluster.address, "--resume", out, "--json")
+    assert p.returncode == 0, p.stderr
+    got = results(out)
+    assert sorted(r["id"] for r in got) == [f"t-{i:02d}" for i in range(12)]
+    assert json.loads(p.stdout)["summary"]["reused"] == 10
+
+
+def test_batch_and_trials_on_the_cluster(tmp_path, cluster):
+    grader = write(tmp_path / "g" / "judge.py", (
+        "import json, sys\nd = json.load(sys.stdin)\n"
+        "print(json.dumps({'pass': 'yes' in d['output'], 'score': 1.0 if 'yes' in d['output'] "
+        "else 0.0, 'reasoning': 'checked'}))\n"
+    ))  # fmt: skip
+    records = write(tmp_path / "records.jsonl", "".join(
+        json.dumps({"id": f"p{i % 3}", "input": "q", "output": "yes" if i % 2 else "no"}) + "\n"
+        for i in range(8)
+    ))  # fmt: skip
+    out = tmp_path / "graded.jsonl"
+    p = gradebox("batch", records, "--grader", grader, "--out", out, "--ray", cluster.address)
+    assert p.returncode == 1, p.stderr  # the "no" answers fail
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(g["line"] for g in graded) == list(range(1, 9))
+    assert [g["pass"] for g in sorted(graded, key=lambda g: g["line"])] == [
+        i % 2 == 1 for i in range(8)
+    ]
+    p = gradebox("trials", records, "--grader", grader, "-k", "2", "--target",
+                 "echo yes", "--target-image", "shell", "--ray", cluster.address, "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["overall"]["pass_rate"] == 1.0 and report["overall"]["trials"] == 16
+
+
+def test_ctrl_c_cancels_remote_work_and_leaves_nothing_on_any_node(tmp_path, cluster, engine):
+    suite = make_suite(tmp_path / "suite", 12, sleep=60)
+    out = tmp_path / "out"
+    proc = start("run", suite, "--ray", cluster.address, "--out", out)
+    try:
+        # Every slot busy: each node has graders sleeping in containers.
+        wait_for(lambda: len(containers_left(engine)) >= 4, timeout=120)
+    except AssertionError:
+        proc.kill()
+        raise
+    t = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t < 60
+    assert results(out) == []  # nothing finished, nothing recorded
+    assert json.loads((out / "summary.json").read_text())["interrupted"] is True
+    assert containers_left(engine) == []
+    assert scratch_left(cluster) == []
+
+
+def test_a_worker_killed_mid_run_loses_and_doubles_nothing(tmp_path, engine):
+    suite = make_suite(tmp_path / "suite", 16, sleep=2, bad=(3,))
+    out = tmp_path / "out"
+    with LocalRay(tmp_path / "ray", workers=2, slots=2) as c:
+        proc = start("run", suite, "--ray", c.address, "--out", out)
+        try:
+            wait_for(lambda: len(results(out)) >= 2)
+            # w1 runs tests right now (every slot is busy): lose it as a machine is lost.
+            assert c.kill("w1") > 0
+            _, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        assert proc.returncode == 1, err  # t-03 fails on purpose; nothing errored
+        got = results(out)
+        assert Counter(r["id"] for r in got) == Counter(f"t-{i:02d}" for i in range(16))
+        again = [r for r in got if r["attempts"] == 2]
+        assert again, "the killed node had tests in flight: they were run again"
+        survivor = {r["node"] for r in again}
+        assert len(survivor) == 1 and all(r["status"] != "error" for r in got)
+        assert "sending it again" in err
+        assert containers_left(engine) == []
+        assert scratch_left(c) == [p for p in scratch_left(c) if "/w1-tmp/" in p]
+
+
+@pytest.fixture
+def other_engine(tmp_path):  # type: ignore[no-untyped-def]
+    """A second, real Docker engine, as another machine has: its own store, in its own network
+    namespace (so it cannot touch this host's bridge). Its `gradebox/python` is other bytes."""
+    base = Path(f"/tmp/gbx-d2-{os.getpid()}")
+    ns = f"gbx-d2-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    (base / "daemon.json").write_text("{}")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    sock = base / "docker.sock"
+    log = open(base / "log", "w")  # noqa: SIM115
+    daemon = subprocess.Popen(
+        ["ip", "netns", "exec", ns, "dockerd", "--config-file", str(base / "daemon.json"),
+         "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
+         "--pidfile", str(base / "pid"), "-H", f"unix://{sock}", "--bridge=none",
+         "--iptables=false", "--ip6tables=false", "--storage-driver=vfs"],
+        stdout=log, stderr=log,
+    )  # fmt: skip
+    try:
+        env = {**os.environ, "DOCKER_HOST": f"unix://{sock}"}
+        wait_for(lambda: subprocess.run(["docker", "info"], env=env, capture_output=True,
+                                        check=False).returncode == 0, timeout=60)  # fmt: skip
+        write(base / "img" / "marker", "not the locked image\n")
+        tar = base / "img.tar"
+        subprocess.run(["tar", "-C", str(base / "img"), "-cf", str(tar), "."], check=True)
+        subprocess.run(["docker", "import", str(tar), "gradebox/python:latest"], env=env,
+                       check=True, capture_output=True)  # fmt: skip
+        yield f"unix://{sock}"
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        log.close()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_nodes_with_other_images_or_no_engine_are_refused_before_anything_runs(
+    tmp_path, engine, other_engine
+):
+    suite = make_suite(tmp_path / "suite", 4)
+    out = tmp_path / "out"
+    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    env = {1: {"DOCKER_HOST": other_engine}, 2: no_engine}
+    with LocalRay(tmp_path / "ray", workers=3, slots=1, worker_env=env) as c:
+        p = gradebox("run", suite, "--ray", c.address, "--out", out, "--sandbox", "docker")
+        assert p.returncode == 4, p.stderr
+        lines = [line for line in p.stderr.splitlines() if "node " in line]
+        assert len(lines) == 2, p.stderr  # the good node is not named
+        image = next(line for line in lines if "image python" in line)
+        assert "the driver's is" in image and "gradebox images load" in image
+        assert any("cannot reach the Docker engine" in line for line in lines)
+        assert "nothing ran" in p.stderr
+        assert results(out) == [] and containers_left(engine) == []
+        assert scratch_left(c) == []
