@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,11 +36,12 @@ def _free_port() -> int:
 
 
 class LocalRay:
-    """``with LocalRay(tmp, workers=2) as cluster: ... cluster.address``."""
+    """``with LocalRay(workers=2) as cluster: ... cluster.address``."""
 
-    def __init__(self, base: Path, workers: int = 2, slots: int = 2,
+    def __init__(self, workers: int = 2, slots: int = 2,
                  worker_env: dict[int, dict[str, str]] | None = None) -> None:  # fmt: skip
-        self.base = base.resolve()
+        # Short: Ray's sockets live under it, and a unix socket path has 107 bytes at most.
+        self.base = Path(tempfile.mkdtemp(prefix="gbray-", dir="/tmp"))
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.workers, self.slots = workers, slots
@@ -120,6 +123,7 @@ class LocalRay:
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.3)
         self.kill(None, signal.SIGKILL)
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> LocalRay:
         try:
