@@ -68,7 +68,9 @@ class LocalRay:
             self.add_worker(i, self.worker_env.get(i, {}))
         return self
 
-    def add_worker(self, i: int, env: dict[str, str] | None = None, slots: int | None = None) -> None:
+    def add_worker(
+        self, i: int, env: dict[str, str] | None = None, slots: int | None = None
+    ) -> None:
         resources = json.dumps({"gradebox": self.slots if slots is None else slots})
         self._start(f"w{i}", ["--address", self.address, "--resources", resources], env or {})
         self.wait_nodes(i + 2)

@@ -21,13 +21,15 @@ TMP_PREFIX = "gradebox-"
 
 def collect_scratch(everything: bool = False) -> list[Path]:
     """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
-    runners that are gone."""
+    runners that are gone; ``everything``: all of them, cluster runs' folders too."""
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or not path.is_dir():
+        if not path.is_dir() or not (pid.isdigit() or pid == "ray"):
             continue
-        if everything or not pid_alive(int(pid)):
+        # A cluster run's folder on a node (gradebox-ray-RUN) is the driver's to sweep; one
+        # left by a driver that was killed goes with --all.
+        if everything or (pid.isdigit() and not pid_alive(int(pid))):
             unmount_below(path)
             remove_tree(path)
             removed.append(path)

@@ -76,10 +76,14 @@ def unpack(data: bytes, dest: Path) -> Path:
             return dest
         partial = dest.with_name(dest.name + ".partial")
         remove_tree(partial)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            # "tar": no absolute names, nothing written outside `partial`, no set-id bits;
-            # a link may point anywhere (a template may hold one), it is never written through.
-            tar.extractall(partial, filter="tar")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                # "tar": no absolute names, nothing written outside `partial`, no set-id bits;
+                # a link may point anywhere (a template may hold one), never written through.
+                tar.extractall(partial, filter="tar")
+        except (tarfile.TarError, OSError) as exc:
+            remove_tree(partial)
+            raise ClusterError(f"the job's files could not be unpacked here: {exc}") from None
         remove_tree(dest)
         partial.rename(dest)
         done.touch()

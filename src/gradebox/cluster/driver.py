@@ -256,8 +256,12 @@ def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
     assertions, model targets, repositories and references."""
     from ..graders.assertion import GraderAssertion, leaves
+    from ..graders.run import build_command, translate_args
 
     paths = [suite.path]
+    target = suite.spec.target
+    if target is not None and not isinstance(target.command, str):
+        paths += [suite.root / rel for rel in translate_args(target.command, suite.root)[1]]
     for test in suite.tests:
         template = suite.template_dir(test.workspace)
         if template is not None:
@@ -274,8 +278,9 @@ def suite_paths(suite: Any) -> list[Path]:
         paths += [Path(f) for f in case.input_files]
         for a in leaves(test.assertions):
             if isinstance(a, GraderAssertion):
-                if a.grader.source_dir is not None:
-                    paths.append(a.grader.source_dir)
+                source = a.grader.source_dir
+                if source is not None:  # its folder, and the files its command names (../)
+                    paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
                 if a.file:
                     paths.append(Path(a.file))
     paths += [c.path for c in suite.customs.values()]

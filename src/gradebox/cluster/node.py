@@ -149,8 +149,8 @@ class _Context:
                 what = "is missing" if got is None else f"is {got[7:19]}"
                 raise NodeRefused(
                     f"image {ref} {what}, the driver's is {wanted[7:19]}: copy the driver's "
-                    "images with `gradebox images save ARCHIVE` there and `gradebox images "
-                    "load ARCHIVE` on this node"
+                    "images, `gradebox images save ARCHIVE` on the driver, then `gradebox "
+                    "images load ARCHIVE` on this node"
                 )
 
     def check(self) -> list[str]:
