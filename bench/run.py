@@ -22,6 +22,11 @@ workspace       a target writing into a 200 MiB workspace: overlay over a staged
 proxy           a script grader's model proxy: one call through it vs the same call straight to
                 the (scripted, loopback) model server, medians; and calls/s through one proxy
                 with 8 clients at once.
+ray             `gradebox run` locally vs `--ray` on a local cluster (a head and worker nodes,
+                each its own processes): the per-test dispatch overhead (200 tests with built-in
+                assertions only, one at a time: the gap between results less the test's own
+                time, median), and tests/s for the 200-test suite at 4 in flight locally, on one
+                worker node (4 slots) and on two (2 slots each).
 """
 
 from __future__ import annotations
@@ -381,6 +386,65 @@ def bench_proxy(n: int) -> dict[str, float]:
     }
 
 
+def _gradebox_run(suite: Path, out: Path, *extra: str) -> list[dict]:
+    cmd = [str(Path(sys.executable).with_name("gradebox")), "run", str(suite), "--out", str(out),
+           "--sandbox", "oci", *extra]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def _dispatch_ms(results: list[dict]) -> float:
+    """Sequential results: the gap between one result and the next, less the test's own time."""
+    from datetime import datetime
+
+    done = sorted(results, key=lambda r: r["finished_at"])
+    stamps = [datetime.fromisoformat(r["finished_at"]).timestamp() for r in done]
+    gaps = [
+        (b - a) * 1000 - r["timings_ms"]["total"]
+        for a, b, r in zip(stamps, stamps[1:], done[1:], strict=False)
+    ]
+    return statistics.median(gaps)
+
+
+def _suite_rate(out: Path) -> float:
+    summary = json.loads((out / "summary.json").read_text())
+    return summary["total"] / summary["duration_s"]
+
+
+def bench_ray(root: Path, n: int) -> dict[str, float]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.ray_cluster import LocalRay
+
+    (root / "trivial.py").write_text(SCRIPT)
+    host_only = "".join(f"  - id: h{i:04d}\n    output: answer 42\n    assert:\n"
+                        f"      - {{type: contains, value: '42'}}\n" for i in range(n))  # fmt: skip
+    (root / "dispatch.yaml").write_text(f"name: dispatch\ntests:\n{host_only}")
+    boxed = "".join(f"  - id: t{i:04d}\n    output: answer 42\n    assert:\n"
+                    f"      - {{type: script, command: [python3, trivial.py]}}\n" for i in range(n))  # fmt: skip
+    (root / "suite.yaml").write_text(f"name: bench\ntests:\n{boxed}")
+    r: dict[str, float] = {}
+    r["local_dispatch_ms"] = _dispatch_ms(
+        _gradebox_run(root / "dispatch.yaml", root / "d-local", "--workers", "1")
+    )
+    _gradebox_run(root / "suite.yaml", root / "s-local", "--workers", "4")
+    r["local_tests_per_s"] = _suite_rate(root / "s-local")
+    with LocalRay(workers=1, slots=4) as one:
+        r["ray_dispatch_ms"] = _dispatch_ms(
+            _gradebox_run(
+                root / "dispatch.yaml", root / "d-ray", "--workers", "1", "--ray", one.address
+            )  # fmt: skip
+        )
+        _gradebox_run(root / "suite.yaml", root / "s-ray1", "--ray", one.address)
+        r["ray1_tests_per_s"] = _suite_rate(root / "s-ray1")
+    with LocalRay(workers=2, slots=2) as two:
+        _gradebox_run(root / "suite.yaml", root / "s-ray2", "--ray", two.address)
+        r["ray2_tests_per_s"] = _suite_rate(root / "s-ray2")
+    r["overhead_ms"] = r["ray_dispatch_ms"] - r["local_dispatch_ms"]
+    return r
+
+
 def main() -> None:
     # Bare subprocesses find python3 on PATH; make it this interpreter, not a slow shim
     # (pyenv's adds ~90 ms per start), so the host side is the fastest honest baseline.
@@ -438,6 +502,8 @@ def main() -> None:
     r["memory"] = me = bench_memory()
     say("proxy…")
     r["proxy"] = px = bench_proxy(50 if q else 300)
+    say("ray…")
+    r["ray"] = ray = bench_ray(tmp(), 40 if q else 200)
 
     if args.json:
         print(json.dumps(r, indent=2, default=str))
@@ -529,6 +595,20 @@ def main() -> None:
         "",
         f"{px['proxy_ms']:.1f} ms (+{px['overhead_ms']:.1f}); {px['calls_per_s']:.0f} calls/s",
         "report both",
+    )
+    table.add_row(
+        "per-test dispatch, one at a time (median)",
+        f"{ray['local_dispatch_ms']:.1f} ms local",
+        "",
+        f"{ray['ray_dispatch_ms']:.1f} ms via Ray (+{ray['overhead_ms']:.1f})",
+        "report both",
+    )
+    table.add_row(
+        "200-test suite, 4 in flight (tests/s)",
+        f"{ray['local_tests_per_s']:.1f}/s local",
+        "",
+        f"Ray: {ray['ray1_tests_per_s']:.1f}/s on 1 node, {ray['ray2_tests_per_s']:.1f}/s on 2",
+        "report (2 cores)",
     )
     Console().print(table)
     best = tp["oci"]["best_workers"]
