@@ -239,21 +239,35 @@ def other_engine(tmp_path):  # type: ignore[no-untyped-def]
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_nodes_with_other_images_or_no_engine_are_refused_before_anything_runs(
+def test_nodes_with_other_images_no_engine_or_no_runtime_are_refused_before_anything_runs(
     tmp_path, engine, other_engine
 ):
     suite = make_suite(tmp_path / "suite", 4)
     out = tmp_path / "out"
-    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
-    env = {1: {"DOCKER_HOST": other_engine}, 2: no_engine}
-    with LocalRay(workers=3, slots=1, worker_env=env) as c:
-        p = gradebox("run", suite, "--ray", c.address, "--out", out, "--sandbox", "docker")
+    env = {
+        1: {"DOCKER_HOST": other_engine},
+        2: {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"},
+        3: {"GRADEBOX_RUNTIME": "/nonexistent/runc"},
+    }
+    with LocalRay(workers=4, slots=1, worker_env=env) as c:
+        p = gradebox("run", suite, "--ray", c.address, "--out", out, "--sandbox", "oci")
         assert p.returncode == 4, p.stderr
         lines = [line for line in p.stderr.splitlines() if "node " in line]
-        assert len(lines) == 2, p.stderr  # the good node is not named
+        assert len(lines) == 3, p.stderr  # the good node is not named
         image = next(line for line in lines if "image python" in line)
         assert "the driver's is" in image and "`gradebox images load ARCHIVE` on this node" in image
         assert any("cannot reach the Docker engine" in line for line in lines)
+        assert any("no OCI runtime '/nonexistent/runc'" in line for line in lines)
         assert "nothing ran" in p.stderr
         assert results(out) == [] and containers_left(engine) == []
         assert scratch_left(c) == []
+
+
+def test_no_cluster_at_the_address_is_one_line_at_once(tmp_path):
+    suite = make_suite(tmp_path / "suite", 1)
+    t = time.monotonic()
+    p = gradebox("run", suite, "--ray", "127.0.0.1:1", "--out", tmp_path / "out")
+    assert p.returncode == 4 and time.monotonic() - t < 30
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "gradebox: error: cannot reach a Ray cluster at '127.0.0.1:1'"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -66,6 +67,7 @@ class RayCluster:
     def __init__(self, address: str = "auto") -> None:
         ray = _ray()
         if not ray.is_initialized():
+            _reachable(address)
             try:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -244,6 +246,20 @@ class ClusterRun:
         if late:
             log.warning("sweep: %d node(s) did not answer within %.0f s", len(late), SWEEP_TIMEOUT)
         return reports
+
+
+def _reachable(address: str) -> None:
+    """Fail at once on a ``host:port`` nothing listens on (Ray itself would wait minutes)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ClusterError(
+            f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one "
+            "with `ray start --head` and give its address to --ray"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:
