@@ -421,8 +421,10 @@ def bench_ray(root: Path, n: int) -> dict[str, float]:
     host_only = "".join(f"  - id: h{i:04d}\n    output: answer 42\n    assert:\n"
                         f"      - {{type: contains, value: '42'}}\n" for i in range(n))  # fmt: skip
     (root / "dispatch.yaml").write_text(f"name: dispatch\ntests:\n{host_only}")
-    boxed = "".join(f"  - id: t{i:04d}\n    output: answer 42\n    assert:\n"
-                    f"      - {{type: script, command: [python3, trivial.py]}}\n" for i in range(n))  # fmt: skip
+    grader = "      - {type: script, command: [python3, trivial.py]}\n"
+    boxed = "".join(
+        f"  - id: t{i:04d}\n    output: answer 42\n    assert:\n{grader}" for i in range(n)
+    )
     (root / "suite.yaml").write_text(f"name: bench\ntests:\n{boxed}")
     r: dict[str, float] = {}
     r["local_dispatch_ms"] = _dispatch_ms(

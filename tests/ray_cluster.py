@@ -8,9 +8,9 @@ fails the test that asked for a cluster, it never skips it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from gradebox.workspace import remove_tree, unmount_below
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -46,6 +48,7 @@ class LocalRay:
         self.address = f"127.0.0.1:{self.port}"
         self.workers, self.slots = workers, slots
         self.worker_env = worker_env or {}
+        self.sessions: dict[str, int] = {}  # node name -> the session id of its processes
 
     def _env(self, name: str, extra: dict[str, str]) -> dict[str, str]:
         tmp = self.base / f"{name}-tmp"
@@ -56,10 +59,16 @@ class LocalRay:
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:
         cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                "--temp-dir", str(self.base / name), "--disable-usage-stats", *args]  # fmt: skip
-        proc = subprocess.run(cmd, env=self._env(name, extra), capture_output=True, text=True,
-                              timeout=120, check=False)  # fmt: skip
+        # A session of its own: every process of this node (Ray renames some, and overwrites
+        # their environment) keeps this session id, so the node can be found and killed whole.
+        proc = subprocess.Popen(
+            cmd, env=self._env(name, extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        self.sessions[name] = proc.pid
+        output, _ = proc.communicate(timeout=120)
         if proc.returncode != 0:
-            raise RuntimeError(f"ray start {name} failed:\n{proc.stdout}\n{proc.stderr}")
+            raise RuntimeError(f"ray start {name} failed:\n{output}")
 
     def start(self) -> LocalRay:
         self._start("head", ["--head", "--port", str(self.port), "--include-dashboard=false",
@@ -88,24 +97,25 @@ class LocalRay:
             "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
             "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
         )
-        proc = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True,
-                              text=True, timeout=60, check=False, env=self._env("probe", {}))  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code, self.address], capture_output=True, text=True,
+            timeout=60, check=False, env=self._env("probe", {}),
+        )  # fmt: skip
         return int(proc.stdout.strip() or 0)
 
     def pids(self, name: str | None = None) -> list[int]:
-        """Processes of one node (``w0``), or of the whole cluster."""
-        mark = str(self.base / name) if name else str(self.base)
+        """Processes of one node (``w0``), or of the whole cluster, by their session."""
+        wanted = {self.sessions[name]} if name else set(self.sessions.values())
         out = []
         for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            if not proc.name.isdigit():
                 continue
             try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                environ = (proc / "environ").read_bytes()
+                stat = (proc / "stat").read_text()
             except OSError:
                 continue
-            tmp = f"TMPDIR={self.base / name}-tmp".encode() if name else str(self.base).encode()
-            if mark in cmdline or tmp in environ:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z" and int(fields[3]) in wanted:
                 out.append(int(proc.name))
         return out
 
@@ -113,10 +123,8 @@ class LocalRay:
         """Signal every process of one node (or of all): a node lost as a machine is."""
         pids = self.pids(name)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         return len(pids)
 
     def stop(self) -> None:
@@ -125,7 +133,10 @@ class LocalRay:
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.3)
         self.kill(None, signal.SIGKILL)
-        shutil.rmtree(self.base, ignore_errors=True)
+        # A node killed mid-test leaves its disk as a lost machine would (workspaces still
+        # mounted): the harness stands for that machine's reboot.
+        unmount_below(self.base)
+        remove_tree(self.base)
 
     def __enter__(self) -> LocalRay:
         try:

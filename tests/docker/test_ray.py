@@ -80,8 +80,8 @@ def containers_left(engine) -> list[str]:  # type: ignore[no-untyped-def]
              if not c["Labels"][LABEL_OWNER].endswith(mine)]  # fmt: skip
     for folder in (state_root() / "runtime", state_root() / "bundles"):
         if folder.is_dir():
-            found += [p.name for p in folder.iterdir()
-                      if p.name.startswith("gradebox-") and not p.name.startswith(f"gradebox-{os.getpid()}-")]  # fmt: skip
+            names = [p.name for p in folder.iterdir() if p.name.startswith("gradebox-")]
+            found += [n for n in names if not n.startswith(f"gradebox-{os.getpid()}-")]
     return found
 
 
@@ -149,8 +149,8 @@ def test_batch_and_trials_on_the_cluster(tmp_path, cluster):
     assert [g["pass"] for g in sorted(graded, key=lambda g: g["line"])] == [
         i % 2 == 1 for i in range(8)
     ]
-    p = gradebox("trials", records, "--grader", grader, "-k", "2", "--target",
-                 "echo yes", "--target-image", "shell", "--ray", cluster.address, "--json")  # fmt: skip
+    p = gradebox("trials", records, "--grader", grader, "-k", "2", "--target", "echo yes",
+                 "--target-image", "shell", "--ray", cluster.address, "--json")  # fmt: skip
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
     assert report["overall"]["pass_rate"] == 1.0 and report["overall"]["trials"] == 16
@@ -268,6 +268,8 @@ def test_no_cluster_at_the_address_is_one_line_at_once(tmp_path):
     t = time.monotonic()
     p = gradebox("run", suite, "--ray", "127.0.0.1:1", "--out", tmp_path / "out")
     assert p.returncode == 4 and time.monotonic() - t < 30
-    assert p.stderr.strip().splitlines()[-1].startswith(
-        "gradebox: error: cannot reach a Ray cluster at '127.0.0.1:1'"
+    assert (
+        p.stderr.strip()
+        .splitlines()[-1]
+        .startswith("gradebox: error: cannot reach a Ray cluster at '127.0.0.1:1'")
     )
