@@ -92,7 +92,8 @@ def scratch_left(cluster: LocalRay) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster() -> LocalRay:  # type: ignore[misc]
-    with LocalRay(workers=2, slots=2) as c:
+    keys = {"JUDGE_KEY": "k-on-the-node"}  # set where `ray start` runs: keys never travel
+    with LocalRay(workers=2, slots=2, worker_env={0: keys, 1: keys}) as c:
         yield c
 
 
@@ -102,6 +103,7 @@ def test_fifty_tests_spread_over_both_workers_each_recorded_once(tmp_path, clust
     p = gradebox("run", suite, "--ray", cluster.address, "--out", out, "--junit",
                  tmp_path / "junit.xml", "--json")  # fmt: skip
     assert p.returncode == 1, p.stderr  # two fail on purpose; nothing errored
+    assert "ray: 2 nodes (oci on 2), 4 slots" in p.stderr
     got = results(out)
     ids = Counter(r["id"] for r in got)
     assert len(got) == 50 and set(ids.values()) == {1}
@@ -154,6 +156,38 @@ def test_batch_and_trials_on_the_cluster(tmp_path, cluster):
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
     assert report["overall"]["pass_rate"] == 1.0 and report["overall"]["trials"] == 16
+
+
+LLM_SUITE = """
+name: judged
+tests:
+""" + "".join(
+    f"  - {{id: q{i}, input: 'question {i}', output: 'answer {i}', assert: [Is correct]}}\n"
+    for i in range(6)
+)
+
+
+def test_llm_graders_call_the_model_from_the_nodes_with_the_nodes_keys(tmp_path, cluster):
+    from tests.fake_models import FakeModel
+
+    suite = write(tmp_path / "suite" / "suite.yaml", LLM_SUITE)
+    targets = tmp_path / "suite" / ".gradebox" / "targets.yaml"
+    with FakeModel() as fake:
+        write(targets, "default_grader: judge\ntargets:\n  - {name: judge, model: m, "
+                       f"base_url: '{fake.base_url}', api_key_env: JUDGE_KEY}}\n")  # fmt: skip
+        out = tmp_path / "out"
+        p = gradebox("run", suite, "--ray", cluster.address, "--out", out, "--no-cache")
+        assert p.returncode == 0, p.stderr
+        assert len(fake.requests) == 6
+        assert {h.get("authorization") for h in fake.headers} == {"Bearer k-on-the-node"}
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["passed"] == 6 and summary["usage"]["calls"] == 6
+        # A key no node has: every node is refused before any model is called.
+        targets.write_text(targets.read_text().replace("JUDGE_KEY", "OTHER_KEY"))
+        p = gradebox("run", suite, "--ray", cluster.address, "--out", tmp_path / "o2")
+        assert p.returncode == 4
+        lines = [line for line in p.stderr.splitlines() if "the model keys OTHER_KEY" in line]
+        assert len(lines) == 2 and len(fake.requests) == 6, p.stderr
 
 
 def test_ctrl_c_cancels_remote_work_and_leaves_nothing_on_any_node(tmp_path, cluster, engine):

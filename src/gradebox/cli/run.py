@@ -136,7 +136,7 @@ def run(
                     sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
                 ))  # fmt: skip
                 options.workers = workers or cluster.slots()
-                output.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
+                output.info(f"[dim]ray: {remote.describe()}[/]")
             with progress:
                 summary = run_suite(suite, box, images, options, on_result=on_result,
                                     on_start=on_start, remote=remote)  # fmt: skip

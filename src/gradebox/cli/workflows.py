@@ -113,7 +113,7 @@ def _on_cluster(
         cluster, grader_file, ids, images=images, sandbox=wanted_sandbox(sandbox),
         workspace=workspace, allow=privileges,
     ))  # fmt: skip
-    out.info(f"[dim]ray: {len(cluster.nodes())} nodes, {cluster.slots()} slots[/]")
+    out.info(f"[dim]ray: {remote.describe()}[/]")
     return remote, cluster.slots()
 
 

@@ -14,7 +14,7 @@ import logging
 import secrets
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +116,7 @@ class ClusterRun:
         self.cluster, self.job = cluster, job
         self.ray = cluster.ray
         self.job_ref = self.ray.put(job)
+        self.reports: list[dict[str, Any]] = []  # what each node said at the preflight
 
     @property
     def run_id(self) -> str:
@@ -156,12 +157,19 @@ class ClusterRun:
                 problems.append(f"node {name}: {_first_line(exc)}")
                 continue
             problems += [f"node {report['node']}: {p}" for p in report["problems"]]
+            self.reports.append(report)
         if problems:
             self.sweep()
             raise ClusterError(
                 f"{len(problems)} problem(s) on the cluster; nothing ran:\n  "
                 + "\n  ".join(problems)
             )
+
+    def describe(self) -> str:
+        """The checked cluster in a few words: nodes, their sandboxes, slots."""
+        sandboxes = Counter(r.get("sandbox", "?") for r in self.reports)
+        kinds = ", ".join(f"{name} on {n}" for name, n in sorted(sandboxes.items()))
+        return f"{len(self.reports)} nodes ({kinds}), {self.cluster.slots()} slots"
 
     def map(self, items: Iterable[Any], in_flight: int) -> Iterator[Finished]:
         """Each item on some node, at most ``in_flight`` at once, in the order they finish.
