@@ -173,8 +173,10 @@ def test_llm_graders_call_the_model_from_the_nodes_with_the_nodes_keys(tmp_path,
     suite = write(tmp_path / "suite" / "suite.yaml", LLM_SUITE)
     targets = tmp_path / "suite" / ".gradebox" / "targets.yaml"
     with FakeModel() as fake:
+        # A target no grader uses needs no key on the nodes.
         write(targets, "default_grader: judge\ntargets:\n  - {name: judge, model: m, "
-                       f"base_url: '{fake.base_url}', api_key_env: JUDGE_KEY}}\n")  # fmt: skip
+                       f"base_url: '{fake.base_url}', api_key_env: JUDGE_KEY}}\n"
+                       "  - {name: spare, model: m, api_key_env: UNUSED_KEY}\n")  # fmt: skip
         out = tmp_path / "out"
         p = gradebox("run", suite, "--ray", cluster.address, "--out", out, "--no-cache")
         assert p.returncode == 0, p.stderr

@@ -92,14 +92,14 @@ class _Context:
                 "version on every node"
             )
         self.root = unpack(ray.get(job.bundle), self.dir / "bundle")
-        self.box = get_sandbox(job.sandbox)  # the engine and runtime checks of this node
-        # Not `locked` here: the driver enforced the lock when it planned, and this node must
-        # hold the very ids the driver resolved (stricter), which _same_images checks.
-        self.images = self.box.images(build_network="network" in job.allow)
         self.state: Any = None
         self.tests: dict[str, Any] = {}
         self.grader: Any = None
+        self.box = get_sandbox(job.sandbox)  # the engine and runtime checks of this node
         try:
+            # Not `locked` here: the driver enforced the lock when it planned, and this node
+            # must hold the very ids the driver resolved (stricter): _same_images checks.
+            self.images = self.box.images(build_network="network" in job.allow)
             self._load()
         except BaseException:
             self.close()
@@ -160,8 +160,8 @@ class _Context:
         if self.job.kind != "suite":
             return problems
         suite = self.state.suite
-        differ = [i for i, t in self.tests.items() if self.job.fingerprints.get(i)
-                  != suite.fingerprint(t, portable=True)]  # fmt: skip
+        differ = [i for i, t in self.tests.items()
+                  if self.job.fingerprints.get(i) != suite_print(suite, t)]  # fmt: skip
         missing = sorted(set(self.job.fingerprints) - set(self.tests))
         if differ or missing:
             first = (missing or differ)[0]
@@ -171,8 +171,7 @@ class _Context:
                 "({{ env.X }}, ${{ X }}) must be set alike on every node"
             )
         if suite.targets is not None:
-            keys = {t.api_key_env for t in suite.targets.targets.values() if t.api_key_env}
-            unset = sorted(k for k in keys if not os.environ.get(k))
+            unset = sorted(k for k in _keys_used(suite) if not os.environ.get(k))
             if unset:
                 problems.append(
                     f"the model keys {', '.join(unset)} are not set in this node's "
@@ -212,6 +211,21 @@ class _Context:
 
 def suite_print(suite: Any, test: Any) -> str:
     return str(suite.fingerprint(test, portable=True))
+
+
+def _keys_used(suite: Any) -> set[str]:
+    """The key variables of the model targets this suite's graders call (not every target a
+    targets file lists)."""
+    from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
+
+    targets = []
+    for test in suite.tests:
+        for a in leaves(test.assertions):
+            if isinstance(a, LlmGraderAssertion):
+                targets.append(a.llm.target)
+            elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
+                targets.append(suite.targets.get(a.grader.target.name, file=None, field=None))
+    return {t.api_key_env for t in targets if t.api_key_env}
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)
