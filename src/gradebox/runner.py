@@ -577,7 +577,7 @@ def run_suite(
         summary.warnings = warnings
         summary.usage = state.models.usage() if state.models is not None else None
         if remote is not None:  # the models were called on the nodes
-            summary.usage = _usage_total(out / "results.jsonl", finished)
+            summary.usage = _usage_total(out / "results.jsonl", {t.id for t in todo})
             summary.nodes = nodes
         (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
     return summary
@@ -606,12 +606,12 @@ def not_run(test: Test, why: str) -> TestResult:
     )  # fmt: skip
 
 
-def _usage_total(path: Path, finished: dict[str, tuple[Status, float]]) -> Usage | None:
-    """The run's model usage, summed over its results (a cluster's calls were made on the
-    nodes, each in its test's result)."""
+def _usage_total(path: Path, ran: set[str]) -> Usage | None:
+    """This run's model usage, summed over the results of the tests it ran (a cluster's calls
+    were made on the nodes, each in its test's result)."""
     total, seen = Usage(), False
     for r in read_jsonl(path, TestResult):
-        if r.id in finished and r.usage is not None:
+        if r.id in ran and r.usage is not None:
             total.merge(r.usage)
             seen = True
     return total if seen else None

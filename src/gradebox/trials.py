@@ -157,7 +157,8 @@ def run_target_trials(
 ) -> list[tuple[int, Record]]:
     """Run ``command`` K times per prompt (``run_target_once``); the answers become trials
     (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``remote``: each trial
-    runs on a Ray cluster's node; a trial no node could run has no answer (it then fails)."""
+    runs on a Ray cluster's node; a trial no node could run stops the command (ClusterError):
+    a trial that never ran is never graded as one."""
     jobs = trial_jobs(records, k)
     if remote is not None:
         items = [("target", i, (r.model_dump(mode="json", by_alias=True), command, image_id))
