@@ -60,7 +60,7 @@ RayOpt = Annotated[
     typer.Option(
         "--ray",
         metavar="ADDRESS",
-        help="Run on a Ray cluster (pip install 'gradebox[ray]'): its address host:port, or "
+        help="Run on a Ray cluster (needs gradebox's `ray` extra): its address host:port, or "
         "auto ($RAY_ADDRESS, or the cluster this machine joined). Each item is a task on a "
         "node offering a `gradebox` resource, under that node's sandbox.",
         show_default=False,
