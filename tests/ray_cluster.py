@@ -133,8 +133,12 @@ class LocalRay:
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.3)
         self.kill(None, signal.SIGKILL)
-        # A node killed mid-test leaves its disk as a lost machine would (workspaces still
-        # mounted): the harness stands for that machine's reboot.
+        # A node killed mid-test leaves what a lost machine would (containers, workspaces
+        # still mounted): the harness stands for that machine's reboot, and its `gradebox gc`.
+        for tmp in self.base.glob("*-tmp"):
+            gc = [str(Path(sys.executable).with_name("gradebox")), "gc"]
+            subprocess.run(gc, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True,
+                           timeout=120, check=False)  # fmt: skip
         unmount_below(self.base)
         remove_tree(self.base)
 

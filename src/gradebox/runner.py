@@ -249,19 +249,8 @@ class _TestRun:
         self.labels = {**run.labels, "gradebox.test": test.id[:60]}
         self.ws_cfg = test.workspace
         self.timings: dict[str, int] = {}
-        case = test.case
-        root = run.suite.root
-        self.payload = Payload(
-            input=case.input, expected_output=case.expected_output, output=case.output,
-            # The reference helper fails on a null criteria: a test without one has "".
-            criteria=case.criteria or "", hint=case.hint, metadata=test.metadata,
-            input_files=[_relative(f, root) for f in case.input_files],
-        )  # fmt: skip
-        self.result = TestResult(
-            id=test.id, status=Status.error, passed=False, score=0.0, input=self.payload.input,
-            expected_output=self.payload.expected_output, output=case.output,
-            metadata=test.metadata, started_at=_now(), threshold=test.threshold,
-        )  # fmt: skip
+        self.payload = _payload_of(test, run.suite.root)
+        self.result = _unfinished(test, self.payload)
         self.warm: dict[int, Warm] = {}
 
     def run(self) -> TestResult:
@@ -541,7 +530,7 @@ def run_suite(
             for _t, fut in imap_interruptible(state.run_test, todo, workers, box=box, name="test")
         )  # fmt: skip
         if remote is None
-        else remote_results(remote, todo, workers)
+        else remote_results(remote, todo, suite.root, workers)
     )
     try:
         for result in stream:
@@ -583,7 +572,9 @@ def run_suite(
     return summary
 
 
-def remote_results(remote: ClusterRun, tests: list[Test], in_flight: int) -> Iterator[TestResult]:
+def remote_results(
+    remote: ClusterRun, tests: list[Test], root: Path, in_flight: int
+) -> Iterator[TestResult]:
     """The tests' results from the cluster as they finish; a test no node could run is an
     error (the reason in it), never a pass."""
     by_id = {t.id: t for t in tests}
@@ -591,19 +582,36 @@ def remote_results(remote: ClusterRun, tests: list[Test], in_flight: int) -> Ite
         if done.value is not None:
             result = TestResult.model_validate_json(done.value)
         else:
-            result = not_run(by_id[done.item], done.error or "not run")
+            result = not_run(by_id[done.item], root, done.error or "not run")
         result.node, result.attempts = done.node, done.attempts
         yield result
 
 
-def not_run(test: Test, why: str) -> TestResult:
-    """The result of a test that could not run at all."""
-    case, now = test.case, _now()
-    return TestResult(
-        id=test.id, status=Status.error, passed=False, score=0.0, input=case.input,
-        expected_output=case.expected_output, output=case.output, metadata=test.metadata,
-        threshold=test.threshold, error=why, started_at=now, finished_at=now,
+def _payload_of(test: Test, root: Path) -> Payload:
+    """What a test's graders read before the target has answered."""
+    case = test.case
+    return Payload(
+        input=case.input, expected_output=case.expected_output, output=case.output,
+        # The reference helper fails on a null criteria: a test without one has "".
+        criteria=case.criteria or "", hint=case.hint, metadata=test.metadata,
+        input_files=[_relative(f, root) for f in case.input_files],
     )  # fmt: skip
+
+
+def _unfinished(test: Test, payload: Payload) -> TestResult:
+    """A test's result before anything ran: an error until it is graded."""
+    return TestResult(
+        id=test.id, status=Status.error, passed=False, score=0.0, input=payload.input,
+        expected_output=payload.expected_output, output=payload.output,
+        metadata=test.metadata, started_at=_now(), threshold=test.threshold,
+    )  # fmt: skip
+
+
+def not_run(test: Test, root: Path, why: str) -> TestResult:
+    """The result of a test that could not run at all (its node refused it, or was lost)."""
+    result = _unfinished(test, _payload_of(test, root))
+    result.error, result.finished_at = why, result.started_at
+    return result
 
 
 def _usage_total(path: Path, ran: set[str]) -> Usage | None:

@@ -238,6 +238,48 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(tmp_path, engine):
         assert [p for p in scratch_left(c) if "/w1-tmp/" not in p] == []
 
 
+def test_a_node_joining_late_is_checked_and_a_run_left_without_nodes_stops(tmp_path, engine):
+    with LocalRay(workers=1, slots=2) as c:
+        # A node that joins after the preflight, without a runtime: its tests are errors that
+        # name it, never passes; the others run on the good node.
+        suite = make_suite(tmp_path / "a", 8, sleep=2)
+        out = tmp_path / "out-a"
+        proc = start("run", suite, "--ray", c.address, "--out", out, "--sandbox", "oci",
+                     "--workers", "4")  # fmt: skip
+        try:
+            wait_for(lambda: len(results(out)) >= 1)
+            c.add_worker(1, {"GRADEBOX_RUNTIME": "/nonexistent/runc"}, slots=2)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        assert proc.returncode == 3, err
+        got = results(out)
+        assert Counter(r["id"] for r in got) == Counter(f"t-{i:02d}" for i in range(8))
+        refused = [r for r in got if r["status"] == "error"]
+        assert refused and all("no OCI runtime" in r["error"] for r in refused)
+        assert len({r["node"] for r in refused}) == 1
+        assert all(r["status"] == "passed" for r in got if r not in refused)
+        c.kill("w1")
+        # Every node lost: the run stops (exit 4) and keeps what finished, once each.
+        suite = make_suite(tmp_path / "b", 8, sleep=3)
+        out = tmp_path / "out-b"
+        proc = start("run", suite, "--ray", c.address, "--out", out, "--workers", "2")
+        try:
+            wait_for(lambda: len(results(out)) >= 1)
+            c.kill("w0")
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 4, err
+        assert "no node offers `gradebox` any more" in err
+        kept = Counter(r["id"] for r in results(out))
+        assert kept and set(kept.values()) == {1}
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["not_run"] == 8 - len(kept)
+    # No node was left to sweep: the lost machines' own gc (the harness's) removes theirs.
+    assert containers_left(engine) == []
+
+
 @pytest.fixture
 def other_engine(tmp_path):  # type: ignore[no-untyped-def]
     """A second, real Docker engine, as another machine has: its own store, in its own network

@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from gradebox.cluster.driver import suite_paths
 from gradebox.cluster.node import Job
 from gradebox.errors import ClusterError
 from gradebox.suite import load_suite
+from gradebox.workspace import remove_tree
 from tests.conftest import write
 
 
@@ -30,7 +32,7 @@ def test_a_bundle_keeps_links_as_links_and_leaves_keys_and_caches_behind(tmp_pat
     write(src / "__pycache__" / "x.pyc", "junk")
     write(src / "out" / "results.jsonl", "{}\n")
     os.mkfifo(src / "fifo")
-    dest = unpack(pack(src, exclude=[src / "out"]), tmp_path / "run" / "bundle")
+    dest = unpack(lambda: pack(src, exclude=[src / "out"]), tmp_path / "run" / "bundle")
     assert (dest / "tpl" / "a.txt").read_text() == "a\n"
     assert os.readlink(dest / "tpl" / "abs-link") == "/etc/passwd"
     assert os.readlink(dest / "tpl" / "rel-link") == "a.txt"
@@ -42,9 +44,47 @@ def test_a_bundle_keeps_links_as_links_and_leaves_keys_and_caches_behind(tmp_pat
 def test_a_bundle_is_unpacked_once_per_node(tmp_path):
     write(tmp_path / "src" / "f", "1\n")
     data = pack(tmp_path / "src")
-    dest = unpack(data, tmp_path / "run" / "bundle")
+    dest = unpack(lambda: data, tmp_path / "run" / "bundle")
     (dest / "f").write_text("changed by the first\n")
-    assert (unpack(data, dest) / "f").read_text() == "changed by the first\n"
+
+    def fetch() -> bytes:
+        raise AssertionError("a node that has the files does not fetch them again")
+
+    assert (unpack(fetch, dest) / "f").read_text() == "changed by the first\n"
+
+
+def test_a_bundle_of_a_tree_nested_deeper_than_the_recursion_limit(tmp_path):
+    deep = tmp_path / "src"
+    path = deep
+    path.mkdir()
+    for _ in range(1500):  # deeper than Python's recursion limit
+        path = path / "d"
+        path.mkdir()
+    (path / "leaf").write_text("x\n")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(pack(deep)), mode="r:gz") as tar:
+            assert "/".join(["d"] * 1500 + ["leaf"]) in tar.getnames()
+    finally:
+        remove_tree(deep)  # pytest's own clean-up recurses
+
+
+def test_a_suite_spanning_the_whole_machine_is_refused_naming_the_path(tmp_path):
+    with pytest.raises(
+        ClusterError, match=r"/etc: the suite reaches this far, so its files span /;"
+    ):
+        common_root([tmp_path / "suite.yaml", Path("/etc")])
+
+
+def test_gc_all_removes_a_killed_drivers_run_folders(tmp_path, monkeypatch):
+    import tempfile
+
+    from gradebox.scratch import collect_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    write(tmp_path / "gradebox-ray-0123abcd" / "bundle" / "f", "1\n")
+    assert collect_scratch() == [] and (tmp_path / "gradebox-ray-0123abcd").exists()
+    assert collect_scratch(everything=True) == [tmp_path / "gradebox-ray-0123abcd"]
+    assert not (tmp_path / "gradebox-ray-0123abcd").exists()
 
 
 def test_a_bundle_over_its_limit_is_refused_naming_the_folder(tmp_path):
@@ -60,7 +100,7 @@ def test_a_bundle_that_writes_outside_its_folder_is_refused(tmp_path):
         info.size = 2
         tar.addfile(info, io.BytesIO(b"hi"))
     with pytest.raises(ClusterError, match="could not be unpacked"):
-        unpack(buf.getvalue(), tmp_path / "run" / "bundle")
+        unpack(buf.getvalue, tmp_path / "run" / "bundle")
     assert not (tmp_path / "run" / "escaped").exists()
 
 

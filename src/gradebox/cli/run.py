@@ -132,7 +132,7 @@ def run(
 
                 cluster = RayCluster(ray)
                 remote = stack.enter_context(start_suite(
-                    cluster, suite, plan, images=images, allow=privileges, format=format,
+                    cluster, suite, plan, allow=privileges, format=format,
                     sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
                 ))  # fmt: skip
                 options.workers = workers or cluster.slots()

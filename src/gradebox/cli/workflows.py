@@ -110,7 +110,7 @@ def _on_cluster(
     refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
     ids = {ref: images.resolve(ref) for ref in refs}  # a grader's own build: on each node
     remote = stack.enter_context(start_grader(
-        cluster, grader_file, ids, images=images, sandbox=wanted_sandbox(sandbox),
+        cluster, grader_file, ids, sandbox=wanted_sandbox(sandbox),
         workspace=workspace, allow=privileges,
     ))  # fmt: skip
     out.info(f"[dim]ray: {remote.describe()}[/]")

@@ -4,7 +4,7 @@ on the nodes that offer a ``gradebox`` resource, each under that node's own sand
 Example::
 
     cluster = RayCluster("auto")
-    run = start_suite(cluster, suite, plan, images=resolver, sandbox="auto")
+    run = start_suite(cluster, suite, plan, sandbox="auto")
     summary = run_suite(suite, box, resolver, RunOptions(out_dir=out), remote=run)
 
 Ray is an optional extra (``pip install 'gradebox[ray]'``); nothing here imports it until a
@@ -34,7 +34,6 @@ def start_suite(
     suite: Any,
     plan: Any,
     *,
-    images: Any,
     sandbox: str,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     format: str | None = None,
@@ -46,8 +45,8 @@ def start_suite(
     exclude = [options.out_dir] if options is not None else []
     return cluster.start(
         root=root, exclude=exclude, kind="suite", entry=str(suite.path.resolve().relative_to(root)),
-        images=dict(plan.images), lock=_lock_of(images), locked=_locked(images),
-        sandbox=sandbox, allow=tuple(sorted(allow | set(suite.spec.allow))), format=format,
+        images=dict(plan.images), sandbox=sandbox, format=format,
+        allow=tuple(sorted(allow | set(suite.spec.allow))),
         fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
         use_cache=options.use_cache if options else True,
         model_calls=options.model_calls if options else 4,
@@ -60,7 +59,6 @@ def start_grader(
     grader_file: Path,
     image_ids: dict[str, str],
     *,
-    images: Any,
     sandbox: str,
     workspace: Path | None = None,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
@@ -71,15 +69,5 @@ def start_grader(
     return cluster.start(
         root=root, kind="grader", entry=str(grader_file.resolve().relative_to(root)),
         workspace=str(workspace.resolve().relative_to(root)) if workspace else None,
-        images=image_ids, lock=_lock_of(images), locked=_locked(images),
-        sandbox=sandbox, allow=tuple(sorted(allow)),
+        images=image_ids, sandbox=sandbox, allow=tuple(sorted(allow)),
     )  # fmt: skip
-
-
-def _locked(images: Any) -> bool:
-    return bool(getattr(images, "locked", False))
-
-
-def _lock_of(images: Any) -> dict[str, Any] | None:
-    lock = getattr(images, "lock", None)
-    return lock.model_dump() if lock is not None else None

@@ -13,11 +13,11 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ClusterError
-from ..workspace import remove_tree
+from ..workspace import remove_tree, walk_tree
 
 __all__ = ["MAX_BUNDLE", "common_root", "pack", "unpack"]
 
@@ -30,9 +30,17 @@ def _skipped(name: str) -> bool:
 
 
 def common_root(paths: Iterable[Path]) -> Path:
-    """The nearest folder holding every path (a file stands for its folder)."""
-    folders = [str(p if p.is_dir() else p.parent) for p in (q.resolve() for q in paths)]
-    return Path(os.path.commonpath(folders))
+    """The nearest folder holding every path (a file stands for its folder). Refused when
+    that is the filesystem's root or the home folder: the job would carry the machine."""
+    folders = [p if p.is_dir() else p.parent for p in (q.resolve() for q in paths)]
+    root = Path(os.path.commonpath([str(f) for f in folders]))
+    if root in (Path("/"), Path.home()):
+        far = max(folders, key=lambda f: len(os.path.relpath(f, folders[0])))
+        raise ClusterError(
+            f"{far}: the suite reaches this far, so its files span {root}; keep the suite, "
+            "its templates and its graders under one project folder"
+        )
+    return root
 
 
 def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> bytes:
@@ -42,15 +50,18 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
     skip = {p.resolve() for p in exclude}
     buf = io.BytesIO()
     total = 0
+
+    def descend(rel: str) -> bool:
+        return Path(rel).name not in SKIPPED_DIRS and root / rel not in skip
+
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-        for here, dirs, files in os.walk(root, followlinks=False):
-            base = Path(here)
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and base / d not in skip)
-            for name in [*dirs, *sorted(files)]:
-                path = base / name
-                if _skipped(name) or path in skip:
+        # walk_tree keeps its own stack and follows no link: any depth, nothing outside.
+        for _rel, _path, entries in walk_tree(root, descend):
+            for entry in entries:
+                path = Path(entry.path)
+                if _skipped(entry.name) or path in skip or entry.name in SKIPPED_DIRS:
                     continue
-                info = os.lstat(path)
+                info = entry.stat(follow_symlinks=False)
                 if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
                         or stat.S_ISLNK(info.st_mode)):  # fmt: skip
                     continue  # a FIFO or a socket is nothing a node can use
@@ -65,9 +76,9 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
     return buf.getvalue()
 
 
-def unpack(data: bytes, dest: Path) -> Path:
-    """Unpack a bundle at ``dest`` once per node: the first process unpacks, the others wait
-    on a lock and find it there."""
+def unpack(fetch: Callable[[], bytes], dest: Path) -> Path:
+    """Unpack a bundle at ``dest`` once per node: the first process fetches and unpacks it,
+    the others wait on a lock and find it there."""
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(dest.parent / ".bundle.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -77,7 +88,7 @@ def unpack(data: bytes, dest: Path) -> Path:
         partial = dest.with_name(dest.name + ".partial")
         remove_tree(partial)
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            with tarfile.open(fileobj=io.BytesIO(fetch()), mode="r:gz") as tar:
                 # "tar": no absolute names, nothing written outside `partial`, no set-id bits;
                 # a link may point anywhere (a template may hold one), never written through.
                 tar.extractall(partial, filter="tar")

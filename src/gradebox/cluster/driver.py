@@ -91,12 +91,39 @@ class RayCluster:
         """Tests the cluster runs at once: the sum of its nodes' ``gradebox`` resources."""
         return int(sum(n["Resources"]["gradebox"] for n in self.nodes()))
 
-    def on_node(self, node_id: str) -> Any:
+    def on_every_node(self, timeout: float, *args: Any, **kw: Any) -> list[tuple[str, Any]]:
+        """``node_op(*args)`` pinned to each live gradebox node: ``(name, report)`` for each,
+        where ``report`` is the exception when the op failed or did not answer in time. A
+        node that dies meanwhile is left out: it is no longer part of the cluster."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        return self.op.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        )
+        pending = {}
+        for n in self.nodes():
+            pinned = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ref = self.op.options(scheduling_strategy=pinned).remote(*args, **kw)
+            pending[ref] = (n["NodeID"], f"{n['NodeID'][:12]} ({n.get('NodeManagerAddress')})")
+        out: list[tuple[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        gone = (self.ray.exceptions.TaskUnschedulableError, self.ray.exceptions.NodeDiedError)
+        while pending:
+            ready, _ = self.ray.wait(list(pending), num_returns=len(pending), timeout=1.0)
+            for ref in ready:
+                _, name = pending.pop(ref)
+                try:
+                    out.append((name, self.ray.get(ref)))
+                except gone:
+                    pass  # the node died between the listing and the op
+                except self.ray.exceptions.RayError as exc:
+                    out.append((name, exc))
+            alive = {n["NodeID"] for n in self.nodes()}
+            late = time.monotonic() > deadline
+            for ref, (node_id, name) in list(pending.items()):
+                if node_id not in alive or late:
+                    self.ray.cancel(ref, force=True)
+                    del pending[ref]
+                    if late and node_id in alive:
+                        out.append((name, TimeoutError(f"did not answer within {timeout:.0f} s")))
+        return out
 
     def start(self, **fields: Any) -> ClusterRun:
         """Put a job's files in the object store, then check every node (``ClusterRun``)."""
@@ -135,29 +162,20 @@ class ClusterRun:
     def preflight(self) -> None:
         """Refuse, before anything runs, every node that cannot run the job as planned:
         no engine or runtime, other image ids, another gradebox, another copy of a test."""
-        nodes = self.cluster.nodes()
-        if not nodes:
+        problems = []
+        for name, report in self.cluster.on_every_node(
+            PREFLIGHT_TIMEOUT, "preflight", self.job_ref
+        ):
+            if isinstance(report, BaseException):
+                problems.append(f"node {name}: {_first_line(report)}")
+                continue
+            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
+            self.reports.append(report)
+        if not self.reports and not problems:
             raise ClusterError(
                 "no node of the Ray cluster offers a `gradebox` resource; start workers with "
                 "`ray start --address HEAD --resources '{\"gradebox\": 4}'`"
             )
-        refs = {self.cluster.on_node(n["NodeID"]).remote("preflight", self.job_ref): n
-                for n in nodes}  # fmt: skip
-        ready, late = self.ray.wait(list(refs), num_returns=len(refs), timeout=PREFLIGHT_TIMEOUT)
-        problems = []
-        for ref, node in refs.items():
-            name = f"{node['NodeID'][:12]} ({node.get('NodeManagerAddress', '?')})"
-            if ref in late:
-                self.ray.cancel(ref, force=True)
-                problems.append(f"node {name}: did not answer within {PREFLIGHT_TIMEOUT:.0f} s")
-                continue
-            try:
-                report = self.ray.get(ref)
-            except self.ray.exceptions.RayError as exc:
-                problems.append(f"node {name}: {_first_line(exc)}")
-                continue
-            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
-            self.reports.append(report)
         if problems:
             self.sweep()
             raise ClusterError(
@@ -240,19 +258,12 @@ class ClusterRun:
     def sweep(self) -> list[dict[str, Any]]:
         """On every live node: remove the run's folder, and containers and scratch that
         killed workers left."""
-        refs = [self.cluster.on_node(n["NodeID"]).remote("sweep", run_id=self.run_id)
-                for n in self.cluster.nodes()]  # fmt: skip
-        if not refs:
-            return []
-        ready, late = self.ray.wait(refs, num_returns=len(refs), timeout=SWEEP_TIMEOUT)
         reports = []
-        for ref in ready:
-            try:
-                reports.append(self.ray.get(ref))
-            except self.ray.exceptions.RayError as exc:
-                log.warning("sweep: %s", _first_line(exc))
-        if late:
-            log.warning("sweep: %d node(s) did not answer within %.0f s", len(late), SWEEP_TIMEOUT)
+        for name, report in self.cluster.on_every_node(SWEEP_TIMEOUT, "sweep", run_id=self.run_id):
+            if isinstance(report, BaseException):
+                log.warning("sweep: node %s: %s", name, _first_line(report))
+            else:
+                reports.append(report)
         return reports
 
 

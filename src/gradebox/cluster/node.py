@@ -1,9 +1,11 @@
 """What runs on a cluster node, inside a Ray worker process.
 
 A node keeps one ``_Context`` per process for the run at hand: the bundle unpacked once per
-node, the node's own sandbox (``auto`` picks oci or docker there), an image resolver bound to
-the driver's lock, and the loaded suite (or grader). Building it checks the node: the same
-gradebox, reachable engine and runtime, the driver's image ids, the same tests. A test then
+node, the node's own sandbox (``auto`` picks oci or docker there), its image resolver, and the
+loaded suite (or grader). Building it checks the node: the same
+gradebox, reachable engine and runtime, the driver's image ids, the same tests, the model keys.
+The preflight reports those checks; a node that joined later meets them at its first test,
+which is then refused. A test then
 runs exactly as it does locally (``runner._SuiteRun.run_test``).
 
 Files of a run live in ``$TMPDIR/gradebox-ray-RUN`` on each node (the bundle, staged
@@ -43,9 +45,7 @@ class Job:
     kind: str  # "suite": items are test ids; "grader": records to grade or targets to run
     bundle: Any  # ObjectRef of the packed files (bundle.pack)
     entry: str  # the suite or grader file, relative to the bundle
-    images: dict[str, str]  # reference -> id the driver resolved; every node must agree
-    lock: dict[str, Any] | None = None  # the driver's images.lock.json
-    locked: bool = False
+    images: dict[str, str]  # reference -> id the driver resolved (against its lock)
     sandbox: str | None = None
     allow: tuple[str, ...] = ()
     format: str | None = None
@@ -91,10 +91,12 @@ class _Context:
                 f"runs gradebox {__version__}, the driver {job.version}: install the same "
                 "version on every node"
             )
-        self.root = unpack(ray.get(job.bundle), self.dir / "bundle")
+        # Only the first process of a node fetches the files from the object store.
+        self.root = unpack(lambda: ray.get(job.bundle), self.dir / "bundle")
         self.state: Any = None
         self.tests: dict[str, Any] = {}
         self.grader: Any = None
+        self.problems: list[str] = []  # why this node may not run the job; [] when it may
         self.box = get_sandbox(job.sandbox)  # the engine and runtime checks of this node
         try:
             # Not `locked` here: the driver enforced the lock when it planned, and this node
@@ -117,6 +119,7 @@ class _Context:
             suite = load_suite(self.root / job.entry, format=job.format)
             plan_suite(suite, self.images, job.allow)  # type: ignore[arg-type]
             self.tests = {t.id: t for t in suite.tests}
+            self.problems = _suite_problems(suite, self.tests, job.fingerprints)
             # Graders of one test run side by side, as they do locally.
             self.state = _SuiteRun(
                 suite, self.box, self.images, job.run_id, workers=4, use_cache=job.use_cache,
@@ -153,39 +156,12 @@ class _Context:
                     "images load ARCHIVE` on this node"
                 )
 
-    def check(self) -> list[str]:
-        """What ``preflight`` adds: the node's copy of every test is the driver's, and the
-        model keys its LLM graders need are set here."""
-        problems = []
-        if self.job.kind != "suite":
-            return problems
-        suite = self.state.suite
-        differ = [i for i, t in self.tests.items()
-                  if self.job.fingerprints.get(i) != suite_print(suite, t)]  # fmt: skip
-        missing = sorted(set(self.job.fingerprints) - set(self.tests))
-        if differ or missing:
-            first = (missing or differ)[0]
-            problems.append(
-                f"its copy of the suite differs from the driver's in {len(differ) + len(missing)}"
-                f" tests (first: {first}); what the suite reads from the environment "
-                "({{ env.X }}, ${{ X }}) must be set alike on every node"
-            )
-        if suite.targets is not None:
-            unset = sorted(k for k in _keys_used(suite) if not os.environ.get(k))
-            if unset:
-                problems.append(
-                    f"the model keys {', '.join(unset)} are not set in this node's "
-                    "environment (keys never travel with a job: set them where `ray start` runs)"
-                )
-        return problems
-
     def run(self, item: Any) -> Any:
         job = self.job
+        if self.problems:  # a node that joined after the preflight is held to it here
+            raise NodeRefused("; ".join(self.problems))
         if job.kind == "suite":
-            test = self.tests.get(item)
-            if test is None or suite_print(self.state.suite, test) != job.fingerprints.get(item):
-                raise NodeRefused(f"test {item}: this node's copy differs from the driver's")
-            return self.state.run_test(test).model_dump_json()
+            return self.state.run_test(self.tests[item]).model_dump_json()
         what, _n, payload = item
         if what == "target":
             from ..batch import Record
@@ -203,14 +179,30 @@ class _Context:
         return result.model_dump_json()
 
     def close(self) -> None:
-        if getattr(self, "state", None) is not None:
+        if self.state is not None:
             self.state.close()
-        if hasattr(self, "box"):
-            self.box.close()
+        self.box.close()
 
 
-def suite_print(suite: Any, test: Any) -> str:
-    return str(suite.fingerprint(test, portable=True))
+def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -> list[str]:
+    """Checked once per process: this node's copy of every test is the driver's, and the
+    model keys its graders call are set here."""
+    problems = []
+    differ = [i for i, t in tests.items() if driver.get(i) != suite.fingerprint(t, portable=True)]
+    missing = sorted(set(driver) - set(tests))
+    if differ or missing:
+        problems.append(
+            f"its copy of the suite differs from the driver's in {len(differ) + len(missing)} "
+            f"tests (first: {(missing or differ)[0]}); what the suite reads from the "
+            "environment ({{ env.X }}, ${{ X }}) must be set alike on every node"
+        )
+    unset = sorted(k for k in _keys_used(suite) if not os.environ.get(k))
+    if unset:
+        problems.append(
+            f"the model keys {', '.join(unset)} are not set in this node's environment "
+            "(keys never travel with a job: set them where `ray start` runs)"
+        )
+    return problems
 
 
 def _keys_used(suite: Any) -> set[str]:
@@ -218,6 +210,8 @@ def _keys_used(suite: Any) -> set[str]:
     targets file lists)."""
     from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
 
+    if suite.targets is None:
+        return set()
     targets = []
     for test in suite.tests:
         for a in leaves(test.assertions):
@@ -272,7 +266,7 @@ def node_op(op: str, job: Job | None = None, run_id: str | None = None) -> dict[
         try:
             ctx = _context(job)
             report["sandbox"] = ctx.box.name
-            report["problems"] = ctx.check()
+            report["problems"] = ctx.problems
         except GradeboxError as exc:
             _forget(job.run_id)
             report["problems"] = [str(exc)]
