@@ -48,6 +48,7 @@ from gradebox import Payload, get_sandbox, load_grader, run_grader
 from gradebox.batch import Record, grade_records
 from gradebox.graders.custom import grader_for_file
 from gradebox.graders.run import prepare_grader
+from gradebox.images import qualified
 from gradebox.runner import RunOptions, run_suite
 from gradebox.suite import load_suite
 
@@ -69,7 +70,7 @@ def _rootfs() -> Path:
 
     box = OciSandbox()
     try:
-        return box.cache.path_for(box.resolve_image("gradebox/python:latest"))
+        return box.cache.path_for(box.resolve_image(qualified("python")))
     finally:
         box.close()
 
@@ -233,7 +234,7 @@ def bench_peer(root: Path, n: int) -> float | None:
         say("peer: bench/.venv-epicbox missing (make bench creates it); skipped")
         return None
     with get_sandbox("docker") as box:
-        image = box.resolve_image("gradebox/python:latest")
+        image = box.resolve_image(qualified("python"))
     out = subprocess.run(
         [str(venv), str(HERE / "epicbox_peer.py"), image, str(n)],
         capture_output=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.images import qualified
 from gradebox.sandbox._engine import Engine
 from gradebox.sandbox.docker import DockerSandbox
 from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION
@@ -46,12 +47,12 @@ def sandbox(request, engine: Engine) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def python_image(box: DockerSandbox) -> str:
-    return box.resolve_image("gradebox/python:latest")
+    return box.resolve_image(qualified("python"))
 
 
 @pytest.fixture(scope="session")
 def shell_image(box: DockerSandbox) -> str:
-    return box.resolve_image("gradebox/shell:latest")
+    return box.resolve_image(qualified("shell"))
 
 
 @pytest.fixture(scope="session", autouse=True)

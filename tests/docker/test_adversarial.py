@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gradebox.graders import load_grader, run_grader
-from gradebox.images import ImageBuild
+from gradebox.images import ImageBuild, qualified
 from gradebox.protocol import Payload, Status
 from tests.conftest import write
 
@@ -353,7 +353,7 @@ def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
 
     write(
         tmp_path / "Dockerfile",
-        "FROM gradebox/shell\n"
+        f"FROM {qualified('shell')}\n"
         "RUN test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo\n",
     )
     resolver = box.images()

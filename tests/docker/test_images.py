@@ -95,7 +95,7 @@ def test_suite_local_dockerfile_is_built_once(tmp_path, engine, box):
     token = secrets.token_hex(4)
     write(
         tmp_path / "graders" / "Dockerfile",
-        f"FROM gradebox/shell:latest\nRUN echo {token} > /custom\n",
+        f"FROM {img.qualified('shell')}\nRUN echo {token} > /custom\n",
     )
     text = "type: script\ncommand: 'cat /custom'\nimage:\n  build: ./graders/Dockerfile\n"
     graders = [load_grader(write(tmp_path / f"g{i}.yaml", text)) for i in range(3)]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.images import qualified
 from gradebox.sandbox.labels import LABEL_OWNER
 from gradebox.sandbox.oci import state_root
 from tests.conftest import write
@@ -304,7 +305,7 @@ def other_engine(tmp_path):  # type: ignore[no-untyped-def]
         write(base / "img" / "marker", "not the locked image\n")
         tar = base / "img.tar"
         subprocess.run(["tar", "-C", str(base / "img"), "-cf", str(tar), "."], check=True)
-        subprocess.run(["docker", "import", str(tar), "gradebox/python:latest"], env=env,
+        subprocess.run(["docker", "import", str(tar), qualified("python")], env=env,
                        check=True, capture_output=True)  # fmt: skip
         yield f"unix://{sock}"
     finally:

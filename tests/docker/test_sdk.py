@@ -13,6 +13,7 @@ import pytest
 
 import gradebox
 from gradebox import sdk
+from gradebox.images import qualified
 from gradebox.runner import read_results
 from tests.conftest import write
 
@@ -41,9 +42,7 @@ def test_the_sdk_in_the_image_is_this_one(box):
         " for m in (s, v)))"
     )
     outcome = box.run(
-        SandboxSpec(
-            image=box.resolve_image("gradebox/python:latest"), command=["python3", "-c", show]
-        )
+        SandboxSpec(image=box.resolve_image(qualified("python")), command=["python3", "-c", show])
     )
     here = [
         hashlib.sha256((ROOT / "src" / "gradebox" / f).read_bytes()).hexdigest()

@@ -46,10 +46,20 @@ def test_input_hash_tracks_files_and_base(tmp_path: Path):
     assert h1 != input_hash(tmp_path, "sha256:a")
 
 
-def test_qualified_names():
+def test_qualified_names(monkeypatch):
+    monkeypatch.delenv("GRADEBOX_IMAGE_REPO", raising=False)
     assert qualified("python") == "gradebox/python:latest"
     assert qualified("debian:bookworm") == "debian:bookworm"
     assert qualified("x/y@sha256:00") == "x/y@sha256:00"
+
+
+def test_image_repo_from_the_environment(monkeypatch):
+    """Two checkouts of different versions on one engine keep their images apart."""
+    monkeypatch.setenv("GRADEBOX_IMAGE_REPO", "gradebox-dev")
+    assert qualified("python") == "gradebox-dev/python:latest"
+    monkeypatch.setenv("GRADEBOX_IMAGE_REPO", "Bad Name")
+    with pytest.raises(ImageError, match="GRADEBOX_IMAGE_REPO"):
+        qualified("python")
 
 
 def test_status_without_apt_configuration(monkeypatch, tmp_path):

@@ -27,6 +27,7 @@ from .catalog import (
     images_dir,
     input_hash,
     qualified,
+    repo,
 )
 from .lock import Lock, LockEntry, lock_path, read_lock, verify, write_lock
 from .resolve import ImageBuild, ImageResolver
@@ -55,6 +56,7 @@ __all__ = [
     "lock_path",
     "qualified",
     "read_lock",
+    "repo",
     "status",
     "verify",
     "write_lock",

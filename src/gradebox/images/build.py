@@ -21,12 +21,12 @@ from .catalog import (
     BASE,
     LABEL_IMAGE,
     LABEL_INPUTS,
-    REPO,
     TAG,
     image_names,
     images_dir,
     input_hash,
     qualified,
+    repo,
 )
 
 log = logging.getLogger("gradebox.images")
@@ -112,7 +112,7 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             'CMD ["/bin/bash"]',
         ]
-        engine.import_image(str(tar_path), f"{REPO}/{BASE}", TAG, changes)
+        engine.import_image(str(tar_path), f"{repo()}/{BASE}", TAG, changes)
     return str(engine.image(qualified(BASE))["Id"])
 
 

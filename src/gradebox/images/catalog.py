@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from pathlib import Path
 
 from ..errors import ImageError
@@ -12,6 +13,7 @@ from ..errors import ImageError
 log = logging.getLogger("gradebox.images")
 
 REPO = "gradebox"
+"""The default repository images are built under (``gradebox/python:latest``)."""
 BASE = "base"
 DEFAULT_IMAGE = "python"
 TAG = "latest"
@@ -41,11 +43,22 @@ def image_names(directory: Path | None = None) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if (p / "Dockerfile").is_file())
 
 
+def repo() -> str:
+    """``$GRADEBOX_IMAGE_REPO``, else ``gradebox``: the repository our images are built and
+    looked up under, so two checkouts of different versions on one engine keep apart."""
+    name = os.environ.get("GRADEBOX_IMAGE_REPO", "").strip() or REPO
+    if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", name):
+        raise ImageError(
+            f"GRADEBOX_IMAGE_REPO={name!r} is not a repository name (a-z, 0-9, '.', '_', '-')"
+        )
+    return name
+
+
 def qualified(name: str) -> str:
     """``python`` -> ``gradebox/python:latest``; a full reference is returned as it is."""
     if "/" in name or ":" in name or "@" in name:
         return name
-    return f"{REPO}/{name}:{TAG}"
+    return f"{repo()}/{name}:{TAG}"
 
 
 def input_hash(folder: Path, base_id: str) -> str:

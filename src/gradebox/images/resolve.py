@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ImageError
 from ..sandbox._engine import Engine, NotFound
-from .catalog import LABEL_INPUTS, REPO, images_dir, input_hash, qualified
+from .catalog import LABEL_INPUTS, images_dir, input_hash, qualified, repo
 from .lock import Lock, lock_path, read_lock
 
 log = logging.getLogger("gradebox.images")
@@ -125,7 +125,7 @@ class ImageResolver:
         if not dockerfile.is_file():
             raise ImageError(f"image.build: {dockerfile} does not exist")
         digest = input_hash(context, dockerfile.read_text(errors="replace"))
-        tag = f"{REPO}-local/{digest[7:23]}:latest"
+        tag = f"{repo()}-local/{digest[7:23]}:latest"
         try:
             info = self.engine.image(tag)
             if ((info.get("Config") or {}).get("Labels") or {}).get(LABEL_INPUTS) == digest:
