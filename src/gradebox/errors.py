@@ -5,7 +5,9 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
 
     GradeboxError                 base of everything below; str() is one actionable line
     ├── ConfigError               bad configuration or usage; nothing was run (CLI exit 2)
-    │   └── ConfigErrors          several of them, found in one pass (one line each)
+    │   ├── ConfigErrors          several of them, found in one pass (one line each)
+    │   ├── UnsupportedFeature    another harness's feature gradebox does not run, and the fix
+    │   └── NotAllowed            a privilege asked for and not allowed by whoever runs it
     ├── ImageError                an image is missing, unpinned or differs from the lock
     ├── ClusterError              a cluster run cannot start: Ray unreachable, a node refused
     └── EngineError               the container engine failed us
@@ -26,7 +28,9 @@ __all__ = [
     "EngineUnavailable",
     "GradeboxError",
     "ImageError",
+    "NotAllowed",
     "SandboxClosed",
+    "UnsupportedFeature",
 ]
 
 
@@ -79,6 +83,24 @@ class ConfigErrors(ConfigError):
 
     def __str__(self) -> str:
         return "\n".join(ConfigError.__str__(e) for e in self.errors)
+
+
+class UnsupportedFeature(ConfigError):
+    """A feature of another harness's file (an AgentV eval file) that gradebox does not run,
+    refused on purpose: ``feature`` names it, the message says what to do instead. Anything
+    else that stops such a file is a bug of ours or of the file, never a refusal."""
+
+    def __init__(
+        self, feature: str, message: str, *, file: str | None = None, line: int | None = None,
+        field: str | None = None,
+    ) -> None:  # fmt: skip
+        self.feature = feature
+        super().__init__(f"{feature}: {message}", file=file, line=line, field=field)
+
+
+class NotAllowed(ConfigError):
+    """A grader or target asks for a privilege (root, the network, higher limits) that
+    whoever runs gradebox did not allow; the message names the ``--allow`` that would."""
 
 
 def collect(errors: list[ConfigError]) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, collect
+from .errors import ConfigError, NotAllowed, collect
 from .graders.assertion import GraderAssertion, leaves
 from .graders.config import GraderConfig, ProgramGrader
 from .graders.run import check_grader_files
@@ -39,7 +39,7 @@ def check_privileges(
     missing = [p for p in asked if p not in allowed]
     if missing:
         wanted = ", ".join(f"{p} ({PRIVILEGES[p]})" for p in missing)
-        raise ConfigError(
+        raise NotAllowed(
             f"{what} asks for {wanted}; a grader cannot grant itself that: allow it with "
             f"`allow: [{', '.join(missing)}]` in the suite or "
             + " ".join(f"--allow {p}" for p in missing),

@@ -32,6 +32,7 @@ __all__ = [
     "Status",
     "StepRecord",
     "TestResult",
+    "TrialRecord",
     "TokenUsage",
     "TraceSummary",
     "Usage",
@@ -277,12 +278,14 @@ def clamp_score(value: float | None) -> float | None:
     return min(1.0, max(0.0, value))
 
 
-def parse_grader_output(data: Any) -> tuple[bool, float, str, list[Check], dict[str, Any] | None]:
+def parse_grader_output(
+    data: Any, *, pass_score: float = 0.5
+) -> tuple[bool, float, str, list[Check], dict[str, Any] | None]:
     """Normalise a parsed stdout object to ``(passed, score, evidence, checks, details)``.
 
     Rules: scores are clamped to [0, 1] and NaN is 0; a missing ``pass`` means
-    ``score >= 0.5``; a missing ``score`` follows ``pass`` (1 or 0); with neither, the share of
-    passing checks/assertions is the score.
+    ``score >= pass_score`` (0.5; AgentV's script graders: 0.8); a missing ``score`` follows
+    ``pass`` (1 or 0); with neither, the share of passing checks/assertions is the score.
 
     Raises ``OutputShapeError`` when ``data`` matches no known shape.
     """
@@ -319,7 +322,7 @@ def parse_grader_output(data: Any) -> tuple[bool, float, str, list[Check], dict[
     if score is None:
         score = 1.0 if verdict else 0.0
     if verdict is None:
-        verdict = score >= 0.5
+        verdict = score >= pass_score - 1e-9
     evidence = out.evidence or out.reason or out.reasoning or ""
     return verdict, score, evidence, checks, details
 
@@ -430,6 +433,8 @@ class GraderResult(BaseModel):
         "llm",
         "pytest",
         "node-test",
+        "field-accuracy",
+        "turn",
     ] = "program"
     status: Status
     passed: bool
@@ -480,6 +485,15 @@ class StepRecord(BaseModel):
     stderr_tail: str | None = None
 
 
+class TrialRecord(BaseModel):
+    """One run of a test that runs several times (``repeat``)."""
+
+    sample: int
+    status: Status
+    score: float
+    error: str | None = None
+
+
 class TestResult(BaseModel):
     """One test of a suite run: a line of ``results.jsonl``.
 
@@ -526,6 +540,11 @@ class TestResult(BaseModel):
         default=None,
         description="on a cluster: times it was sent to a node (a lost node's "
         "tests are sent again)",
+    )
+    trials: list[TrialRecord] | None = Field(
+        default=None,
+        description="a test with repeat: N: every run (the result is the best one; it passes "
+        "when any run passed)",
     )
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import GradeboxError, SandboxClosed
 from .graders.assertion import (
+    Assertion,
     GraderAssertion,
     HostAssertion,
     LlmGraderAssertion,
@@ -33,6 +34,7 @@ from .graders.assertion import (
 )
 from .graders.run import CONTAINER_WORKSPACE, run_grader
 from .graders.trace import summary_of, trace_of, vally_input
+from .host_targets import HostAnswer, answer_on_host
 from .images import DEFAULT_IMAGE
 from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
 from .llm.client import ModelHub
@@ -157,6 +159,7 @@ class _SuiteRun:
         self._staged: dict[object, Path] = {}
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
+        self._health: str | None = None  # "" once the target's healthcheck passed
 
     def _prepared(self, cfg: WorkspaceConfig | None) -> bool:
         return bool(cfg and (cfg.repos or cfg.before_all))
@@ -232,7 +235,27 @@ class _SuiteRun:
         return self.images.resolve(ref or self.default_image, source)  # type: ignore[arg-type]
 
     def run_test(self, test: Test) -> TestResult:
+        if test.case.repeat > 1:
+            from .repeat import best_of
+
+            return best_of([_TestRun(self, test, sample=i).run() for i in range(test.case.repeat)])
         return _TestRun(self, test).run()
+
+    def healthcheck(self) -> str | None:
+        """The target's healthcheck, run once (the first test that needs it runs it); why it
+        failed, or None."""
+        check = self.target.healthcheck if self.target is not None else None
+        if check is None:
+            return None
+        with self._stage_lock:
+            if self._health is None:
+                from .steps import run_healthcheck
+
+                self._health = run_healthcheck(
+                    check, self.target, self.box, image_id=self.image_for(self.target.image,
+                    self.suite.root), labels=self.labels, source_dir=self.suite.root,
+                ) or ""  # fmt: skip
+            return self._health or None
 
     def close(self) -> None:
         self.warm.close()
@@ -244,14 +267,15 @@ class _TestRun:
     """One test: workspace and baseline, containers started ahead, target, diff, graders,
     hooks, and the result they add up to."""
 
-    def __init__(self, run: _SuiteRun, test: Test) -> None:
-        self.run_, self.test = run, test
+    def __init__(self, run: _SuiteRun, test: Test, sample: int = 0) -> None:
+        self.run_, self.test, self.sample = run, test, sample
         self.labels = {**run.labels, "gradebox.test": test.id[:60]}
         self.ws_cfg = test.workspace
         self.timings: dict[str, int] = {}
         self.payload = _payload_of(test, run.suite.root)
         self.result = _unfinished(test, self.payload)
         self.warm: dict[int, Warm] = {}
+        self.target_usage = Usage()  # a model target's calls
 
     def run(self) -> TestResult:
         t0 = time.monotonic()
@@ -308,7 +332,11 @@ class _TestRun:
                         assertion.grader, workspace.path, labels=self.labels,
                         file=str(run.suite.path),
                     )  # fmt: skip
-            if self._target(workspace):
+            if self.test.case.conversation is not None:
+                from .conversation import run_conversation
+
+                run_conversation(self, workspace.path)
+            elif self._target(workspace):
                 self._grade_and_finish(workspace, baseline)
         finally:
             workspace.close()
@@ -324,13 +352,21 @@ class _TestRun:
         if target is None:
             return True
         t = time.monotonic()
+        if target.on_host:
+            answer = answer_on_host(target, payload, self.test, run.suite, run.models,
+                                    sample=self.sample)  # fmt: skip
+            return self.take_answer(answer, t)
+        failure = run.healthcheck()
+        if failure:
+            result.error = failure
+            return False
         image = run.image_for(target.image, run.suite.root)
         result.images["target"] = image
         env = {**target.env, "GRADEBOX_TEST_ID": self.test.id}
         if target.provider == "cli":
             outcome, answer = run_cli_target(
                 target, payload, self.test, workspace.path, run.box, image_id=image,
-                env=env, labels=self.labels, source_dir=run.suite.root,
+                env=env, labels=self.labels, source_dir=run.suite.root, attempt=self.sample,
             )  # fmt: skip
         else:
             outcome = run_in_workspace(
@@ -360,6 +396,20 @@ class _TestRun:
         if failure:
             result.error = failure
             return False
+        return True
+
+    def take_answer(self, answer: HostAnswer | str, started: float) -> bool:
+        """An answer from the host (a model, mock or replay target) into the payload; False
+        when there is none (the test is an error, with why)."""
+        self.timings["target"] = self.timings.get("target", 0) + int(
+            (time.monotonic() - started) * 1000)  # fmt: skip
+        if isinstance(answer, str):
+            self.result.error = answer
+            return False
+        for key, value in answer.fields.items():
+            setattr(self.payload, key, value)
+        self.result.output = self.payload.output
+        self.target_usage.merge(answer.usage)
         return True
 
     def _reference(self, workspace: Workspace) -> bool:
@@ -402,12 +452,18 @@ class _TestRun:
             failure = self._hook("after_each", cfg.after_each, workspace.path)
             if failure:
                 result.error = failure
-        status, score, gates = aggregate(graded, self.test.threshold)
+        status, score, gates = aggregate(graded, self.test.threshold,
+                                         agentv=self.test.semantics == "agentv")  # fmt: skip
+        self.finish(status, score, gates)
+
+    def finish(self, status: Status, score: float, gates: list[str]) -> None:
+        """The verdict into the result, with the model calls of its graders and target."""
+        result = self.result
         if result.error:
             status = Status.error
         result.status, result.score, result.passed = status, score, status is Status.passed
         result.gates_failed = gates
-        result.usage = _usage_of(graded)
+        result.usage = _usage_of(result.graders, self.target_usage)
 
     def _complete_payload(self) -> None:
         """What graders read besides the answer: the transcript (the answer as one assistant
@@ -423,44 +479,52 @@ class _TestRun:
         payload.trajectory, payload.stimulus = vally["trajectory"], vally["stimulus"]
 
     def _grade(self, ws: Path) -> list[GraderResult]:
-        run = self.run_
         self._complete_payload()
+        return self.grade_with(self.payload, self.test.assertions, ws, warm=True)
+
+    def grade_with(
+        self, payload: Payload, assertions: list[Assertion], ws: Path, *, warm: bool = False
+    ) -> list[GraderResult]:
+        """Results of ``assertions`` over ``payload`` (host checks here, graders in
+        containers, LLM graders through the hub); ``warm``: use the containers started ahead
+        for the test's own assertions."""
+        run = self.run_
         slots: list[GraderResult | Future[GraderResult]] = []
-        flat = list(leaves(self.test.assertions))
+        flat = list(leaves(assertions))
         runtime = _LlmRuntime(run, self, ws)
         for idx, assertion in enumerate(flat):
             if isinstance(assertion, HostAssertion):
-                slots.append(assertion.evaluate(self.payload))
+                slots.append(assertion.evaluate(payload))
                 continue
             if isinstance(assertion, LlmGraderAssertion):
                 try:
                     slots.append(run.grader_pool.submit(
-                        assertion.llm.grade, self.payload, runtime, assertion.display_name()
+                        assertion.llm.grade, payload, runtime, assertion.display_name()
                     ))  # fmt: skip
                 except RuntimeError:
                     raise SandboxClosed() from None
                 continue
-            body = self.payload
+            body = payload
             if assertion.config:
                 body = body.model_copy(update={"config": assertion.config})
-            warm = self.warm.pop(idx, None)
+            started = self.warm.pop(idx, None) if warm else None
             try:
-                if warm is not None:
-                    slots.append(run.grader_pool.submit(warm.run, body))
+                if started is not None:
+                    slots.append(run.grader_pool.submit(started.run, body))
                 else:
                     slots.append(run.grader_pool.submit(
                         run_grader, assertion.grader, body, ws, run.box, images=run.images,
                         labels=self.labels, file=str(run.suite.path), models=run.models,
                     ))  # fmt: skip
             except RuntimeError:  # the executor was shut down: the run is being interrupted
-                if warm is not None:
-                    warm.discard()
+                if started is not None:
+                    started.discard()
                 raise SandboxClosed() from None
         done = {
             id(a): s if isinstance(s, GraderResult) else s.result()
             for a, s in zip(flat, slots, strict=True)
         }
-        return [fold(a, done) for a in self.test.assertions]
+        return [fold(a, done) for a in assertions]
 
 
 def run_suite(
@@ -625,9 +689,13 @@ def _usage_total(path: Path, ran: set[str]) -> Usage | None:
     return total if seen else None
 
 
-def _usage_of(results: list[GraderResult]) -> Usage | None:
-    """The model calls of a test: every grader's, sets' children included."""
+def _usage_of(results: list[GraderResult], target: Usage | None = None) -> Usage | None:
+    """The model calls of a test: every grader's, sets' children included, and a model
+    target's."""
     total, seen = Usage(), False
+    if target is not None and target.calls:
+        total.merge(target)
+        seen = True
     stack = list(results)
     while stack:
         r = stack.pop()

@@ -36,7 +36,7 @@ from .scratch import new_scratch
 from .workspace import remove_tree
 
 if TYPE_CHECKING:
-    from .suite import TargetConfig, Test
+    from .suite import HealthCheck, TargetConfig, Test
 
 __all__ = [
     "HOOK_TIMEOUT",
@@ -46,6 +46,7 @@ __all__ = [
     "judge_step",
     "render_cli_command",
     "run_cli_target",
+    "run_healthcheck",
     "run_in_workspace",
 ]
 
@@ -169,7 +170,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 def render_cli_command(
     template: str, *, test_id: str, prompt_text: str, files: list[str], files_format: str,
-    cwd: Path | None,
+    cwd: Path | None, attempt: int = 0,
 ) -> tuple[str, list[str]]:  # fmt: skip
     """The command to run, and the files (relative to ``cwd``) it names, which are mounted.
 
@@ -177,7 +178,7 @@ def render_cli_command(
     where that file is mounted, and only then the prompt and paths go in, shell-quoted: a
     prompt can never name a file into the sandbox, nor break out of its quotes."""
     eid = test_id if _SAFE_ID.match(test_id) else shlex.quote(test_id)
-    text = template.replace("{EVAL_ID}", eid).replace("{ATTEMPT}", "0")
+    text = template.replace("{EVAL_ID}", eid).replace("{ATTEMPT}", str(int(attempt)))
     named: list[str] = []
 
     def rewrite(m: re.Match[str]) -> str:
@@ -208,6 +209,7 @@ def render_cli_command(
 def run_cli_target(
     target: TargetConfig, payload: Payload, test: Test, workspace: Path, sandbox: Sandbox, *,
     image_id: str, env: dict[str, str], labels: dict[str, str], source_dir: Path,
+    attempt: int = 0,
 ) -> tuple[RunOutcome, dict[str, Any] | str]:  # fmt: skip
     """Run a cli target; its answer as payload fields, or why there is none (a string)."""
     scratch = new_scratch()
@@ -230,22 +232,54 @@ def run_cli_target(
         assert isinstance(target.command, str)
         command, named = render_cli_command(
             target.command, test_id=test.id, prompt_text=prompt_text, files=files,
-            files_format=target.files_format, cwd=cwd,
+            files_format=target.files_format, cwd=cwd, attempt=attempt,
         )  # fmt: skip
         outcome = run_in_workspace(
             command, workspace, sandbox, image_id=image_id, name=f"target-{test.id}",
             timeout=target.timeout, network=target.network, env=env, limits=target.limits,
             labels=labels, source_dir=cwd, extra_mounts=tuple(mounts), named_files=named,
         )  # fmt: skip
-        return outcome, read_cli_answer(io / "output")
+        return outcome, read_cli_answer(io / "output", target.answer_format)
     finally:
         remove_tree(scratch)
 
 
-def read_cli_answer(path: Path) -> dict[str, Any] | str:
+def run_healthcheck(
+    check: HealthCheck, target: TargetConfig, sandbox: Sandbox, *, image_id: str,
+    labels: dict[str, str], source_dir: Path,
+) -> str | None:  # fmt: skip
+    """A cli target's healthcheck, run in an empty folder like the target (its files named
+    from its cwd, no network unless the target has it); why it failed, or None."""
+    scratch = new_scratch()
+    try:
+        folder = scratch / "healthcheck"
+        folder.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(folder, *run_as_ids())
+        cwd = Path(check.cwd or target.cwd or source_dir)
+        command = check.command
+        named: list[str] = []
+        if isinstance(command, str):
+            command, named = render_cli_command(
+                command, test_id="healthcheck", prompt_text="", files=[],
+                files_format=target.files_format, cwd=cwd,
+            )  # fmt: skip
+        outcome = run_in_workspace(
+            command, folder, sandbox, image_id=image_id, name="target-healthcheck",
+            timeout=target.timeout, network=target.network, env=dict(target.env),
+            limits=target.limits, labels=labels, source_dir=cwd, named_files=named,
+        )  # fmt: skip
+        failure = judge_step("target healthcheck", outcome, target.timeout, target.limits)[1]
+        return failure
+    finally:
+        remove_tree(scratch)
+
+
+def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] | str:
     """Parse what a cli target wrote: JSON with ``output`` (messages) or ``text`` and its
     metrics, else the whole file as the answer. Written by the agent, so read as hostile:
-    no link followed, a regular file only, bounded in size."""
+    no link followed, a regular file only, bounded in size. ``claude-json``: Claude Code's
+    ``--output-format json`` (``result``, ``usage``, ``total_cost_usd``, ``duration_ms``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -266,6 +300,8 @@ def read_cli_answer(path: Path) -> dict[str, Any] | str:
         parsed = load_untrusted_json(text)
     except OutputShapeError:
         return {"output": text}
+    if answer_format == "claude-json" and isinstance(parsed, dict):
+        parsed = _from_claude(parsed)
     keys = ("output", "text", "token_usage", "cost_usd", "duration_ms")
     if not isinstance(parsed, dict) or not any(k in parsed for k in keys):
         return {"output": text}
@@ -273,6 +309,21 @@ def read_cli_answer(path: Path) -> dict[str, Any] | str:
         return _cli_fields(parsed)
     except (ValidationError, ValueError, TypeError) as exc:
         return f"target: {{OUTPUT_FILE}} has fields of the wrong shape: {str(exc).splitlines()[0]}"
+
+
+def _from_claude(data: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's one JSON result as the cli answer's fields."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    out: dict[str, Any] = {"text": data.get("result") if isinstance(data.get("result"), str)
+                           else ""}  # fmt: skip
+    tokens = {k: usage[n] for k, n in (("input", "input_tokens"), ("output", "output_tokens"))
+              if isinstance(usage.get(n), int) and not isinstance(usage.get(n), bool)}  # fmt: skip
+    if tokens:
+        out["token_usage"] = tokens
+    for key, name in (("cost_usd", "total_cost_usd"), ("duration_ms", "duration_ms")):
+        if isinstance(data.get(name), int | float) and not isinstance(data.get(name), bool):
+            out[key] = data[name]
+    return out
 
 
 def _cli_fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._types import Bytes, Duration
 from ._yaml import LineMap, load_yaml_file, validate
 from .errors import ConfigError, collect
 from .graders.assertion import (
+    DEFAULT_REQUIRED,
     LLM_TYPES,
     Assertion,
     AssertSet,
@@ -83,16 +84,63 @@ class WorkspaceConfig(_Strict):
         return Quota(size=int(self.max_size), files=self.max_files)
 
 
+class ReplaySource(_Strict):
+    """AgentV's ``replay`` provider: a recorded answer per test instead of a live agent."""
+
+    fixtures: str | None = Field(
+        default=None, description="a replay fixtures JSONL file (agentv.replay_fixture.v1)"
+    )
+    transcripts: str | None = Field(default=None, description="a transcripts JSONL file")
+    source_target: str = Field(description="the target whose answers were recorded")
+    suite: str | None = Field(default=None, description="the suite they were recorded for")
+    eval_path: str | None = None
+    variant: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReplaySource:
+        if (self.fixtures is None) == (self.transcripts is None):
+            raise ValueError("a replay target reads exactly one of fixtures, transcripts")
+        return self
+
+
+class HealthCheck(_Strict):
+    command: Command
+    cwd: str | None = Field(default=None, description="where its paths resolve")
+
+
+HOST_PROVIDERS = ("model", "mock", "replay")
+"""Targets that answer from the host, without a container (``gradebox.host_targets``)."""
+
+
 class TargetConfig(_Strict):
     """The agent under test: input on stdin, final answer on stdout, workspace writable.
 
     ``provider: cli`` is AgentV's command template instead: ``{PROMPT}``, ``{PROMPT_FILE}``,
     ``{OUTPUT_FILE}``, ``{FILES}``, ``{EVAL_ID}``, ``{ATTEMPT}`` are filled in, it runs through
-    ``sh -c``, and the answer is what it writes to ``{OUTPUT_FILE}``.
+    ``sh -c``, and the answer is what it writes to ``{OUTPUT_FILE}``. ``provider: model`` sends
+    the input to a model target from the host (the key never enters a container); ``mock``
+    answers with ``response``; ``replay`` answers with a recorded transcript.
     """
 
-    provider: Literal["stdio", "cli"] = "stdio"
-    command: Command
+    provider: Literal["stdio", "cli", "model", "mock", "replay"] = "stdio"
+    command: Command | None = None
+    label: str | None = Field(default=None, description="the provider's name, for messages")
+    model: str | None = Field(
+        default=None, description="model: the name of a model target (.gradebox/targets.yaml, "
+        "or an AgentV provider label)",
+    )  # fmt: skip
+    response: str | None = Field(default=None, description="mock: the answer to every test")
+    replay: ReplaySource | None = None
+    program: str | None = Field(
+        default=None, description="cli: a program the image must carry (a coding-agent CLI)"
+    )
+    answer_format: Literal["auto", "claude-json"] = Field(
+        default="auto", description="cli: how {OUTPUT_FILE} is read"
+    )
+    healthcheck: HealthCheck | None = Field(
+        default=None, description="cli: run once before the first test; a failure makes every "
+        "test an error",
+    )  # fmt: skip
     cwd: str | None = Field(default=None, description="cli: where command paths resolve")
     files_format: str = Field(default="{path}", description="cli: each entry of {FILES}")
     image: str | ImageBuild | None = None
@@ -100,6 +148,18 @@ class TargetConfig(_Strict):
     network: Literal["none", "bridge"] = "none"
     env: dict[EnvKey, str] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _complete(self) -> TargetConfig:
+        need = {"stdio": "command", "cli": "command", "model": "model", "replay": "replay"}
+        key = need.get(self.provider)
+        if key is not None and getattr(self, key) is None:
+            raise ValueError(f"a {self.provider} target needs {key!r}")
+        return self
+
+    @property
+    def on_host(self) -> bool:
+        return self.provider in HOST_PROVIDERS
 
 
 class Defaults(_Strict):
@@ -121,6 +181,25 @@ class Defaults(_Strict):
     )
 
 
+class Turn(_Strict):
+    input: str | list[Message]
+    expected_output: str | list[Message] | None = None
+    assert_: list[Any] = Field(default_factory=list, alias="assert")
+
+
+class Conversation(_Strict):
+    """Turns sent one by one, each answer kept in the history; each turn graded by its own
+    assertions, the test's own assertions grade the whole transcript; the test's score is the
+    ``aggregation`` of those scores and it passes at its threshold."""
+
+    turns: list[Turn] = Field(min_length=1)
+    aggregation: Literal["mean", "min", "max"] = "mean"
+    on_turn_failure: Literal["continue", "stop"] = "continue"
+    window_size: int | None = Field(
+        default=None, ge=1, description="send only the last N exchanges (system kept)"
+    )
+
+
 class TestCase(_Strict):
     id: str = Field(min_length=1)
     input: str | list[Message] | list[str] | None = None
@@ -139,6 +218,15 @@ class TestCase(_Strict):
     reference_patch: str | None = Field(
         default=None, description="validate-refs: a patch applied to the workspace"
     )
+    repeat: int = Field(
+        default=1, ge=1, le=100,
+        description="run the test this many times; its result is the best run (AgentV's "
+        "evaluate_options.repeat, pass_any)",
+    )  # fmt: skip
+    conversation: Conversation | None = Field(
+        default=None, description="a multi-turn conversation with a model target, graded turn "
+        "by turn (AgentV's mode: conversation)",
+    )  # fmt: skip
     assert_: list[Any] = Field(default_factory=list, alias="assert")
 
 
@@ -187,10 +275,16 @@ class Test:
     workspace: WorkspaceConfig | None
     metadata: dict[str, Any] = field(default_factory=dict)
     threshold: float | None = None
+    turn_assertions: list[list[Assertion]] = field(default_factory=list)  # a conversation's
+    semantics: Literal["gradebox", "agentv"] = "gradebox"  # how its verdict adds up
 
     @property
     def id(self) -> str:
         return self.case.id
+
+    def every_assertion(self) -> list[Assertion]:
+        """Its own assertions and its conversation turns' (each grades a part of it)."""
+        return [*self.assertions, *(a for turn in self.turn_assertions for a in turn)]
 
     def has_reference(self) -> bool:
         """A reference answer to grade as if the agent had given it (``validate-refs``)."""
@@ -228,13 +322,14 @@ class Suite:
             spec = self.spec.model_dump(mode="json", exclude={"tests", "description", "metadata"})
             target = self.spec.target
             files = []
-            if target is not None and not isinstance(target.command, str):
+            if target is not None and isinstance(target.command, list):
                 files = [file_digest(self.root / rel)
                          for rel in translate_args(target.command, self.root)[1]]  # fmt: skip
             self._suite_print = digest(spec, *files)
         parts: list[Any] = [self._suite_print, test.case.model_dump(mode="json", by_alias=True),
                             test.metadata, test.threshold]  # fmt: skip
-        for a in _all(test.assertions):
+        parts.append(test.semantics)
+        for a in _all(test.every_assertion()):
             parts.append(a.scoring())
             if isinstance(a, GraderAssertion):
                 where = self.root if portable else None
@@ -256,7 +351,7 @@ class Suite:
     def graders(self) -> Iterator[GraderAssertion]:
         """Every assertion of every test that runs in a container."""
         for test in self.tests:
-            for a in leaves(test.assertions):
+            for a in leaves(test.every_assertion()):
                 if isinstance(a, GraderAssertion):
                     yield a
 
@@ -305,7 +400,7 @@ def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
 def build_suite(
     path: Path, spec: SuiteFile, lines: LineMap, *, flavor: str = "gradebox",
     origins: list[tuple[str, LineMap, tuple[str, ...]]] | None = None,
-    top: tuple[str, LineMap] | None = None,
+    top: tuple[str, LineMap] | None = None, search_roots: tuple[Path, ...] = (),
 ) -> Suite:  # fmt: skip
     """Compile a validated suite's assertions and check its templates. For a file mapped from
     another format, ``origins`` says where each test was written (file, lines, key path) and
@@ -322,7 +417,7 @@ def build_suite(
             file=file, lines=file_lines, suite_dir=suite_dir, customs=customs,
             defaults=defaults_for_graders(d.image, d.timeout, d.limits),
             flavor="agentv" if flavor == "agentv" else "gradebox",
-            preprocessors=list(spec.preprocessors),
+            preprocessors=list(spec.preprocessors), search_roots=search_roots,
         )  # fmt: skip
         if targets:
             c._targets = targets[0]
@@ -346,10 +441,24 @@ def build_suite(
             errors.append(exc)
             return []
 
+    agentv = flavor == "agentv"
     shared_key = _assert_key(top_lines, ())
-    shared = [
-        a for j, e in group_rubrics(spec.assert_) for a in compiled(e, ctx, (shared_key, str(j)))
-    ]
+    shared_by_gate: dict[float, list[Assertion]] = {}
+
+    def gate_of(threshold: float | None) -> float:
+        # AgentV gates `required: true` at the test's threshold; ours at 0.8.
+        return threshold if agentv and threshold is not None else DEFAULT_REQUIRED
+
+    def shared(gate: float) -> list[Assertion]:
+        if gate not in shared_by_gate:  # compiled once per gate, shared by its tests
+            sctx = replace(ctx, required_default=gate)
+            shared_by_gate[gate] = [
+                a for j, e in group_rubrics(spec.assert_)
+                for a in compiled(e, sctx, (shared_key, str(j)))
+            ]  # fmt: skip
+        return shared_by_gate[gate]
+
+    shared(gate_of(d.threshold))  # its errors are reported even when no test inherits it
     tests = []
     for i, case in enumerate(spec.tests):
         file, file_lines, where = origins[i] if origins else (str(path), lines, ("tests", str(i)))
@@ -357,6 +466,8 @@ def build_suite(
         ws_cfg = case.workspace or spec.workspace
         if ws_cfg is not None and ws_cfg.template:
             tctx = replace(tctx, template=(suite_dir / ws_cfg.template).resolve())
+        threshold = case.threshold if case.threshold is not None else d.threshold
+        tctx = replace(tctx, required_default=gate_of(threshold))
         key = _assert_key(file_lines, where)
         assertions = [
             a
@@ -364,10 +475,15 @@ def build_suite(
             for a in compiled(e, tctx, (*where, key, str(j)))
         ]
         if not case.skip_defaults:
-            assertions += shared
+            assertions += shared(gate_of(threshold))
+        turns = [
+            [a for j, e in group_rubrics(turn.assert_)
+             for a in compiled(e, tctx, (*where, "turns", str(t), "assert", str(j)))]
+            for t, turn in enumerate(case.conversation.turns if case.conversation else [])
+        ]  # fmt: skip
         ws = case.workspace or spec.workspace
-        threshold = case.threshold if case.threshold is not None else d.threshold
-        tests.append(Test(case, assertions, ws, {**spec.metadata, **case.metadata}, threshold))
+        tests.append(Test(case, assertions, ws, {**spec.metadata, **case.metadata}, threshold,
+                          turns, "agentv" if agentv else "gradebox"))  # fmt: skip
     suite = Suite(path, spec, tests, customs, targets[0] if targets else None)
     for i, test in enumerate(tests):
         template = suite.template_dir(test.workspace)
@@ -404,8 +520,14 @@ def _needs_models(spec: SuiteFile) -> bool:
             return any(wants(c) for c in entry.get("assert") or [])
         return False
 
-    return any(wants(e) for e in spec.assert_) or any(
-        wants(e) for t in spec.tests for e in t.assert_
+    if spec.target is not None and spec.target.provider == "model":
+        return True
+    turns = (e for t in spec.tests if t.conversation for u in t.conversation.turns
+             for e in u.assert_)  # fmt: skip
+    return (
+        any(wants(e) for e in spec.assert_)
+        or any(wants(e) for t in spec.tests for e in t.assert_)
+        or any(wants(e) for e in turns)
     )
 
 

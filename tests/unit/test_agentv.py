@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.errors import ConfigError, ConfigErrors
+from gradebox.errors import ConfigError, ConfigErrors, UnsupportedFeature
 from gradebox.formats import detect_format
 from gradebox.formats.agentv import render
 from gradebox.graders.assertion import AssertSet, GraderAssertion, HostAssertion, leaves
@@ -99,51 +99,24 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
     ("body", "line", "field", "words"),
     [
         (
-            "tests:\n  - id: a\n    vars: {}\n    assert:\n      - Be nice\n",
-            5,
-            "tests.0.assert.0",
-            "needs a model target",
-        ),
-        (
-            "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: llm-rubric\n"
-            "        value: x\n        target: judge\n",
-            7,
-            "tests.0.assert.0.target",
-            "no model target named 'judge'",
-        ),
-        ("scenarios: []\ntests:\n  - id: a\n    vars: {}\n", 1, "scenarios", "scenario"),
-        ("prompt: x\ntests:\n  - id: a\n    vars: {}\n", 1, "prompt", "check its spelling"),
-        (
             "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: skill-trigger\n",
             5,
             "tests.0.assert.0.type",
-            "skill traces",
+            "use skill-used",
         ),
-        ("providers: [nope]\ntests:\n  - id: a\n    vars: {}\n", 1, "providers.0", "nope"),
-        (
-            "providers:\n  - id: openai:gpt-5\n    label: m\ntests:\n  - id: a\n    vars: {}\n",
-            2,
-            "providers.0.id",
-            "cli",
-        ),
+        ("prompt: x\ntests:\n  - id: a\n    vars: {}\n", 1, "prompt", "check its spelling"),
+        ("experiment: x\ntests:\n  - id: a\n    vars: {}\n", 1, "experiment", "tags.experiment"),
         (
             "tests:\n  - id: a\n    vars: {}\n    transform: x\n",
             4,
             "tests.0.transform",
-            "unknown test field",
+            "not a test field",
         ),
         (
-            "environment:\n  type: docker\ntests:\n  - id: a\n    vars: {}\n",
-            2,
-            "environment.type",
-            "own sandbox",
-        ),
-        (
-            "workspace:\n  repos:\n    - path: ./r\n      repo: https://example.invalid/r.git\n"
-            "tests:\n  - id: a\n    input: x\n",
-            3,
-            "workspace.repos.0",
-            "only local",
+            "environment:\n  type: docker\n  workdir: /w\ntests:\n  - id: a\n    vars: {}\n",
+            1,
+            "environment",
+            "names an image",
         ),
         (
             "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: composite\n",
@@ -151,15 +124,96 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
             "tests.0.assert.0.type",
             "assert-set",
         ),
+        (
+            "evaluate_options:\n  repeats: 2\ntests:\n  - id: a\n    vars: {}\n",
+            2,
+            "evaluate_options.repeats",
+            "not an evaluate_options field",
+        ),
     ],
 )
-def test_unsupported_constructs_are_one_line_errors(tmp_path, body, line, field, words):
+def test_what_agentv_rejects_too_is_a_one_line_error(tmp_path, body, line, field, words):
     path = write(tmp_path / "bad.eval.yaml", body)
     with pytest.raises(ConfigError) as info:
         load_suite(path)
     err = info.value
+    assert not isinstance(err, UnsupportedFeature), str(err)
     assert err.file == str(path) and err.line == line and err.field == field, str(err)
     assert words in str(err) and "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "field", "feature"),
+    [
+        (
+            "extensions:\n  - file://./hook.mjs:beforeAll\ntests:\n  - id: a\n    vars: {}\n",
+            2,
+            "extensions.0",
+            "a lifecycle extension",
+        ),
+        (
+            "tests:\n  - id: a\n    vars: {}\n    options:\n      transform: file://t.ts\n",
+            5,
+            "tests.0.options.transform",
+            "output transforms",
+        ),
+        (
+            "workspace:\n  repos:\n    - path: ./r\n      repo: https://example.invalid/r.git\n"
+            "tests:\n  - id: a\n    input: x\n",
+            3,
+            "workspace.repos.0",
+            "a remote repository",
+        ),
+        (
+            "providers:\n  - id: claude-sdk\n    label: c\ntests:\n  - id: a\n    vars: {}\n",
+            2,
+            "providers.0.id",
+            "the claude-sdk provider",
+        ),
+        (
+            "providers:\n  - id: cli\n    label: c\n    command: x {OUTPUT_FILE}\n"
+            "    healthcheck: {url: 'http://127.0.0.1:9/health'}\n"
+            "tests:\n  - id: a\n    vars: {}\n",
+            5,
+            "providers.0.healthcheck.url",
+            "an HTTP healthcheck",
+        ),
+        (
+            "providers:\n  - id: cli\n    label: c\n    command: x {OUTPUT_FILE}\n"
+            "tests:\n  - id: a\n    mode: conversation\n    turns: [{input: hi}]\n",
+            7,
+            "tests.0.mode",
+            "a conversation with a cli target",
+        ),
+        (
+            "tests:\n  - include: ./other.eval.yaml\n    type: suite\n",
+            3,
+            "tests.0.type",
+            "including a suite (type: suite)",
+        ),
+        (
+            "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: similar\n"
+            "        value: x\n",
+            5,
+            "tests.0.assert.0.type",
+            "assertion type 'similar'",
+        ),
+        (
+            "providers: [a, b]\ntests:\n  - id: a\n    vars: {}\n",
+            1,
+            "providers",
+            "several providers (a provider matrix)",
+        ),
+    ],
+)
+def test_what_gradebox_does_not_run_is_refused_by_name(tmp_path, body, line, field, feature):
+    path = write(tmp_path / "bad.eval.yaml", body)
+    with pytest.raises(UnsupportedFeature) as info:
+        load_suite(path)
+    err = info.value
+    assert err.feature == feature and err.file == str(path), str(err)
+    assert err.line == line and err.field == field, str(err)
+    assert "\n" not in str(err) and len(err.message) > len(feature) + 20  # says what instead
 
 
 def test_every_error_is_listed(tmp_path):

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
+from ..preflight import preflight
 from ..protocol import Status, TestResult
 from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
@@ -123,8 +124,10 @@ def run(
 
     with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         images = resolver_for(box, locked, privileges | set(suite.spec.allow))
-        # Every image resolved and every grader checked before the first container starts.
+        # Every image resolved and every grader checked before the first container starts;
+        # then what this machine must give the run (model keys, a coding agent's program).
         plan = plan_suite(suite, images, privileges)
+        preflight(suite)
         with ExitStack() as stack:
             remote = None
             if ray is not None:
@@ -181,7 +184,8 @@ def validate(
         plan = plan_suite(
             suite, resolver_for(box, locked, privileges | set(suite.spec.allow)), privileges
         )
-    every = [a for t in suite.tests for a in leaves(t.assertions)]
+    preflight(suite)
+    every = [a for t in suite.tests for a in leaves(t.every_assertion())]
     containers = sum(isinstance(a, GraderAssertion) for a in every)
     host = len(every) - containers
     info = {

@@ -295,7 +295,7 @@ def suite_paths(suite: Any) -> list[Path]:
 
     paths = [suite.path]
     target = suite.spec.target
-    if target is not None and not isinstance(target.command, str):
+    if target is not None and isinstance(target.command, list):
         paths += [suite.root / rel for rel in translate_args(target.command, suite.root)[1]]
     for test in suite.tests:
         template = suite.template_dir(test.workspace)

@@ -206,20 +206,12 @@ def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -
 
 
 def _keys_used(suite: Any) -> set[str]:
-    """The key variables of the model targets this suite's graders call (not every target a
-    targets file lists)."""
-    from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
+    """The key variables of the model targets this suite calls (its graders, a model target
+    under test), not every target a targets file lists."""
+    from ..preflight import models_used
 
-    if suite.targets is None:
-        return set()
-    targets = []
-    for test in suite.tests:
-        for a in leaves(test.assertions):
-            if isinstance(a, LlmGraderAssertion):
-                targets.append(a.llm.target)
-            elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
-                targets.append(suite.targets.get(a.grader.target.name, file=None, field=None))
-    return {t.api_key_env for t in targets if t.api_key_env}
+    return {u.target.api_key_env for u in models_used(suite)
+            if u.target is not None and u.target.api_key_env}  # fmt: skip
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)

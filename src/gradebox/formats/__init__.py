@@ -6,6 +6,7 @@ right reader. Everything after loading (sandbox, baseline, reports, resume) is s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ _AGENTV_KEYS = {
     "prompts", "providers", "evalcases", "assertions", "execution", "environment",
     "default_test", "evaluate_options", "scenarios", "extensions", "suite", "env",
     "threshold", "timeout_seconds", "$schema", "dataset", "category", "tags", "input",
+    "governance", "derived_metrics", "nunjucks_filters", "output_path", "input_files",
 }  # fmt: skip
 _AGENTV_TEST_KEYS = {"vars", "input_messages", "expected_messages", "assertions", "execution",
                      "expected_outcome", "conversation_id", "options"}  # fmt: skip
@@ -25,8 +27,8 @@ _AGENTV_TEST_KEYS = {"vars", "input_messages", "expected_messages", "assertions"
 
 def detect_format(path: Path, data: Any) -> str:
     """``agentv`` when the file has the shape of an AgentV eval file, else ``gradebox``."""
-    if path.suffix == ".jsonl":
-        return "agentv"
+    if path.suffix == ".jsonl" or re.search(r"\.eval\.ya?ml$", path.name, re.I):
+        return "agentv"  # AgentV's own names for eval files
     if not isinstance(data, dict):
         return "gradebox"
     if _AGENTV_KEYS & set(data):
@@ -44,7 +46,7 @@ def detect_format(path: Path, data: Any) -> str:
     tests = data.get("tests")
     if isinstance(tests, list):
         for test in tests:
-            if isinstance(test, str):
+            if isinstance(test, str) or (isinstance(test, dict) and "include" in test):
                 return "agentv"
             if isinstance(test, dict) and _AGENTV_TEST_KEYS & set(test):
                 return "agentv"

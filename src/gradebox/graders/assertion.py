@@ -16,6 +16,8 @@ graders run in containers (program, script, custom assertions) and ``assert-set`
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +25,14 @@ from typing import Any, Literal
 
 from .._types import format_duration
 from .._yaml import LineMap, validate
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedFeature
 from ..llm.grader import LlmAssertion, RubricItem
-from ..llm.targets import TargetSet, load_targets
+from ..llm.targets import ModelTarget, TargetSet, load_targets
 from ..protocol import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
+from .fields import FieldAccuracy
 from .trace import TRACE_TYPES, TraceAssertion
 
 __all__ = [
@@ -55,17 +58,21 @@ _MODIFIERS = ("name", "metric", "weight", "negate", "required", "min_score")
 LLM_TYPES = _LLM = {"llm-grader", "llm-rubric", "llm-judge", "llm_judge", "rubric", "rubrics",
         "trajectory:goal-success"}  # fmt: skip
 _LATER = {
-    "agent-rubric": "agent graders (a coding agent as the judge)",
-    "agent-judge": "agent graders (a coding agent as the judge)",
-    "g-eval": "G-Eval",
-    "similar": "embedding similarity",
-    "javascript": "inline JavaScript expressions (use a script grader)",
-    "python": "inline Python expressions (use a script grader)",
-    "webhook": "webhooks (graders have no network)",
-    "field-accuracy": "field-accuracy (use a script grader)",
-    "skill-used": "skill traces",
-    "skill-trigger": "skill traces",
-    "not-skill-used": "skill traces",
+    "agent-rubric": "a coding agent as the judge; use llm-rubric with a model provider",
+    "agent-judge": "a coding agent as the judge; use llm-rubric with a model provider",
+    "g-eval": "G-Eval is not run; use llm-rubric",
+    "similar": "embedding similarity is not run; use llm-rubric or a script grader",
+    "javascript": "inline JavaScript runs in AgentV's own process; use a script grader",
+    "python": "inline Python runs in AgentV's own process; use a script grader",
+    "webhook": "graders have no network; use a script grader",
+}
+# AgentV's own validator rejects these, with its migration hint.
+_RETIRED = {
+    "skill-trigger": "'skill-trigger' was removed from AgentV; use skill-used (or "
+    "not-skill-used) with value: <skill>",
+    "tool-trajectory": "'tool-trajectory' was removed from AgentV; use trajectory:tool-used, "
+    "trajectory:tool-sequence or trajectory:tool-args-match",
+    "composite": "'composite' is retired; use type: assert-set",
 }
 
 
@@ -90,7 +97,7 @@ class Scoring:
 class HostAssertion(Scoring):
     """Evaluated on the host: a built-in over the answer, or a check over the trace."""
 
-    check: BuiltinAssertion | TraceAssertion
+    check: BuiltinAssertion | TraceAssertion | FieldAccuracy
 
     def display_name(self) -> str:
         return self.name or self.check.display_name()
@@ -201,13 +208,16 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
 
 
 def aggregate(
-    results: list[GraderResult], threshold: float | None
+    results: list[GraderResult], threshold: float | None, *, agentv: bool = False
 ) -> tuple[Status, float, list[str]]:
     """A test's verdict: ``(status, weighted score, failed gates)``.
 
     Any error makes it an error (when unsure, never a pass). A required assertion below its
     gate fails the test. Otherwise it passes when the weighted score reaches ``threshold``,
     or, without one, when every assertion passed.
+
+    ``agentv``: AgentV's rule (its ``orchestrator.ts``): a gate fails on the score alone, and
+    a failed gate makes the test's score 0.
     """
     if not results:
         return Status.passed, 1.0, []
@@ -221,12 +231,12 @@ def aggregate(
     gates = [
         f"{r.name} scored {r.score:.2f} < required {r.required:g}"
         for r in results
-        if r.required is not None and (r.score < r.required - 1e-9 or not r.passed)
+        if r.required is not None and (r.score < r.required - 1e-9 or (not r.passed and not agentv))
     ]
     if any(r.status is Status.error for r in results):
         return Status.error, score, gates
     if gates:
-        return Status.failed, score, gates
+        return Status.failed, 0.0 if agentv else score, gates
     ok = score >= threshold - 1e-9 if threshold is not None else all(r.passed for r in results)
     return (Status.passed if ok else Status.failed), score, gates
 
@@ -247,6 +257,8 @@ class CompileContext:
     flavor: Literal["gradebox", "agentv"] = "gradebox"
     preprocessors: list[dict[str, Any]] = field(default_factory=list)
     template: Path | None = None  # the workspace template of the test being compiled
+    required_default: float = DEFAULT_REQUIRED  # AgentV: `required: true` gates at the threshold
+    search_roots: tuple[Path, ...] = ()  # AgentV: where a script a command names is looked for
     _targets: TargetSet | None = None
 
     @property
@@ -276,7 +288,7 @@ def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -
         raise _fail(ctx, (*loc, "min_score"), "min_score must be a number from 0 to 1")
     gate: float | None
     if required is True:
-        gate = float(min_score) if min_score is not None else DEFAULT_REQUIRED
+        gate = float(min_score) if min_score is not None else ctx.required_default
     elif required is False or required is None:
         gate = None
     elif isinstance(required, int | float) and 0 <= required <= 1:
@@ -301,26 +313,33 @@ def compile_assertion(
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
-        raise _fail(
-            ctx, (*loc, "type"),
-            f"{kind!r} needs {_LATER[kind]}, which this release of gradebox does not run",
+        raise UnsupportedFeature(
+            f"assertion type {kind!r}", _LATER[kind], file=ctx.file,
+            line=ctx.lines.get((*loc, "type")), field=".".join((*loc, "type")),
         )  # fmt: skip
-    if kind == "composite":
-        raise _fail(ctx, (*loc, "type"), "'composite' is retired; use type: assert-set")
+    if kind in _RETIRED:
+        raise _fail(ctx, (*loc, "type"), _RETIRED[kind])
+    if kind == "field-accuracy":
+        check = validate(FieldAccuracy, body, file=ctx.file, lines=ctx.lines, prefix=loc)
+        return HostAssertion(check=check, **score)
     if kind == "assert-set":
         return _assert_set(body, score, ctx, loc, depth)
     if kind in _LLM:
         return _llm(body, score, ctx, loc)
     if kind in ("pytest", "node-test"):
         return _verifier(body, score, ctx, loc)
+    if ctx.flavor == "agentv" and (is_builtin(kind) or kind in TRACE_TYPES):
+        body = _promptfoo_extras(body, score)
     if is_builtin(kind):
         check = validate(BuiltinAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
     base = kind.removeprefix("not-")
-    if base in TRACE_TYPES:
-        if kind != base:
-            score["negate"] = not score["negate"]
-            body["type"] = base
+    if kind == "skill-used" and score["negate"]:
+        body["type"] = "not-skill-used"  # AgentV inverts it, then negates it again
+    elif kind not in TRACE_TYPES and base in TRACE_TYPES:
+        score["negate"] = not score["negate"]
+        body["type"] = base
+    if body["type"] in TRACE_TYPES:
         check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
     if kind in ("program", "script", "code-grader", "code-judge", "code_judge"):
@@ -335,6 +354,17 @@ def compile_assertion(
             f"(custom assertions found: {known})",
         )  # fmt: skip
     return _custom(custom, body, score, ctx, loc)
+
+
+_PROMPTFOO_EXTRAS = {"id", "threshold", "provider", "config", "transform", "description"}
+
+
+def _promptfoo_extras(body: dict[str, Any], score: dict[str, Any]) -> dict[str, Any]:
+    """AgentV passes promptfoo's extra keys of a built-in through (its schema is
+    ``passthrough``): an ``id`` names the assertion, the rest change nothing here."""
+    if isinstance(body.get("id"), str) and score["name"] is None:
+        score["name"] = body["id"]
+    return {k: v for k, v in body.items() if k not in _PROMPTFOO_EXTRAS}
 
 
 def _assert_set(
@@ -401,6 +431,8 @@ def _grader(
             source = (ctx.suite_dir / cwd).resolve()
             if not source.is_dir():
                 raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
+        if ctx.flavor == "agentv":
+            body = _agentv_script(body, ctx, loc)
         if ctx.flavor == "agentv" or "config" in body:
             # AgentV hands a script's own keys (expect_edited: [...]) to it as `config`.
             extra = {k: v for k, v in body.items() if k not in _SCRIPT_FIELDS}
@@ -417,6 +449,44 @@ def _grader(
         {**inherited, **body}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=source
     )
     return GraderAssertion(grader=grader, config=config, **score)
+
+
+def _agentv_script(body: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+                   ) -> dict[str, Any]:  # fmt: skip
+    """AgentV's script grader: ``provider: true`` or ``{max_calls}`` (today's name for the
+    model proxy, ``target`` before it), and a score without ``pass`` judged by AgentV's
+    ``scoreToVerdict`` at 0.8 (custom assertions keep their 0.5)."""
+    body = dict(body)
+    access = body.pop("provider", None)
+    if access is not None and "target" not in body:
+        if access is True:
+            body["target"] = {}
+        elif isinstance(access, dict):
+            body["target"] = access
+        elif access is not False:
+            raise _fail(ctx, (*loc, "provider"), "provider is true or {max_calls: N}")
+    body.setdefault("pass_score", DEFAULT_REQUIRED)
+    if isinstance(body.get("command"), list) and ctx.search_roots:
+        body["command"] = [_found_script(a, ctx) for a in body["command"]]
+    return body
+
+
+def _found_script(arg: Any, ctx: CompileContext) -> Any:
+    """A script a command names that is not next to the eval file but where AgentV looks
+    (its folder up to the repository, then the working directory), named from the eval file's
+    folder so that it is mounted."""
+    if not isinstance(arg, str) or not _SCRIPT_LIKE.search(arg) or Path(arg).is_absolute():
+        return arg
+    if (ctx.suite_dir / arg).exists():
+        return arg
+    for root in ctx.search_roots:
+        candidate = root / arg
+        if candidate.is_file():
+            return os.path.relpath(candidate.resolve(), ctx.suite_dir)
+    return arg
+
+
+_SCRIPT_LIKE = re.compile(r"[/\\]|\.(?:[cm]?[jt]sx?|py|sh|bash|rb|go|rs)$", re.I)
 
 
 def _custom(
@@ -451,17 +521,49 @@ def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list
             out.append(RubricItem(text=item.strip()))
         elif isinstance(item, dict):
             text = item.get("outcome", item.get("criteria", item.get("text")))
+            if text is None and item.get("score_ranges"):
+                text = _score_ranges_text(item, ctx, here)
             weight = item.get("weight", 1.0)
             if not isinstance(text, str) or not text.strip():
-                raise _fail(ctx, here, "a rubric item needs its text in 'outcome'")
+                raise _fail(ctx, here, "a rubric item needs its text in 'outcome' (or "
+                            "score_ranges)")  # fmt: skip
             if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
                 raise _fail(ctx, (*here, "weight"), "weight must be a number >= 0")
             out.append(RubricItem(text=text.strip(), weight=float(weight),
-                                  required=bool(item.get("required")),
+                                  required=bool(item.get("required") or item.get("min_score")),
                                   id=str(item["id"]) if "id" in item else None))  # fmt: skip
         else:
             raise _fail(ctx, here, "a rubric item is a string or {outcome, weight, required}")
     return out
+
+
+def _score_ranges_text(item: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> str:
+    """An analytic rubric item (AgentV's ``score_ranges``: 0-10 bands, as a list of
+    ``{score_range: [lo, hi], outcome}`` or a map ``{"0": text, "8": text}``) as one item the
+    judge passes when the answer reaches the top bands (8 and above, AgentV's 0.8)."""
+    ranges = item["score_ranges"]
+    bands: list[tuple[int, str]] = []
+    if isinstance(ranges, dict):
+        for key, text in ranges.items():
+            try:
+                bands.append((int(str(key).split("-")[0]), str(text)))
+            except ValueError:
+                raise _fail(ctx, (*loc, "score_ranges", str(key)),
+                            "score_ranges keys are scores 0..10") from None  # fmt: skip
+    elif isinstance(ranges, list):
+        for i, band in enumerate(ranges):
+            span = band.get("score_range") if isinstance(band, dict) else None
+            if not isinstance(span, list) or not span or not isinstance(band.get("outcome"), str):
+                raise _fail(ctx, (*loc, "score_ranges", str(i)),
+                            "a band is {score_range: [lo, hi], outcome}")  # fmt: skip
+            bands.append((int(span[0]), band["outcome"]))
+    else:
+        raise _fail(ctx, (*loc, "score_ranges"), "score_ranges is a list or a mapping")
+    bands.sort()
+    title = str(item.get("id") or "criterion")
+    lines = [f"{title}: the answer reaches a score of 8 or more on this 0-10 scale:"]
+    lines += [f"  {score}: {text.strip()}" for score, text in bands]
+    return "\n".join(lines)
 
 
 def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | None:
@@ -487,12 +589,20 @@ def _llm(
     kind = body["type"]
     allowed = {"type", "prompt", "rubrics", "value", "target", "provider", "preprocessors",
                "criteria", "config", "threshold", "transform"}  # fmt: skip
+    if ctx.flavor == "agentv":
+        # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
+        # agentic judge's max_steps): the single-shot judge here reads temperature.
+        allowed |= set(body) - {"transform"}
     unknown = set(body) - allowed
     if unknown:
         key = sorted(unknown)[0]
         raise _fail(ctx, (*loc, key), "unknown field of an LLM grader (check its spelling)")
     if "transform" in body:
-        raise _fail(ctx, (*loc, "transform"), "transforms are not supported")
+        raise UnsupportedFeature(
+            "transform", "output transforms run code inside AgentV's process; use a "
+            "preprocessors: [{type, command}] entry", file=ctx.file,
+            line=ctx.lines.get((*loc, "transform")), field=".".join((*loc, "transform")),
+        )  # fmt: skip
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":
         goal = body.get("value", {})
@@ -525,17 +635,29 @@ def _llm(
             raise _fail(ctx, (*loc, "prompt", "config"), "config must be a mapping")
     elif raw is not None:
         raise _fail(ctx, (*loc, "prompt"), "prompt is a file, a template, or {command, config}")
-    if prompt is None and command is None and not rubrics:
+    if prompt is None and command is None and not rubrics and kind not in _DEFAULT_PROMPTED:
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
     threshold = body.get("threshold", DEFAULT_REQUIRED)
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
     name = body.get("target", body.get("provider"))
-    where = (*loc, "target") if "target" in body else loc
+    where = (*loc, "target") if "target" in body else (
+        (*loc, "provider") if "provider" in body else loc)  # fmt: skip
+    target: ModelTarget | None = None
+    unresolved = None
     try:
         target = ctx.targets.get(name if isinstance(name, str) else None, file=None, field=None)
     except ConfigError as exc:
-        raise _fail(ctx, where, exc.message) from None
+        error = _judge_error(ctx, where, name, exc)
+        if ctx.flavor != "agentv" or isinstance(error, UnsupportedFeature):
+            raise error from None
+        # AgentV checks a judge's name when it grades; so do we (and before the run).
+        unresolved = str(error)
+    temperature = body.get("temperature")
+    if target is not None and isinstance(temperature, int | float) and not isinstance(
+            temperature, bool):  # fmt: skip
+        target = target.model_copy(update={"params": {**target.params,
+                                                      "temperature": temperature}})  # fmt: skip
     pre = body.get("preprocessors", ctx.preprocessors)
     if not isinstance(pre, list) or not all(
         isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in pre
@@ -545,8 +667,32 @@ def _llm(
     llm = LlmAssertion(
         target=target, rubrics=rubrics, prompt=prompt, prompt_command=command,
         prompt_config=config, preprocessors=pre, pass_score=float(threshold), label=label,
+        unresolved=unresolved,
     )  # fmt: skip
     return LlmGraderAssertion(llm=llm, **score)
+
+
+_DEFAULT_PROMPTED = {"llm-rubric", "rubric", "rubrics", "llm-grader"}
+"""Without a prompt or items these judge the test's criteria with the default prompt."""
+
+
+def _judge_error(ctx: CompileContext, where: tuple[str, ...], name: Any,
+                 exc: ConfigError) -> ConfigError:  # fmt: skip
+    """A judge that names an AgentV agent (a coding-agent CLI, a cli command) is refused by
+    name; a judge that names nothing known is the file's own error."""
+    from ..llm.targets import agentv_entries, agentv_kind, agentv_label
+
+    if isinstance(name, str):
+        for entry, *_ in agentv_entries(ctx.suite_dir):
+            if agentv_label(entry) == name:
+                kind = agentv_kind(entry)
+                return UnsupportedFeature(
+                    f"a {kind} provider as the judge",
+                    f"{name!r} is not a model: gradebox's LLM graders call a model from the "
+                    "host; name a model provider (openai, azure, anthropic, gemini, ...)",
+                    file=ctx.file, line=ctx.lines.get(where), field=".".join(where),
+                )  # fmt: skip
+    return _fail(ctx, where, exc.message)
 
 
 _VERIFIER_KEYS = {"type", "files", "dest", "args", "timeout", "image", "limits", "env", "name"}

@@ -186,6 +186,11 @@ class ScriptGrader(_GraderBase):
     target: ModelAccess | None = Field(
         default=None, description="a model proxy for this grader, reached on its loopback"
     )
+    pass_score: float | None = Field(
+        default=None, ge=0, le=1,
+        description="a result with a score and no pass passes at this score (default 0.5; "
+        "script graders of AgentV eval files: 0.8, AgentV's scoreToVerdict)",
+    )  # fmt: skip
 
     @field_validator("command")
     @classmethod

@@ -398,6 +398,7 @@ class PreparedGrader:
                 timeout=grader.timeout,
                 limits=grader.limits,
                 named=grader.name is not None,
+                pass_score=getattr(grader, "pass_score", None) or 0.5,
             )
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)

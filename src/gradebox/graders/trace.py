@@ -134,6 +134,7 @@ def vally_input(payload: Payload, trace: Trace, workspace: str | None) -> dict[s
 TRACE_TYPES = {
     "trajectory:tool-used", "trajectory:tool-sequence", "trajectory:tool-args-match",
     "trajectory:step-count", "execution-metrics", "latency", "cost", "token-usage",
+    "skill-used", "not-skill-used",
 }  # fmt: skip
 
 _METRIC_KEYS = {
@@ -184,6 +185,8 @@ class TraceAssertion(BaseModel):
             raise ValueError(f"unknown trace assertion {self.type!r}")
         if self.type.startswith("trajectory:") and self.value is None:
             raise ValueError(f"{self.type} needs a 'value'")
+        if self.type.endswith("skill-used"):
+            _check_skill_value(self.type, self.value)
         if self.type == "trajectory:tool-sequence":
             steps = self.value.get("steps") if isinstance(self.value, dict) else self.value
             if not isinstance(steps, list) or not steps:
@@ -216,6 +219,18 @@ class TraceAssertion(BaseModel):
         )  # fmt: skip
 
     # Each check returns (passed, score, evidence).
+
+    def _skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
+        from .skills import check_skills
+
+        ok, why = check_skills(self.value, trace, inverse=False)
+        return ok, float(ok), why
+
+    def _not_skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
+        from .skills import check_skills
+
+        ok, why = check_skills(self.value, trace, inverse=True)
+        return ok, float(ok), why
 
     def _tool_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
         spec = self.value
@@ -367,6 +382,22 @@ class TraceAssertion(BaseModel):
             if opt in self.metrics
         ]
         return self._gate(pairs)
+
+
+def _check_skill_value(kind: str, value: Any) -> None:
+    if isinstance(value, str) and value.strip():
+        return
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return
+    if isinstance(value, dict) and (value.get("name") or value.get("pattern")):
+        for key in ("min", "max"):
+            if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)
+                                 or value[key] < 0):  # fmt: skip
+                raise ValueError(f"{kind}: {key} must be a whole number >= 0")
+        if kind == "not-skill-used" and ("min" in value or value.get("max", 0) != 0):
+            raise ValueError("not-skill-used takes a name or pattern, with no bounds (or max: 0)")
+        return
+    raise ValueError(f"{kind} needs a skill name, a list of names, or {{name|pattern, min, max}}")
 
 
 def _events(payload: Payload) -> list[Any]:

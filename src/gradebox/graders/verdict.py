@@ -117,11 +117,13 @@ def judge(
     timeout: float,
     limits: Limits,
     named: bool = True,
+    pass_score: float = 0.5,
 ) -> GraderResult:
     """Normalise one run into a result (image and duration are filled in by the caller).
 
     ``named``: ``name`` came from the configuration; when it did not, a ``name`` the grader
-    reports in its JSON result is used instead.
+    reports in its JSON result is used instead. ``pass_score``: the verdict of a result that
+    gives a score and no ``pass`` (AgentV's script graders: 0.8).
     """
     kind: Any = dialect
     common = dict(
@@ -185,7 +187,9 @@ def judge(
 
     if isinstance(parsed, dict):
         try:
-            passed, score, evidence, checks, details = parse_grader_output(parsed)
+            passed, score, evidence, checks, details = parse_grader_output(
+                parsed, pass_score=pass_score
+            )
         except OutputShapeError as exc:
             if dialect == "program" and code != 0:
                 return _exit_mode(dialect, name, code, text, common)

@@ -35,7 +35,14 @@ from ..jsonl import digest
 from ..protocol import Usage
 from .targets import ModelTarget, TargetSet
 
-__all__ = ["Completion", "ModelError", "ModelHub", "cache_dir"]
+__all__ = [
+    "Completion",
+    "ModelError",
+    "ModelHub",
+    "azure_base_url",
+    "cache_dir",
+    "missing_env_message",
+]
 
 
 class ModelError(GradeboxError):
@@ -131,11 +138,13 @@ class ModelHub:
     # -- calls ---------------------------------------------------------------------------
 
     def complete(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None = None
-    ) -> Completion:
+        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None = None,
+        *, sample: int = 0,
+    ) -> Completion:  # fmt: skip
         """One answer: from the cache when this exact request was answered before, else
-        from the model (retried on rate limits, 5xx and timeouts)."""
-        key = digest(target.identity(), system, messages)
+        from the model (retried on rate limits, 5xx and timeouts). ``sample`` tells repeated
+        samples of one request apart (a test run N times asks N times)."""
+        key = digest(target.identity(), system, messages, *([sample] if sample else []))
         if self.use_cache:
             hit = self._read(key)
             if hit is not None:
@@ -159,6 +168,8 @@ class ModelHub:
         def once() -> Completion:
             if target.provider == "anthropic":
                 return self._anthropic(target, messages, system)
+            if target.provider == "azure":
+                return self._azure(target, messages, system)
             return self._openai(target, messages, system)
 
         openai, anthropic = _sdks()
@@ -170,20 +181,29 @@ class ModelHub:
             raise ModelError(f"model target {target.name!r}: {what}: {_short(exc)}") from None
 
     def _client(self, target: ModelTarget) -> Any:
+        missing = target.missing_env()
+        if missing:
+            raise ModelError(missing_env_message(target, missing))
         key = target.api_key()
         if key is None and target.base_url is None:
             raise ModelError(
                 f"model target {target.name!r}: ${target.api_key_env or '(api_key_env)'} is not set"
             )
-        ident = (target.provider, target.base_url, key)
+        ident = (target.provider, target.base_url, key, target.api_version)
         with self._lock:
             client = self._clients.get(ident)
             if client is None:
                 openai, anthropic = _sdks()
-                kind = anthropic.Anthropic if target.provider == "anthropic" else openai.OpenAI
                 # Retries are ours (tenacity), so the SDK's own are off.
-                client = kind(api_key=key or "unused", base_url=target.base_url,
-                              max_retries=0, timeout=target.timeout)  # fmt: skip
+                common = {"api_key": key or "unused", "max_retries": 0, "timeout": target.timeout}
+                if target.provider == "azure":
+                    client = openai.AzureOpenAI(
+                        base_url=azure_base_url(target.base_url or ""),
+                        api_version=target.api_version or "v1", **common,
+                    )  # fmt: skip
+                else:
+                    kind = anthropic.Anthropic if target.provider == "anthropic" else openai.OpenAI
+                    client = kind(base_url=target.base_url, **common)
                 self._clients[ident] = client
             return client
 
@@ -200,6 +220,26 @@ class ModelHub:
             text=text,
             input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        )
+
+    def _azure(
+        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None
+    ) -> Completion:
+        """Azure OpenAI through its Responses API (as AgentV calls it): the deployment is the
+        model, ``api-key`` the header, ``api-version`` the query."""
+        params: dict[str, Any] = {}
+        if "temperature" in target.params:
+            params["temperature"] = target.params["temperature"]
+        if "max_tokens" in target.params:
+            params["max_output_tokens"] = target.params["max_tokens"]
+        if system:
+            params["instructions"] = system
+        reply = self._client(target).responses.create(model=target.model, input=messages, **params)
+        usage = reply.usage
+        return Completion(
+            text=reply.output_text or "",
+            input_tokens=getattr(usage, "input_tokens", 0) or 0,
+            output_tokens=getattr(usage, "output_tokens", 0) or 0,
         )
 
     def _anthropic(
@@ -246,6 +286,27 @@ class ModelHub:
             os.replace(tmp, path)
         except OSError:
             pass  # a cache that cannot be written costs money later, never a verdict
+
+
+def missing_env_message(target: ModelTarget, missing: list[str]) -> str:
+    """One line naming what is unset, e.g. ``model target 'llm': $AZURE_OPENAI_API_KEY is not
+    set (azure)``."""
+    names = ", ".join(f"${n}" for n in missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return f"model target {target.name!r}: {names} {verb} not set ({target.provider})"
+
+
+def azure_base_url(endpoint: str) -> str:
+    """An Azure resource URL as the Responses API's base (AgentV's ``buildAzureBaseUrl``):
+    ``https://r.openai.azure.com`` and ``.../openai`` both become ``.../openai/v1``."""
+    url = endpoint.rstrip("/")
+    if url.endswith("/openai/v1"):
+        return url
+    if url.endswith("/openai"):
+        return f"{url}/v1"
+    if "://" not in url:  # a bare resource name
+        url = f"https://{url}.openai.azure.com"
+    return f"{url}/openai/v1"
 
 
 def _short(exc: BaseException) -> str:

@@ -229,7 +229,7 @@ def parse_verdict(
 class LlmAssertion:
     """An LLM grader. Scoring modifiers come from ``graders.assertion.Scoring``."""
 
-    target: ModelTarget
+    target: ModelTarget | None  # None: named one found nowhere (`unresolved` says why)
     rubrics: list[RubricItem] = field(default_factory=list)
     prompt: str | None = None  # a template; None: DEFAULT_PROMPT
     prompt_command: list[str] | None = None
@@ -237,10 +237,12 @@ class LlmAssertion:
     preprocessors: list[dict[str, Any]] = field(default_factory=list)
     pass_score: float = PASS_SCORE
     label: str = "llm-grader"
+    unresolved: str | None = None  # AgentV files: a judge named nowhere fails when it grades
 
     def describe(self) -> Any:
         return {
-            "target": self.target.identity(), "rubrics": [r.to_json() for r in self.rubrics],
+            "target": self.target.identity() if self.target else self.unresolved,
+            "rubrics": [r.to_json() for r in self.rubrics],
             "prompt": self.prompt, "prompt_command": self.prompt_command,
             "prompt_config": self.prompt_config, "preprocessors": self.preprocessors,
             "pass_score": self.pass_score,
@@ -249,6 +251,10 @@ class LlmAssertion:
     def grade(self, payload: Payload, runtime: LlmRuntime, name: str) -> GraderResult:
         hub = runtime.hub
         before = Usage()
+        if self.target is None:
+            why = self.unresolved or "no model target"
+            return GraderResult(name=name, type="llm", status=Status.error, passed=False,
+                                score=0.0, evidence=why)  # fmt: skip
         try:
             output = runtime.candidate_text(payload, self.preprocessors)
             variables = template_variables(payload, self.rubrics, output)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +32,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
 
-__all__ = ["ModelTarget", "Price", "TargetSet", "load_targets"]
+__all__ = [
+    "MODEL_KINDS",
+    "ModelTarget",
+    "Price",
+    "TargetSet",
+    "agentv_config",
+    "agentv_defaults",
+    "agentv_entries",
+    "agentv_kind",
+    "agentv_label",
+    "load_targets",
+]
+
+GEMINI_OPENAI_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
 
 _REF = re.compile(r"^\s*(?:\$\{\{\s*([A-Za-z_]\w*)\s*\}\}|\{\{\s*env\.([A-Za-z_]\w*)\s*\}\})\s*$")
 _ANY_REF = re.compile(r"\$\{\{\s*([A-Za-z_]\w*)\s*\}\}|\{\{\s*env\.([A-Za-z_]\w*)\s*\}\}")
@@ -50,11 +64,26 @@ class ModelTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    provider: Literal["openai", "anthropic"] = "openai"
+    provider: Literal["openai", "anthropic", "azure"] = Field(
+        default="openai",
+        description="openai: chat completions (any OpenAI-compatible base_url); anthropic: "
+        "messages; azure: Azure OpenAI's Responses API (base_url is the resource endpoint, "
+        "model the deployment)",
+    )
     model: str
     base_url: str | None = None
     api_key_env: str | None = Field(
         default=None, description="the NAME of the environment variable holding the key"
+    )
+    api_version: str | None = Field(default=None, description="azure: the api-version")
+    requires_env: list[str] = Field(
+        default_factory=list,
+        description="variables its URL or model came from that were unset when it was read",
+    )
+    key_optional: bool | None = Field(
+        default=None,
+        description="whether it may run without a key (default: when base_url is a server "
+        "of your own)",
     )
     params: dict[str, Any] = Field(default_factory=dict, description="temperature, max_tokens")
     price: Price | None = None
@@ -67,7 +96,17 @@ class ModelTarget(BaseModel):
     def identity(self) -> dict[str, Any]:
         """What determines an answer besides the prompt (the cache key's part)."""
         return {"provider": self.provider, "model": self.model, "base_url": self.base_url,
-                "params": self.params}  # fmt: skip
+                "api_version": self.api_version, "params": self.params}  # fmt: skip
+
+    def missing_env(self) -> list[str]:
+        """The variables this target needs that are not set now (checked before a run)."""
+        wanted = list(self.requires_env)
+        optional = self.key_optional
+        if optional is None:  # a local OpenAI-compatible server needs none
+            optional = self.base_url is not None and self.provider != "azure"
+        if self.api_key_env and not optional:
+            wanted.append(self.api_key_env)
+        return [name for name in wanted if not os.environ.get(name)]
 
     def cost(self, input_tokens: int, output_tokens: int) -> float | None:
         if self.price is None:
@@ -121,34 +160,94 @@ def _fill(value: Any) -> Any:
     return value
 
 
-_AGENTV_KINDS = {"openai": "openai", "azure": "openai", "openrouter": "openai",
-                 "anthropic": "anthropic", "ollama": "openai", "vllm": "openai"}  # fmt: skip
+# AgentV's model providers: our wire kind, the usual variable of the key, the default URL.
+_AGENTV_KINDS: dict[str, tuple[str, str | None, str | None]] = {
+    "openai": ("openai", "OPENAI_API_KEY", None),
+    "azure": ("azure", "AZURE_OPENAI_API_KEY", None),
+    "anthropic": ("anthropic", "ANTHROPIC_API_KEY", None),
+    "gemini": ("openai", "GOOGLE_GENERATIVE_AI_API_KEY", GEMINI_OPENAI_URL),
+    "google": ("openai", "GOOGLE_GENERATIVE_AI_API_KEY", GEMINI_OPENAI_URL),
+    "openrouter": ("openai", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1"),
+    "ollama": ("openai", None, "http://127.0.0.1:11434/v1"),
+    "vllm": ("openai", None, None),
+}
+MODEL_KINDS = frozenset(_AGENTV_KINDS)
+"""AgentV provider ids that are a model behind an API (the rest are agents or fixtures)."""
+
+
+def agentv_kind(entry: dict[str, Any]) -> str:
+    """An AgentV provider entry's backend: ``id`` (today: ``openai``, ``agentv:codex-cli``,
+    ``openai:gpt-4.1``) or ``provider`` (the earlier targets files)."""
+    raw = str(entry.get("provider") or entry.get("id") or "").strip()
+    raw = raw.removeprefix("agentv:")
+    return raw.split(":", 1)[0]
+
+
+def agentv_label(entry: dict[str, Any]) -> str | None:
+    for key in ("label", "name", "id"):
+        if isinstance(entry.get(key), str) and entry[key].strip():
+            return str(entry[key]).strip()
+    return None
+
+
+def agentv_config(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's settings: today's are flat on the entry, or under ``config``."""
+    nested = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+    return {**{k: v for k, v in entry.items() if k != "config"}, **nested}
+
+
+def _empty_refs(value: Any) -> list[str]:
+    """The variables a value reads that are unset or empty: checked before a run, so a
+    missing endpoint is one line naming the variable, not an HTTP error per test."""
+    if not isinstance(value, str):
+        return []
+    return [name for m in _ANY_REF.finditer(value)
+            if not os.environ.get(name := (m.group(1) or m.group(2)))]  # fmt: skip
 
 
 def _from_agentv(entry: dict[str, Any], file: str, lines: LineMap,
                  loc: tuple[str, ...]) -> ModelTarget | None:  # fmt: skip
     """An AgentV provider/target entry as a model target; None for agents (cli, codex...)."""
-    config = entry.get("config") if isinstance(entry.get("config"), dict) else entry
-    kind = str(entry.get("provider") or entry.get("id") or "").split(":")[0]
+    config = agentv_config(entry)
+    kind = agentv_kind(entry)
     if kind not in _AGENTV_KINDS:
         return None
-    name = entry.get("label") or entry.get("name") or entry.get("id")
+    wire, default_key, default_url = _AGENTV_KINDS[kind]
+    name = agentv_label(entry)
     key = config.get("api_key")
     env_name = _env_name(key)
     if key is not None and env_name is None:
+        at = (*loc, "config", "api_key") if "api_key" in (entry.get("config") or {}) else (
+            *loc, "api_key")  # fmt: skip
         raise ConfigError(
             "write the key as a reference to the environment (${{ VAR }} or {{ env.VAR }}), "
             "never the key itself",
-            file=file, line=lines.get((*loc, "api_key")), field=".".join((*loc, "api_key")),
+            file=file, line=lines.get(at), field=".".join(at),
         )  # fmt: skip
-    model = _fill(config.get("model") or entry.get("id", "").partition(":")[2])
+    spec_model = str(entry.get("id", "")).removeprefix("agentv:").partition(":")[2]
+    raw_model = config.get("deployment") if kind == "azure" else None
+    raw_model = raw_model or config.get("model") or spec_model
+    raw_url = config.get("base_url") or config.get("endpoint") or config.get("resource")
+    raw_version = config.get("version") or config.get("api_version")
+    params = {k: config[k] for k in ("temperature", "max_tokens") if k in config}
+    if "max_output_tokens" in config:
+        params["max_tokens"] = config["max_output_tokens"]
+    params = {k: v for k, v in params.items() if isinstance(v, int | float)}
+    default_model = "gemini-2.5-flash" if kind in ("gemini", "google") else None
+    needed = [*_empty_refs(raw_url)] + ([] if default_model else _empty_refs(raw_model))
     data = {
         "name": str(name),
-        "provider": _AGENTV_KINDS[kind],
-        "model": model or "default",
-        "base_url": _fill(config.get("base_url") or config.get("endpoint")) or None,
-        "api_key_env": env_name,
-        "params": {k: config[k] for k in ("temperature", "max_tokens") if k in config},
+        "provider": wire,
+        "model": _fill(raw_model) or default_model or "default",
+        "base_url": _fill(raw_url) or default_url,
+        "api_key_env": env_name or default_key,
+        "api_version": (_fill(raw_version) or "v1") if wire == "azure" else None,
+        # AgentV always wants a key; a local server of your own (ollama, vllm, an
+        # OpenAI-compatible base_url without api_key) does not.
+        "key_optional": env_name is None
+        and (default_key is None or (kind == "openai" and bool(raw_url))),  # fmt: skip
+        "params": params,
+        "requires_env": sorted(set(needed)),
     }
     return validate(ModelTarget, data, file=file, lines=lines, prefix=loc)
 
@@ -163,6 +262,75 @@ def _entries(data: Any) -> tuple[list[Any], str]:
     return [], ""
 
 
+AgentvEntry = tuple[dict[str, Any], str, LineMap, tuple[str, ...]]
+
+
+def _included(value: Any, base: Path) -> tuple[Any, Path, LineMap] | None:
+    """A ``file://...`` value of an AgentV config (``providers: file://providers.yaml``), read."""
+    if not isinstance(value, str) or not value.strip().startswith("file://"):
+        return None
+    path = (base / value.strip().removeprefix("file://")).resolve()
+    if not path.is_file():
+        return None
+    data, lines = load_yaml_file(path)
+    return data, path, lines
+
+
+def agentv_files(directory: Path) -> Iterator[tuple[Any, Path, LineMap]]:
+    """The provider files of one folder's ``.agentv/``: ``targets.yaml``, ``config.yaml`` (and
+    the files its ``providers:`` and ``defaults:`` name), ``providers.yaml``."""
+    for name in ("targets.yaml", "config.yaml", "providers.yaml"):
+        path = directory / ".agentv" / name
+        if not path.is_file():
+            continue
+        data, lines = load_yaml_file(path)
+        yield data, path, lines
+        if isinstance(data, dict):
+            for key in ("providers", "defaults"):
+                found = _included(data.get(key), path.parent)
+                if found is not None:
+                    yield found
+
+
+def _dir_entries(directory: Path) -> Iterator[AgentvEntry]:
+    for data, path, lines in agentv_files(directory):
+        entries, key = _entries(data)
+        for i, entry in enumerate(entries):
+            if isinstance(entry, dict):
+                yield entry, str(path), lines, ((key, str(i)) if key else (str(i),))
+
+
+def agentv_entries(start: Path) -> Iterator[AgentvEntry]:
+    """Every AgentV provider entry from ``start`` up (nearest folder first), with its file,
+    lines and key path."""
+    for directory in (start.resolve(), *start.resolve().parents):
+        yield from _dir_entries(directory)
+
+
+def _dir_defaults(directory: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for data, _path, _lines in agentv_files(directory):
+        if not isinstance(data, dict):
+            continue
+        defaults = data.get("defaults")
+        if not isinstance(defaults, dict) and ("provider" in data or "grader" in data):
+            defaults = data  # a defaults.yaml file itself
+        if isinstance(defaults, dict):
+            for key in ("provider", "grader"):
+                if isinstance(defaults.get(key), str):
+                    found.setdefault(key, str(_fill(defaults[key])))
+    return found
+
+
+def agentv_defaults(start: Path) -> dict[str, str]:
+    """``defaults:`` (``provider``, ``grader``) of the nearest AgentV config that has them."""
+    found: dict[str, str] = {}
+    for directory in (start.resolve(), *start.resolve().parents):
+        for key, value in _dir_defaults(directory).items():
+            found.setdefault(key, value)
+    return found
+
+
 def load_targets(start: Path) -> TargetSet:
     """Every target from ``start`` up; the nearest definition of a name wins."""
     found = TargetSet()
@@ -173,29 +341,19 @@ def load_targets(start: Path) -> TargetSet:
             spec = validate(_TargetsFile, data or {}, file=str(ours), lines=lines)
             for t in spec.targets:
                 # base_url and model may come from the environment; the key only by name.
+                t.requires_env = sorted({*_empty_refs(t.base_url), *_empty_refs(t.model)})
                 t.base_url = _fill(t.base_url) or None
                 t.model = _fill(t.model)
                 found.targets.setdefault(t.name, t)
                 found.sources.setdefault(t.name, str(ours))
             found.default = found.default or spec.default_grader
-        for name in ("targets.yaml", "config.yaml", "providers.yaml"):
-            path = directory / ".agentv" / name
-            if not path.is_file():
-                continue
-            data, lines = load_yaml_file(path)
-            entries, key = _entries(data)
-            for i, entry in enumerate(entries):
-                if not isinstance(entry, dict):
-                    continue
-                loc = (key, str(i)) if key else (str(i),)
-                target = _from_agentv(entry, str(path), lines, loc)
-                if target is not None:
-                    found.targets.setdefault(target.name, target)
-                    found.sources.setdefault(target.name, str(path))
-                grader = entry.get("grader_target")
-                if isinstance(grader, str) and found.default is None:
-                    found.default = grader
-            defaults = data.get("defaults") if isinstance(data, dict) else None
-            if isinstance(defaults, dict) and isinstance(defaults.get("grader"), str):
-                found.default = found.default or defaults["grader"]
+        for entry, path, lines, loc in _dir_entries(directory):
+            target = _from_agentv(entry, path, lines, loc)
+            if target is not None:
+                found.targets.setdefault(target.name, target)
+                found.sources.setdefault(target.name, path)
+            grader = entry.get("grader_target")
+            if isinstance(grader, str) and found.default is None:
+                found.default = grader
+        found.default = found.default or _dir_defaults(directory).get("grader")
     return found

@@ -1,0 +1,155 @@
+"""Sweep an AgentV checkout: does every eval file load here as it is written?
+
+    .venv/bin/python bench/agentv_sweep.py PATH [--verbose]
+
+PATH is an AgentV checkout (its ``examples/`` is swept), any folder of eval files, or a
+``.tar.gz`` of a checkout (unpacked to a temporary folder first). Eval files are found by
+AgentV's own rule: ``suite.yaml``, ``eval.yaml`` and ``*.eval.yaml``, in any letter case,
+``.yml`` too. Each is loaded and planned (``gradebox validate`` without the engine: images are
+taken as they are named) from the example's folder, the parent of its ``evals/`` or
+``suites/`` folder, as a user of that example would run it. One line per file:
+
+    LOADS    <file>
+    REFUSED  <file>  <feature>: <what to do instead>
+    BROKEN   <file>  <why>
+
+then a summary. REFUSED is a refusal gradebox means (an ``UnsupportedFeature``: one line
+naming the feature); anything else that stops a file, a traceback included, is BROKEN.
+Exit status 1 when a file is BROKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import tarfile
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradebox.errors import ConfigError, ConfigErrors, NotAllowed, UnsupportedFeature
+from gradebox.plan import plan_suite
+from gradebox.suite import load_suite
+
+_EVAL_NAME = re.compile(r"^(suite|eval)\.ya?ml$|\.eval\.ya?ml$", re.I)
+_SKIP = {"node_modules", ".git"}
+
+
+@dataclass
+class Outcome:
+    file: str
+    kind: str  # LOADS, REFUSED, BROKEN
+    why: str = ""
+    feature: str = ""
+
+
+class _AnyImage:
+    """Plans without an engine: every image is taken as named."""
+
+    def resolve(self, ref: object, source_dir: Path | None = None) -> str:
+        return f"sha256:{abs(hash(str(ref))):064x}"[:71]
+
+
+def eval_files(root: Path) -> list[Path]:
+    """AgentV's discovery rule, over ``root``."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+        found += [Path(folder) / f for f in sorted(files) if _EVAL_NAME.search(f)]
+    return sorted(found)
+
+
+def example_folder(path: Path) -> Path:
+    """Where a user runs the example from: the parent of ``evals/`` or ``suites/``."""
+    for parent in path.parents:
+        if parent.name in ("evals", "suites"):
+            return parent.parent
+    return path.parent
+
+
+@contextlib.contextmanager
+def _cwd(folder: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def sweep_one(path: Path, root: Path) -> Outcome:
+    rel = str(path.relative_to(root))
+    try:
+        with _cwd(example_folder(path)):
+            suite = load_suite(path)
+            plan_suite(suite, _AnyImage())  # type: ignore[arg-type]
+        if any(t.semantics != "agentv" for t in suite.tests):
+            return Outcome(rel, "BROKEN", "read as a gradebox suite, not as an AgentV eval file")
+    except ConfigError as exc:
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        first = next((e for e in errors if not isinstance(e, UnsupportedFeature | NotAllowed)),
+                     None)  # fmt: skip
+        if first is None:
+            refused = errors[0]
+            feature = getattr(refused, "feature", "a privilege not allowed (--allow)")
+            return Outcome(rel, "REFUSED", refused.message, feature)
+        return Outcome(rel, "BROKEN", str(first).replace(str(root) + "/", ""))
+    except Exception as exc:  # a traceback is always a bug of ours
+        return Outcome(rel, "BROKEN", f"{type(exc).__name__}: {exc}")
+    return Outcome(rel, "LOADS")
+
+
+def sweep(root: Path) -> list[Outcome]:
+    if (root / "examples").is_dir() and (root / "packages").is_dir():
+        root = root / "examples"
+    base = root.parent if root.name == "examples" else root
+    return [sweep_one(p, base) for p in eval_files(root)]
+
+
+@contextlib.contextmanager
+def checkout(path: Path) -> Iterator[Path]:
+    """A folder as it is; a tarball unpacked into a temporary folder."""
+    if path.is_dir():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="agentv-sweep-") as tmp:
+        with tarfile.open(path) as tar:
+            tar.extractall(tmp, filter="data")
+        tops = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        yield tops[0] if len(tops) == 1 else Path(tmp)
+
+
+def report(outcomes: list[Outcome], verbose: bool = True) -> str:
+    lines = []
+    for o in outcomes:
+        if verbose or o.kind != "LOADS":
+            lines.append(f"{o.kind:8} {o.file}" + (f"  {o.why}" if o.why else ""))
+    counts = Counter(o.kind for o in outcomes)
+    features = Counter(o.feature for o in outcomes if o.kind == "REFUSED")
+    lines.append(
+        f"{len(outcomes)} eval files: {counts['LOADS']} load, {counts['REFUSED']} refused, "
+        f"{counts['BROKEN']} broken"
+    )
+    for feature, n in features.most_common():
+        lines.append(f"  refused {n:3}  {feature}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path, help="an AgentV checkout, a folder or a .tar.gz")
+    parser.add_argument("--quiet", action="store_true", help="leave out the LOADS lines")
+    args = parser.parse_args(argv)
+    with checkout(args.path.resolve()) as root:
+        outcomes = sweep(root)
+    print(report(outcomes, verbose=not args.quiet))
+    return 1 if any(o.kind == "BROKEN" for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""AgentV eval files, read as they are written, mapped onto our suite model.
+
+Today's form (``prompts``, ``providers``, ``tests[].vars``, ``assert``, ``environment``,
+``default_test``, ``scenarios``, datasets) and the earlier one (``assertions``,
+``type: code-grader``, ``target:`` naming an entry of ``.agentv/targets.yaml``, ``workspace``
+with ``template``, ``repos`` and ``hooks``) are both read. A field is accepted when AgentV's own
+validator accepts it (``validation/eval-validator.ts``): fields that only describe a suite
+(``governance``, ``tags``, ``author``...) are kept in its metadata, and only a field AgentV
+rejects is called a mistake.
+
+What has no equivalent here is refused with one line (``UnsupportedFeature``) naming the file,
+line and field and what to do instead, never dropped: lifecycle extensions that are JavaScript
+modules, SDK providers, output transforms, prompts written by code.
+
+Modules: ``_base`` (errors, interpolation, AgentV's file lookup), ``providers`` (the target),
+``environment`` (the workspace), ``cases`` (the tests), ``csv_cases`` (CSV datasets).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..._yaml import LineMap, load_yaml_file, to_config_error
+from ...errors import ConfigError
+from ...graders.assertion import DEFAULT_REQUIRED
+from ...suite import Suite, SuiteFile, build_suite
+from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
+from .cases import Context, build_tests, gather_cases
+from .environment import map_environment, map_workspace
+from .providers import resolve_target
+
+__all__ = ["PASS_THRESHOLD", "load_agentv", "render"]
+
+PASS_THRESHOLD = DEFAULT_REQUIRED
+"""AgentV's default: a test passes when its weighted score reaches 0.8."""
+
+# AgentV's KNOWN_TOP_LEVEL_FIELDS, and what the earlier form wrote that we still read.
+_TOP_KEYS = {
+    "$schema", "name", "description", "category", "version", "author", "tags", "license",
+    "requires", "input_files", "prompts", "tests", "providers", "defaults", "environment",
+    "execution", "timeout_seconds", "evaluate_options", "threshold", "default_test", "assert",
+    "scenarios", "derived_metrics", "output_path", "env", "nunjucks_filters", "extensions",
+    "workspace", "metadata", "governance",
+    # the earlier form
+    "target", "evalcases", "assertions", "suite", "dataset",
+}  # fmt: skip
+_DESCRIPTIVE = ("category", "version", "author", "license", "requires", "governance",
+                "derived_metrics", "output_path")  # fmt: skip
+# AgentV's validator rejects these, with these hints (REMOVED_TOP_LEVEL_FIELDS).
+_REMOVED = {
+    "experiment": "use tags.experiment",
+    "imports": "use tests: file://... for case files, scenarios: [file://...] for scenarios",
+    "expected_output": "put reference answers in default_test.vars.expected_output or "
+                       "tests[].vars.expected_output",
+    "input": "write the prompt in top-level prompts and row data in tests[].vars",
+    "workers": "use evaluate_options.max_concurrency",
+    "model": "put model inside providers[].config",
+    "policy": "use evaluate_options.repeat, timeout_seconds and threshold",
+    "targets": "use providers",
+    "eval_cases": "use tests",
+    "repeat": "use evaluate_options.repeat",
+    "runs": "use evaluate_options.repeat",
+    "early_exit": "use evaluate_options.repeat",
+    "budget_usd": "use evaluate_options.budget_usd",
+    "on_run_complete": "use extensions with an afterAll hook",
+    "preprocessors": "use default_test.options.transform",
+    "graders": "a grader is a provider: list it in providers and name it in defaults.grader",
+    "providerPromptMap": "use providers",
+    "provider_prompt_map": "use providers",
+}  # fmt: skip
+_DEFAULT_TEST_KEYS = {"vars", "provider", "providers", "prompts", "assert",
+                      "assert_scoring_function", "options", "threshold", "metadata"}  # fmt: skip
+_EVALUATE_OPTIONS = {"budget_usd", "max_concurrency", "cache", "delay", "generate_suggestions",
+                     "repeat", "timeout_ms", "max_eval_time_ms", "filter_range"}  # fmt: skip
+
+
+def _check_top(data: dict[str, Any], where: Where) -> None:
+    for key in data:
+        if key in _REMOVED:
+            raise where.error((key,), f"AgentV removed top-level {key!r}: {_REMOVED[key]}")
+        if key not in _TOP_KEYS:
+            raise where.error((key,), "not a top-level field of an AgentV eval file (AgentV "
+                              "rejects it too; check its spelling)")  # fmt: skip
+    options = data.get("evaluate_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise where.error(("evaluate_options",), "evaluate_options is a mapping")
+        unknown = set(options) - _EVALUATE_OPTIONS
+        if unknown:
+            raise where.error(("evaluate_options", sorted(unknown)[0]),
+                              "not an evaluate_options field AgentV knows")  # fmt: skip
+    if data.get("nunjucks_filters"):
+        raise where.refuse(
+            ("nunjucks_filters",), "nunjucks_filters",
+            "template filters are JavaScript run inside AgentV's process; render the values "
+            "into vars instead",
+        )  # fmt: skip
+    if data.get("prompts") is not None and (data.get("input_files") is not None):
+        raise where.error(("input_files",), "AgentV does not combine top-level input_files "
+                          "with prompts")  # fmt: skip
+    for i, ext in enumerate(data.get("extensions") or []):
+        name = ext.get("id") if isinstance(ext, dict) else ext
+        configured = isinstance(ext, dict) and any(
+            ext.get(k) or (ext.get("config") or {}).get(k)
+            for k in ("skills", "hooks", "agents", "rules"))  # fmt: skip
+        if isinstance(name, str) and name.startswith("agentv:agent-rules") and not configured:
+            continue  # it only tells a coding agent where the workspace's skills already are
+        raise where.refuse(
+            ("extensions", str(i)), "a lifecycle extension",
+            "extensions are JavaScript modules AgentV imports into its own process (with its "
+            "state); write the step as a command: environment.setup, or workspace.hooks "
+            "(before_all, before_each, after_each, after_all)",
+        )  # fmt: skip
+
+
+def _default_test(data: dict[str, Any], where: Where, roots: list[Path], env: dict[str, str]
+                  ) -> dict[str, Any]:  # fmt: skip
+    value = data.get("default_test")
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        ref = value.strip()
+        if ref.startswith("ref://"):
+            raise where.refuse(("default_test",), "ref:// references",
+                               "name the file with file://...")  # fmt: skip
+        if not ref.startswith("file://"):
+            raise where.error(("default_test",), "default_test is a mapping or file://...")
+        path = resolve_path(ref, roots)
+        if path is None or not path.is_file():
+            raise where.error(("default_test",), f"default_test file {ref!r} not found")
+        loaded, lines = load_yaml_file(path)
+        if not isinstance(loaded, dict):
+            raise ConfigError("a default_test file holds a mapping", file=str(path))
+        return interpolate_env(loaded, env)
+    if not isinstance(value, dict):
+        raise where.error(("default_test",), "default_test is a mapping or file://...")
+    unknown = set(value) - _DEFAULT_TEST_KEYS
+    if unknown:
+        raise where.error(("default_test", sorted(unknown)[0]), "not a default_test field")
+    return value
+
+
+def _prompts(data: dict[str, Any]) -> list[Any]:
+    raw = data.get("prompts")
+    if raw is None:
+        return []
+    if isinstance(raw, list) and raw and all(isinstance(p, dict) and "role" in p for p in raw):
+        return [raw]  # one chat prompt
+    return raw if isinstance(raw, list) else [raw]
+
+
+def _eval_defaults(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    value = data.get("defaults")
+    if isinstance(value, str) and value.strip().startswith("file://"):
+        path = (base / value.strip().removeprefix("file://")).resolve()
+        value = load_yaml_file(path)[0] if path.is_file() else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]:
+    """The eval file's mapping (a JSONL file of cases takes its same-named YAML sidecar)."""
+    if path.suffix == ".jsonl":
+        sidecar = next((p for p in (path.with_suffix(".yaml"), path.with_suffix(".yml"))
+                        if p.is_file()), None)  # fmt: skip
+        if sidecar is not None:
+            data, lines = load_yaml_file(sidecar)
+            where = Where(sidecar, lines)
+        else:
+            data, where = {}, Where(path, lines)
+        if not isinstance(data, dict):
+            raise where.error((), "the sidecar must be a mapping")
+        return {**data, "tests": f"file://{path.name}"}, where
+    where = Where(path, lines)
+    if not isinstance(data, dict):
+        raise where.error((), "an eval file must be a mapping with 'tests'")
+    return data, where
+
+
+def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
+    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar)."""
+    path = Path(path)
+    base = path.parent.resolve()
+    env = {**dotenv(base), **os.environ}
+    data, where = _read(path, data, lines)
+    data = interpolate_env(data, env)
+    _check_top(data, where)
+    roots = search_roots(path)
+    default_test = _default_test(data, where, roots, env)
+    defaults = _eval_defaults(data, base)
+    if isinstance(defaults.get("provider"), str) and not data.get("providers"):
+        data = {**data, "providers": [defaults["provider"]]}
+    target = resolve_target(data, where, base, env, roots)
+
+    workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)
+    environment, settings = map_environment(data.get("environment"), where, ("environment",),
+                                            base, env, base)  # fmt: skip
+    if environment is not None:
+        workspace = {**(workspace or {}), **environment}
+
+    key = "tests" if "tests" in data or "evalcases" not in data else "evalcases"
+    ctx = Context(data, where, base, roots, env, default_test)
+    cases = gather_cases(ctx, key)
+    tests, origins, asked = build_tests(cases, _prompts(data), ctx)
+    settings = {**asked, **settings}
+    _conversations_need_a_host_target(tests, target, origins)
+    _suite_input_files(data, tests, roots, where)
+    tests = _filter_range(data, tests, origins, where)
+
+    suite_assert = list(default_test.get("assert") or [])
+    suite_assert += list(data.get("assert", data.get("assertions")) or [])
+    execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
+    suite_assert += list(execution.get("evaluators") or [])
+    options = data.get("evaluate_options") if isinstance(data.get("evaluate_options"), dict) else {}
+    if target is not None:
+        _target_settings(target, settings, options)
+    metadata = {k: data[k] for k in _DESCRIPTIVE if k in data}
+    if isinstance(data.get("tags"), dict | list):
+        metadata["tags"] = data["tags"]
+    threshold = data.get("threshold")
+    spec: dict[str, Any] = {
+        "name": str(data.get("name") or data.get("suite") or _stem(path)),
+        "description": data.get("description"),
+        "metadata": metadata,
+        "workspace": workspace,
+        "target": target,
+        "assert": suite_assert,
+        "defaults": {
+            # AgentV: the file's threshold is every test's (default 0.8).
+            "threshold": threshold if isinstance(threshold, int | float) else PASS_THRESHOLD,
+            "workers": options.get("max_concurrency"),
+            "grader": defaults.get("grader"),
+            "image": settings.get("image"),
+            "limits": settings.get("limits"),
+        },
+        "tests": tests,
+    }
+    try:
+        suite_file = SuiteFile.model_validate(spec)
+    except ValidationError as exc:
+        raise _locate(exc, origins, where) from None
+    return build_suite(path, suite_file, lines, flavor="agentv", origins=origins,
+                       top=(str(where.path), where.lines), search_roots=tuple(roots))  # fmt: skip
+
+
+def _conversations_need_a_host_target(tests: list[dict[str, Any]], target: dict[str, Any] | None,
+                                      origins: list[Any]) -> None:  # fmt: skip
+    """AgentV holds a conversation with any provider; here a turn is a call from the host,
+    so a conversation needs a model, mock or replay target."""
+    if target is not None and target.get("provider") in ("model", "mock", "replay"):
+        return
+    for test, (file, lines, loc) in zip(tests, origins, strict=True):
+        if test.get("conversation"):
+            kind = (target or {}).get("provider", "no target")
+            raise Where(Path(file), lines).refuse(
+                (*loc, "mode"), f"a conversation with a {kind} target",
+                "turns are sent from the host, one call each: use a model provider (or mock, "
+                "replay) as the target, or write the turns as one test's input messages",
+            )  # fmt: skip
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".eval.yaml", ".eval.yml", ".yaml", ".yml", ".jsonl"):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)] or "eval"
+    return name
+
+
+def _target_settings(target: dict[str, Any], settings: dict[str, Any],
+                     options: dict[str, Any]) -> None:  # fmt: skip
+    """A Docker environment's image and limits are the target's too; ``timeout_ms`` bounds it."""
+    if target.get("provider") in ("cli", "stdio"):
+        if settings.get("image") is not None and "image" not in target:
+            target["image"] = settings["image"]
+        if settings.get("limits") is not None:
+            target["limits"] = settings["limits"]
+    ms = options.get("timeout_ms")
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and "timeout" not in target:
+        target["timeout"] = f"{ms / 1000}s"
+
+
+def _suite_input_files(data: dict[str, Any], tests: list[dict[str, Any]], roots: list[Path],
+                       where: Where) -> None:  # fmt: skip
+    """Top-level ``input_files``: every test's (unless it skips the suite's defaults)."""
+    files = data.get("input_files")
+    if not files:
+        return
+    if not isinstance(files, list):
+        raise where.error(("input_files",), "input_files is a list of paths")
+    found = []
+    for i, rel in enumerate(files):
+        path = resolve_path(str(rel), roots)
+        if path is None or not path.is_file():
+            raise where.error(("input_files", str(i)), f"input file {rel!r} not found")
+        found.append(str(path))
+    for test in tests:
+        if not test.get("skip_defaults"):
+            test["input_files"] = [*found, *test["input_files"]]
+
+
+def _filter_range(data: dict[str, Any], tests: list[dict[str, Any]], origins: list[Any],
+                  where: Where) -> list[dict[str, Any]]:  # fmt: skip
+    """``evaluate_options.filter_range``: ``[start, end)`` of the tests, or ``"start:end"``."""
+    options = data.get("evaluate_options") or {}
+    span = options.get("filter_range") if isinstance(options, dict) else None
+    if span is None:
+        return tests
+    if isinstance(span, str) and ":" in span:
+        start_text, end_text = span.split(":", 1)
+        span = [int(start_text or 0), int(end_text) if end_text else len(tests)]
+    if not (isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span)):
+        raise where.error(("evaluate_options", "filter_range"), "filter_range is [start, end]")
+    kept = slice(span[0], span[1])
+    origins[:] = origins[kept]
+    return tests[kept]
+
+
+def _locate(exc: ValidationError, origins: list[Any], where: Where) -> ConfigError:
+    """A validation error of the mapped suite, pointed back at what the user wrote."""
+    loc = [str(p) for p in exc.errors(include_url=False)[0]["loc"]]
+    if len(loc) >= 2 and loc[0] == "tests" and loc[1].isdigit() and int(loc[1]) < len(origins):
+        file, lines, test_loc = origins[int(loc[1])]
+        message = to_config_error(exc, file=file, lines=lines).message
+        field = ".".join((*test_loc, *loc[2:]))
+        return ConfigError(message, file=file, line=lines.get(test_loc), field=field)
+    return to_config_error(exc, file=str(where.path), lines=where.lines)

@@ -1,0 +1,580 @@
+"""An AgentV eval file's tests, gathered and expanded as AgentV does (``yaml-parser.ts``),
+each mapped onto our ``TestCase`` form.
+
+Gathered: inline tests; ``tests: ./cases.jsonl`` (YAML, JSON, JSONL, CSV, a glob, a folder of
+``NAME/case.yaml``); ``include`` entries (``type: tests``, with ``select`` and ``run``);
+``scenarios`` (inline or ``file://`` globs; each config row crossed with the scenario's tests).
+Expanded: ``default_test`` vars and options merged in; string-list vars crossed into one test
+per combination; one test per prompt when there are several (``ID__prompt_P``). Mapped:
+``prompts`` rendered with the test's vars become its input; criteria, expected answers,
+assertions, thresholds, repeats, conversations, workspaces and metadata.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+from ..._yaml import load_yaml_file
+from ...errors import ConfigError
+from ._base import Case, Where, interpolate_env, read_cases_file, render, resolve_path
+from .environment import map_environment, map_workspace
+
+__all__ = ["Context", "build_tests", "gather_cases"]
+
+TEST_KEYS = {
+    "id", "description", "vars", "criteria", "provider", "providers", "prompts", "input",
+    "input_files", "assert", "assert_scoring_function", "options", "threshold", "execution",
+    "run", "environment", "workspace", "metadata", "conversation_id", "suite", "depends_on",
+    "on_dependency_failure", "mode", "turns", "aggregation", "on_turn_failure", "window_size",
+    # read from the earlier form too
+    "input_messages", "expected_output", "expected_messages", "expected_outcome", "assertions",
+    "rubrics", "note",
+}  # fmt: skip
+_GLOB = re.compile(r"[*?{\[]")
+
+
+class Context:
+    """What mapping each test of one file needs to know."""
+
+    def __init__(
+        self, data: dict[str, Any], where: Where, base: Path, roots: list[Path],
+        env: dict[str, str], default_test: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.data, self.where, self.base, self.roots, self.env = data, where, base, roots, env
+        self.default_test = default_test
+        self.suite_metadata = _suite_metadata(data)
+
+
+# --------------------------------------------------------------------------------------------
+# Gathering.
+
+
+def _paths(ref: str, base: Path) -> list[Path]:
+    text = ref.strip().removeprefix("file://")
+    if _GLOB.search(text):
+        return sorted(p.resolve() for p in base.glob(text) if p.is_file())
+    return [(base / text).resolve()]
+
+
+def _case_folder(path: Path) -> list[Case]:
+    out: list[Case] = []
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        case = next((sub / n for n in ("case.yaml", "case.yml") if (sub / n).is_file()), None)
+        if case is None:
+            continue
+        data, lines = load_yaml_file(case)
+        if isinstance(data, dict):
+            data.setdefault("id", sub.name)
+        out.append((data, Where(case, lines), ()))
+    return out
+
+
+def _file_cases(ref: str, base: Path, where: Where, loc: tuple[str, ...]) -> list[Case]:
+    paths = _paths(ref, base)
+    if not paths or not any(p.exists() for p in paths):
+        raise where.error(loc, f"test file {ref!r} not found")
+    out: list[Case] = []
+    for path in paths:
+        if path.is_dir():
+            out += _case_folder(path)
+        elif re.search(r"\.eval\.ya?ml$", path.name, re.I):
+            raise where.error(loc, f"{ref!r} is an eval file: include it with "
+                              "{include: ..., type: suite} or name its case file")  # fmt: skip
+        else:
+            out += read_cases_file(path)
+    return out
+
+
+def gather_cases(ctx: Context, key: str) -> list[Case]:
+    """Every raw case of the file, with where it was written (scenarios lowered last)."""
+    data, where, base = ctx.data, ctx.where, ctx.base
+    raw = data.get(key)
+    cases: list[Case] = []
+    if isinstance(raw, str):
+        cases = _file_cases(raw, base, where, (key,))
+    elif isinstance(raw, list):
+        for i, item in enumerate(raw):
+            loc = (key, str(i))
+            if isinstance(item, str):
+                cases += _file_cases(item, base, where, loc)
+            elif isinstance(item, dict) and "include" in item:
+                cases += _include(item, where, loc, base)
+            else:
+                cases.append((item, where, loc))
+    elif raw is not None:
+        raise where.error((key,), "tests is a list, or a file reference")
+    elif data.get("scenarios") is None:
+        raise where.error((), "required field is missing: tests (or scenarios)")
+    cases += _scenario_cases(data.get("scenarios"), where, base, ctx.env)
+    if not cases:
+        raise where.error((key,), "no tests")
+    return cases
+
+
+def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
+             ) -> list[Case]:  # fmt: skip
+    unknown = set(item) - {"include", "type", "select", "run"}
+    if unknown:
+        raise where.error((*loc, sorted(unknown)[0]), "unknown field of an include entry")
+    kind = item.get("type", "tests")
+    if kind == "suite":
+        raise where.refuse(
+            (*loc, "type"), "including a suite (type: suite)",
+            "a suite brings its own target and settings: run that eval file on its own, or "
+            "include its cases with type: tests",
+        )  # fmt: skip
+    if kind != "tests":
+        raise where.error((*loc, "type"), "type is tests or suite")
+    cases: list[Case] = []
+    for path in _paths(str(item["include"]), base):
+        if not path.exists():
+            raise where.error((*loc, "include"), f"{item['include']!r} not found")
+        if re.search(r"\.eval\.ya?ml$", path.name, re.I):
+            data, lines = load_yaml_file(path)
+            tests = data.get("tests") if isinstance(data, dict) else None
+            if isinstance(tests, str):
+                cases += _file_cases(tests, path.parent, Where(path, lines), ("tests",))
+            elif isinstance(tests, list):
+                cases += [(t, Where(path, lines), ("tests", str(i))) for i, t in enumerate(tests)
+                          if isinstance(t, dict)]  # fmt: skip
+        elif path.is_dir():
+            cases += _case_folder(path)
+        else:
+            cases += read_cases_file(path)
+    select, run = item.get("select"), item.get("run")
+    picked = [c for c in cases if _selected(c[0], select)]
+    if isinstance(run, dict):
+        picked = [({**c[0], "run": {**(c[0].get("run") or {}), **run}}, c[1], c[2])
+                  for c in picked if isinstance(c[0], dict)]  # fmt: skip
+    return picked
+
+
+def _globs(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [str(v) for v in value or []]
+
+
+def _selected(case: Any, select: Any) -> bool:
+    if select is None or not isinstance(case, dict):
+        return True
+    if isinstance(select, str | list):
+        select = {"test_ids": select}
+    ids = _globs(select.get("test_ids"))
+    if ids and not any(fnmatch.fnmatchcase(str(case.get("id", "")), p) for p in ids):
+        return False
+    meta = case.get("metadata") if isinstance(case.get("metadata"), dict) else {}
+    tags = _globs(select.get("tags"))
+    have = _globs(meta.get("tags"))
+    if tags and not any(fnmatch.fnmatchcase(t, p) for t in have for p in tags):
+        return False
+    for key, want in (select.get("metadata") or {}).items():
+        got = meta.get(key)
+        wanted = want if isinstance(want, list) else [want]
+        if got not in wanted and not (isinstance(got, list) and set(got) & set(wanted)):
+            return False
+    return True
+
+
+def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> list[Case]:
+    """AgentV's ``lowerScenariosIntoTests``: each config row crossed with each test."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise where.error(("scenarios",), "scenarios is a list")
+    scenarios: list[tuple[Any, Where, tuple[str, ...]]] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            if not item.startswith("file://"):
+                raise where.error(("scenarios", str(i)), "a scenario reference is file://...")
+            paths = _paths(item, base)
+            if not any(p.is_file() for p in paths):
+                raise where.error(("scenarios", str(i)), f"no scenario file matches {item!r}")
+            for path in paths:
+                data, lines = load_yaml_file(path)
+                data = interpolate_env(data, env)
+                items = data.get("scenarios") if isinstance(data, dict) else data
+                if not isinstance(items, list):
+                    raise ConfigError("a scenario file holds a list of scenarios",
+                                      file=str(path))  # fmt: skip
+                key = ("scenarios",) if isinstance(data, dict) else ()
+                scenarios += [(s, Where(path, lines), (*key, str(j))) for j, s in enumerate(items)]
+        else:
+            scenarios.append((item, where, ("scenarios", str(i))))
+    out: list[Case] = []
+    for s, (scenario, swhere, sloc) in enumerate(scenarios):
+        if not isinstance(scenario, dict) or not isinstance(scenario.get("config"), list) \
+                or not isinstance(scenario.get("tests"), list):  # fmt: skip
+            raise swhere.error(sloc, "a scenario is {config: [...], tests: [...]}")
+        unknown = set(scenario) - {"description", "config", "tests"}
+        if unknown:
+            raise swhere.error((*sloc, sorted(unknown)[0]), "unknown scenario field")
+        tests = scenario["tests"]
+        for c, config in enumerate(scenario["config"]):
+            for t, test in enumerate(tests):
+                if not isinstance(config, dict) or not isinstance(test, dict):
+                    raise swhere.error(sloc, "scenario config rows and tests are mappings")
+                out.append((_merge_row(config, test, s, c, t, len(tests)), swhere,
+                            (*sloc, "tests", str(t))))  # fmt: skip
+    return out
+
+
+def _merge_row(config: dict[str, Any], test: dict[str, Any], s: int, c: int, t: int,
+               count: int) -> dict[str, Any]:  # fmt: skip
+    merged: dict[str, Any] = {**config, **test}
+    for key in ("vars", "metadata", "options", "run"):
+        both = {**(config.get(key) or {}), **(test.get(key) or {})}
+        if both:
+            merged[key] = both
+    asserts = [*(config.get("assert") or []), *(test.get("assert") or [])]
+    if asserts:
+        merged["assert"] = asserts
+    if isinstance(test.get("id"), str) and test["id"].strip():
+        merged["id"] = test["id"]
+    elif isinstance(config.get("id"), str) and config["id"].strip():
+        merged["id"] = f"{config['id']}__scenario_test_{t + 1}" if count > 1 else config["id"]
+    else:
+        merged["id"] = f"scenario-{s + 1}-{c + 1}-{t + 1}"
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# Expansion: default_test, string-list vars, prompts.
+
+
+def _with_defaults(case: dict[str, Any], default_test: dict[str, Any]) -> dict[str, Any]:
+    out = dict(case)
+    for key in ("vars", "options"):
+        base = default_test.get(key)
+        if isinstance(base, dict) and base and (out.get(key) is None or isinstance(out[key], dict)):
+            out[key] = {**base, **(out.get(key) or {})}
+    return out
+
+
+def _var_combinations(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """AgentV's ``expandArrayVarCases``: a var whose value is a list of strings makes one test
+    per value (every combination); the ids get ``__vars_N``, as ours must be unique."""
+    variables = case.get("vars")
+    if not isinstance(variables, dict):
+        return [case]
+    axes = [[(k, x) for x in v] if isinstance(v, list) and (not v or isinstance(v[0], str))
+            else [(k, v)] for k, v in variables.items()]  # fmt: skip
+    if all(len(a) == 1 and not isinstance(variables[a[0][0]], list) for a in axes):
+        return [case]
+    combos = [dict(c) for c in itertools.product(*axes)]
+    if len(combos) == 1:
+        return [{**case, "vars": combos[0]}]
+    return [{**case, "vars": v, "id": f"{case.get('id', '')}__vars_{i + 1}"}
+            for i, v in enumerate(combos)]  # fmt: skip
+
+
+def _prompt_id(prompt: Any) -> str:
+    """AgentV's ``safePromptId`` of a prompt's identity."""
+    import json
+
+    if isinstance(prompt, str) and prompt.startswith("file://"):
+        ident = prompt.removeprefix("file://").lstrip("/")
+    elif isinstance(prompt, dict) and isinstance(prompt.get("id"), str):
+        ident = prompt["id"]
+    else:
+        kind = "chat" if isinstance(prompt, list) else "string"
+        body = json.dumps(prompt, separators=(",", ":"), ensure_ascii=False)
+        ident = f"{kind}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", ident.strip()).strip("-")
+    return safe[:48] or hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def prompt_input(prompt: Any, ctx: Context, loc: tuple[str, ...]) -> Any:
+    """A ``prompts`` entry as the input it renders: text, or chat messages."""
+    if isinstance(prompt, str):
+        if prompt.startswith("file://"):
+            path = resolve_path(prompt, ctx.roots)
+            if path is None or not path.is_file():
+                raise ctx.where.error(loc, f"prompt file {prompt!r} not found")
+            return path.read_text(encoding="utf-8").replace("\r\n", "\n")
+        return prompt
+    if isinstance(prompt, list):
+        return prompt
+    if isinstance(prompt, dict):
+        for key in ("function", "function_file", "command"):
+            if key in prompt:
+                raise ctx.where.refuse(
+                    (*loc, key), f"a prompt {key}",
+                    "it runs code to write the prompt when the file loads; write the prompt "
+                    "(or a file:// prompt file) instead",
+                )  # fmt: skip
+        if "file" in prompt:
+            return prompt_input(f"file://{prompt['file']}", ctx, (*loc, "file"))
+        for key in ("messages", "prompt", "raw"):
+            if key in prompt:
+                return prompt[key]
+        if "role" in prompt:
+            return [prompt]
+    raise ctx.where.error(loc, "a prompt is text, chat messages, file://..., or {raw|prompt}")
+
+
+def expand(case: dict[str, Any], prompts: list[Any]) -> list[tuple[dict[str, Any], Any]]:
+    """``(case, prompt)`` pairs: one per var combination and prompt."""
+    out = []
+    for combo in _var_combinations(case):
+        if not prompts:
+            out.append((combo, None))
+            continue
+        if "input" in combo:  # with prompts, a test's input is a var of the prompt
+            combo = {**{k: v for k, v in combo.items() if k not in ("input", "input_files")},
+                     "vars": {**(combo.get("vars") or {}), "input": combo["input"]}}  # fmt: skip
+        for prompt in prompts:
+            one = combo
+            if len(prompts) > 1 and combo.get("id"):
+                one = {**combo, "id": f"{combo['id']}__prompt_{_prompt_id(prompt)}"}
+            out.append((one, prompt))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Mapping one test.
+
+
+def _suite_metadata(data: dict[str, Any]) -> dict[str, Any]:
+    """What every test inherits (AgentV's ``extractSuiteMetadataPayload``): ``metadata``, list
+    ``tags``, ``governance``."""
+    meta = dict(data.get("metadata") or {}) if isinstance(data.get("metadata"), dict) else {}
+    tags = meta.pop("tags", None)
+    merged = [t for t in (_globs(data.get("tags")) if not isinstance(data.get("tags"), dict)
+                          else []) + _globs(tags) if t]  # fmt: skip
+    if merged:
+        meta["tags"] = list(dict.fromkeys(merged))
+    if isinstance(data.get("governance"), dict):
+        meta["governance"] = data["governance"]
+    return meta
+
+
+def _merge_metadata(case: dict[str, Any], suite: dict[str, Any]) -> dict[str, Any]:
+    out = dict(case)
+    for key, value in suite.items():
+        mine = out.get(key)
+        if isinstance(value, list) and isinstance(mine, list):
+            out[key] = list(dict.fromkeys([*value, *mine], None)) if all(
+                isinstance(v, str) for v in [*value, *mine]) else [*value, *mine]  # fmt: skip
+        elif isinstance(value, dict) and isinstance(mine, dict):
+            out[key] = _merge_metadata(mine, value)
+        elif mine is None:
+            out[key] = value
+    return out
+
+
+def _content_parts(content: Any, ctx: Context, cwhere: Where, roots: list[Path], files: list[str],
+                   loc: tuple[str, ...]) -> Any:  # fmt: skip
+    """Message content: text parts stay, ``{type: file, value: path}`` parts become input files
+    (found where AgentV looks) and stay in the message as a reference."""
+    if not isinstance(content, list):
+        return content
+    out = []
+    for i, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") in ("file", "image"):
+            rel = str(part.get("value") or part.get("path") or "")
+            path = resolve_path(rel, roots) if rel else None
+            if path is None or not path.is_file():
+                raise cwhere.error((*loc, str(i), "value"), f"input file {rel!r} not found "
+                                   f"(looked from {roots[0]} up, then in {roots[-1]})")  # fmt: skip
+            files.append(str(path))
+            out.append({"type": "file", "value": rel})
+        elif isinstance(part, dict) and part.get("type") == "text":
+            out.append({"type": "text", "text": part.get("value", part.get("text", ""))})
+        else:
+            out.append(part)
+    return out
+
+
+def _messages(value: Any, role: str, ctx: Context, cwhere: Where, roots: list[Path],
+              files: list[str], loc: tuple[str, ...]) -> Any:  # fmt: skip
+    if isinstance(value, dict) and "role" in value:
+        value = [value]
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m
+                                                 for m in value):  # fmt: skip
+        return [{**m, "content": _content_parts(m.get("content"), ctx, cwhere, roots, files,
+                                                 (*loc, str(i), "content"))}
+                for i, m in enumerate(value)]  # fmt: skip
+    if isinstance(value, list) and value and all(isinstance(p, dict) and "type" in p
+                                                 for p in value):  # fmt: skip
+        return [{"role": role,
+                 "content": _content_parts(value, ctx, cwhere, roots, files, loc)}]  # fmt: skip
+    if isinstance(value, dict | list):
+        return [{"role": role, "content": value}]
+    return value
+
+
+def _as_expected(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value):
+        return value
+    return [{"role": "assistant", "content": value}]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _threshold(item: dict[str, Any], execution: dict[str, Any], ctx: Context) -> float | None:
+    run = item.get("run") if isinstance(item.get("run"), dict) else {}
+    for value in (run.get("threshold"), execution.get("threshold"), item.get("threshold"),
+                  ctx.default_test.get("threshold")):  # fmt: skip
+        if _number(value) is not None:
+            return _number(value)
+    return None
+
+
+def _repeat(item: dict[str, Any], ctx: Context) -> int:
+    run = item.get("run") if isinstance(item.get("run"), dict) else {}
+    options = item.get("options") if isinstance(item.get("options"), dict) else {}
+    evaluate = ctx.data.get("evaluate_options")
+    evaluate = evaluate if isinstance(evaluate, dict) else {}
+    for value in (run.get("repeat"), options.get("repeat"), evaluate.get("repeat")):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return 1
+
+
+def build_test(
+    item: Any, cwhere: Where, loc: tuple[str, ...], prompt: Any, ctx: Context, index: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """One test in our ``TestCase`` form, and the step settings its environment asks for."""
+    if not isinstance(item, dict):
+        raise cwhere.error(loc, "a test must be a mapping")
+    unknown = set(item) - TEST_KEYS
+    if unknown:
+        raise cwhere.error((*loc, sorted(unknown)[0]), "not a test field AgentV knows (check "
+                           "its spelling)")  # fmt: skip
+    for key, why in (("depends_on", "tests run independently here; put the dependency's "
+                      "steps in a before_each hook or the workspace template"),
+                     ("provider", "a test-level provider: gradebox runs one target per run; "
+                      "move it to the file's providers"),
+                     ("providers", "a test-level provider: gradebox runs one target per run; "
+                      "move it to the file's providers")):  # fmt: skip
+        if item.get(key):
+            raise cwhere.refuse((*loc, key), f"tests[].{key}", why)
+    options = item.get("options") if isinstance(item.get("options"), dict) else {}
+    if options.get("transform") is not None:
+        raise cwhere.refuse(
+            (*loc, "options", "transform"), "output transforms",
+            "a transform runs code inside AgentV's process over the answer; grade the raw "
+            "answer, or give LLM graders preprocessors: [{type, command}]",
+        )  # fmt: skip
+    if item.get("rubrics"):
+        raise cwhere.error((*loc, "rubrics"), "tests[].rubrics was removed from AgentV; write "
+                           "the items in an llm-rubric assertion's value")  # fmt: skip
+    variables = dict(item.get("vars") or {}) if isinstance(item.get("vars"), dict) else {}
+    test_id = render(item.get("id"), variables)
+    if not isinstance(test_id, str) or not test_id.strip():
+        test_id = f"test-{index + 1}"  # AgentV derives an id for rows that omit theirs
+    case_dir = cwhere.path.parent.resolve()
+    roots = [case_dir, *[r for r in ctx.roots if r != case_dir]]
+    files: list[str] = []
+    if prompt is not None:
+        raw_input = render(prompt_input(prompt, ctx, ("prompts",)), variables)
+        ikey = "vars"
+    else:
+        raw_input = item.get("input_messages", item.get("input", variables.get("input")))
+        raw_input = render(raw_input, variables)
+        ikey = "input_messages" if "input_messages" in item else "input"
+    message_input = _messages(raw_input, "user", ctx, cwhere, roots, files, (*loc, ikey))
+    expected = item.get("expected_messages",
+                        item.get("expected_output", variables.get("expected_output")))  # fmt: skip
+    expected = _messages(render(expected, variables), "assistant", ctx, cwhere, roots, [],
+                         (*loc, "expected_output"))  # fmt: skip
+    for i, rel in enumerate(render(item.get("input_files") or [], variables)):
+        path = resolve_path(str(rel), roots)
+        if path is None or not path.is_file():
+            raise cwhere.error((*loc, "input_files", str(i)), f"input file {rel!r} not found")
+        files.append(str(path))
+    criteria = render(item.get("criteria", item.get("expected_outcome")), variables)
+    execution = item.get("execution") if isinstance(item.get("execution"), dict) else {}
+    skip_defaults = bool(execution.get("skip_defaults", False))
+    asserts = list(item.get("assert", item.get("assertions")) or [])
+    asserts += list(execution.get("evaluators") or execution.get("assert") or [])
+    suite_asserts = ctx.data.get("assert", ctx.data.get("assertions"))
+    if isinstance(criteria, str) and criteria.strip() and not asserts and not (
+            suite_asserts and not skip_defaults):  # fmt: skip
+        asserts = [criteria]  # AgentV: a test's bare criteria is its one rubric
+    workspace, settings = None, {}
+    if item.get("workspace") is not None:
+        workspace = map_workspace(item["workspace"], cwhere, (*loc, "workspace"), case_dir,
+                                  ctx.env)  # fmt: skip
+    if item.get("environment") is not None:
+        workspace, settings = map_environment(item["environment"], cwhere, (*loc, "environment"),
+                                              case_dir, ctx.env, ctx.base)  # fmt: skip
+    metadata = _merge_metadata(dict(item.get("metadata") or {}), ctx.suite_metadata)
+    metadata = {**(ctx.default_test.get("metadata") or {}), **metadata}
+    for key in ("description", "conversation_id"):
+        if isinstance(item.get(key), str):
+            metadata.setdefault(key, render(item[key], variables))
+    if variables:
+        metadata["vars"] = variables
+    test: dict[str, Any] = {
+        "id": test_id.strip(),
+        "input": message_input,
+        "expected_output": _as_expected(expected),
+        "criteria": criteria if isinstance(criteria, str) else None,
+        "metadata": metadata,
+        "input_files": files,
+        "assert": render(asserts, variables),
+        "skip_defaults": skip_defaults,
+        "threshold": _threshold(item, execution, ctx),
+        "repeat": _repeat(item, ctx),
+        "workspace": workspace,
+    }
+    if item.get("mode") == "conversation" or item.get("turns"):
+        test["conversation"] = _conversation(item, variables, ctx, cwhere, roots, loc)
+    return test, settings
+
+
+def _conversation(
+    item: dict[str, Any], variables: dict[str, Any], ctx: Context, cwhere: Where,
+    roots: list[Path], loc: tuple[str, ...],
+) -> dict[str, Any]:  # fmt: skip
+    turns = item.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise cwhere.error((*loc, "turns"), "mode: conversation needs turns")
+    out = []
+    for i, turn in enumerate(turns):
+        tloc = (*loc, "turns", str(i))
+        if not isinstance(turn, dict) or "input" not in turn:
+            raise cwhere.error(tloc, "a turn is {input, expected_output?, assert?}")
+        unknown = set(turn) - {"input", "expected_output", "assert"}
+        if unknown:
+            raise cwhere.error((*tloc, sorted(unknown)[0]), "unknown field of a turn")
+        text = render(turn["input"], variables)
+        out.append({
+            "input": text if isinstance(text, str) else _messages(
+                text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
+            "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
+            "assert": render(list(turn.get("assert") or []), variables),
+        })  # fmt: skip
+    conversation: dict[str, Any] = {"turns": out}
+    for key in ("aggregation", "on_turn_failure", "window_size"):
+        if item.get(key) is not None:
+            conversation[key] = item[key]
+    return conversation
+
+
+def build_tests(cases: list[Case], prompts: list[Any], ctx: Context
+                ) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:  # fmt: skip
+    """Every test, where each was written (for errors), and step settings (a Docker
+    environment's image and limits) any of them asked for."""
+    tests, origins, settings = [], [], {}
+    index = 0
+    for item, cwhere, loc in cases:
+        item = _with_defaults(item, ctx.default_test) if isinstance(item, dict) else item
+        if not isinstance(item, dict):
+            raise cwhere.error(loc, "a test must be a mapping")
+        for one, prompt in expand(item, prompts):
+            test, asked = build_test(one, cwhere, loc, prompt, ctx, index)
+            index += 1
+            tests.append(test)
+            origins.append((str(cwhere.path), cwhere.lines, loc))
+            settings.update(asked)
+    return tests, origins, settings

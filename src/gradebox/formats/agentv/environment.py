@@ -1,0 +1,208 @@
+"""Where an AgentV test's agent works: today's ``environment`` and the earlier ``workspace``,
+as our ``workspace`` (and, for a Docker environment, the image and limits of every step).
+
+- ``environment: {type: host, workdir, setup, env}``: the workdir is the template (copied
+  fresh for each test); ``setup`` runs once before the first test, in a container, on the
+  prepared template, as our ``before_all`` (a workdir that does not exist yet starts empty, as
+  AgentV creates it before its setup);
+- ``environment: {type: docker, image, resources, workdir}``: every step runs on ``image``
+  (under our hardening), ``resources`` become limits; mounts, secrets and GPUs are refused;
+- ``workspace: {template, repos, hooks}`` (the earlier form) maps field by field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..._yaml import load_yaml_file
+from ._base import Where, interpolate_env
+
+__all__ = ["map_environment", "map_workspace"]
+
+
+def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
+    if hook is None:
+        return None
+    if isinstance(hook, dict):
+        unknown = set(hook) - {"command", "script", "timeout_ms", "timeoutMs", "cwd", "reset"}
+        if unknown:
+            raise where.error((*loc, sorted(unknown)[0]), "unknown field of a hook")
+        command = hook.get("command", hook.get("script"))
+        if command is None:
+            return None  # `reset: fast` and the like: every test gets a fresh workspace anyway
+        return command
+    return hook
+
+
+def _included(value: str, base: Path, env: dict[str, str]) -> tuple[Any, Where, Path]:
+    ref = (base / value.strip().removeprefix("file://")).resolve()
+    data, lines = load_yaml_file(ref)
+    return interpolate_env(data, env), Where(ref, lines), ref.parent
+
+
+def map_workspace(
+    ws: Any, where: Where, loc: tuple[str, ...], base: Path, env: dict[str, str]
+) -> dict[str, Any] | None:
+    """The earlier form's ``workspace`` (template, repos, hooks) as ours."""
+    if ws is None:
+        return None
+    if isinstance(ws, str) and ws.startswith("file://"):
+        data, inner, folder = _included(ws, base, env)
+        return map_workspace(data, inner, (), folder, env)
+    if not isinstance(ws, dict):
+        raise where.error(loc, "workspace must be a mapping")
+    unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode"}
+    if unknown:
+        raise where.error((*loc, sorted(unknown)[0]), "unknown workspace field")
+    out: dict[str, Any] = {}
+    if ws.get("template") is not None:
+        out["template"] = str((base / str(ws["template"])).resolve())
+    repos = [_repo(repo, where, (*loc, "repos", str(i)), base)
+             for i, repo in enumerate(ws.get("repos") or [])]  # fmt: skip
+    if repos:
+        out["repos"] = repos
+    hooks = ws.get("hooks") or {}
+    if not isinstance(hooks, dict):
+        raise where.error((*loc, "hooks"), "hooks must be a mapping")
+    for name, hook in hooks.items():
+        if name == "enabled":
+            continue
+        if name not in ("before_all", "before_each", "after_each", "after_all"):
+            raise where.error((*loc, "hooks", name), "unknown hook (before_all, before_each, "
+                              "after_each, after_all)")  # fmt: skip
+        command = _hook_command(hook, where, (*loc, "hooks", name))
+        if command is not None:
+            out[name] = command
+    return out
+
+
+def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str, Any]:
+    if not isinstance(repo, dict) or "path" not in repo:
+        raise where.error(loc, "a repo needs a path")
+    source = repo.get("source") if isinstance(repo.get("source"), dict) else {}
+    kind = source.get("type") or ("git" if repo.get("repo") else None)
+    local = source.get("path") if kind == "local" else None
+    if kind != "local" or not isinstance(local, str):
+        raise where.refuse(
+            loc, "a remote repository",
+            "gradebox fetches nothing over the network; clone it next to the eval file and "
+            "name it as source: {type: local, path: ...}",
+        )  # fmt: skip
+    checkout = repo.get("checkout") if isinstance(repo.get("checkout"), dict) else {}
+    ref = checkout.get("base_commit") or checkout.get("ref") or repo.get("commit")
+    path = (base / local).resolve()
+    if not path.is_dir():
+        raise where.error((*loc, "source", "path"), f"{local!r} is not a directory")
+    return {"path": str(repo["path"]), "source": str(path), "ref": ref}
+
+
+def map_environment(
+    spec: Any, where: Where, loc: tuple[str, ...], base: Path, env: dict[str, str],
+    suite_dir: Path,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:  # fmt: skip
+    """``(workspace, step settings)`` of today's ``environment``; the settings (``image``,
+    ``limits``) apply to every step of a Docker environment."""
+    if spec is None:
+        return None, {}
+    if isinstance(spec, str) and spec.strip().startswith("file://"):
+        data, inner, folder = _included(spec, base, env)
+        return map_environment(data, inner, (), folder, env, suite_dir)
+    if not isinstance(spec, dict):
+        raise where.error(loc, "environment must be a mapping or a file:// reference")
+    kind = spec.get("type", "host")
+    allowed = {"type", "workdir", "setup", "env", "reset"}
+    if kind == "docker":
+        allowed |= {"image", "context", "dockerfile", "resources", "mounts", "secrets"}
+    elif kind != "host":
+        raise where.error((*loc, "type"), f"environment type {kind!r}: host or docker")
+    unknown = set(spec) - allowed
+    if unknown:
+        raise where.error((*loc, sorted(unknown)[0]), f"not a field of a {kind} environment")
+    if kind == "docker":
+        return {}, _docker(spec, where, loc, base)
+    out: dict[str, Any] = {}
+    workdir = spec.get("workdir")
+    folder = (base / str(workdir)).resolve() if workdir is not None else None
+    if folder is not None and folder.is_dir():
+        out["template"] = str(folder)
+    setup = spec.get("setup")
+    if setup is not None:
+        if not isinstance(setup, dict):
+            raise where.error((*loc, "setup"), "setup is {command, cwd, timeout_ms}")
+        command = _hook_command(setup, where, (*loc, "setup"))
+        cwd = setup.get("cwd")
+        here = (folder or base) / cwd if isinstance(cwd, str) else base
+        if command is not None:
+            out["before_all"] = _relative_to(command, here.resolve(), suite_dir)
+    return out, {}
+
+
+def _relative_to(command: Any, cwd: Path, suite_dir: Path) -> Any:
+    """Arguments that name a file from the setup's cwd, named from the suite's folder (where
+    our hooks resolve them); the rest as written."""
+    if not isinstance(command, list):
+        return command
+    out = []
+    for arg in command:
+        text = str(arg)
+        candidate = cwd / text
+        if not Path(text).is_absolute() and ("/" in text or "." in text) and candidate.is_file():
+            out.append(os.path.relpath(candidate.resolve(), suite_dir))
+        else:
+            out.append(text)
+    return out
+
+
+def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
+            ) -> dict[str, Any]:  # fmt: skip
+    for key, why in (("mounts", "host folders are never mounted into a step; copy them into "
+                      "the workspace template"),
+                     ("secrets", "secrets never enter a container; call models through a "
+                      "script grader's model proxy")):  # fmt: skip
+        if spec.get(key):
+            raise where.refuse((*loc, key), f"a Docker environment's {key}", why)
+    settings: dict[str, Any] = {}
+    if isinstance(spec.get("image"), str):
+        settings["image"] = spec["image"]
+    elif isinstance(spec.get("context"), str):
+        context = (base / spec["context"]).resolve()
+        dockerfile = spec.get("dockerfile")
+        settings["image"] = {
+            "build": str(context / dockerfile) if isinstance(dockerfile, str) else str(context),
+            "context": str(context),
+        }
+    else:
+        raise where.error(loc, "a Docker environment names an image or a build context")
+    resources = spec.get("resources") or {}
+    if not isinstance(resources, dict):
+        raise where.error((*loc, "resources"), "resources is {cpus, memory}")
+    if resources.get("gpu"):
+        raise where.refuse((*loc, "resources", "gpu"), "GPUs in a Docker environment",
+                           "steps run without devices; drop gpu")  # fmt: skip
+    limits: dict[str, Any] = {}
+    memory = resources.get("memory")
+    if memory is not None:
+        size = _docker_bytes(memory)
+        if size is None:
+            raise where.error((*loc, "resources", "memory"), f"{memory!r} is not a size (2g)")
+        limits["memory"] = size
+    if isinstance(resources.get("cpus"), int | float):
+        limits["cpus"] = float(resources["cpus"])
+    if limits:
+        settings["limits"] = limits
+    return settings
+
+
+def _docker_bytes(value: Any) -> int | None:
+    """Docker's sizes: a number of bytes, or with b, k, m or g (powers of 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().lower().removesuffix("b") or "0"
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1], 1)
+    number = text[:-1] if text[-1] in "kmg" else text
+    try:
+        return int(float(number) * scale)
+    except ValueError:
+        return None

@@ -1,0 +1,291 @@
+"""Which agent an AgentV eval file tests: its provider (``providers: [LABEL]``, an inline
+entry, ``target:``, ``execution.target``, or ``defaults.provider``), found in the file or in
+the ``.agentv/`` files above it, as our target.
+
+- ``cli``: a command template run in the sandbox (``steps.run_cli_target``);
+- a model (``openai``, ``azure``, ``anthropic``, ``gemini``, ``openrouter``, ``ollama``,
+  ``vllm``): called from the host through the run's model hub (``host_targets``); a label
+  found nowhere is taken as a model target's name and checked before the run, as AgentV checks
+  it when it runs;
+- ``mock`` (a canned answer) and ``replay`` (a recorded transcript): answered on the host;
+- coding-agent CLIs (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``): their
+  program as a ``cli`` target, which needs an image that carries it (``plan`` says so);
+- SDK providers that run inside AgentV's own process: refused by name.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...graders.assertion import infer_image
+from ...llm.targets import (
+    MODEL_KINDS,
+    agentv_config,
+    agentv_defaults,
+    agentv_entries,
+    agentv_kind,
+    agentv_label,
+)
+from ._base import Where, interpolate_env, resolve_path
+
+__all__ = ["CODING_AGENTS", "resolve_target"]
+
+DEFAULT_MOCK_RESPONSE = (
+    '{"answer":"Mock provider response. Configure targets.yaml to supply a custom value."}'
+)
+
+
+@dataclass(frozen=True)
+class CodingAgent:
+    program: str
+    template: str  # {argv} is the program (and its own args), {model} the model flag
+    model_flag: str = "--model"
+    answer_format: str = "auto"
+
+
+# How each coding agent is asked for one answer, non-interactively, its answer in
+# {OUTPUT_FILE}. These need their program (and its credentials) on the target's image.
+CODING_AGENTS = {
+    "claude-cli": CodingAgent(
+        "claude", "{argv} -p --output-format json --dangerously-skip-permissions{model} "
+        "{PROMPT} > {OUTPUT_FILE}", answer_format="claude-json",
+    ),
+    "codex-cli": CodingAgent(
+        "codex", "{argv} exec --skip-git-repo-check --full-auto{model} "
+        "--output-last-message {OUTPUT_FILE} {PROMPT}", model_flag="-m",
+    ),
+    "copilot-cli": CodingAgent(
+        "copilot", "{argv} -s --allow-all-tools --no-color{model} -p {PROMPT} > {OUTPUT_FILE}"
+    ),
+    "pi-cli": CodingAgent("pi", "{argv} -p{model} {PROMPT} > {OUTPUT_FILE}"),
+}  # fmt: skip
+CODING_AGENTS["claude"] = CODING_AGENTS["claude-cli"]
+CODING_AGENTS["codex"] = CODING_AGENTS["codex-cli"]
+
+IN_PROCESS = {
+    "claude-sdk", "copilot-sdk", "codex-sdk", "codex-app-server", "pi-coding-agent", "pi-sdk",
+    "pi-rpc", "vscode", "vscode-insiders", "agentv", "function", "sdk-child", "package", "file",
+}  # fmt: skip
+
+
+@dataclass
+class Found:
+    entry: dict[str, Any]
+    where: Where
+    loc: tuple[str, ...]
+
+
+def _inline(value: Any, where: Where, loc: tuple[str, ...]) -> Found | str | None:
+    """A provider entry written in the eval file, or the label it names."""
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, dict):
+        if "id" in value or "provider" in value or "label" in value:
+            return Found(value, where, loc)
+        # promptfoo's map form: {"openai:gpt-4.1": {label, config}}
+        if len(value) == 1:
+            key, options = next(iter(value.items()))
+            options = options if isinstance(options, dict) else {}
+            return Found({"id": key, **options}, where, (*loc, str(key)))
+    raise where.error(loc, "a provider is a label or an entry with an id")
+
+
+def _catalog(label: str, start: Path, env: dict[str, str]) -> Found | None:
+    """The provider of that label in the ``.agentv/`` files from ``start`` up."""
+    for entry, file, lines, loc in agentv_entries(start):
+        if agentv_label(entry) == label or (entry.get("id") == label and "label" not in entry):
+            return Found(interpolate_env(entry, env), Where(Path(file), lines), loc)
+    return None
+
+
+def resolve_target(
+    data: dict[str, Any], where: Where, base: Path, env: dict[str, str],
+    roots: list[Path],
+) -> dict[str, Any] | None:  # fmt: skip
+    """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
+    carry their answers)."""
+    found, label, loc = _pick(data, where, base)
+    if found is None and label is None:
+        return None
+    if found is None and label is not None:
+        found = _catalog(label, base, env)
+        if found is None:
+            # AgentV checks a label when it runs; so do we (as a model target's name).
+            return {"provider": "model", "model": label, "label": label}
+    assert found is not None
+    return _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
+
+
+def _pick(data: dict[str, Any], where: Where, base: Path
+          ) -> tuple[Found | None, str | None, tuple[str, ...]]:  # fmt: skip
+    providers = data.get("providers")
+    if isinstance(providers, str | dict):
+        providers = [providers]
+    if isinstance(providers, list) and providers:
+        if len(providers) > 1:
+            raise where.refuse(
+                ("providers",), "several providers (a provider matrix)",
+                "gradebox runs one target per run; list one provider, and run a copy of the "
+                "file for each of the others",
+            )  # fmt: skip
+        picked = _inline(providers[0], where, ("providers", "0"))
+        if isinstance(picked, Found):
+            return picked, None, ("providers", "0")
+        return None, picked, ("providers", "0")
+    execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
+    if isinstance(execution.get("targets"), list):
+        raise where.refuse(("execution", "targets"), "several targets (a target matrix)",
+                           "gradebox runs one target per run; name one target")  # fmt: skip
+    for loc, value in ((("target",), data.get("target")),
+                       (("execution", "target"), execution.get("target"))):  # fmt: skip
+        if isinstance(value, str) and value.strip():
+            return None, value.strip(), loc
+    default = agentv_defaults(base).get("provider")
+    return None, default, ("providers",)
+
+
+def _target(
+    found: Found, base: Path, env: dict[str, str], roots: list[Path], timeout: Any,
+    suite_env: Any,
+) -> dict[str, Any]:  # fmt: skip
+    entry, where, loc = found.entry, found.where, found.loc
+    config = agentv_config(entry)
+    kind = agentv_kind(entry)
+    label = agentv_label(entry) or kind
+    at = (*loc, "provider" if "provider" in entry else "id")
+    if kind == "cli":
+        return _cli(config, where, loc, base, timeout, suite_env, label)
+    if kind in MODEL_KINDS:
+        return {"provider": "model", "model": label, "label": label}
+    if kind == "mock":
+        response = config.get("response")
+        return {
+            "provider": "mock",
+            "label": label,
+            "response": response if isinstance(response, str) else DEFAULT_MOCK_RESPONSE,
+        }
+    if kind == "replay":
+        return _replay(config, where, loc, label, roots, found)
+    if kind in CODING_AGENTS:
+        return _coding_agent(kind, config, where, loc, label, base, timeout)
+    if kind in IN_PROCESS:
+        raise where.refuse(
+            at, f"the {kind} provider",
+            "it runs inside AgentV's own process (an SDK); use its CLI provider "
+            "(claude-cli, codex-cli, copilot-cli, pi-cli) or a cli command",
+        )  # fmt: skip
+    raise where.error(at, f"unknown provider {kind!r} (cli, a model provider, mock, replay, or "
+                      "a coding-agent CLI)")  # fmt: skip
+
+
+def _healthcheck(config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
+                 ) -> dict[str, Any] | None:  # fmt: skip
+    check = config.get("healthcheck")
+    if check is None:
+        return None
+    if isinstance(check, dict) and check.get("url"):
+        raise where.refuse(
+            (*loc, "healthcheck", "url"), "an HTTP healthcheck",
+            "the target has no network, so a URL says nothing about it; use a command "
+            "healthcheck (healthcheck: {command: ...})",
+        )  # fmt: skip
+    command = check.get("command") if isinstance(check, dict) else check
+    if isinstance(command, list):
+        command = " ".join(str(c) for c in command)
+    if not isinstance(command, str) or not command.strip():
+        raise where.error((*loc, "healthcheck"), "a healthcheck needs a command (or a url)")
+    cwd = check.get("cwd") if isinstance(check, dict) else None
+    return {"command": command, "cwd": str((base / cwd).resolve()) if isinstance(cwd, str)
+            else None}  # fmt: skip
+
+
+def _cli(
+    config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path, timeout: Any,
+    suite_env: Any, label: str,
+) -> dict[str, Any]:  # fmt: skip
+    command = next(
+        (config[k] for k in ("command", "command_template", "commandTemplate") if k in config),
+        None,
+    )
+    if isinstance(command, list):
+        command = " ".join(str(c) for c in command)
+    if not isinstance(command, str) or not command.strip():
+        raise where.error((*loc, "command"), "a cli provider needs a command template")
+    cwd = config.get("cwd")
+    target: dict[str, Any] = {
+        "provider": "cli",
+        "label": label,
+        "command": command,
+        # AgentV resolves a provider's cwd from the eval file's folder (its default).
+        "cwd": str((base / cwd).resolve()) if isinstance(cwd, str) else None,
+        "files_format": config.get("files_format", "{path}"),
+        "env": {k: str(v) for k, v in (suite_env or {}).items()},
+        "healthcheck": _healthcheck(config, where, loc, base),
+    }
+    if infer_image(command) == "node":
+        target["image"] = "node"
+    t = config.get("timeout_seconds", timeout)
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        target["timeout"] = f"{float(t)}s"
+    return target
+
+
+def _coding_agent(
+    kind: str, config: dict[str, Any], where: Where, loc: tuple[str, ...], label: str,
+    base: Path, timeout: Any,
+) -> dict[str, Any]:  # fmt: skip
+    agent = CODING_AGENTS[kind]
+    argv = config.get("command") or config.get("executable") or [agent.program]
+    if isinstance(argv, str):
+        argv = shlex.split(argv)
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+        raise where.error((*loc, "command"), "command is the program (and its own arguments)")
+    model = config.get("model")
+    flag = f" {agent.model_flag} {shlex.quote(model)}" if isinstance(model, str) and model else ""
+    command = agent.template.format(
+        argv=" ".join(shlex.quote(a) for a in argv), model=flag,
+        PROMPT="{PROMPT}", OUTPUT_FILE="{OUTPUT_FILE}",
+    )  # fmt: skip
+    target: dict[str, Any] = {
+        "provider": "cli", "label": label, "command": command, "program": argv[0],
+        "answer_format": agent.answer_format,
+        "healthcheck": _healthcheck(config, where, loc, base),
+    }  # fmt: skip
+    image = config.get("image")
+    if isinstance(image, str) and image.strip():
+        target["image"] = image.strip()
+    t = config.get("timeout_seconds", timeout)
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        target["timeout"] = f"{float(t)}s"
+    return target
+
+
+def _replay(
+    config: dict[str, Any], where: Where, loc: tuple[str, ...], label: str, roots: list[Path],
+    found: Found,
+) -> dict[str, Any]:  # fmt: skip
+    sources = [k for k in ("fixtures", "transcripts", "execution_traces") if config.get(k)]
+    if len(sources) != 1:
+        raise where.error(loc, "a replay provider reads exactly one of fixtures, transcripts")
+    key = sources[0]
+    if key == "execution_traces":
+        raise where.refuse(
+            (*loc, key), "replay from execution_traces",
+            "replay a fixtures or transcripts JSONL file instead (agentv import writes them)",
+        )  # fmt: skip
+    rel = str(config[key])
+    # A providers file's relative paths start at its own folder; then AgentV's search roots.
+    path = resolve_path(rel, [found.where.path.parent, *roots])
+    if path is None or not path.is_file():
+        raise where.error((*loc, key), f"replay {key} file {rel!r} not found")
+    source = config.get("source_target")
+    if not isinstance(source, str) or not source.strip():
+        raise where.error((*loc, "source_target"), "a replay provider needs source_target")
+    replay = {key: str(path), "source_target": source.strip()}
+    for extra in ("suite", "eval_path", "variant"):
+        if isinstance(config.get(extra), str):
+            replay[extra] = config[extra]
+    return {"provider": "replay", "label": label, "replay": replay}

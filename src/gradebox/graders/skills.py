@@ -1,0 +1,124 @@
+"""Which agent skills a transcript shows in use, and AgentV's ``skill-used`` /
+``not-skill-used`` checks over them. Pure logic.
+
+A skill call is read from the tool calls the target reported, as AgentV derives it
+(``providers/skill-calls.ts``): a ``Skill`` tool call names it; a ``Read`` of
+``skills/NAME/SKILL.md`` (or ``.agents/skills/...``), a ``Bash`` command or any tool output that
+mentions such a path counts too. Calls that report an error status do not count. Everything
+here reads what the agent reported: each text is bounded before it is scanned, and every
+pattern is anchored and linear.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .trace import Trace
+
+__all__ = ["SkillCall", "check_skills", "skill_calls"]
+
+_MAX_TEXT = 100_000  # characters of one command or output scanned for skill paths
+_PATH = re.compile(r"(?:^|/)(?:\.agents/)?skills/([A-Za-z0-9._:-]+)/SKILL\.md$")
+_STRIP = re.compile(r"^[`\"'(\[{<]+|[`\"',;:)\]}>]+$")
+
+
+@dataclass(frozen=True)
+class SkillCall:
+    name: str
+    path: str | None = None
+    source: str = "tool"
+
+    def label(self) -> str:
+        return f"{self.name} ({self.source}, {self.path})" if self.path else self.name
+
+
+def _paths(text: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of every ``skills/NAME/SKILL.md`` token in ``text``."""
+    found: dict[str, str] = {}
+    for raw in text[:_MAX_TEXT].split():
+        token = _STRIP.sub("", raw).replace("\\", "/")
+        m = _PATH.search(token)
+        if m:
+            found.setdefault(token, m.group(1))
+    return [(name, path) for path, name in found.items()]
+
+
+def skill_calls(trace: Trace) -> list[SkillCall]:
+    """The skills the transcript shows in use, in order, without errored calls."""
+    out: list[SkillCall] = []
+    seen: set[tuple[str, str | None, str]] = set()
+
+    def add(call: SkillCall) -> None:
+        key = (call.name, call.path, call.source)
+        if call.source == "tool" or key not in seen:
+            seen.add(key)
+            out.append(call)
+
+    for call in trace.tool_calls:
+        if call.error:
+            continue
+        name = call.name.lower()
+        args = call.args if isinstance(call.args, dict) else {}
+        if name == "skill":
+            skill = args.get("skill", args.get("name"))
+            if isinstance(skill, str) and skill.strip():
+                add(SkillCall(skill.strip()))
+            continue
+        if name == "read":
+            path = next((args[k] for k in ("file_path", "path", "filePath")
+                         if isinstance(args.get(k), str)), None)  # fmt: skip
+            m = _PATH.search(path.strip().replace("\\", "/")) if path else None
+            if m:
+                add(SkillCall(m.group(1), path.strip(), "heuristic"))
+            continue
+        if name == "bash" and isinstance(args.get("command"), str):
+            for skill, path in _paths(args["command"]):
+                add(SkillCall(skill, path, "heuristic"))
+        if call.output is not None:
+            text = call.output if isinstance(call.output, str) else json.dumps(call.output)
+            for skill, path in _paths(text):
+                add(SkillCall(skill, path, "heuristic"))
+    return out
+
+
+def _matches(call: SkillCall, name: str | None, pattern: str | None) -> bool:
+    if name and call.name != name:
+        return False
+    return not pattern or fnmatch.fnmatchcase(call.name.lower(), pattern.lower())
+
+
+def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str]:
+    """AgentV's verdict: a name or a list (all used; with ``inverse`` none used), or
+    ``{name|pattern, min, max}`` (a count; with ``inverse`` it must be zero)."""
+    calls = skill_calls(trace)
+    actual = ", ".join(c.label() for c in calls) or "(none)"
+    if isinstance(value, str | list):
+        wanted = [value] if isinstance(value, str) else [str(v) for v in value]
+        wanted = [w.strip() for w in wanted if w.strip()]
+        used = [w for w in wanted if any(_matches(c, w, None) for c in calls)]
+        if inverse:
+            ok = not used
+            why = f"forbidden skill(s) not used: {', '.join(wanted)}"
+            if not ok:
+                why = f"forbidden skill(s) used: {', '.join(used)}; actual: {actual}"
+        else:
+            missing = [w for w in wanted if w not in used]
+            ok = not missing
+            why = (f"required skill(s) used: {', '.join(wanted)}; actual: {actual}" if ok
+                   else f"missing skill(s): {', '.join(missing)}; actual: {actual}")  # fmt: skip
+        return ok, why
+    spec = value if isinstance(value, dict) else {}
+    name, pattern = spec.get("name"), spec.get("pattern")
+    label = pattern or name or "*"
+    count = sum(1 for c in calls if _matches(c, name, pattern))
+    if inverse:
+        return count == 0, f"forbidden skill {label!r} used {count} time(s); actual: {actual}"
+    low = spec.get("min", 0 if "max" in spec else 1)
+    high = spec.get("max")
+    ok = count >= int(low) and (high is None or count <= int(high))
+    bound = f"at least {low}" if high is None else f"{low}-{high}"
+    return ok, f"skill {label!r} used {count} time(s) (expected {bound}); actual: {actual}"
