@@ -101,3 +101,31 @@ def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
         if folder.is_dir():
             found += [p.name for p in folder.iterdir() if p.name.startswith(f"gradebox-{pid}-")]
     return found
+
+
+def shared_corpus(name: str) -> Path:
+    """A tarball of ``shared/corpus`` (AgentV's repository, plaited's harness), found beside the
+    repository root or above it (CI keeps ``../shared/corpus`` next to the clone). Absent: the
+    test is skipped here, and fails under CI=true, where the corpus must be."""
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root.parent, *root.parent.parents):
+        found = sorted((folder / "shared" / "corpus").glob(f"{name}-*.tar.gz"))
+        if found:
+            return found[-1]
+    why = f"no shared/corpus/{name}-*.tar.gz beside {root} or above it"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def agentv_checkout(tmp_path_factory) -> Path:
+    """AgentV's repository at the commit the corpus holds, unpacked once per session."""
+    import tarfile
+
+    tarball = shared_corpus("agentv")
+    where = tmp_path_factory.mktemp("agentv-corpus")
+    with tarfile.open(tarball) as tar:
+        tar.extractall(where, filter="data")
+    (top,) = [p for p in where.iterdir() if p.is_dir()]
+    return top

@@ -1,4 +1,5 @@
-"""Scripted model servers on loopback: OpenAI-compatible chat completions and Anthropic
+"""Scripted model servers on loopback: OpenAI-compatible chat completions, Azure OpenAI's
+Responses API (``/openai/v1/responses?api-version=...``, key in ``api-key``) and Anthropic
 messages. No model API is reachable from the tests; these answer as the real ones do."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class FakeModel:
         self.kind, self.answers, self.default = kind, list(answers or []), default
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -47,7 +49,7 @@ class FakeModel:
         """The text of the last user message of every request."""
         out = []
         for body in self.requests:
-            content = body["messages"][-1]["content"]
+            content = body["messages" if "messages" in body else "input"][-1]["content"]
             out.append(content if isinstance(content, str) else json.dumps(content))
         return out
 
@@ -79,12 +81,45 @@ class FakeModel:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake._lock:
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    fake.paths.append(self.path)
                 answer = fake._next(body)
                 if isinstance(answer, int):
                     self._send(
                         answer,
                         {"error": {"message": f"scripted {answer}", "type": "rate_limit_error"}},
                         retry=True,
+                    )
+                elif fake.kind == "azure":
+                    self._send(
+                        200,
+                        {
+                            "id": "resp_1",
+                            "object": "response",
+                            "created_at": 0,
+                            "model": body.get("model"),
+                            "status": "completed",
+                            "output": [
+                                {
+                                    "type": "message",
+                                    "id": "msg_1",
+                                    "status": "completed",
+                                    "role": "assistant",
+                                    "content": [
+                                        {"type": "output_text", "text": answer, "annotations": []}
+                                    ],
+                                }
+                            ],
+                            "usage": {
+                                "input_tokens": 100,
+                                "output_tokens": 20,
+                                "total_tokens": 120,
+                                "input_tokens_details": {"cached_tokens": 0},
+                                "output_tokens_details": {"reasoning_tokens": 0},
+                            },
+                            "parallel_tool_calls": True,
+                            "tool_choice": "auto",
+                            "tools": [],
+                        },
                     )
                 elif fake.kind == "anthropic":
                     self._send(

@@ -328,8 +328,8 @@ def compile_assertion(
         return _llm(body, score, ctx, loc)
     if kind in ("pytest", "node-test"):
         return _verifier(body, score, ctx, loc)
-    if ctx.flavor == "agentv" and (is_builtin(kind) or kind in TRACE_TYPES):
-        body = _promptfoo_extras(body, score)
+    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
+        body = _promptfoo_extras(body, score, keep={"threshold"} if not is_builtin(kind) else set())
     if is_builtin(kind):
         check = validate(BuiltinAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
@@ -359,12 +359,15 @@ def compile_assertion(
 _PROMPTFOO_EXTRAS = {"id", "threshold", "provider", "config", "transform", "description"}
 
 
-def _promptfoo_extras(body: dict[str, Any], score: dict[str, Any]) -> dict[str, Any]:
+def _promptfoo_extras(
+    body: dict[str, Any], score: dict[str, Any], keep: set[str]
+) -> dict[str, Any]:
     """AgentV passes promptfoo's extra keys of a built-in through (its schema is
-    ``passthrough``): an ``id`` names the assertion, the rest change nothing here."""
+    ``passthrough``): an ``id`` names the assertion, the rest change nothing here (``keep``:
+    those that do for this type, as a latency check's ``threshold``)."""
     if isinstance(body.get("id"), str) and score["name"] is None:
         score["name"] = body["id"]
-    return {k: v for k, v in body.items() if k not in _PROMPTFOO_EXTRAS}
+    return {k: v for k, v in body.items() if k not in _PROMPTFOO_EXTRAS - keep}
 
 
 def _assert_set(
@@ -682,6 +685,7 @@ def _judge_error(ctx: CompileContext, where: tuple[str, ...], name: Any,
     name; a judge that names nothing known is the file's own error."""
     from ..llm.targets import agentv_entries, agentv_kind, agentv_label
 
+    name = name if isinstance(name, str) else ctx.targets.default  # grader_target, defaults
     if isinstance(name, str):
         for entry, *_ in agentv_entries(ctx.suite_dir):
             if agentv_label(entry) == name:

@@ -135,7 +135,7 @@ def map_environment(
         cwd = setup.get("cwd")
         here = (folder or base) / cwd if isinstance(cwd, str) else base
         if command is not None:
-            out["before_all"] = _relative_to(command, here.resolve(), suite_dir)
+            out["before_all"] = _relative_to(command, Path(os.path.normpath(here)), suite_dir)
     return out, {}
 
 
@@ -147,9 +147,10 @@ def _relative_to(command: Any, cwd: Path, suite_dir: Path) -> Any:
     out = []
     for arg in command:
         text = str(arg)
-        candidate = cwd / text
+        # normpath, not resolve: the setup's own cwd may not exist yet (it makes it).
+        candidate = Path(os.path.normpath(cwd / text))
         if not Path(text).is_absolute() and ("/" in text or "." in text) and candidate.is_file():
-            out.append(os.path.relpath(candidate.resolve(), suite_dir))
+            out.append(os.path.relpath(candidate, suite_dir))
         else:
             out.append(text)
     return out

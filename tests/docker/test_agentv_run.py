@@ -1,0 +1,260 @@
+"""AgentV eval files run on real containers: the verdicts AgentV's source gives, model targets
+whose key never enters a container, a cli provider's healthcheck, a coding-agent CLI, and
+AgentV's own examples run unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradebox.images import ImageResolver
+from gradebox.runner import RunOptions, read_results, run_suite
+from gradebox.suite import load_suite
+from tests.conftest import write
+from tests.fake_models import FakeModel
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+SEMANTICS = ROOT / "tests" / "fixtures" / "agentv" / "semantics"
+
+
+def gradebox(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "gradebox", *map(str, args)], capture_output=True, text=True,
+        cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+    )  # fmt: skip
+
+
+def _run(path: Path, out: Path, box, engine) -> dict:
+    suite = load_suite(path)
+    run_suite(suite, box, ImageResolver(engine), RunOptions(out, workers=4))
+    return read_results(out / "results.jsonl")
+
+
+# What AgentV gives each test of the fixture (worked out in its comments from AgentV's source):
+# (status, score) of the test, and of each of its graders.
+AGENTV_VERDICTS = {
+    "score-only-high": ("passed", 0.85, [("passed", 0.85)]),
+    "score-only-low": ("passed", 0.97, [("failed", 0.7), ("passed", 1.0)]),
+    "checks-only": ("failed", 0.75, [("failed", 0.75)]),
+    "exit-code-text": ("failed", 0.0, [("failed", 0.0)]),
+    "required-at-threshold": ("passed", 0.7, [("failed", 0.7)]),
+    "required-gate": ("failed", 0.0, [("passed", 1.0), ("failed", 0.0)]),
+    "weights-below": ("failed", 0.75, [("passed", 1.0), ("failed", 0.0)]),
+    "weights-at": ("passed", 0.8, [("passed", 1.0), ("failed", 0.0)]),
+    "negated": ("failed", 0.5, [("passed", 1.0), ("failed", 0.0)]),
+    "set-threshold": ("failed", 0.5, [("passed", 0.5)]),
+    "trajectory": ("failed", 0.75, [("passed", 1.0)] * 3 + [("failed", 0.0)]),
+    "skills": ("passed", 1.0, [("passed", 1.0), ("passed", 1.0)]),
+    "invoice": ("passed", 0.8, [("passed", 0.8)]),
+}
+
+
+def test_verdicts_are_the_ones_agentv_gives(tmp_path, box, engine):
+    results = _run(SEMANTICS / "evals" / "semantics.eval.yaml", tmp_path / "out", box, engine)
+    got = {
+        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
+                                                for g in r.graders])
+        for k, r in results.items()
+    }  # fmt: skip
+    assert got == AGENTV_VERDICTS, {
+        k: (r.error, [g.evidence for g in r.graders])
+        for k, r in results.items()
+        if got[k] != AGENTV_VERDICTS[k]
+    }
+    assert results["required-gate"].gates_failed == ["contains '43' scored 0.00 < required 0.8"]
+
+
+def test_the_half_rule_stays_for_custom_assertions_and_our_own_script_graders(
+    tmp_path, box, engine
+):
+    score_only = "import json, sys\nsys.stdin.read()\nprint(json.dumps({'score': 0.7}))\n"
+    write(tmp_path / ".agentv" / "assertions" / "seventy.py", score_only)
+    write(tmp_path / "graders" / "seventy.py", score_only)
+    write(tmp_path / ".agentv" / "providers.yaml", "- {id: mock, label: m, response: ok}\n")
+    agentv = write(
+        tmp_path / "a.eval.yaml",
+        "providers: [m]\ntests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        "      - {type: seventy}\n      - {type: script, command: [python3, graders/seventy.py]}\n",
+    )
+    ours = write(
+        tmp_path / "suite.yaml",
+        "tests:\n  - id: a\n    output: ok\n    assert:\n"
+        "      - {type: script, command: [python3, graders/seventy.py]}\n",
+    )
+    custom, script = _run(agentv, tmp_path / "a", box, engine)["a"].graders
+    assert (custom.status.value, script.status.value) == ("passed", "failed")
+    (own,) = _run(ours, tmp_path / "o", box, engine)["a"].graders
+    assert own.status.value == "passed" and own.score == 0.7
+
+
+KEY = "sk-never-in-a-container-51c2"
+ENV_DUMP = """import json, os, sys
+stdin = sys.stdin.read()
+seen = [k for k, v in os.environ.items() if "GB_" in k or "never-in" in v]
+clean = not seen and "never-in" not in stdin
+print(json.dumps({"pass": clean, "reason": f"saw {seen}"}))
+sys.exit(0 if clean else 1)  # as a setup hook, a key it saw fails the run
+"""
+
+
+def test_a_model_target_keeps_its_key_on_the_host(tmp_path, box, engine, monkeypatch):
+    monkeypatch.setenv("GB_TARGET_KEY", KEY)
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADEBOX_LLM_BACKOFF", "0.01")
+    write(tmp_path / "graders" / "env.py", ENV_DUMP)
+    with FakeModel(answers=[429, "The answer is 42."]) as fake:
+        write(
+            tmp_path / ".agentv" / "providers.yaml",
+            f"- id: openai\n  label: m\n  base_url: '{fake.base_url}'\n"
+            "  api_key: '{{ env.GB_TARGET_KEY }}'\n  model: x\n",
+        )
+        path = write(
+            tmp_path / "e.eval.yaml",
+            "providers: [m]\nenvironment: {type: host, workdir: ./ws,"
+            " setup: {command: [python3, graders/env.py]}}\n"
+            "tests:\n  - id: a\n    vars: {input: 'What is 6*7?'}\n    assert:\n"
+            "      - {type: contains, value: '42'}\n"
+            "      - {type: script, command: [python3, graders/env.py]}\n",
+        )
+        write(tmp_path / "ws" / "README", "template\n")
+        results = _run(path, tmp_path / "out", box, engine)
+    result = results["a"]
+    assert result.status.value == "passed", (result.error, [g.evidence for g in result.graders])
+    assert fake.headers[-1]["authorization"] == f"Bearer {KEY}"  # the host sent it
+    for name in ("results.jsonl", "summary.json"):
+        assert KEY not in (tmp_path / "out" / name).read_text()
+
+
+def test_a_cli_healthcheck_runs_once_before_the_first_test(tmp_path, box, engine):
+    write(tmp_path / "agent.sh", "echo 'the answer is 42' > \"$1\"\n")
+    write(tmp_path / "check.sh", "command -v sh >/dev/null\n")
+    write(tmp_path / "broken.sh", "echo 'the agent is not installed' >&2\nexit 3\n")
+    provider = (
+        "- id: cli\n  label: a\n  command: sh agent.sh {OUTPUT_FILE}\n"
+        "  healthcheck: {command: sh check.sh}\n"
+    )
+    write(tmp_path / ".agentv" / "providers.yaml", provider)
+    tests = "".join(f"  - id: t{i}\n    vars: {{input: x}}\n    assert: [{{type: contains, "
+                    "value: '42'}]\n" for i in range(3))  # fmt: skip
+    path = write(tmp_path / "e.eval.yaml", f"providers: [a]\ntests:\n{tests}")
+    counted = _Counting(box)
+    suite = load_suite(path)
+    run_suite(suite, counted, ImageResolver(engine), RunOptions(tmp_path / "ok", workers=3))
+    assert {r.status.value for r in read_results(tmp_path / "ok" / "results.jsonl").values()} \
+        == {"passed"}  # fmt: skip
+    assert counted.names.count("target-healthcheck") == 1
+    write(tmp_path / ".agentv" / "providers.yaml", provider.replace("check.sh", "broken.sh"))
+    failing = _run(path, tmp_path / "ko", box, engine)
+    assert {r.error for r in failing.values()} == {
+        "target healthcheck exited with code 3: the agent is not installed"
+    }
+
+
+class _Counting:
+    """The sandbox, counting what runs by name."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.names = inner, []
+
+    def run(self, spec):
+        self.names.append(spec.name)
+        return self.inner.run(spec)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+FAKE_CLAUDE = """#!/bin/sh
+# Claude Code's one-shot JSON, as `claude -p --output-format json` prints it.
+printf '{"type":"result","result":"Fixed: 42","total_cost_usd":0.03,"duration_ms":1500,'
+printf '"usage":{"input_tokens":900,"output_tokens":40}}'
+"""
+
+
+def test_a_coding_agent_cli_runs_as_a_cli_target(tmp_path, box, engine):
+    write(tmp_path / "fake-claude", FAKE_CLAUDE).chmod(0o755)
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- {id: claude-cli, label: mine, command: [sh, ./fake-claude], image: shell}\n"
+        "- {id: claude-cli, label: stock}\n",
+    )
+    path = write(
+        tmp_path / "e.eval.yaml",
+        "providers: [mine]\ntests:\n  - id: a\n    vars: {input: fix it}\n    assert:\n"
+        "      - {type: contains, value: '42'}\n      - {type: cost, budget: 0.05}\n"
+        "      - {type: token-usage, max_total: 1000}\n",
+    )
+    result = _run(path, tmp_path / "out", box, engine)["a"]
+    assert result.status.value == "passed", (result.error, [g.evidence for g in result.graders])
+    assert result.output == "Fixed: 42"
+    stock = write(tmp_path / "s.eval.yaml", "providers: [stock]\ntests:\n  - {id: a, vars: {}}\n")
+    p = gradebox("validate", stock)
+    assert p.returncode == 2 and "runs `claude`, which gradebox's 'python' image" in p.stderr
+
+
+def _agentv_example(checkout: Path, tmp_path: Path, name: str) -> Path:
+    """A copy of one of AgentV's examples, with the repository's root .agentv/ above it."""
+    copy = tmp_path / "agentv"
+    shutil.copytree(checkout / ".agentv", copy / ".agentv")
+    shutil.copytree(checkout / "examples" / "features" / name, copy / "examples" / name)
+    return copy / "examples" / name
+
+
+def test_agentv_cli_example_runs_unchanged(tmp_path, agentv_checkout):
+    example = _agentv_example(agentv_checkout, tmp_path, "workspace-artifact")
+    p = gradebox("run", "evals/suite.yaml", "--out", tmp_path / "o", "--json", cwd=example)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout)["summary"]["passed"] == 1
+
+
+def _azure_answer(body: dict) -> str:
+    """The scripted Azure deployment: the agent's answers, and the judge's verdicts."""
+    if "Answer with one JSON object" in str(body.get("instructions")):
+        return '{"score": 1, "checks": [], "reasoning": "fine"}'  # every rubric holds
+    asked = json.dumps([body.get("instructions"), body.get("input")])
+    for needle, answer in AZURE_ANSWERS:
+        if needle in asked:
+            return answer
+    return "I am not sure."
+
+
+AZURE_ANSWERS = [
+    ("Hello", "Hello there!"),
+    ("email", "Write to support@example.com"),
+    ("2+2", "4"),
+    ("Dear User", "Thanks for writing."),
+    ('\\"result\\"', '{"result": 42}'),
+    ("status field", '{"status": "ok"}'),
+]
+
+
+def test_agentv_example_with_a_model_target_runs_unchanged(tmp_path, agentv_checkout):
+    example = _agentv_example(agentv_checkout, tmp_path, "deterministic-graders")
+    with FakeModel("azure", default=_azure_answer) as fake:
+        env = {
+            "AZURE_OPENAI_ENDPOINT": fake.base_url, "AZURE_OPENAI_API_KEY": "k",
+            "AZURE_DEPLOYMENT_NAME": "dep", "GRADEBOX_CACHE": str(tmp_path / "cache"),
+        }  # fmt: skip
+        p = gradebox("run", "evals/suite.yaml", "--out", tmp_path / "o", "--json",
+                     cwd=example, env=env)  # fmt: skip
+    results = {r.id: r for r in read_results(tmp_path / "o" / "results.jsonl").values()}
+    status = {k: r.status.value for k, r in results.items()}
+    # The deployment answers as its system prompt asks, except "Dear User," (the regex
+    # ^Dear User fails: (0 + 1) / 2 = 0.5 < 0.8) and the required gate's JSON (is-json is
+    # required and fails: AgentV's score is then 0).
+    assert status == {
+        "contains-basic": "passed", "regex-email": "passed", "equals-exact": "passed",
+        "starts-with-prefix": "failed", "is-json-valid": "passed", "multi-assertion": "passed",
+        "required-gate": "failed",
+    }  # fmt: skip
+    assert results["starts-with-prefix"].score == 0.5 and results["required-gate"].score == 0
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert all(h["api-key"] == "k" for h in fake.headers)

@@ -1,0 +1,385 @@
+"""AgentV constructs its own examples use, each from a small eval file of our own: what it maps
+onto, and the errors that name the file and field. No containers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gradebox.errors import ConfigError, ConfigErrors, UnsupportedFeature
+from gradebox.graders.assertion import GraderAssertion, HostAssertion, LlmGraderAssertion
+from gradebox.preflight import preflight
+from gradebox.suite import load_suite
+from tests.conftest import write
+
+AZURE = (
+    "- id: azure\n  label: judge\n  endpoint: '{{ env.GB_AZ_URL }}'\n"
+    "  api_key: '{{ env.GB_AZ_KEY }}'\n  model: dep\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_outside_env(monkeypatch):
+    for name in ("GB_AZ_URL", "GB_AZ_KEY", "GB_OPENAI_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _eval(tmp_path: Path, body: str, name: str = "evals/e.eval.yaml") -> Path:
+    return write(tmp_path / name, body)
+
+
+def test_descriptive_fields_are_kept_as_metadata_and_governance_is_inherited(tmp_path):
+    path = _eval(
+        tmp_path,
+        "name: gov\nauthor: me\nlicense: MIT\nversion: '2'\nrequires: {agentv: '>=1'}\n"
+        "tags: [red-team]\ngovernance:\n  owasp: [LLM01]\n  owner: sec\n"
+        "metadata: {team: x}\nderived_metrics: [{name: m, value: x}]\n"
+        "tests:\n  - id: a\n    vars: {input: hi}\n    metadata: {tags: [extra]}\n"
+        "    assert: [{type: contains, value: hi}]\n",
+    )
+    suite = load_suite(path)
+    meta = suite.spec.metadata
+    assert meta["author"] == "me" and meta["license"] == "MIT" and meta["governance"]["owner"]
+    test = suite.tests[0]
+    assert test.metadata["governance"] == {"owasp": ["LLM01"], "owner": "sec"}
+    assert test.metadata["tags"] == ["red-team", "extra"] and test.metadata["team"] == "x"
+
+
+def test_defaults_name_the_provider_and_the_judge(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", AZURE + "- id: mock\n  label: canned\n")
+    path = _eval(
+        tmp_path,
+        "defaults: {provider: canned, grader: judge}\n"
+        "tests:\n  - id: a\n    vars: {input: hi}\n    assert: [Be polite]\n",
+    )
+    suite = load_suite(path)
+    assert suite.spec.target is not None and suite.spec.target.provider == "mock"
+    (rubric,) = suite.tests[0].assertions
+    assert isinstance(rubric, LlmGraderAssertion) and rubric.llm.target.name == "judge"
+    write(tmp_path / "evals" / "d.yaml", "provider: canned\ngrader: judge\n")
+    path = _eval(tmp_path, "defaults: file://d.yaml\ntests:\n  - id: a\n    vars: {input: x}\n")
+    assert load_suite(path).spec.target.provider == "mock"
+
+
+def test_llm_rubric_settings_pass_through_and_no_prompt_means_the_default(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", AZURE)
+    path = _eval(
+        tmp_path,
+        "defaults: {grader: judge}\ntests:\n  - id: a\n    vars: {input: hi}\n"
+        "    criteria: Greets the user\n    assert:\n"
+        "      - {type: llm-rubric, max_steps: 3, temperature: 0}\n",
+    )
+    (rubric,) = load_suite(path).tests[0].assertions
+    assert isinstance(rubric, LlmGraderAssertion)
+    assert rubric.llm.prompt is None and rubric.llm.rubrics == []  # the default prompt
+    assert rubric.llm.target.params == {"temperature": 0}
+
+
+def test_score_ranges_rubric_items_in_both_forms(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", AZURE)
+    path = _eval(
+        tmp_path,
+        "defaults: {grader: judge}\ntests:\n  - id: a\n    vars: {input: hi}\n    assert:\n"
+        "      - type: llm-rubric\n        value:\n          - id: accuracy\n"
+        "            weight: 2\n"
+        "            score_ranges: {'0': Wrong., '8': Right.}\n"
+        "          - id: brevity\n            score_ranges:\n"
+        "              - {score_range: [0, 5], outcome: Long.}\n"
+        "              - {score_range: [6, 10], outcome: Short.}\n",
+    )
+    (rubric,) = load_suite(path).tests[0].assertions
+    first, second = rubric.llm.rubrics
+    assert first.weight == 2 and first.text.startswith("accuracy: the answer reaches a score")
+    assert "  0: Wrong." in first.text and "  8: Right." in first.text
+    assert "  6: Short." in second.text
+
+
+def test_default_test_from_a_file_in_a_parent_folder(tmp_path):
+    write(
+        tmp_path / "shared" / "defaults.yaml",
+        "vars: {who: world}\nthreshold: 0.5\nassert: [{type: contains, value: hello}]\n",
+    )
+    path = _eval(
+        tmp_path,
+        "prompts: ['say hello to {{ who }}']\ndefault_test: file://shared/defaults.yaml\n"
+        "tests:\n  - id: a\n", "ex/evals/e.eval.yaml",
+    )  # fmt: skip
+    suite = load_suite(path)  # found walking up, as AgentV's search roots do
+    test = suite.tests[0]
+    assert test.case.input == "say hello to world" and test.threshold == 0.5
+    assert [type(a).__name__ for a in test.assertions] == ["HostAssertion"]
+
+
+def test_case_files_includes_csv_and_case_folders(tmp_path):
+    ev = tmp_path / "evals"
+    write(ev / "cases" / "a.yaml", "- id: y1\n  vars: {input: one}\n")
+    write(ev / "cases" / "b.jsonl", '{"id": "j1", "vars": {"input": "two"}}\n')
+    write(
+        ev / "cases" / "c.csv",
+        "id,vars.input,__expected,__expected2,__metric,__threshold,__metadata:source,locale\n"
+        'c1,"three, quoted",icontains:THREE,not-contains(0.9):four,m,0.7,csv,en\n'
+        ",no id,equals:x,,,,,\n",
+    )
+    write(ev / "folder" / "f1" / "case.yaml", "vars: {input: four}\n")
+    write(
+        ev / "other.eval.yaml",
+        "tests:\n  - {id: keep, vars: {input: k}, metadata: {tags: [smoke]}}\n"
+        "  - {id: drop, vars: {input: d}}\n",
+    )
+    path = _eval(
+        tmp_path,
+        "prompts: ['{{ input }}']\ntests:\n  - file://cases/*.yaml\n  - file://cases/b.jsonl\n"
+        "  - file://cases/c.csv\n  - ./folder/\n"
+        "  - include: ./other.eval.yaml\n    type: tests\n    select: {tags: smoke}\n"
+        "    run: {threshold: 0.3, repeat: 3}\n",
+    )
+    suite = load_suite(path)
+    ids = [t.id for t in suite.tests]
+    assert ids == ["y1", "j1", "c1", "row-2", "f1", "keep"]
+    c1 = suite.tests[2]
+    assert c1.case.input == "three, quoted" and c1.threshold == 0.7
+    assert c1.metadata["source"] == "csv" and c1.metadata["vars"]["locale"] == "en"
+    icontains, negated = c1.assertions
+    assert icontains.name == "m-1" and negated.negate and negated.required is None
+    keep = suite.tests[5]
+    assert keep.threshold == 0.3 and keep.case.repeat == 3
+
+
+def test_scenarios_cross_config_rows_with_tests(tmp_path):
+    write(
+        tmp_path / "evals" / "scenarios" / "s.yaml",
+        "- config:\n    - {id: es, vars: {lang: Spanish, hi: hola}}\n"
+        "    - {id: fr, vars: {lang: French, hi: bonjour}}\n"
+        "  tests:\n    - vars: {phrase: hello}\n      assert: [{type: equals, value: '{{ hi }}'}]\n"
+        "    - vars: {phrase: bye}\n",
+    )
+    path = _eval(
+        tmp_path,
+        "prompts: ['Translate {{ phrase }} to {{ lang }}']\nscenarios: [file://scenarios/*.yaml]\n",
+    )
+    suite = load_suite(path)
+    assert [t.id for t in suite.tests] == [
+        "es__scenario_test_1", "es__scenario_test_2", "fr__scenario_test_1", "fr__scenario_test_2",
+    ]  # fmt: skip
+    first = suite.tests[2]
+    assert first.case.input == "Translate hello to French"
+    assert first.assertions[0].check.value == "bonjour"
+
+
+def test_a_prompt_matrix_and_string_list_vars_make_one_test_each(tmp_path):
+    path = _eval(
+        tmp_path,
+        "prompts: ['Q: {{ q }}', 'Question: {{ q }}']\n"
+        "tests:\n  - id: a\n    vars: {q: [one, two]}\n",
+    )
+    tests = load_suite(path).tests
+    assert len(tests) == 4 and len({t.id for t in tests}) == 4
+    assert {t.case.input for t in tests} == {"Q: one", "Q: two", "Question: one", "Question: two"}
+    assert all(t.id.startswith("a__vars_") and "__prompt_" in t.id for t in tests)
+
+
+def test_repeat_threshold_and_required_gate_at_the_threshold(tmp_path):
+    path = _eval(
+        tmp_path,
+        "threshold: 0.9\nevaluate_options: {repeat: 2, budget_usd: 1}\n"
+        "tests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        "      - {type: contains, value: x, required: true}\n"
+        "  - id: b\n    vars: {input: x}\n    run: {repeat: 1, threshold: 0.5}\n    assert:\n"
+        "      - {type: contains, value: x, required: true}\n"
+        "      - {type: contains, value: y, required: true, min_score: 0.6}\n",
+    )
+    a, b = load_suite(path).tests
+    assert (a.case.repeat, a.threshold, a.assertions[0].required) == (2, 0.9, 0.9)
+    assert (b.case.repeat, b.threshold, b.assertions[0].required) == (1, 0.5, 0.5)
+    assert b.assertions[1].required == 0.6 and a.semantics == "agentv"
+
+
+def test_files_are_found_where_agentv_looks_for_them(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    write(root / "shared" / "ctx.md", "context")
+    write(root / "ex" / "graders" / "check.py", "print('{\"pass\": true}')\n")
+    path = write(
+        root / "ex" / "evals" / "e.eval.yaml",
+        "prompts:\n  - - role: user\n      content:\n        - {type: file, value: shared/ctx.md}\n"
+        "tests:\n  - id: a\n    input_files: [shared/ctx.md]\n    assert:\n"
+        "      - {type: script, command: [python3, graders/check.py]}\n",
+    )
+    monkeypatch.chdir(root / "ex")  # AgentV's last search root is where it runs from
+    test = load_suite(path).tests[0]
+    assert test.case.input_files == [str(root / "shared" / "ctx.md")] * 2
+    (script,) = test.assertions
+    assert isinstance(script, GraderAssertion)
+    assert script.grader.command == ["python3", "../graders/check.py"]  # mounted from there
+    assert script.grader.pass_score == 0.8  # AgentV's scoreToVerdict
+
+
+def test_setup_runs_before_the_workdir_is_checked(tmp_path):
+    write(tmp_path / "scripts" / "make.sh", "mkdir -p src\n")
+    path = _eval(
+        tmp_path,
+        "environment:\n  type: host\n  workdir: ./not-yet\n  setup:\n"
+        "    command: [bash, ../../scripts/make.sh]\n    cwd: .\n"
+        "tests:\n  - id: a\n    vars: {input: x}\n",
+    )
+    suite = load_suite(path)
+    ws = suite.spec.workspace
+    assert ws is not None and ws.template is None  # starts empty, as AgentV makes it
+    assert ws.before_all == ["bash", "../scripts/make.sh"]  # named from the eval file's folder
+
+
+def test_docker_environment_sets_every_steps_image_and_limits(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", "- {id: cli, label: c, command: x}\n")
+    path = _eval(
+        tmp_path,
+        "providers: [c]\nenvironment:\n  type: docker\n  image: mine:1\n  workdir: /w\n"
+        "  resources: {memory: 2g, cpus: 1}\ntests:\n  - id: a\n    vars: {input: x}\n"
+        "    assert: [{type: script, command: [python3, -c, 'print(1)']}]\n",
+    )
+    suite = load_suite(path)
+    assert suite.spec.defaults.image == "mine:1" and suite.spec.target.image == "mine:1"
+    grader = suite.tests[0].assertions[0].grader
+    assert grader.image == "mine:1" and int(grader.limits.memory) == 2 << 30
+
+
+def test_providers_become_targets(tmp_path, monkeypatch):
+    write(
+        tmp_path / ".agentv" / "config.yaml",
+        "providers: file://providers.yaml\ndefaults: {provider: canned}\n",
+    )
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        AZURE + "- {id: mock, label: canned, response: 'hi there'}\n"
+        "- {id: mock, label: bare}\n"
+        "- {id: replay, label: rec, fixtures: rec.jsonl, source_target: live}\n"
+        "- id: cli\n  label: tool\n  command: bun run ./agent.ts {PROMPT} {OUTPUT_FILE}\n"
+        "  healthcheck: {command: bun --version}\n"
+        "- {id: claude-cli, label: claude, model: opus}\n"
+        "- {id: copilot-cli, label: mine, command: [./fake-copilot], image: agents:1}\n",
+    )
+    write(tmp_path / ".agentv" / "rec.jsonl", "")
+    body = "providers: [{}]\ntests:\n  - id: a\n    vars: {{input: x}}\n"
+    targets = {}
+    for label in ("judge", "canned", "bare", "rec", "tool", "claude", "mine", "nowhere"):
+        targets[label] = load_suite(_eval(tmp_path, body.format(label))).spec.target
+    assert targets["judge"].provider == "model" and targets["judge"].model == "judge"
+    assert targets["canned"].response == "hi there" and "Mock provider" in targets["bare"].response
+    assert targets["rec"].replay.fixtures == str(tmp_path / ".agentv" / "rec.jsonl")
+    tool = targets["tool"]
+    assert tool.image == "node" and tool.healthcheck.command == "bun --version"
+    claude = targets["claude"]
+    assert claude.program == "claude" and claude.answer_format == "claude-json"
+    assert "--model opus" in claude.command and "{OUTPUT_FILE}" in claude.command
+    assert targets["mine"].command.startswith("./fake-copilot -s") and targets["mine"].image
+    # A label found nowhere loads (AgentV checks it when it runs); the run checks it first.
+    assert targets["nowhere"].provider == "model" and targets["nowhere"].model == "nowhere"
+    suite = load_suite(_eval(tmp_path, body.format("nowhere")))
+    with pytest.raises(ConfigError, match="no provider or model target named 'nowhere'"):
+        preflight(suite)
+    # The default provider of config.yaml, when the file names none.
+    assert load_suite(
+        _eval(tmp_path, "tests:\n  - {id: a, vars: {input: x}}\n")
+    ).spec.target.response
+
+
+def test_preflight_names_every_missing_variable_in_one_line_each(tmp_path, monkeypatch):
+    write(tmp_path / ".agentv" / "providers.yaml", AZURE + "- {id: claude-cli, label: claude}\n")
+    path = _eval(tmp_path, "providers: [judge]\ntests:\n  - id: a\n    vars: {input: x}\n")
+    suite = load_suite(path)
+    with pytest.raises(ConfigError) as info:
+        preflight(suite)
+    assert str(info.value).count("\n") == 0
+    assert "$GB_AZ_URL, $GB_AZ_KEY are not set (azure), for the target" in str(info.value)
+    monkeypatch.setenv("GB_AZ_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("GB_AZ_KEY", "k")
+    preflight(load_suite(path))  # all there: nothing to say
+    coding = load_suite(_eval(tmp_path, "providers: [claude]\ntests:\n  - {id: a, vars: {}}\n"))
+    with pytest.raises(ConfigError, match="runs `claude`, which gradebox's 'python' image"):
+        preflight(coding)
+
+
+def test_a_judge_that_is_not_a_model_is_refused_by_name(tmp_path):
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- id: cli\n  label: agent\n  command: x {OUTPUT_FILE}\n  grader_target: checker\n"
+        "- id: cli\n  label: checker\n  command: y {OUTPUT_FILE}\n",
+    )
+    path = _eval(tmp_path, "providers: [agent]\ntests:\n  - {id: a, vars: {}, assert: [Nice]}\n")
+    with pytest.raises(UnsupportedFeature) as info:
+        load_suite(path)
+    assert info.value.feature == "a cli provider as the judge" and info.value.line == 3
+
+
+def test_a_judge_named_nowhere_loads_and_is_named_before_the_run(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", AZURE + "- {id: mock, label: m}\n")
+    path = _eval(
+        tmp_path,
+        "providers: [m]\ntests:\n  - id: a\n    vars: {}\n    assert:\n"
+        "      - {type: llm-rubric, value: ok, target: ghost}\n",
+    )
+    suite = load_suite(path)
+    (rubric,) = suite.tests[0].assertions
+    assert rubric.llm.target is None and "ghost" in rubric.llm.unresolved
+    with pytest.raises(ConfigError, match="no model target named 'ghost'"):
+        preflight(suite)
+
+
+def test_conversation_turns_and_their_assertions(tmp_path):
+    write(tmp_path / ".agentv" / "providers.yaml", "- {id: mock, label: m}\n")
+    path = _eval(
+        tmp_path,
+        "providers: [m]\nprompts: ['{{ input }}']\ntests:\n  - id: c\n    mode: conversation\n"
+        "    aggregation: min\n    on_turn_failure: stop\n    window_size: 2\n"
+        "    vars: {input: [{role: system, content: Be brief.}]}\n"
+        "    assert: [{type: contains, value: a}]\n    turns:\n"
+        "      - input: one\n        assert: [{type: contains, value: b}, {type: is-json}]\n"
+        "      - {input: two, expected_output: done}\n",
+    )
+    test = load_suite(path).tests[0]
+    convo = test.case.conversation
+    assert (convo.aggregation, convo.on_turn_failure, convo.window_size) == ("min", "stop", 2)
+    assert [len(t) for t in test.turn_assertions] == [2, 0] and len(test.assertions) == 1
+    assert convo.turns[1].expected_output == "done"
+
+
+def test_agent_rules_extension_is_accepted_and_built_in_extras_name_the_assertion(tmp_path):
+    path = _eval(
+        tmp_path,
+        "extensions: [agentv:agent-rules]\ntests:\n  - id: a\n    vars: {input: x}\n"
+        "    assert: [{type: contains, value: x, id: HAS_X, threshold: 0.5}]\n",
+    )
+    (check,) = load_suite(path).tests[0].assertions
+    assert isinstance(check, HostAssertion) and check.name == "HAS_X"
+
+
+def test_field_accuracy_and_skill_used_compile_to_host_checks(tmp_path):
+    path = _eval(
+        tmp_path,
+        "tests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        "      - type: field-accuracy\n        fields: [{path: a.b, match: exact}]\n"
+        "      - {type: skill-used, value: [pdf]}\n      - {type: not-skill-used, value: xlsx}\n"
+        "      - {type: skill-used, value: pdf, negate: true}\n",
+    )
+    checks = load_suite(path).tests[0].assertions
+    assert [c.check.type for c in checks] == [
+        "field-accuracy", "skill-used", "not-skill-used", "not-skill-used",
+    ]  # fmt: skip
+    assert checks[3].negate  # AgentV inverts it, then negates it again
+
+
+def test_every_error_of_the_new_constructs_names_its_file_and_field(tmp_path):
+    write(tmp_path / "evals" / "cases.csv", "id,__expected\nx,javascript:output.length > 2\n")
+    path = _eval(tmp_path, "tests: [file://cases.csv]\n")
+    with pytest.raises(UnsupportedFeature) as info:
+        load_suite(path)
+    assert info.value.file == str(tmp_path / "evals" / "cases.csv") and info.value.line == 2
+    path = _eval(tmp_path, "tests: [file://missing/*.yaml]\n")
+    with pytest.raises(ConfigError, match="test file 'file://missing/\\*.yaml' not found"):
+        load_suite(path)
+    path = _eval(tmp_path, "scenarios:\n  - config: [{id: a}]\n    tests: [{vars: {}}]\n    x: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_suite(path)
+    assert err.value.field == "scenarios.0.x" and not isinstance(err.value, ConfigErrors)
+    assert os.path.basename(err.value.file) == "e.eval.yaml"

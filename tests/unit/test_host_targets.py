@@ -1,0 +1,248 @@
+"""Targets answered from the host, run through the runner against the scripted loopback model
+servers: a model (OpenAI-compatible, Azure, Anthropic, Gemini), mock, replay, conversations
+and repeats. None of them starts a container."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gradebox.runner import RunOptions, read_results, run_suite
+from gradebox.sandbox.base import Prepared, RunOutcome, Sandbox, SandboxSpec
+from gradebox.suite import load_suite
+from tests.conftest import write
+from tests.fake_models import FakeModel
+
+KEY = "sk-host-only-7f3a9"
+
+
+class NoContainers(Sandbox):
+    """A sandbox that refuses to start anything: these targets must not need one."""
+
+    name = "none"
+
+    def images(self, *, locked=False, build_network=False):
+        return self
+
+    def resolve(self, ref, source=None):
+        return "sha256:" + "0" * 64
+
+    def resolve_image(self, ref):
+        return self.resolve(ref)
+
+    def run(self, spec: SandboxSpec) -> RunOutcome:
+        raise AssertionError(f"a container was started: {spec.name}")
+
+    def prepare(self, spec: SandboxSpec, *, warm: bool = True) -> Prepared:
+        raise AssertionError(f"a container was prepared: {spec.name}")
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADEBOX_LLM_BACKOFF", "0.01")
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GB_KEY", KEY)
+
+
+def _suite(tmp_path: Path, provider: str, tests: str, prompts: str = "['{{ q }}']") -> Path:
+    write(tmp_path / ".agentv" / "providers.yaml", provider)
+    return write(tmp_path / "evals" / "e.eval.yaml",
+                 f"providers: [agent]\nprompts: {prompts}\ntests:\n{tests}")  # fmt: skip
+
+
+def _run(path: Path, out: Path, **options) -> dict:
+    suite = load_suite(path)
+    summary = run_suite(suite, NoContainers(), NoContainers(), RunOptions(out, **options))
+    return {"summary": summary, "results": read_results(out / "results.jsonl")}
+
+
+def _openai(url: str, kind: str = "openai") -> str:
+    return (f"- id: {kind}\n  label: agent\n  base_url: '{url}'\n"
+            "  api_key: '{{ env.GB_KEY }}'\n  model: m1\n  temperature: 0\n")  # fmt: skip
+
+
+ONE = "  - id: a\n    vars: {q: 'What is 6*7?'}\n    assert: [{type: contains, value: '42'}]\n"
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini", "openrouter"])
+def test_a_model_answers_through_the_hub_retrying_a_429(tmp_path, kind):
+    with FakeModel(answers=[429, "It is 42."]) as fake:
+        path = _suite(tmp_path, _openai(fake.base_url, kind),
+                      ONE, prompts="[[{role: system, content: Be brief.}, "
+                      "{role: user, content: '{{ q }}'}]]")  # fmt: skip
+        ran = _run(path, tmp_path / "out")
+    result = ran["results"]["a"]
+    assert result.status.value == "passed" and result.output == "It is 42.", result.error
+    assert len(fake.requests) == 2  # the 429, then the answer
+    assert fake.requests[1]["messages"] == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6*7?"},
+    ]  # fmt: skip
+    assert fake.requests[1]["temperature"] == 0
+    assert fake.headers[1]["authorization"] == f"Bearer {KEY}"
+    assert result.usage.calls == 1 and result.usage.input_tokens == 100
+    written = (tmp_path / "out" / "results.jsonl").read_text()
+    written += (tmp_path / "out" / "summary.json").read_text()
+    assert KEY not in written and ran["summary"].usage.calls == 1
+
+
+def test_azure_speaks_the_responses_api_with_its_key_header(tmp_path, monkeypatch):
+    monkeypatch.setenv("GB_DEPLOYMENT", "dep-7")
+    with FakeModel("azure", default="42 it is") as fake:
+        provider = (f"- id: azure\n  label: agent\n  endpoint: '{fake.base_url}'\n"
+                    "  api_key: '{{ env.GB_KEY }}'\n  model: '{{ env.GB_DEPLOYMENT }}'\n"
+                    "  version: 2025-04-01-preview\n")  # fmt: skip
+        ran = _run(_suite(tmp_path, provider, ONE), tmp_path / "out")
+    assert ran["results"]["a"].status.value == "passed"
+    assert fake.paths == ["/openai/v1/responses?api-version=2025-04-01-preview"]
+    assert fake.headers[0]["api-key"] == KEY and "authorization" not in fake.headers[0]
+    assert fake.requests[0]["model"] == "dep-7"
+
+
+def test_anthropic(tmp_path):
+    with FakeModel("anthropic", default="42.") as fake:
+        provider = (f"- id: anthropic\n  label: agent\n  base_url: '{fake.base_url}'\n"
+                    "  api_key: '{{ env.GB_KEY }}'\n  model: claude-x\n")  # fmt: skip
+        ran = _run(_suite(tmp_path, provider, ONE), tmp_path / "out")
+    assert ran["results"]["a"].status.value == "passed"
+    sent = fake.headers[0]
+    assert KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))
+    assert fake.paths == ["/v1/messages"] and fake.requests[0]["model"] == "claude-x"
+
+
+def test_a_missing_key_is_an_error_naming_the_variable_never_a_call(tmp_path, monkeypatch):
+    monkeypatch.delenv("GB_KEY")
+    with FakeModel(default="42") as fake:
+        ran = _run(_suite(tmp_path, _openai(fake.base_url), ONE), tmp_path / "out")
+    result = ran["results"]["a"]
+    assert result.status.value == "error" and fake.requests == []
+    assert result.error == "target: model target 'agent': $GB_KEY is not set (openai)"
+
+
+def test_answers_are_cached_and_no_cache_asks_again(tmp_path):
+    with FakeModel(default="42") as fake:
+        path = _suite(tmp_path, _openai(fake.base_url), ONE)
+        _run(path, tmp_path / "one")
+        again = _run(path, tmp_path / "two")
+        assert len(fake.requests) == 1 and again["results"]["a"].usage.cached_calls == 1
+        _run(path, tmp_path / "three", use_cache=False)
+        assert len(fake.requests) == 2
+
+
+def test_repeat_asks_once_per_sample_and_passes_when_any_run_passed(tmp_path):
+    with FakeModel(answers=["no idea", "42"]) as fake:
+        path = _suite(tmp_path, _openai(fake.base_url),
+                      ONE.replace("  - id: a\n", "  - id: a\n    run: {repeat: 2}\n"))  # fmt: skip
+        result = _run(path, tmp_path / "out")["results"]["a"]
+    assert len(fake.requests) == 2  # each sample its own request, not a cache hit
+    assert [(t.status.value, t.score) for t in result.trials] == [("failed", 0.0), ("passed", 1.0)]
+    assert result.status.value == "passed" and result.output == "42"
+
+
+def test_input_files_are_embedded_as_file_blocks(tmp_path):
+    write(tmp_path / "evals" / "notes.txt", "the number is 42")
+    with FakeModel(default="42") as fake:
+        path = _suite(
+            tmp_path, _openai(fake.base_url),
+            "  - id: a\n    input_files: [notes.txt]\n    vars: {q: Read it.}\n",
+        )  # fmt: skip
+        _run(path, tmp_path / "out")
+    assert fake.requests[0]["messages"][-1]["content"] == (
+        'Read it.\n\n<file path="notes.txt">\nthe number is 42\n</file>'
+    )
+
+
+def test_mock_answers_with_its_canned_response(tmp_path):
+    path = _suite(
+        tmp_path, "- {id: mock, label: agent, response: 'Paris, of course.'}\n",
+        "  - id: ok\n    vars: {q: x}\n    assert: [{type: contains, value: Paris}]\n"
+        "  - id: ko\n    vars: {q: x}\n    assert: [{type: contains, value: Rome}]\n",
+    )  # fmt: skip
+    results = _run(path, tmp_path / "out")["results"]
+    assert (results["ok"].status.value, results["ko"].status.value) == ("passed", "failed")
+
+
+def _fixture(test_id: str, text: str, **extra) -> str:
+    return json.dumps({
+        "schema_version": "agentv.replay_fixture.v1", "suite": "e", "test_id": test_id,
+        "source_target": "live", "output": [{"role": "assistant", "content": text,
+        "tool_calls": [{"tool": "Read", "input": {"path": "skills/pdf/SKILL.md"}}]}],
+        "token_usage": {"input": 5, "output": 7}, "cost_usd": 0.01, **extra,
+    })  # fmt: skip
+
+
+def test_replay_fixtures_answer_with_the_recorded_transcript(tmp_path):
+    write(
+        tmp_path / ".agentv" / "rec.jsonl",
+        "\n".join([_fixture("a", "recorded 42"), _fixture("b", "b once"), _fixture("b", "b twice"),
+                   _fixture("a", "other suite", suite="x")]) + "\n",
+    )  # fmt: skip
+    path = _suite(
+        tmp_path, "- {id: replay, label: agent, fixtures: rec.jsonl, source_target: live}\n",
+        "  - id: a\n    vars: {q: x}\n    assert:\n      - {type: contains, value: '42'}\n"
+        "      - {type: skill-used, value: pdf}\n"
+        "      - {type: trajectory:tool-used, value: Read}\n"
+        "  - id: b\n    vars: {q: x}\n  - id: c\n    vars: {q: x}\n",
+    )  # fmt: skip
+    results = _run(path, tmp_path / "out")["results"]
+    a = results["a"]
+    assert a.status.value == "passed", [(g.name, g.evidence) for g in a.graders]
+    assert a.output == "recorded 42"
+    assert "2 records" in results["b"].error and "0 records" in results["c"].error
+
+
+def test_replay_transcripts_group_lines_by_test(tmp_path):
+    rows = [
+        {"test_id": "a", "target": "codex", "message_index": 1, "role": "assistant",
+         "content": "done: 42", "transcript_duration_ms": 1200, "source": {}},
+        {"test_id": "a", "target": "codex", "message_index": 0, "role": "user",
+         "content": "fix it", "source": {}},
+    ]  # fmt: skip
+    write(tmp_path / ".agentv" / "t.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    path = _suite(
+        tmp_path, "- {id: replay, label: agent, transcripts: t.jsonl, source_target: codex}\n",
+        "  - id: a\n    vars: {q: x}\n    assert:\n      - {type: contains, value: '42'}\n"
+        "      - {type: latency, threshold: 2000}\n",
+    )  # fmt: skip
+    result = _run(path, tmp_path / "out")["results"]["a"]
+    assert result.status.value == "passed", result.error
+    assert result.output == "done: 42"
+
+
+def test_a_conversation_sends_the_history_turn_by_turn(tmp_path):
+    with FakeModel(answers=["30", "60", "I forgot"]) as fake:
+        path = _suite(
+            tmp_path, _openai(fake.base_url),
+            "  - id: c\n    mode: conversation\n    aggregation: mean\n"
+            "    vars: {q: [{role: system, content: Be terse.}]}\n"
+            "    assert: [{type: contains, value: '60'}]\n    turns:\n"
+            "      - input: 15% of 200?\n        assert: [{type: contains, value: '30'}]\n"
+            "      - input: Double it.\n        assert: [{type: equals, value: '60'}]\n"
+            "      - input: What did I ask?\n        assert: [{type: contains, value: '200'}]\n",
+        )  # fmt: skip
+        result = _run(path, tmp_path / "out")["results"]["c"]
+    assert [len(r["messages"]) for r in fake.requests] == [2, 4, 6]
+    assert fake.requests[2]["messages"][-2] == {"role": "assistant", "content": "60"}
+    parts = {g.name: (g.status.value, g.score) for g in result.graders}
+    assert parts == {"turn-1": ("passed", 1.0), "turn-2": ("passed", 1.0),
+                     "turn-3": ("failed", 0.0), "conversation": ("passed", 1.0)}  # fmt: skip
+    assert result.score == 0.75 and result.status.value == "failed"  # mean 0.75 < 0.8
+
+
+def test_a_conversation_stops_after_a_failed_turn_when_told_to(tmp_path):
+    with FakeModel(answers=["wrong"]) as fake:
+        path = _suite(
+            tmp_path, _openai(fake.base_url),
+            "  - id: c\n    mode: conversation\n    on_turn_failure: stop\n"
+            "    aggregation: max\n    vars: {q: x}\n    turns:\n"
+            "      - {input: one, assert: [{type: contains, value: right}]}\n"
+            "      - {input: two}\n",
+        )  # fmt: skip
+        result = _run(path, tmp_path / "out")["results"]["c"]
+    assert len(fake.requests) == 1
+    assert [g.evidence[:7] for g in result.graders] == ["score 0", "skipped"]
+    assert result.status.value == "failed" and result.score == 0.0
