@@ -13,8 +13,11 @@ taken as they are named) from the example's folder, the parent of its ``evals/``
     REFUSED  <file>  <feature>: <what to do instead>
     BROKEN   <file>  <why>
 
-then a summary. REFUSED is a refusal gradebox means (an ``UnsupportedFeature``: one line
-naming the feature); anything else that stops a file, a traceback included, is BROKEN.
+then a summary. REFUSED is a refusal gradebox means (an ``UnsupportedFeature``, or a privilege
+the file asks for that ``--allow`` must grant: one line naming the feature and the fix);
+anything else that stops a file, a traceback included, is BROKEN. A file that loads may still
+need what this machine lacks (``preflight``: model keys and endpoints, a coding agent's program
+on an image): that is listed after it, as ``gradebox run`` would name it, and summed up.
 Exit status 1 when a file is BROKEN.
 """
 
@@ -34,7 +37,8 @@ from pathlib import Path
 
 from gradebox.errors import ConfigError, ConfigErrors, NotAllowed, UnsupportedFeature
 from gradebox.plan import plan_suite
-from gradebox.suite import load_suite
+from gradebox.preflight import preflight
+from gradebox.suite import Suite, load_suite
 
 _EVAL_NAME = re.compile(r"^(suite|eval)\.ya?ml$|\.eval\.ya?ml$", re.I)
 _SKIP = {"node_modules", ".git"}
@@ -46,6 +50,7 @@ class Outcome:
     kind: str  # LOADS, REFUSED, BROKEN
     why: str = ""
     feature: str = ""
+    needs: tuple[str, ...] = ()
 
 
 class _AnyImage:
@@ -90,6 +95,7 @@ def sweep_one(path: Path, root: Path) -> Outcome:
             plan_suite(suite, _AnyImage())  # type: ignore[arg-type]
         if any(t.semantics != "agentv" for t in suite.tests):
             return Outcome(rel, "BROKEN", "read as a gradebox suite, not as an AgentV eval file")
+        return Outcome(rel, "LOADS", needs=_needs(suite))
     except ConfigError as exc:
         errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
         first = next((e for e in errors if not isinstance(e, UnsupportedFeature | NotAllowed)),
@@ -101,7 +107,26 @@ def sweep_one(path: Path, root: Path) -> Outcome:
         return Outcome(rel, "BROKEN", str(first).replace(str(root) + "/", ""))
     except Exception as exc:  # a traceback is always a bug of ours
         return Outcome(rel, "BROKEN", f"{type(exc).__name__}: {exc}")
-    return Outcome(rel, "LOADS")
+
+
+def _needs(suite: Suite) -> tuple[str, ...]:
+    """What ``run`` would ask of this machine first: unset variables, programs, models."""
+    try:
+        preflight(suite)
+    except ConfigError as exc:
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        found: list[str] = []
+        for e in errors:
+            program = re.search(r"runs `([^`]+)`", e.message)
+            names = re.findall(r"\$[A-Z_][A-Z0-9_]*", e.message)
+            if program:
+                found.append(f"`{program.group(1)}` on an image")
+            elif names:
+                found += names
+            else:
+                found.append("a model named nowhere")
+        return tuple(dict.fromkeys(found))
+    return ()
 
 
 def sweep(root: Path) -> list[Outcome]:
@@ -128,7 +153,8 @@ def report(outcomes: list[Outcome], verbose: bool = True) -> str:
     lines = []
     for o in outcomes:
         if verbose or o.kind != "LOADS":
-            lines.append(f"{o.kind:8} {o.file}" + (f"  {o.why}" if o.why else ""))
+            needs = f"  (needs {', '.join(o.needs)})" if o.needs else ""
+            lines.append(f"{o.kind:8} {o.file}" + (f"  {o.why}" if o.why else "") + needs)
     counts = Counter(o.kind for o in outcomes)
     features = Counter(o.feature for o in outcomes if o.kind == "REFUSED")
     lines.append(
@@ -137,6 +163,15 @@ def report(outcomes: list[Outcome], verbose: bool = True) -> str:
     )
     for feature, n in features.most_common():
         lines.append(f"  refused {n:3}  {feature}")
+    loads = [o for o in outcomes if o.kind == "LOADS"]
+    keys = sum(any(n.startswith("$") for n in o.needs) for o in loads)
+    programs = sum(any("on an image" in n for n in o.needs) for o in loads)
+    nowhere = sum("a model named nowhere" in o.needs for o in loads)
+    lines.append(
+        f"  of the {len(loads)} that load: {len(loads) - sum(bool(o.needs) for o in loads)} "
+        f"run here as they are; {keys} need model variables set, {programs} a coding agent's "
+        f"program on an image, {nowhere} a model their providers do not define"
+    )
     return "\n".join(lines)
 
 

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = str | int | Callable[[dict[str, Any]], "str | int"]
+Answer = str | int | tuple[int, str] | Callable[[dict[str, Any]], "str | int"]
 
 
 class FakeModel:
-    """``answers``: a list used in order (then ``default``); an int is an HTTP error status.
+    """``answers``: a list used in order (then ``default``); an int is an HTTP error status,
+    ``(status, message)`` an error with that message.
 
     Example::
 
@@ -83,7 +84,10 @@ class FakeModel:
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     fake.paths.append(self.path)
                 answer = fake._next(body)
-                if isinstance(answer, int):
+                if isinstance(answer, tuple):
+                    status, message = answer
+                    self._send(status, {"error": {"message": message, "type": "error"}})
+                elif isinstance(answer, int):
                     self._send(
                         answer,
                         {"error": {"message": f"scripted {answer}", "type": "rate_limit_error"}},

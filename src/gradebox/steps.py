@@ -342,11 +342,16 @@ def _cli_fields(data: dict[str, Any]) -> dict[str, Any]:
         out["output"] = text if isinstance(text, str) else ""
     if data.get("token_usage") is not None:
         out["token_usage"] = TokenUsage.model_validate(data["token_usage"])
+        for side in ("input", "output"):  # a negative count would pass every token budget
+            count = getattr(out["token_usage"], side)
+            if count is not None and (isinstance(count, bool) or count < 0):
+                raise ValueError(f"token_usage.{side} must be a count >= 0")
     for key in ("cost_usd", "duration_ms"):
         value = data.get(key)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{key} must be a number")
+            # A negative (or NaN) metric would pass every budget check it is held to.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{key} must be a number >= 0")
             out[key] = float(value)
     if isinstance(data.get("trace"), dict):
         out["trace"] = data["trace"]

@@ -383,3 +383,24 @@ def test_every_error_of_the_new_constructs_names_its_file_and_field(tmp_path):
         load_suite(path)
     assert err.value.field == "scenarios.0.x" and not isinstance(err.value, ConfigErrors)
     assert os.path.basename(err.value.file) == "e.eval.yaml"
+
+
+@pytest.mark.parametrize(
+    ("answer", "fmt"),
+    [
+        ('{"text": "ok", "cost_usd": -1}', "auto"),
+        ('{"text": "ok", "duration_ms": NaN}', "auto"),
+        ('{"text": "ok", "token_usage": {"input": -5, "output": 1}}', "auto"),
+        ('{"result": "ok", "total_cost_usd": -0.5}', "claude-json"),
+        ('{"result": "ok", "usage": {"input_tokens": -9}}', "claude-json"),
+    ],
+)
+def test_a_negative_metric_an_agent_reports_is_no_answer(tmp_path, answer, fmt):
+    from gradebox.steps import read_cli_answer
+
+    # Budget checks hold these to a maximum: a negative one would pass every budget.
+    out = write(tmp_path / "output", answer)
+    got = read_cli_answer(out, fmt)
+    assert isinstance(got, str) and "wrong shape" in got, got
+    control = write(tmp_path / "ok", answer.replace("-", "").replace("NaN", "1"))
+    assert isinstance(read_cli_answer(control, fmt), dict)

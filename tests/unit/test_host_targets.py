@@ -246,3 +246,14 @@ def test_a_conversation_stops_after_a_failed_turn_when_told_to(tmp_path):
     assert len(fake.requests) == 1
     assert [g.evidence[:7] for g in result.graders] == ["score 0", "skipped"]
     assert result.status.value == "failed" and result.score == 0.0
+
+
+def test_a_key_the_server_echoes_in_an_error_is_not_written(tmp_path):
+    with FakeModel(answers=[(401, f"Incorrect API key provided: {KEY}.")]) as fake:
+        ran = _run(_suite(tmp_path, _openai(fake.base_url), ONE), tmp_path / "out")
+    error = ran["results"]["a"].error
+    assert error == (
+        "target: model target 'agent': HTTP 401: Error code: 401 - "
+        "Incorrect API key provided: [redacted]."
+    )
+    assert KEY not in (tmp_path / "out" / "results.jsonl").read_text()

@@ -178,7 +178,12 @@ class ModelHub:
         except (openai.APIError, anthropic.APIError) as exc:
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
-            raise ModelError(f"model target {target.name!r}: {what}: {_short(exc)}") from None
+            # A server may echo the key in its error; the message goes into results.
+            text = _short(exc)
+            key = target.api_key()
+            if key and len(key) >= 4:
+                text = text.replace(key, "[redacted]")
+            raise ModelError(f"model target {target.name!r}: {what}: {text}") from None
 
     def _client(self, target: ModelTarget) -> Any:
         missing = target.missing_env()
