@@ -134,7 +134,7 @@ def plan_suite(suite: Any, images: ImageResolver, allowed: Iterable[str] = ()) -
     seen: set[int] = set()
     for test in suite.tests:
         template = suite.template_dir(test.workspace)
-        for assertion in leaves(test.assertions):
+        for assertion in leaves(test.every_assertion()):
             if not isinstance(assertion, GraderAssertion) or id(assertion) in seen:
                 continue
             seen.add(id(assertion))  # a suite-level assertion is shared by every test

@@ -160,6 +160,7 @@ class _SuiteRun:
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
         self._health: str | None = None  # "" once the target's healthcheck passed
+        self._health_lock = threading.Lock()  # tests wait for the one healthcheck
 
     def _prepared(self, cfg: WorkspaceConfig | None) -> bool:
         return bool(cfg and (cfg.repos or cfg.before_all))
@@ -238,7 +239,8 @@ class _SuiteRun:
         if test.case.repeat > 1:
             from .repeat import best_of
 
-            return best_of([_TestRun(self, test, sample=i).run() for i in range(test.case.repeat)])
+            runs = [_TestRun(self, test, sample=i).run() for i in range(test.case.repeat)]
+            return best_of(runs, test.case.repeat_strategy)
         return _TestRun(self, test).run()
 
     def healthcheck(self) -> str | None:
@@ -247,7 +249,7 @@ class _SuiteRun:
         check = self.target.healthcheck if self.target is not None else None
         if check is None:
             return None
-        with self._stage_lock:
+        with self._health_lock:
             if self._health is None:
                 from .steps import run_healthcheck
 
@@ -325,8 +327,10 @@ class _TestRun:
                 )  # fmt: skip
             self.timings["workspace"] = int((time.monotonic() - t) * 1000)
             # Start the graders' containers now, while the target works: at release they only
-            # need their input. Whatever is not used (the target failed) is discarded.
-            for idx, assertion in enumerate(leaves(self.test.assertions)):
+            # need their input. Whatever is not used (the target failed) is discarded. (A
+            # conversation grades each part when its turn comes: nothing to start ahead.)
+            ahead = self.test.assertions if self.test.case.conversation is None else []
+            for idx, assertion in enumerate(leaves(ahead)):
                 if isinstance(assertion, GraderAssertion):
                     self.warm[idx] = run.warm.start(
                         assertion.grader, workspace.path, labels=self.labels,

@@ -220,9 +220,13 @@ class TestCase(_Strict):
     )
     repeat: int = Field(
         default=1, ge=1, le=100,
-        description="run the test this many times; its result is the best run (AgentV's "
-        "evaluate_options.repeat, pass_any)",
+        description="run the test this many times (AgentV's evaluate_options.repeat)",
     )  # fmt: skip
+    repeat_strategy: Literal["pass_any", "pass_all", "mean", "confidence_interval"] = Field(
+        default="pass_any",
+        description="the runs' score: the best (pass_any), the lowest (pass_all), the mean, or "
+        "the mean's 95% lower bound (confidence_interval); it passes at its threshold",
+    )
     conversation: Conversation | None = Field(
         default=None, description="a multi-turn conversation with a model target, graded turn "
         "by turn (AgentV's mode: conversation)",

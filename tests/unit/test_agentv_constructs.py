@@ -30,6 +30,12 @@ def _eval(tmp_path: Path, body: str, name: str = "evals/e.eval.yaml") -> Path:
     return write(tmp_path / name, body)
 
 
+def _with(tmp_path: Path, providers: str, body: str) -> Path:
+    """An eval file, with the .agentv/providers.yaml above it."""
+    write(tmp_path / ".agentv" / "providers.yaml", providers)
+    return _eval(tmp_path, body)
+
+
 def test_descriptive_fields_are_kept_as_metadata_and_governance_is_inherited(tmp_path):
     path = _eval(
         tmp_path,
@@ -48,9 +54,9 @@ def test_descriptive_fields_are_kept_as_metadata_and_governance_is_inherited(tmp
 
 
 def test_defaults_name_the_provider_and_the_judge(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", AZURE + "- id: mock\n  label: canned\n")
-    path = _eval(
+    path = _with(
         tmp_path,
+        AZURE + "- id: mock\n  label: canned\n",
         "defaults: {provider: canned, grader: judge}\n"
         "tests:\n  - id: a\n    vars: {input: hi}\n    assert: [Be polite]\n",
     )
@@ -64,9 +70,9 @@ def test_defaults_name_the_provider_and_the_judge(tmp_path):
 
 
 def test_llm_rubric_settings_pass_through_and_no_prompt_means_the_default(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", AZURE)
-    path = _eval(
+    path = _with(
         tmp_path,
+        AZURE,
         "defaults: {grader: judge}\ntests:\n  - id: a\n    vars: {input: hi}\n"
         "    criteria: Greets the user\n    assert:\n"
         "      - {type: llm-rubric, max_steps: 3, temperature: 0}\n",
@@ -78,9 +84,9 @@ def test_llm_rubric_settings_pass_through_and_no_prompt_means_the_default(tmp_pa
 
 
 def test_score_ranges_rubric_items_in_both_forms(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", AZURE)
-    path = _eval(
+    path = _with(
         tmp_path,
+        AZURE,
         "defaults: {grader: judge}\ntests:\n  - id: a\n    vars: {input: hi}\n    assert:\n"
         "      - type: llm-rubric\n        value:\n          - id: accuracy\n"
         "            weight: 2\n"
@@ -231,9 +237,9 @@ def test_setup_runs_before_the_workdir_is_checked(tmp_path):
 
 
 def test_docker_environment_sets_every_steps_image_and_limits(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", "- {id: cli, label: c, command: x}\n")
-    path = _eval(
+    path = _with(
         tmp_path,
+        "- {id: cli, label: c, command: x}\n",
         "providers: [c]\nenvironment:\n  type: docker\n  image: mine:1\n  workdir: /w\n"
         "  resources: {memory: 2g, cpus: 1}\ntests:\n  - id: a\n    vars: {input: x}\n"
         "    assert: [{type: script, command: [python3, -c, 'print(1)']}]\n",
@@ -313,9 +319,9 @@ def test_a_judge_that_is_not_a_model_is_refused_by_name(tmp_path):
 
 
 def test_a_judge_named_nowhere_loads_and_is_named_before_the_run(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", AZURE + "- {id: mock, label: m}\n")
-    path = _eval(
+    path = _with(
         tmp_path,
+        AZURE + "- {id: mock, label: m}\n",
         "providers: [m]\ntests:\n  - id: a\n    vars: {}\n    assert:\n"
         "      - {type: llm-rubric, value: ok, target: ghost}\n",
     )
@@ -327,9 +333,9 @@ def test_a_judge_named_nowhere_loads_and_is_named_before_the_run(tmp_path):
 
 
 def test_conversation_turns_and_their_assertions(tmp_path):
-    write(tmp_path / ".agentv" / "providers.yaml", "- {id: mock, label: m}\n")
-    path = _eval(
+    path = _with(
         tmp_path,
+        "- {id: mock, label: m}\n",
         "providers: [m]\nprompts: ['{{ input }}']\ntests:\n  - id: c\n    mode: conversation\n"
         "    aggregation: min\n    on_turn_failure: stop\n    window_size: 2\n"
         "    vars: {input: [{role: system, content: Be brief.}]}\n"

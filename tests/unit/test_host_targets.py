@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.errors import ConfigError
 from gradebox.runner import RunOptions, read_results, run_suite
 from gradebox.sandbox.base import Prepared, RunOutcome, Sandbox, SandboxSpec
 from gradebox.suite import load_suite
@@ -257,3 +258,39 @@ def test_a_key_the_server_echoes_in_an_error_is_not_written(tmp_path):
         "Incorrect API key provided: [redacted]."
     )
     assert KEY not in (tmp_path / "out" / "results.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "score", "status"),
+    [
+        ("pass_any", 0.9, "passed"),  # the best run
+        ("pass_all", 0.5, "failed"),  # the lowest
+        ("mean", 0.7, "failed"),
+        # mean 0.7, stdev 0.2, t(2 df) = 4.303: 0.7 - 4.303 * 0.2 / sqrt(3)
+        ("confidence_interval", 0.203132, "failed"),
+    ],
+)
+def test_repeated_runs_add_up_by_agentvs_strategies(strategy, score, status):
+    from gradebox.protocol import Status, TestResult
+    from gradebox.repeat import best_of
+
+    runs = [
+        TestResult(id="t", status=Status.passed if s >= 0.8 else Status.failed,
+                   passed=s >= 0.8, score=s, threshold=0.8)
+        for s in (0.7, 0.9, 0.5)
+    ]  # fmt: skip
+    result = best_of(runs, strategy)
+    assert (round(result.score, 6), result.status.value) == (score, status)
+    assert [t.score for t in result.trials] == [0.7, 0.9, 0.5] and result.output is None
+
+
+def test_the_earlier_repeat_object_and_a_count_out_of_range(tmp_path):
+    path = write(
+        tmp_path / "e.eval.yaml",
+        "evaluate_options:\n  repeat: {count: 3, strategy: mean}\ntests:\n  - {id: a, vars: {}}\n",
+    )
+    case = load_suite(path).tests[0].case
+    assert (case.repeat, case.repeat_strategy) == (3, "mean")
+    path.write_text("evaluate_options: {repeat: 0}\ntests:\n  - {id: a, vars: {}}\n")
+    with pytest.raises(ConfigError, match="repeat is a whole number from 1 to 100"):
+        load_suite(path)

@@ -289,7 +289,7 @@ def _first_line(exc: BaseException) -> str:
 
 def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
-    assertions, model targets, repositories and references."""
+    assertions, model targets, a replay target's recordings, repositories and references."""
     from ..graders.assertion import GraderAssertion, leaves
     from ..graders.run import build_command, translate_args
 
@@ -297,6 +297,8 @@ def suite_paths(suite: Any) -> list[Path]:
     target = suite.spec.target
     if target is not None and isinstance(target.command, list):
         paths += [suite.root / rel for rel in translate_args(target.command, suite.root)[1]]
+    if target is not None and target.replay is not None:
+        paths += [Path(p) for p in (target.replay.fixtures, target.replay.transcripts) if p]
     for test in suite.tests:
         template = suite.template_dir(test.workspace)
         if template is not None:
@@ -311,7 +313,7 @@ def suite_paths(suite: Any) -> list[Path]:
             if rel:
                 paths.append(suite.root / rel)
         paths += [Path(f) for f in case.input_files]
-        for a in leaves(test.assertions):
+        for a in leaves(test.every_assertion()):
             if isinstance(a, GraderAssertion):
                 source = a.grader.source_dir
                 if source is not None:  # its folder, and the files its command names (../)

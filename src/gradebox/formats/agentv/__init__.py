@@ -29,7 +29,7 @@ from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED
 from ...suite import Suite, SuiteFile, build_suite
 from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
-from .cases import Context, build_tests, gather_cases
+from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace
 from .providers import resolve_target
 
@@ -93,6 +93,18 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
         if unknown:
             raise where.error(("evaluate_options", sorted(unknown)[0]),
                               "not an evaluate_options field AgentV knows")  # fmt: skip
+        check_repeat(options.get("repeat"), where, ("evaluate_options", "repeat"))
+    threshold = data.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(
+            threshold, int | float) or not 0 <= threshold <= 1):  # fmt: skip
+        raise where.error(("threshold",), "threshold is a number from 0 to 1")
+    for key, ok, what in (
+        ("providers", (str, dict, list), "a label, an entry, or a list of them"),
+        ("defaults", (dict, str), "{provider, grader} or file://..."),
+        ("prompts", (str, dict, list), "a prompt or a list of prompts"),
+    ):
+        if data.get(key) is not None and not isinstance(data[key], ok):
+            raise where.error((key,), f"{key} is {what}")
     if data.get("nunjucks_filters"):
         raise where.refuse(
             ("nunjucks_filters",), "nunjucks_filters",
@@ -141,6 +153,7 @@ def _default_test(data: dict[str, Any], where: Where, roots: list[Path], env: di
     unknown = set(value) - _DEFAULT_TEST_KEYS
     if unknown:
         raise where.error(("default_test", sorted(unknown)[0]), "not a default_test field")
+    check_shapes(value, where, ("default_test",))
     return value
 
 
@@ -311,7 +324,10 @@ def _filter_range(data: dict[str, Any], tests: list[dict[str, Any]], origins: li
         return tests
     if isinstance(span, str) and ":" in span:
         start_text, end_text = span.split(":", 1)
-        span = [int(start_text or 0), int(end_text) if end_text else len(tests)]
+        try:
+            span = [int(start_text or 0), int(end_text) if end_text else len(tests)]
+        except ValueError:
+            span = None
     if not (isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span)):
         raise where.error(("evaluate_options", "filter_range"), "filter_range is [start, end]")
     kept = slice(span[0], span[1])

@@ -419,6 +419,51 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+_SHAPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "id": (str, "text"), "vars": (dict, "a mapping"), "run": (dict, "a mapping"),
+    "options": (dict, "a mapping"), "input_files": (list, "a list of paths"),
+    "metadata": (dict, "a mapping"), "execution": (dict, "a mapping"),
+    "threshold": ((int, float), "a number from 0 to 1"),
+}  # fmt: skip
+
+
+def check_shapes(item: dict[str, Any], where: Where, loc: tuple[str, ...]) -> None:
+    """The shapes AgentV's schema gives a test's (or ``default_test``'s) fields."""
+    for key, (kind, what) in _SHAPES.items():
+        value = item.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise where.error((*loc, key), f"{key} is {what}")
+    run = item.get("run") or {}
+    unknown = set(run) - {"threshold", "repeat", "timeout_seconds", "budget_usd"}
+    if unknown:
+        raise where.error((*loc, "run", sorted(unknown)[0]), "not a run field AgentV knows")
+    for at, value in ((("run", "threshold"), run.get("threshold")), (("threshold",),
+                      item.get("threshold"))):  # fmt: skip
+        if value is not None and (_number(value) is None or not 0 <= value <= 1):
+            raise where.error((*loc, *at), "threshold is a number from 0 to 1")
+    options = item.get("options") or {}
+    for at, value in ((("run", "repeat"), run.get("repeat")),
+                      (("options", "repeat"), options.get("repeat"))):  # fmt: skip
+        check_repeat(value, where, (*loc, *at))
+
+
+_STRATEGIES = ("pass_any", "pass_all", "mean", "confidence_interval")
+
+
+def check_repeat(value: Any, where: Where, loc: tuple[str, ...]) -> None:
+    """A count from 1 to 100, or the earlier ``{count, strategy}`` (AgentV's strategies)."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"count", "strategy", "early_exit", "cost_limit_usd"}
+        if unknown:
+            raise where.error((*loc, sorted(unknown)[0]), "not a repeat field")
+        if value.get("strategy", "pass_any") not in _STRATEGIES:
+            raise where.error((*loc, "strategy"), f"strategy is one of {', '.join(_STRATEGIES)}")
+        value, loc = value.get("count"), (*loc, "count")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 1 <= value <= 100):  # fmt: skip
+        raise where.error(loc, "repeat is a whole number from 1 to 100")
+
+
 def _threshold(item: dict[str, Any], execution: dict[str, Any], ctx: Context) -> float | None:
     run = item.get("run") if isinstance(item.get("run"), dict) else {}
     for value in (run.get("threshold"), execution.get("threshold"), item.get("threshold"),
@@ -428,15 +473,18 @@ def _threshold(item: dict[str, Any], execution: dict[str, Any], ctx: Context) ->
     return None
 
 
-def _repeat(item: dict[str, Any], ctx: Context) -> int:
+def _repeat(item: dict[str, Any], ctx: Context) -> tuple[int, str]:
+    """How many runs, and how they add up (the earlier ``{count, strategy}`` form too)."""
     run = item.get("run") if isinstance(item.get("run"), dict) else {}
     options = item.get("options") if isinstance(item.get("options"), dict) else {}
     evaluate = ctx.data.get("evaluate_options")
     evaluate = evaluate if isinstance(evaluate, dict) else {}
     for value in (run.get("repeat"), options.get("repeat"), evaluate.get("repeat")):
+        if isinstance(value, dict):
+            return int(value["count"]), str(value.get("strategy") or "pass_any")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-    return 1
+            return value, "pass_any"
+    return 1, "pass_any"
 
 
 def build_test(
@@ -449,6 +497,7 @@ def build_test(
     if unknown:
         raise cwhere.error((*loc, sorted(unknown)[0]), "not a test field AgentV knows (check "
                            "its spelling)")  # fmt: skip
+    check_shapes(item, cwhere, loc)
     for key, why in (("depends_on", "tests run independently here; put the dependency's "
                       "steps in a before_each hook or the workspace template"),
                      ("provider", "a test-level provider: gradebox runs one target per run; "
@@ -524,7 +573,8 @@ def build_test(
         "assert": render(asserts, variables),
         "skip_defaults": skip_defaults,
         "threshold": _threshold(item, execution, ctx),
-        "repeat": _repeat(item, ctx),
+        "repeat": _repeat(item, ctx)[0],
+        "repeat_strategy": _repeat(item, ctx)[1],
         "workspace": workspace,
     }
     if item.get("mode") == "conversation" or item.get("turns"):

@@ -132,6 +132,11 @@ def map_environment(
         if not isinstance(setup, dict):
             raise where.error((*loc, "setup"), "setup is {command, cwd, timeout_ms}")
         command = _hook_command(setup, where, (*loc, "setup"))
+        if not (isinstance(command, str) and command.strip()) and not (
+            isinstance(command, list) and command and all(isinstance(c, str) for c in command)
+        ):  # fmt: skip
+            raise where.error((*loc, "setup", "command"), "setup.command is a non-empty argv "
+                              'list (["bash", "-lc", "..."] for a shell)')  # fmt: skip
         cwd = setup.get("cwd")
         here = (folder or base) / cwd if isinstance(cwd, str) else base
         if command is not None:

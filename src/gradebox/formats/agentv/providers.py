@@ -215,6 +215,8 @@ def _cli(
     if not isinstance(command, str) or not command.strip():
         raise where.error((*loc, "command"), "a cli provider needs a command template")
     cwd = config.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise where.error((*loc, "cwd"), "cwd is a path")
     target: dict[str, Any] = {
         "provider": "cli",
         "label": label,
