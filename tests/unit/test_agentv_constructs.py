@@ -410,3 +410,16 @@ def test_a_negative_metric_an_agent_reports_is_no_answer(tmp_path, answer, fmt):
     assert isinstance(got, str) and "wrong shape" in got, got
     control = write(tmp_path / "ok", answer.replace("-", "").replace("NaN", "1"))
     assert isinstance(read_cli_answer(control, fmt), dict)
+
+
+def test_a_script_graders_provider_is_its_model_proxy(tmp_path):
+    path = _with(
+        tmp_path,
+        AZURE,
+        "defaults: {grader: judge}\ntests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        "      - {type: script, command: [python3, -c, 'pass'], provider: {max_calls: 3}}\n"
+        "      - {type: script, command: [python3, -c, 'pass'], provider: true, k: v}\n",
+    )
+    capped, default = load_suite(path).tests[0].assertions
+    assert capped.grader.target.max_calls == 3 and default.grader.target.max_calls == 50
+    assert default.config == {"k": "v"} and capped.grader.pass_score == 0.8

@@ -96,7 +96,7 @@ def _inline(value: Any, where: Where, loc: tuple[str, ...]) -> Found | str | Non
 def _catalog(label: str, start: Path, env: dict[str, str]) -> Found | None:
     """The provider of that label in the ``.agentv/`` files from ``start`` up."""
     for entry, file, lines, loc in agentv_entries(start):
-        if agentv_label(entry) == label or (entry.get("id") == label and "label" not in entry):
+        if agentv_label(entry) == label:  # its label (else name, else id)
             return Found(interpolate_env(entry, env), Where(Path(file), lines), loc)
     return None
 
@@ -107,7 +107,7 @@ def resolve_target(
 ) -> dict[str, Any] | None:  # fmt: skip
     """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
     carry their answers)."""
-    found, label, loc = _pick(data, where, base)
+    found, label = _pick(data, where, base)
     if found is None and label is None:
         return None
     if found is None and label is not None:
@@ -120,7 +120,8 @@ def resolve_target(
 
 
 def _pick(data: dict[str, Any], where: Where, base: Path
-          ) -> tuple[Found | None, str | None, tuple[str, ...]]:  # fmt: skip
+          ) -> tuple[Found | None, str | None]:  # fmt: skip
+    """The provider written in the file, or the label it (or a default) names."""
     providers = data.get("providers")
     if isinstance(providers, str | dict):
         providers = [providers]
@@ -132,19 +133,15 @@ def _pick(data: dict[str, Any], where: Where, base: Path
                 "file for each of the others",
             )  # fmt: skip
         picked = _inline(providers[0], where, ("providers", "0"))
-        if isinstance(picked, Found):
-            return picked, None, ("providers", "0")
-        return None, picked, ("providers", "0")
+        return (picked, None) if isinstance(picked, Found) else (None, picked)
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
     if isinstance(execution.get("targets"), list):
         raise where.refuse(("execution", "targets"), "several targets (a target matrix)",
                            "gradebox runs one target per run; name one target")  # fmt: skip
-    for loc, value in ((("target",), data.get("target")),
-                       (("execution", "target"), execution.get("target"))):  # fmt: skip
+    for value in (data.get("target"), execution.get("target")):
         if isinstance(value, str) and value.strip():
-            return None, value.strip(), loc
-    default = agentv_defaults(base).get("provider")
-    return None, default, ("providers",)
+            return None, value.strip()
+    return None, agentv_defaults(base).get("provider")
 
 
 def _target(
