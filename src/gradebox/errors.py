@@ -8,6 +8,7 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
     │   └── ConfigErrors          several of them, found in one pass (one line each)
     ├── ImageError                an image is missing, unpinned or differs from the lock
     ├── ClusterError              a cluster run cannot start: Ray unreachable, a node refused
+    ├── WorkspaceError            a template, baseline or diff could not be made (git, disk)
     └── EngineError               the container engine failed us
         ├── EngineUnavailable     the engine cannot be reached at all
         └── SandboxClosed         the sandbox was closed (Ctrl-C): nothing new may start
@@ -27,6 +28,7 @@ __all__ = [
     "GradeboxError",
     "ImageError",
     "SandboxClosed",
+    "WorkspaceError",
 ]
 
 
@@ -103,6 +105,10 @@ class EngineUnavailable(EngineError):
 
 class ClusterError(GradeboxError):
     """A cluster run cannot start (a node refused, Ray unreachable) or lost its nodes."""
+
+
+class WorkspaceError(GradeboxError):
+    """The host could not copy a template or take a baseline or diff (git failed, disk full)."""
 
 
 class SandboxClosed(EngineError):
