@@ -25,6 +25,7 @@ than ``PATH_MAX`` plus two names, and the work stays linear however deep the age
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -264,11 +265,12 @@ class Baseline:
     def _snapshot(self, first: bool = False) -> dict[str, str]:
         """The three trees of the workspace as it is now."""
         top: dict[str, str] = {}
-        for entering, folder in walk_folders(self.root):
-            if entering:
-                self._enter(folder, first)
-            else:
-                self._leave(folder, top)
+        with contextlib.closing(walk_folders(self.root)) as walk:  # its folder closed on error
+            for entering, folder in walk:
+                if entering:
+                    self._enter(folder, first)
+                else:
+                    self._leave(folder, top)
         return top
 
     def _enter(self, folder: Folder, first: bool) -> None:

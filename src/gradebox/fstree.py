@@ -188,10 +188,11 @@ def chown_tree(root: Path, owner: tuple[int, int]) -> None:
     if os.geteuid() != 0:
         return
     os.lchown(root, *owner)
-    for entering, folder in walk_folders(root):
-        if entering:
-            for name, _st in folder.entries:
-                os.chown(name, *owner, dir_fd=folder.fd, follow_symlinks=False)
+    with contextlib.closing(walk_folders(root)) as walk:
+        for entering, folder in walk:
+            if entering:
+                for name, _st in folder.entries:
+                    os.chown(name, *owner, dir_fd=folder.fd, follow_symlinks=False)
 
 
 def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
@@ -208,11 +209,14 @@ def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
     chown = owner is not None and os.geteuid() == 0
     out = os.open(dest, _DIR_FLAGS)
     outs: list[tuple[int, int]] = [_ident(os.fstat(out))]
+    walk = walk_folders(source)
     try:
-        for entering, folder in walk_folders(source):
+        for entering, folder in walk:
             if entering:
                 if folder.parent is not None:
-                    out = _enter_copy(out, folder.name, merge)
+                    inner = _enter_copy(out, folder.name, merge)
+                    os.close(out)
+                    out = inner
                     outs.append(_ident(os.fstat(out)))
                 for name, st in folder.entries:
                     if not stat.S_ISDIR(st.st_mode) and not _copy_entry(
@@ -234,6 +238,7 @@ def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
             os.close(out)
             out = up
     finally:
+        walk.close()
         os.close(out)
     if chown:
         os.lchown(dest, *owner)  # type: ignore[misc]
