@@ -10,8 +10,9 @@ workspace that is (or holds) a repository keeps its history, index and files unt
 
 Every snapshot is three trees, diffed in this order:
 
-- ``work``: every file, link and special file, as git shows files (text in full, a file with
-  a NUL in its first 8,000 bytes as ``Binary files ... differ``);
+- ``work``: every file, link and special file: text in full (UTF-8 text that holds a NUL
+  shows it as ␀, so a NUL cannot turn code into a binary file), anything else as ``Binary
+  files ... differ`` (a file with holes is read by its data, never its holes);
 - ``git``: what lies in a ``.git`` folder (or is a ``.git`` file), of the workspace or of any
   repository inside it, shown the same way after the rest: configuration, hooks, refs in full;
 - ``ignored``: what the template's ``.gitignore`` files (as they were at the baseline, never as
@@ -25,7 +26,9 @@ than ``PATH_MAX`` plus two names, and the work stays linear however deep the age
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -49,8 +52,7 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # flattened (see above): git itself walks trees no deeper than 2,048 (core.maxTreeDepth).
 DEEP_PATH = 4096
 DEEP_FOLDERS = 1000
-# Git calls a file binary when its first 8,000 bytes hold a NUL.
-_BINARY_PROBE = 8000
+_NUL_SHOWN = "\u2400".encode()  # ␀
 _SMALL_FILE = 8 << 20  # read whole; larger files are streamed through a temporary file
 _MAX_IGNORE_FILE = 1 << 20
 _FLAT_INDEX = b".gradebox-folders"
@@ -119,30 +121,55 @@ class _Store:
             self._fanout.add(sha[:2])
         return folder / sha[2:]
 
-    def put_file(self, fd: int, size: int, keep: bool) -> str:
-        """The blob for a regular file's content: the content itself when ``keep`` and git
-        would show it as text, else a stand-in that differs exactly when the content does."""
-        head = _read_exactly(fd, min(size, _SMALL_FILE if keep else _BINARY_PROBE))
-        keep = keep and b"\0" not in head[:_BINARY_PROBE]
-        if keep and len(head) == size:
-            return self.put(b"blob", head)
+    def put_file(self, fd: int, st: os.stat_result, keep: bool) -> str:
+        """The blob for a regular file: its content when ``keep`` and it is text (a NUL in
+        UTF-8 text made visible as ␀: a NUL must not turn code into "Binary files differ"),
+        else a stand-in that differs exactly when the content does."""
+        size = st.st_size
+        if st.st_blocks * 512 < size:
+            return self.put(b"blob", _sparse_stand_in(fd, st))
+        if size > _SMALL_FILE:
+            return self._put_large(fd, size, keep)
+        data = _read_exactly(fd, size)
+        text = _as_text(data) if keep else None
+        if text is not None:
+            return self.put(b"blob", text)
+        return self.put(b"blob", _stand_in(size, hashlib.sha1(b"blob %d\0%s" % (size, data))))
+
+    def _put_large(self, fd: int, size: int, keep: bool) -> str:
+        """``put_file`` in two passes of 1 MiB chunks: what it is, then what is stored."""
         digest = hashlib.sha1(b"blob %d\0" % size)
-        digest.update(head)
-        if not keep:
-            _stream(fd, size - len(head), digest.update)
-            return self.put(b"blob", _stand_in(size, digest.hexdigest()))
-        # A large text file: compressed into a temporary object while it is hashed.
+        utf8 = codecs.getincrementaldecoder("utf-8")()
+        valid, nuls = keep, 0
+
+        def scan(chunk: bytes) -> None:
+            nonlocal valid, nuls
+            digest.update(chunk)
+            if keep:
+                nuls += chunk.count(b"\0")
+            if valid:
+                try:
+                    utf8.decode(chunk)
+                except UnicodeDecodeError:
+                    valid = False
+
+        _stream(fd, size, scan)
+        if not keep or (nuls and not (valid and _final(utf8))):
+            return self.put(b"blob", _stand_in(size, digest))
+        stored = size + (len(_NUL_SHOWN) - 1) * nuls
+        digest = hashlib.sha1(b"blob %d\0" % stored)
         z = zlib.compressobj(1)
         tmp = self.path / f"tmp-{os.getpid()}-{fd}"
         with open(tmp, "wb") as out:
 
-            def both(chunk: bytes) -> None:
+            def store(chunk: bytes) -> None:
+                chunk = chunk.replace(b"\0", _NUL_SHOWN)
                 digest.update(chunk)
                 out.write(z.compress(chunk))
 
-            out.write(z.compress(b"blob %d\0" % size))
-            both(head)
-            _stream(fd, size - len(head), both)
+            out.write(z.compress(b"blob %d\0" % stored))
+            os.lseek(fd, 0, os.SEEK_SET)
+            _stream(fd, size, store)
             out.write(z.flush())
         sha = digest.hexdigest()
         os.replace(tmp, self._path_of(sha))
@@ -176,9 +203,57 @@ def _stream(fd: int, size: int, sink) -> None:  # type: ignore[no-untyped-def]
         left -= len(chunk)
 
 
-def _stand_in(size: int, sha: str) -> bytes:
+def _stand_in(size: int, digest: hashlib._Hash) -> bytes:
     # The NUL keeps it binary for git: a diff says "Binary files ... differ", nothing more.
-    return b"\0[gradebox: binary, %d bytes, git blob %s]\n" % (size, sha.encode())
+    return b"\0[gradebox: binary, %d bytes, git blob %s]\n" % (size, digest.hexdigest().encode())
+
+
+def _as_text(data: bytes) -> bytes | None:
+    """What git is shown of a file: itself when it holds no NUL, UTF-8 text with its NULs
+    made visible, or None (binary)."""
+    if b"\0" not in data:
+        return data
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return data.replace(b"\0", _NUL_SHOWN)
+
+
+def _final(decoder: codecs.IncrementalDecoder) -> bool:
+    """Did the text end on a whole UTF-8 character?"""
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _sparse_stand_in(fd: int, st: os.stat_result) -> bytes:
+    """A file with holes (``truncate -s 1T``) is read by its data alone: reading its holes
+    would take the host hours for nothing."""
+    digest = hashlib.sha1()
+    offset = 0
+    try:
+        while offset < st.st_size:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no data past offset
+                    raise
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            digest.update(b"%d %d\n" % (start, end - start))
+            os.lseek(fd, start, os.SEEK_SET)
+            _stream(fd, end - start, digest.update)
+            offset = end
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        # No SEEK_DATA here: told apart by what any write changes (its ctime).
+        digest.update(b"%d %d %d" % (st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+    return b"\0[gradebox: sparse file, %d bytes, %d allocated, data digest %s]\n" % (
+        st.st_size, st.st_blocks * 512, digest.hexdigest().encode())  # fmt: skip
 
 
 def _special(mode: int) -> bytes:
@@ -361,7 +436,7 @@ class Baseline:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode):
                 return self._objects.put(b"blob", _special(now.st_mode)), b"100644"
-            sha = self._objects.put_file(fd, now.st_size, keep)
+            sha = self._objects.put_file(fd, now, keep)
         finally:
             os.close(fd)
         self._cache[key] = _Cached(now.st_size, now.st_mtime_ns, now.st_ctime_ns, keep, sha)

@@ -405,6 +405,14 @@ elif case == "git-places":
     plant(b".git/config", b"[core]\\n\\tfsmonitor = EVIL-fsmonitor\\n")
     plant(b".GIT/evil.py", b"EVIL-dot-GIT\\n")
     plant(b"sub/.git", b"EVIL-gitfile\\n")
+elif case == "nul-in-code":
+    plant(b"lib/index.js", b"// a NUL: \\0\\nEVIL_nul();\\n")
+elif case == "sparse":
+    os.mkdir("holes")
+    for i in range(400):  # 100 GiB of holes, each file just under the file-size limit
+        with open(f"holes/{i}.bin", "wb") as f:
+            f.truncate(255 << 20)
+    plant(b"beside.py", b"EVIL-sparse\\n")
 elif case == "ignored":
     plant(b"__pycache__/conftest.cpython-311.pyc", b"\\x00EVIL-bytecode")
     plant(b"node_modules/lib/index.js", b"EVIL-module\\n")
@@ -425,6 +433,8 @@ HOSTILE_CASES = {
     "3000-deep": ["+EVIL-3000-deep", "/.gradebox-folders"],
     "git-places": ["+++ b/.git/hooks/pre-commit", "+echo EVIL-hook", "+\tfsmonitor = EVIL",
                    "+++ b/.GIT/evil.py", "+EVIL-dot-GIT", "+++ b/sub/.git\n", "+EVIL-gitfile"],
+    "nul-in-code": ["+++ b/lib/index.js", "+EVIL_nul();"],
+    "sparse": ["Binary files /dev/null and b/holes/399.bin differ", "+EVIL-sparse"],
     "ignored": ["A\t__pycache__/conftest.cpython-311.pyc\n", "A\tnode_modules/lib/index.js\n"],
     "control": ["+++ b/plain/evil.py", "+EVIL-control"],
 }  # fmt: skip

@@ -49,7 +49,7 @@ def test_edits_new_deleted_renamed_mode_and_binary(tmp_path):
     write(ws / "gone.txt", "bye\n")
     write(ws / "move_me.txt", "same content here\n" * 5)
     write(ws / "run.sh", "echo hi\n")
-    (ws / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (ws / "blob.bin").write_bytes(b"\x00\xff\x02")
     base = Baseline.take(ws)
     assert sorted(os.listdir(ws)) == ["a.txt", "blob.bin", "gone.txt", "move_me.txt", "run.sh"]
 
@@ -57,7 +57,7 @@ def test_edits_new_deleted_renamed_mode_and_binary(tmp_path):
     (ws / "gone.txt").unlink()
     (ws / "move_me.txt").rename(ws / "moved.txt")
     os.chmod(ws / "run.sh", 0o755)
-    (ws / "blob.bin").write_bytes(b"\x00\x09\x02")
+    (ws / "blob.bin").write_bytes(b"\x00\xfe\x02")
     write(ws / "new" / "file.txt", "fresh\n")
     diff = base.diff()
     base.discard()
@@ -572,3 +572,45 @@ def test_a_reference_workspace_is_laid_over_without_following_links(tmp_path):
     _plant(ws, b"\xff/" + b"/".join([b"d" * 200] * 25) + b"/deep.txt", b"changed\n")
     assert "-EVIL-MARKER\n+changed\n" in base.diff()
     base.discard()
+
+
+NUL_TRICKS = {
+    "a NUL in a comment of a small script": (b"// \0\nEVIL-MARKER();\n", 1),
+    "a NUL up front of a 9 MiB script": (
+        b"// \0\n" + b"// pad\n" * (9 << 17) + b"EVIL-MARKER();\n",
+        1,
+    ),
+    "control": (b"// plain\nEVIL-MARKER();\n", 0),
+}
+
+
+@pytest.mark.parametrize("case", NUL_TRICKS, ids=list(NUL_TRICKS))
+def test_a_nul_byte_does_not_turn_code_into_a_binary_file(tmp_path, case):
+    content, nuls = NUL_TRICKS[case]
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    base = Baseline.take(ws)
+    (ws / "index.js").write_bytes(content)
+    (ws / "real.bin").write_bytes(b"\x7fELF\x00\x01\xff\xfe")  # not text: stays binary
+    diff = base.diff(cap=64 << 20)
+    base.discard()
+    assert "+EVIL-MARKER();\n" in diff and diff.count("\u2400") == nuls
+    assert "Binary files /dev/null and b/real.bin differ" in diff
+    assert "\0" not in diff
+
+
+def test_a_sparse_file_is_read_by_its_data_not_its_holes(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    with open(ws / "kept", "wb") as f:
+        f.truncate(1 << 40)  # a terabyte of holes in the template: read, it would take hours
+    base = Baseline.take(ws)
+    with open(ws / "huge", "wb") as f:
+        f.truncate(1 << 43)
+    with open(ws / "kept", "r+b") as f:
+        f.seek(1 << 30)
+        f.write(b"EVIL")
+    diff = base.diff()
+    base.discard()
+    assert "Binary files /dev/null and b/huge differ" in diff
+    assert "Binary files a/kept and b/kept differ" in diff
