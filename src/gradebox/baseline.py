@@ -183,13 +183,8 @@ class _Store:
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
-    parts, left = [], size
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise OSError("a file shrank while it was read")
-        parts.append(chunk)
-        left -= len(chunk)
+    parts: list[bytes] = []
+    _stream(fd, size, parts.append)
     return b"".join(parts)
 
 
