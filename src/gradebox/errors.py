@@ -10,6 +10,7 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
     │   └── NotAllowed            a privilege asked for and not allowed by whoever runs it
     ├── ImageError                an image is missing, unpinned or differs from the lock
     ├── ClusterError              a cluster run cannot start: Ray unreachable, a node refused
+    ├── WorkspaceError            a template, baseline or diff could not be made (git, disk)
     └── EngineError               the container engine failed us
         ├── EngineUnavailable     the engine cannot be reached at all
         └── SandboxClosed         the sandbox was closed (Ctrl-C): nothing new may start
@@ -31,6 +32,7 @@ __all__ = [
     "NotAllowed",
     "SandboxClosed",
     "UnsupportedFeature",
+    "WorkspaceError",
 ]
 
 
@@ -125,6 +127,10 @@ class EngineUnavailable(EngineError):
 
 class ClusterError(GradeboxError):
     """A cluster run cannot start (a node refused, Ray unreachable) or lost its nodes."""
+
+
+class WorkspaceError(GradeboxError):
+    """The host could not copy a template or take a baseline or diff (git failed, disk full)."""
 
 
 class SandboxClosed(EngineError):

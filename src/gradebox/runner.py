@@ -11,7 +11,6 @@ import fnmatch
 import logging
 import os
 import secrets
-import shutil
 import subprocess
 import threading
 import time
@@ -22,7 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import GradeboxError, SandboxClosed
+from .errors import GradeboxError, SandboxClosed, WorkspaceError
+from .fstree import copy_tree
 from .graders.assertion import (
     Assertion,
     GraderAssertion,
@@ -68,7 +68,6 @@ from .workspace import (
     Baseline,
     Quota,
     Workspace,
-    chown_tree,
     copy_template,
     materialise_repo,
     overlay_mode,
@@ -423,8 +422,10 @@ class _TestRun:
         if case.reference_workspace:
             # The suite author's files, laid over the template's (same names replaced).
             source = (root / case.reference_workspace).resolve()
-            shutil.copytree(source, workspace.path, symlinks=True, dirs_exist_ok=True)
-            chown_tree(workspace.path, run_as_ids())
+            try:
+                copy_tree(source, workspace.path, run_as_ids(), merge=True)
+            except OSError as exc:
+                raise WorkspaceError(f"reference workspace {source}: {exc}") from None
         if case.reference_patch:
             patch = (root / case.reference_patch).resolve()
             proc = subprocess.run(

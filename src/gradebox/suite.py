@@ -69,7 +69,9 @@ class WorkspaceConfig(_Strict):
         default=None, description="run once after the last test (a failure is a warning)"
     )
     include_ignored: bool = Field(
-        default=False, description="show files matched by .gitignore in file_changes"
+        default=False,
+        description="show the content of what the template's .gitignore ignores in "
+        "file_changes (it is listed by name either way)",
     )
     max_diff: Bytes = Field(default=DEFAULT_DIFF_CAP, description="file_changes size cap")
     max_size: Bytes = Field(

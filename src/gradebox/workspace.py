@@ -1,34 +1,27 @@
-"""Test workspaces on the host: a fresh copy of the template, a git baseline, and the diff.
+"""Test workspaces on the host: a fresh copy of the template, on a filesystem of its own.
 
-Everything here reads files an agent wrote, so everything treats them as hostile: no link is
-ever followed (copies recreate links, nested repositories are found with ``lstat``, git never
-gets a work tree outside the workspace), special files are skipped, the workspace lives on a
-size- and file-limited filesystem when the host allows it, and the diff is streamed and cut at
-its cap. Ignore and attribute rules come from the baseline, never from what the agent wrote.
-
-The baseline lives in a git directory *outside* the workspace (``GIT_DIR`` + ``--work-tree``):
-nothing is created, changed or left inside the workspace, and a repository that the workspace
-already is (or contains) keeps its own history, index and files untouched. Each nested
-repository gets its own baseline, so changes inside it show up as file diffs, not as a
-"submodule dirty" line. All of this runs on the host, never inside a sandbox.
+Everything here reads files an agent wrote, so everything treats them as hostile: copies,
+measures and removals go by file descriptor (``fstree``: any name, any depth, no link
+followed), special files are skipped, and the workspace lives on a size- and file-limited
+filesystem when the host allows it. The baseline and ``file_changes`` are ``baseline``'s.
+All of this runs on the host, never inside a sandbox.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GradeboxError
+from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
+from .errors import WorkspaceError
+from .fstree import chown_tree, copy_tree, remove_tree, tree_usage
 
 __all__ = [
     "DEFAULT_DIFF_CAP",
@@ -38,6 +31,7 @@ __all__ = [
     "Quota",
     "Workspace",
     "WorkspaceError",
+    "chown_tree",
     "copy_template",
     "remove_tree",
     "safe_copy",
@@ -48,55 +42,8 @@ __all__ = [
 
 log = logging.getLogger("gradebox.workspace")
 
-DEFAULT_DIFF_CAP = 1 << 20
 DEFAULT_MAX_SIZE = 1 << 30
 DEFAULT_MAX_FILES = 100_000
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# Attributes an agent's .gitattributes could use to make `git add` fail (an encoding), hide
-# content (`-diff` turns a file into "Binary files differ"), or rewrite it (filters, eol):
-# $GIT_DIR/info/attributes outranks every .gitattributes in the tree.
-_NEUTRAL_ATTRIBUTES = "* -text !eol -filter -ident !working-tree-encoding !diff !merge\n"
-
-_GIT_ENV = {
-    # Our own identity and no user/system configuration: hooks, signing or a global
-    # excludesfile on the runner's machine must not change what a diff says.
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "gradebox",
-    "GIT_AUTHOR_EMAIL": "gradebox@localhost",
-    "GIT_COMMITTER_NAME": "gradebox",
-    "GIT_COMMITTER_EMAIL": "gradebox@localhost",
-    "GIT_TERMINAL_PROMPT": "0",
-    "LC_ALL": "C",
-}
-_GIT_OPTS = [
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "core.filemode=true",
-    "-c",
-    "core.symlinks=true",
-    "-c",
-    "core.quotepath=false",
-    "-c",
-    "safe.directory=*",
-    "-c",
-    "commit.gpgsign=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "diff.noprefix=false",
-    "-c",
-    "diff.renames=true",
-]
-
-
-class WorkspaceError(GradeboxError):
-    """The host could not copy a template or take a baseline or diff (git failed, disk full)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Copies that follow no link and skip what is not a file, a directory or a link.
 
 
 def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None) -> list[str]:
@@ -105,33 +52,7 @@ def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None) ->
     Links are recreated as links, FIFOs, sockets and devices are skipped (their relative paths
     are returned), set-id bits are dropped. ``owner``: hand every entry to that uid:gid.
     """
-    skipped: list[str] = []
-    dest.mkdir(parents=True, exist_ok=True)
-    chown = owner is not None and os.geteuid() == 0
-    modes: list[tuple[Path, int]] = []
-    # An explicit stack, not recursion: an agent can nest directories thousands deep.
-    for rel, _src, entries in walk_tree(source):
-        dst = dest / rel if rel else dest
-        for entry in entries:
-            s, d = Path(entry.path), dst / entry.name
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(s), d)
-            elif stat.S_ISDIR(st.st_mode):
-                d.mkdir(mode=0o700)  # its real mode once it is filled (it may be 0500)
-                modes.append((d, stat.S_IMODE(st.st_mode) & 0o1777))
-            elif stat.S_ISREG(st.st_mode):
-                _copy_file(s, d, stat.S_IMODE(st.st_mode) & 0o777)
-            else:
-                skipped.append(f"{rel}/{entry.name}" if rel else entry.name)
-                continue
-            if chown:
-                os.lchown(d, *owner)  # type: ignore[misc]
-    for d, mode in reversed(modes):
-        os.chmod(d, mode)
-    if chown:
-        os.lchown(dest, *owner)  # type: ignore[misc]
-    return skipped
+    return copy_tree(source, dest, owner)
 
 
 def walk_tree(
@@ -139,8 +60,10 @@ def walk_tree(
 ) -> Iterator[tuple[str, Path, list[os.DirEntry[str]]]]:
     """``(relative path, path, entries)`` of every directory under ``root``, parents first.
 
-    No link is ever followed, and it keeps its own stack: a tree nested thousands deep (which
-    an agent can make) is walked like any other. ``descend(rel)`` prunes a subdirectory."""
+    No link is ever followed, and it keeps its own stack: a tree nested thousands deep is
+    walked like any other. ``descend(rel)`` prunes a subdirectory. It names entries by path,
+    so a path past ``PATH_MAX`` raises ``OSError``: it is for the suite's own folders (the
+    cluster bundle); what an agent wrote is walked by ``fstree``, by descriptor."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -152,47 +75,6 @@ def walk_tree(
             child = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_dir(follow_symlinks=False) and descend(child):
                 stack.append(child)
-
-
-def remove_tree(path: Path) -> None:
-    """``rm -rf`` that never recurses (an agent's tree may be thousands deep, and
-    ``shutil.rmtree`` recurses) and never follows a link; errors are ignored."""
-    try:
-        dirs = [p for _rel, p, _entries in walk_tree(path)]
-    except OSError:
-        dirs = []
-    for directory in reversed(dirs):  # children before their parents
-        try:
-            with os.scandir(directory) as it:
-                for entry in it:
-                    if not entry.is_dir(follow_symlinks=False):
-                        with contextlib.suppress(OSError):
-                            os.unlink(entry.path)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
-    with contextlib.suppress(OSError):
-        if not path.is_dir() or path.is_symlink():
-            os.unlink(path)
-
-
-def _copy_file(src: Path, dst: Path, mode: int) -> None:
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            while True:
-                # sendfile moves the bytes in the kernel; a quota'd destination ends it with
-                # ENOSPC, which the caller reports.
-                sent = os.sendfile(out, fd, None, 1 << 24)
-                if not sent:
-                    break
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-    os.chmod(dst, mode)
 
 
 def copy_template(template: Path | None, dest: Path, owner: tuple[int, int] | None = None) -> Path:
@@ -246,16 +128,6 @@ def materialise_repo(
             raise WorkspaceError(f"repository {source} at {ref}: git {args[0]} failed: {tail}")
     if owner is not None:
         chown_tree(dest, owner)
-
-
-def chown_tree(root: Path, owner: tuple[int, int]) -> None:
-    """Hand every entry under ``root`` to ``owner`` (root only; no link followed)."""
-    if os.geteuid() != 0:
-        return
-    for _rel, path, entries in walk_tree(root):
-        os.lchown(path, *owner)
-        for entry in entries:
-            os.lchown(entry.path, *owner)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,16 +308,12 @@ class Workspace:
             if free_bytes < min(1 << 20, self.quota.size // 100) or st.f_favail < 2:
                 return f"the workspace quota ({self.quota.describe()}) was exhausted"
             return None
-        size = files = 0
-        for _rel, _path, entries in walk_tree(self.layer or self.path):
-            for entry in entries:
-                files += 1
-                try:
-                    size += entry.stat(follow_symlinks=False).st_blocks * 512
-                except OSError:
-                    continue
-            if size > self.quota.size or files > self.quota.files:
-                return f"the workspace quota ({self.quota.describe()}) was exceeded"
+        try:
+            size, files = tree_usage(self.layer or self.path, (self.quota.size, self.quota.files))
+        except OSError as exc:
+            return f"the workspace could not be measured against its quota ({exc.strerror})"
+        if size > self.quota.size or files > self.quota.files:
+            return f"the workspace quota ({self.quota.describe()}) was exceeded"
         return None
 
     def close(self) -> None:
@@ -457,282 +325,3 @@ class Workspace:
         elif self.mounted:
             _unmount(self.path)
             self.mounted = False
-
-
-def truncate_diff(diff: str, cap: int) -> str:
-    """Cut at a line boundary under ``cap`` bytes and say how much was dropped; never silently."""
-    data = diff.encode("utf-8", errors="replace")
-    return _cut(data[: cap + 1], len(data), cap)
-
-
-def _cut(head: bytes, total: int, cap: int) -> str:
-    if total <= cap:
-        return head.decode("utf-8", errors="replace")
-    cut = head.rfind(b"\n", 0, cap) + 1 or cap
-    kept = head[:cut].decode("utf-8", errors="ignore")
-    return (
-        f"{kept}[gradebox: file_changes truncated at {cap} bytes: "
-        f"{total - cut} of {total} bytes dropped]\n"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Baselines.
-
-
-def _real_dir(root: Path, rel: str) -> bool:
-    """Is ``root/rel`` a directory reached through real directories only (no link)?"""
-    here = root
-    for part in [p for p in rel.split("/") if p]:
-        here = here / part
-        try:
-            st = os.lstat(here)
-        except OSError:
-            return False
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-    return True
-
-
-def _is_repo_marker(path: Path) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)
-
-
-def _find_repos(root: Path) -> list[str]:
-    """Relative paths of git repositories inside ``root`` ("" for root itself); no link is
-    followed, and a ``.git`` that is a link does not make a repository."""
-    found = []
-    not_git = lambda rel: rel.rsplit("/", 1)[-1] != ".git"  # noqa: E731
-    for rel, path, _entries in walk_tree(root, not_git):
-        if _is_repo_marker(path / ".git"):
-            found.append(rel)
-    return sorted(found)
-
-
-def _escape(path: str) -> str:
-    """A path as a literal gitignore pattern: glob characters, leading ! and # escaped."""
-    out = "".join("\\" + c if c in "\\*?[]" else c for c in path)
-    if out[:1] in ("!", "#"):
-        out = "\\" + out
-    if out.endswith(" "):
-        out = out[:-1] + "\\ "
-    return out
-
-
-def _translate_ignore(rel_dir: str, text: str) -> list[str]:
-    """The lines of ``rel_dir/.gitignore`` as patterns anchored at the tree's root, with the
-    same meaning (unanchored patterns match at any depth below ``rel_dir``)."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.rstrip("\r")
-        if not line.strip() or line.startswith("#"):
-            continue
-        if not rel_dir:
-            out.append(line)
-            continue
-        neg = line.startswith("!")
-        core = line[1:] if neg else line
-        dir_only = core.endswith("/")
-        core = core.rstrip("/")
-        if not core:
-            continue
-        anchored = "/" in core
-        core = core.lstrip("/")
-        pattern = f"/{_escape(rel_dir)}/" + (core if anchored else f"**/{core}")
-        out.append(("!" if neg else "") + pattern + ("/" if dir_only else ""))
-    return out
-
-
-@dataclass
-class _Tree:
-    """One baseline: a git dir outside the workspace tracking one directory of it."""
-
-    rel: str
-    git_dir: Path
-    excludes: list[str] = field(default_factory=list)
-    ignore_rules: list[str] = field(default_factory=list)
-    commit: str = ""
-
-
-class Baseline:
-    """Snapshot a workspace now; ``diff()`` later gives the unified diff of every change.
-
-    Example::
-
-        base = Baseline.take(workspace)
-        ...  # the agent edits files
-        print(base.diff())
-        base.discard()
-    """
-
-    def __init__(self, root: Path, store: Path, include_ignored: bool) -> None:
-        self.root = root
-        self.store = store
-        self.include_ignored = include_ignored
-        self.trees: dict[str, _Tree] = {}
-
-    @classmethod
-    def take(
-        cls, root: Path, *, include_ignored: bool = False, store: Path | None = None
-    ) -> Baseline:
-        if shutil.which("git") is None:
-            raise WorkspaceError("git is needed on the host to compute file_changes")
-        store = store or Path(tempfile.mkdtemp(prefix="gradebox-baseline-"))
-        base = cls(root.resolve(), store, include_ignored)
-        try:
-            repos = _find_repos(base.root)  # one walk of the tree, not one per repository
-            for rel in repos or [""]:
-                base._snapshot(rel, repos)
-            if "" not in base.trees:
-                base._snapshot("", repos)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise WorkspaceError(f"cannot take a baseline of the workspace: {exc}") from None
-        return base
-
-    def _run(self, tree: _Tree, args: list[str], *, work: bool = True,
-             stdin: bytes | None = None) -> bytes:  # fmt: skip
-        cmd = ["git", *_GIT_OPTS, f"--git-dir={tree.git_dir}"]
-        cwd = self.store
-        if work:
-            if tree.rel and not _real_dir(self.root, tree.rel):
-                raise WorkspaceError(f"{tree.rel} is no longer a directory of the workspace")
-            cwd = self.root / tree.rel if tree.rel else self.root
-            cmd.append(f"--work-tree={cwd}")
-        proc = subprocess.run(
-            [*cmd, *args], input=stdin, capture_output=True,
-            env={**os.environ, **_GIT_ENV, "GIT_LITERAL_PATHSPECS": "1"}, cwd=cwd,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            msg = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise WorkspaceError(
-                f"git {args[0]} failed in {cwd}: {msg[-1] if msg else proc.returncode}"
-            )
-        return proc.stdout
-
-    def _git(self, tree: _Tree, *args: str) -> str:
-        return self._run(tree, list(args)).decode("utf-8", errors="replace")
-
-    def _nested_under(self, rel: str, repos: list[str]) -> list[str]:
-        prefix = f"{rel}/" if rel else ""
-        return [r[len(prefix) :] for r in repos if r != rel and r.startswith(prefix)]
-
-    def _snapshot(self, rel: str, repos: list[str], empty: bool = False) -> None:
-        tree = _Tree(rel, self.store / f"tree{len(self.trees)}.git")
-        subprocess.run(
-            ["git", "init", "-q", "--bare", str(tree.git_dir)],
-            check=True,
-            capture_output=True,
-            env={**os.environ, **_GIT_ENV},
-        )
-        (tree.git_dir / "info").mkdir(exist_ok=True)
-        (tree.git_dir / "info" / "attributes").write_text(_NEUTRAL_ATTRIBUTES)
-        tree.excludes = self._nested_under(rel, list(self.trees) + repos)
-        if not self.include_ignored and not empty:
-            tree.ignore_rules = self._ignore_rules(rel, tree.excludes)
-        if empty:
-            # The empty tree: everything in a repository that appeared later is new.
-            tree.commit = self._run(tree, ["commit-tree", EMPTY_TREE, "-m", "empty"],
-                                    work=False).decode().strip()  # fmt: skip
-        else:
-            self._add(tree)
-            tree.commit = self._git(tree, "commit-tree", self._git(tree, "write-tree").strip(),
-                                    "-m", "baseline").strip()  # fmt: skip
-        self.trees[rel] = tree
-
-    def _ignore_rules(self, rel: str, nested: list[str]) -> list[str]:
-        """The tree's .gitignore files as they are now (at the baseline), as one rule list:
-        what the agent writes into a .gitignore later changes nothing."""
-        top = self.root / rel if rel else self.root
-        found: list[tuple[int, str, str]] = []
-        skip = {f"{n}" for n in nested}
-        for dirpath, dirnames, filenames in os.walk(top):
-            here = os.path.relpath(dirpath, top).replace(os.sep, "/").removeprefix(".")
-            here = here.lstrip("/")
-            dirnames[:] = [
-                d for d in dirnames if d != ".git" and f"{here}/{d}".lstrip("/") not in skip
-            ]
-            if ".gitignore" in filenames:
-                path = Path(dirpath) / ".gitignore"
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                    found.append((here.count("/") + bool(here), here, text))
-        rules: list[str] = []
-        for _depth, here, text in sorted(found):
-            rules += _translate_ignore(here, text)
-        return rules
-
-    def _add(self, tree: _Tree) -> None:
-        """Stage the tree as it is now: tracked changes, then every untracked file that the
-        baseline's rules do not ignore (the tree's own .gitignore files are not read)."""
-        rules = [f"/{_escape(p)}/" for p in tree.excludes] + tree.ignore_rules
-        exclude_file = tree.git_dir / "gradebox-exclude"
-        exclude_file.write_text("\n".join(rules) + "\n")
-        self._run(tree, ["add", "-u"])
-        others = self._run(tree, ["ls-files", "-z", "--others", f"--exclude-from={exclude_file}"])
-        if others:
-            self._run(
-                tree,
-                ["add", "--force", "--pathspec-from-file=-", "--pathspec-file-nul"],
-                stdin=others,
-            )
-
-    def diff(self, cap: int = DEFAULT_DIFF_CAP) -> str:
-        """The unified diff from the baseline: edits, new and deleted files, renames, modes,
-        binaries (marked), nested repositories against their own baselines. A repository that
-        was deleted or replaced by a link shows as deleted; the diff is streamed, and what is
-        past ``cap`` bytes is counted, not kept."""
-        try:
-            return self._diff(cap)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
-
-    def _diff(self, cap: int) -> str:
-        repos = _find_repos(self.root)
-        for rel in repos:
-            if rel not in self.trees:  # a repository the agent created or cloned
-                self._snapshot(rel, repos, empty=True)
-        head = bytearray()
-        total = 0
-        for rel, tree in sorted(self.trees.items()):
-            prefix = f"{rel}/" if rel else ""
-            opts = ["diff", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
-                    f"--src-prefix=a/{prefix}", f"--dst-prefix=b/{prefix}"]  # fmt: skip
-            if rel and not _real_dir(self.root, rel):
-                args, work = [*opts, tree.commit, EMPTY_TREE], False
-            else:
-                tree.excludes = self._nested_under(rel, list(self.trees))
-                self._add(tree)
-                args, work = [*opts, "--cached", tree.commit], True
-            total = self._stream(tree, args, work, head, total, cap)
-        return _cut(bytes(head), total, cap)
-
-    def _stream(self, tree: _Tree, args: list[str], work: bool, head: bytearray, total: int,
-                cap: int) -> int:  # fmt: skip
-        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest."""
-        cmd = ["git", *_GIT_OPTS, f"--git-dir={tree.git_dir}"]
-        cwd = self.root / tree.rel if work and tree.rel else (self.root if work else self.store)
-        if work:
-            cmd.append(f"--work-tree={cwd}")
-        with subprocess.Popen(
-            [*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-            env={**os.environ, **_GIT_ENV},
-        ) as proc:  # fmt: skip
-            assert proc.stdout is not None and proc.stderr is not None
-            while chunk := proc.stdout.read(1 << 16):
-                room = cap + 1 - len(head)
-                if room > 0:
-                    head += chunk[:room]
-                total += len(chunk)
-            err = proc.stderr.read()
-            proc.wait()
-        if proc.returncode != 0:
-            lines = err.decode(errors="replace").strip().splitlines()
-            raise WorkspaceError(f"git diff failed in {cwd}: {lines[-1] if lines else '?'}")
-        return total
-
-    def discard(self) -> None:
-        shutil.rmtree(self.store, ignore_errors=True)

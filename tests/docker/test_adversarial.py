@@ -371,3 +371,98 @@ def test_a_spec_the_oci_backend_does_not_run_goes_to_docker_and_says_so(tmp_path
     assert plain.backend == "oci" and bridged.backend == "docker"
     assert bridged.privileges == ["network"] and bridged.image and bridged.image.id
     assert plain.image and plain.image.id.startswith("sha256:")
+
+
+# A failing agent that plants what the host's diff once choked on or could not see: names that
+# are not UTF-8, paths past PATH_MAX, git's own folders, files the template ignores. Each test
+# of the suite is one variant (the agent switches on its test id); "control" is the same
+# failing work with plain names. Every one must be `failed` (never an error, never a pass),
+# with what it planted in the file_changes its graders read.
+HOSTILE_AGENT = """import os, sys
+case = os.environ["GRADEBOX_TEST_ID"]
+
+def plant(path, text, mode=0o644):
+    *folders, last = path.split(b"/")
+    top = os.open(".", os.O_RDONLY)
+    for name in folders:  # one name at a time: the path itself may pass PATH_MAX
+        os.makedirs(name, exist_ok=True)
+        os.chdir(name)
+    with open(os.open(last, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode), "wb") as f:
+        f.write(text)
+    os.fchdir(top)
+
+if case == "not-utf8":
+    os.makedirs(b"\\xff/.git")
+    plant(b"\\xff/evil.py", b"EVIL-not-utf8\\n")
+    plant(b"a/\\xfd\\xfe/b.py", b"EVIL-nested\\n")
+    os.symlink(b"\\xfb", b"\\xfc")
+elif case == "past-path-max":
+    plant(b"/".join([b"d" * 200] * 30 + [b"deep.py"]), b"EVIL-past-path-max\\n")
+elif case == "3000-deep":
+    plant(b"/".join([b"d"] * 3000 + [b"deep.py"]), b"EVIL-3000-deep\\n")
+elif case == "git-places":
+    plant(b".git/hooks/pre-commit", b"#!/bin/sh\\necho EVIL-hook\\n", 0o755)
+    plant(b".git/config", b"[core]\\n\\tfsmonitor = EVIL-fsmonitor\\n")
+    plant(b".GIT/evil.py", b"EVIL-dot-GIT\\n")
+    plant(b"sub/.git", b"EVIL-gitfile\\n")
+elif case == "nul-in-code":
+    plant(b"lib/index.js", b"// a NUL: \\0\\nEVIL_nul();\\n")
+elif case == "sparse":
+    os.mkdir("holes")
+    for i in range(400):  # 100 GiB of holes, each file just under the file-size limit
+        with open(f"holes/{i}.bin", "wb") as f:
+            f.truncate(255 << 20)
+    plant(b"beside.py", b"EVIL-sparse\\n")
+elif case == "ignored":
+    plant(b"__pycache__/conftest.cpython-311.pyc", b"\\x00EVIL-bytecode")
+    plant(b"node_modules/lib/index.js", b"EVIL-module\\n")
+else:
+    plant(b"plain/evil.py", b"EVIL-control\\n")
+print("WRONG")
+"""
+
+SEES_CHANGES = """import json, sys
+d = json.load(sys.stdin)
+missing = [m for m in d["metadata"]["expect"] if m not in d["file_changes"]]
+print(json.dumps({"pass": not missing, "reason": f"missing {missing}" if missing else "all seen"}))
+"""
+
+HOSTILE_CASES = {
+    "not-utf8": ["+++ b/\\xff/evil.py\n", "+EVIL-not-utf8", "+EVIL-nested", "+\\xfb"],
+    "past-path-max": ["+EVIL-past-path-max", "/.gradebox-folders"],
+    "3000-deep": ["+EVIL-3000-deep", "/.gradebox-folders"],
+    "git-places": ["+++ b/.git/hooks/pre-commit", "+echo EVIL-hook", "+\tfsmonitor = EVIL",
+                   "+++ b/.GIT/evil.py", "+EVIL-dot-GIT", "+++ b/sub/.git\n", "+EVIL-gitfile"],
+    "nul-in-code": ["+++ b/lib/index.js", "+EVIL_nul();"],
+    "sparse": ["Binary files /dev/null and b/holes/399.bin differ", "+EVIL-sparse"],
+    "ignored": ["A\t__pycache__/conftest.cpython-311.pyc\n", "A\tnode_modules/lib/index.js\n"],
+    "control": ["+++ b/plain/evil.py", "+EVIL-control"],
+}  # fmt: skip
+
+
+def test_hostile_names_leave_a_failing_agent_failed_with_its_changes_shown(tmp_path, box):
+    import subprocess
+
+    write(tmp_path / "tpl" / "app.py", "print('app')\n")
+    write(tmp_path / "tpl" / ".gitignore", "__pycache__/\nnode_modules/\n")
+    write(tmp_path / "tpl" / "sub" / "code.py", "x = 1\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "tpl")], check=True)
+    tests = "".join(
+        f"  - id: {case}\n    input: go\n    metadata: {{expect: {json.dumps(expect)}}}\n"
+        for case, expect in HOSTILE_CASES.items()
+    )
+    results = _run_suite(
+        tmp_path, box,
+        "workspace: {template: ./tpl}\n"
+        "target: {command: [python3, agent.py]}\n"
+        "assert:\n  - {type: contains, value: RIGHT}\n"
+        "  - {type: script, name: sees-changes, command: [python3, sees.py]}\n"
+        f"tests:\n{tests}",
+        files={"agent.py": HOSTILE_AGENT, "sees.py": SEES_CHANGES},
+    )  # fmt: skip
+    for case in HOSTILE_CASES:
+        r = results[case]
+        assert r.status is Status.failed and r.error is None, (case, r.error, r.graders)
+        contains, sees = r.graders
+        assert not contains.passed and sees.passed, (case, sees.evidence)
+        assert r.file_changes_bytes > 0

@@ -250,6 +250,46 @@ def test_an_answer_file_is_read_as_hostile(tmp_path):
     assert text.count("could not be read") == 3
 
 
+def test_an_answer_file_may_have_any_name_at_any_depth(tmp_path):
+    import os
+
+    from gradebox.fstree import remove_tree
+    from gradebox.llm.grader import candidate_from_files
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    deep = [b"d" * 200] * 30  # past PATH_MAX: opened one folder at a time
+    here = os.open(ws, os.O_RDONLY)
+    for name in [b"\xff", *deep]:
+        os.mkdir(name, dir_fd=here)
+        inner = os.open(name, os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = inner
+    fd = os.open(b"answer\xfe.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+    os.write(fd, b"deep answer")
+    os.close(fd)
+    os.close(here)
+    rel = os.fsdecode(b"/".join([b"\xff", *deep, b"answer\xfe.md"]))
+    parts = [{"type": "file", "path": p} for p in (rel, "\ud800.md", rel[:-3] + "pdf")]
+    payload = Payload(messages=[Message(role="assistant", content=parts)])
+
+    def preprocess(command, path):
+        return f"preprocessed {path}"
+
+    text = candidate_from_files(payload, ws, preprocess, [{"type": "pdf", "command": "x"}])
+    first, second, third = text.split("\n")
+    assert first == "deep answer"
+    # A name that cannot be encoded is a note, shown escaped; so is one that a container's
+    # argv could not carry to a preprocessor.
+    assert (
+        second == "[gradebox: \\ud800.md could not be read as text and no preprocessor matched it]"
+    )
+    assert third.startswith("[gradebox: \\udcff/ddd") and third.endswith(
+        "could not be read as text and no preprocessor matched it]"
+    )
+    remove_tree(ws)
+
+
 def test_llm_assertion_shapes_compile(tmp_path):
     from gradebox.graders.assertion import AssertSet, LlmGraderAssertion
     from gradebox.suite import load_suite

@@ -1,5 +1,6 @@
 """Git baselines and diffs on the host (real git, no containers)."""
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -15,6 +16,12 @@ from tests.conftest import write
 def _baselines_in_tmp_path(tmp_path, monkeypatch):
     # Baseline stores default to the system temp folder: keep this module's in its tmp_path.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield
+    # pytest's own clean-up recurses: a tree thousands deep is removed here, whatever failed.
+    from gradebox.fstree import remove_tree
+
+    for child in tmp_path.iterdir():
+        remove_tree(child)
 
 
 def git(cwd, *args):
@@ -42,7 +49,7 @@ def test_edits_new_deleted_renamed_mode_and_binary(tmp_path):
     write(ws / "gone.txt", "bye\n")
     write(ws / "move_me.txt", "same content here\n" * 5)
     write(ws / "run.sh", "echo hi\n")
-    (ws / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (ws / "blob.bin").write_bytes(b"\x00\xff\x02")
     base = Baseline.take(ws)
     assert sorted(os.listdir(ws)) == ["a.txt", "blob.bin", "gone.txt", "move_me.txt", "run.sh"]
 
@@ -50,7 +57,7 @@ def test_edits_new_deleted_renamed_mode_and_binary(tmp_path):
     (ws / "gone.txt").unlink()
     (ws / "move_me.txt").rename(ws / "moved.txt")
     os.chmod(ws / "run.sh", 0o755)
-    (ws / "blob.bin").write_bytes(b"\x00\x09\x02")
+    (ws / "blob.bin").write_bytes(b"\x00\xfe\x02")
     write(ws / "new" / "file.txt", "fresh\n")
     diff = base.diff()
     base.discard()
@@ -95,7 +102,7 @@ def test_existing_repo_history_index_and_files_untouched(tmp_path):
     assert "+++ b/agent.txt" in diff and "tracked.txt" not in diff
 
 
-def test_nested_repositories_diff_against_their_own_baseline(tmp_path):
+def test_nested_repositories_are_folders_with_their_git_dir_shown(tmp_path):
     ws = tmp_path / "ws"
     write(ws / "top.txt", "top\n")
     write(ws / "libs" / "inner" / "code.py", "x = 1\n")
@@ -113,18 +120,28 @@ def test_nested_repositories_diff_against_their_own_baseline(tmp_path):
     assert "+++ b/top.txt" in diff
     assert "+++ b/cloned/README" in diff
     assert "Subproject" not in diff
+    # What git keeps in a .git folder is content too; it comes after the rest.
+    assert "+++ b/cloned/.git/HEAD" in diff and "+ref: refs/heads/" in diff
+    assert diff.index("b/top.txt") < diff.index("b/cloned/.git/HEAD")
 
 
-def test_ignored_files_are_an_option(tmp_path):
+def test_ignored_changes_are_listed_and_their_content_is_an_option(tmp_path):
     ws = tmp_path / "ws"
     write(ws / ".gitignore", "*.log\n")
+    write(ws / "old.log", "old\n")
+    write(ws / "kept.log", "kept\n")
     base = Baseline.take(ws)
     write(ws / "debug.log", "noise\n")
-    assert "debug.log" not in base.diff()
+    write(ws / "kept.log", "changed\n")
+    (ws / "old.log").unlink()
+    diff = base.diff()
+    assert "noise" not in diff and "+changed" not in diff
+    assert diff.endswith("content not shown]\nA\tdebug.log\nM\tkept.log\nD\told.log\n")
     base.discard()
     base = Baseline.take(ws, include_ignored=True)
     write(ws / "debug.log", "more noise\n")
-    assert "debug.log" in base.diff()
+    diff = base.diff()
+    assert "+more noise" in diff and "content not shown" not in diff
     base.discard()
 
 
@@ -216,7 +233,8 @@ def test_ignore_rules_come_from_the_baseline(tmp_path):
     write(ws / "pkg" / "keep.log", "kept\n")
     diff = base.diff()
     assert "+print('cheat')" in diff
-    assert "debug.log" not in diff and "out.o" not in diff  # ignored by the baseline's rules
+    assert "+noise" not in diff and "+obj" not in diff  # ignored by the baseline's rules...
+    assert "\nA\tdebug.log\nA\tpkg/build/out.o\n" in diff  # ...so listed, not shown
     assert "+kept" in diff  # re-included by the baseline's nested rule
     assert "+*" in diff  # the .gitignore edits themselves are changes
 
@@ -346,3 +364,253 @@ def test_an_overlay_workspace_never_writes_into_its_lower_layer(tmp_path):
         assert not (lower / "new.txt").exists()
     finally:
         ws.close()
+
+
+# Hostile names are data: any byte string, any depth, any length (issue 21). Each class has
+# variants and a control: the same change made with a plain name shows the same way.
+
+
+def _plant(root: Path, path: bytes, content: bytes | None = b"EVIL-MARKER\n",
+           link: bytes | None = None) -> None:  # fmt: skip
+    """Make ``path`` under ``root`` one name at a time (no path past one name is ever used)."""
+    *folders, last = path.split(b"/")
+    here = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in folders:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=here)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+            os.close(here)
+            here = deeper
+        if link is not None:
+            os.symlink(link, last, dir_fd=here)
+        elif content is None:
+            os.mkdir(last, dir_fd=here)
+        else:
+            fd = os.open(last, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755, dir_fd=here)
+            os.write(fd, content)
+            os.close(fd)
+    finally:
+        os.close(here)
+
+
+def _repo(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q")
+
+
+def _hostile_tree_survives(ws: Path, tmp_path: Path) -> None:
+    """Everything else the host does with an agent's tree: measure, copy, remove."""
+    from gradebox.workspace import Quota, Workspace, remove_tree, safe_copy
+
+    assert Workspace(ws, Quota(), mounted=False).exceeded() is None
+    copy = tmp_path / "copy"
+    safe_copy(ws, copy)
+    (tmp_path / "host-file").write_text("keep\n")
+    for tree in (copy, ws):
+        remove_tree(tree)
+        assert not tree.exists()
+    assert (tmp_path / "host-file").read_text() == "keep\n"
+
+
+NOT_UTF8 = {
+    "a folder holding .git (the issue's)": (b"\xff/.git/config", b"\xff/x.py", "\\xff/x.py"),
+    "a file at the top": (None, b"\xfe.py", "\\xfe.py"),
+    "a nested file": (None, b"a/\xfd\xfe/b.py", "a/\\xfd\\xfe/b.py"),
+    "inside a nested repository": (b"sub/.git/HEAD", b"sub/\xff.py", "sub/\\xff.py"),
+    "control": (b"plain/.git/config", b"plain/x.py", "plain/x.py"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_UTF8, ids=list(NOT_UTF8))
+def test_names_that_are_not_utf8_are_data(tmp_path, case):
+    template_file, planted, shown = NOT_UTF8[case]
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    if template_file:
+        _plant(ws, template_file, b"[core]\n")  # a repository (or .git folder) at the baseline
+    base = Baseline.take(ws)
+    _plant(ws, planted)
+    target = b"target" if case == "control" else b"\xfb-target"
+    _plant(ws, planted + b"-link", link=target)  # links with such names and targets, too
+    diff = base.diff()
+    base.discard()
+    assert f"+++ b/{shown}\n@@ -0,0 +1 @@\n+EVIL-MARKER\n" in diff
+    assert (
+        f"+++ b/{shown}-link\n" in diff and "+" + target.decode(errors="backslashreplace") in diff
+    )
+    _hostile_tree_survives(ws, tmp_path)
+
+
+DEEP = {
+    "names of 200 bytes past PATH_MAX": [b"d" * 200] * 30,
+    "3,000 folders deep (past git's own limit)": [b"d"] * 3000,
+    "deep, not UTF-8, a .git on the way": [b"\xff" * 100] * 30 + [b".git"] + [b"\xfe" * 100] * 20,
+    "control": [b"d" * 10] * 3,
+}
+
+
+@pytest.mark.parametrize("case", DEEP, ids=list(DEEP))
+def test_paths_past_path_max_are_diffed_copied_measured_and_removed(tmp_path, case):
+    folders = DEEP[case]
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    _plant(ws, b"/".join(folders[:2] + [b"template.txt"]), b"old\n")
+    base = Baseline.take(ws)
+    _plant(ws, b"/".join(folders[:2] + [b"template.txt"]), b"new\n")
+    _plant(ws, b"/".join(folders + [b"deep.py"]))
+    _plant(ws, b"/".join(folders[: len(folders) // 2] + [b"middle.py"]), b"MIDDLE\n")
+    diff = base.diff(cap=1 << 24)
+    base.discard()
+    assert "-old\n+new\n" in diff
+    assert "+EVIL-MARKER\n" in diff and "+MIDDLE\n" in diff
+    # Git never handles a path longer than PATH_MAX and a few names, however deep it goes.
+    headers = [line for line in diff.splitlines() if line.startswith("+++ ")]
+    assert max(len(h) for h in headers) < 4096 * 4 + 2000  # \xNN shows a byte as 4
+    if case != "control":
+        assert "/.gradebox-folders\n" in diff and "-deep.py\n" in diff
+    _hostile_tree_survives(ws, tmp_path)
+
+
+GIT_PLACES = {
+    "a hook of the workspace's repository": (".git/hooks/pre-commit", True),
+    "the workspace's git config": (".git/config", True),
+    "inside a nested repository's .git": ("sub/.git/evil.py", True),
+    "a .GIT folder (git refuses to add it)": (".GIT/evil.py", False),
+    "git~1 (refused under core.protectNTFS)": ("git~1/evil.py", False),
+    "a .git file in a subfolder": ("other/.git", False),
+    "control": ("plain/evil.py", False),
+}
+
+
+@pytest.mark.parametrize("case", GIT_PLACES, ids=list(GIT_PLACES))
+def test_what_git_itself_skips_is_in_file_changes(tmp_path, case):
+    path, repo = GIT_PLACES[case]
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    write(ws / "sub" / "code.py", "x = 1\n")
+    if repo:
+        _repo(ws)
+        _repo(ws / "sub")
+    base = Baseline.take(ws)
+    target = ws / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a") as f:
+        f.write("EVIL-MARKER\n")
+    write(ws / "a.txt", "b\n")  # and an ordinary change beside it
+    diff = base.diff()
+    base.discard()
+    assert f"+++ b/{path}\n" in diff and "+EVIL-MARKER\n" in diff
+    assert "-a\n+b\n" in diff
+
+
+IGNORED = {
+    "bytecode beside a conftest.py": ("__pycache__/\n", "__pycache__/conftest.cpython-311.pyc"),
+    "a module under node_modules": ("node_modules/\n", "node_modules/lib/index.js"),
+    "an extension module beside its source": ("*.so\n", "pkg/mod.cpython-311-x86_64-linux-gnu.so"),
+    "a file in an ignored folder's nested repository": ("vendor/\n", "vendor/x/.git/config"),
+    "control": ("*.log\n", "pkg/plain.py"),
+}
+
+
+@pytest.mark.parametrize("case", IGNORED, ids=list(IGNORED))
+def test_ignore_rules_never_hide_that_a_file_changed(tmp_path, case):
+    rules, path = IGNORED[case]
+    ws = tmp_path / "ws"
+    write(ws / ".gitignore", rules)
+    write(ws / "conftest.py", "import os\n")
+    base = Baseline.take(ws)
+    write(ws / path, "EVIL-MARKER\n")
+    write(ws / ".gitignore", "*\n")  # the agent's own rules change nothing
+    diff = base.diff()
+    base.discard()
+    if case == "control":
+        assert f"+++ b/{path}\n" in diff and "+EVIL-MARKER" in diff
+    else:
+        assert diff.endswith(f"content not shown]\nA\t{path}\n")
+        assert "EVIL-MARKER" not in diff
+
+
+def test_a_fifo_or_a_socket_is_reported_not_read(tmp_path):
+    import socket
+
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    base = Baseline.take(ws)
+    os.mkfifo(ws / "answer.txt")  # a grader that reads it would hang
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(ws / "sock"))
+    write(ws / "control.txt", "plain\n")
+    diff = base.diff()
+    sock.close()
+    base.discard()
+    assert "+++ b/answer.txt\n@@ -0,0 +1 @@\n+[gradebox: not a regular file: a FIFO]" in diff
+    assert "+++ b/sock\n@@ -0,0 +1 @@\n+[gradebox: not a regular file: a socket]" in diff
+    assert "+++ b/control.txt\n@@ -0,0 +1 @@\n+plain" in diff
+
+
+def test_a_reference_workspace_is_laid_over_without_following_links(tmp_path):
+    from gradebox.fstree import copy_tree
+
+    host = tmp_path / "host"
+    write(host / "keep.txt", "host\n")
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "template\n")
+    (ws / "sub").symlink_to(host)  # a link the template (or a hook) left
+    (ws / "f").symlink_to(host / "keep.txt")
+    ref = tmp_path / "ref"
+    write(ref / "a.txt", "reference\n")
+    write(ref / "sub" / "keep.txt", "reference\n")
+    write(ref / "f", "reference\n")
+    _plant(ref, b"\xff/" + b"/".join([b"d" * 200] * 25) + b"/deep.txt")
+    copy_tree(ref, ws, merge=True)
+    assert (host / "keep.txt").read_text() == "host\n" and sorted(os.listdir(host)) == ["keep.txt"]
+    assert not (ws / "sub").is_symlink() and (ws / "sub" / "keep.txt").read_text() == "reference\n"
+    assert not (ws / "f").is_symlink() and (ws / "f").read_text() == "reference\n"
+    assert (ws / "a.txt").read_text() == "reference\n"
+    base = Baseline.take(ws)
+    _plant(ws, b"\xff/" + b"/".join([b"d" * 200] * 25) + b"/deep.txt", b"changed\n")
+    assert "-EVIL-MARKER\n+changed\n" in base.diff()
+    base.discard()
+
+
+NUL_TRICKS = {
+    "a NUL in a comment of a small script": (b"// \0\nEVIL-MARKER();\n", 1),
+    "a NUL up front of a 9 MiB script": (
+        b"// \0\n" + b"// pad\n" * (9 << 17) + b"EVIL-MARKER();\n",
+        1,
+    ),
+    "control": (b"// plain\nEVIL-MARKER();\n", 0),
+}
+
+
+@pytest.mark.parametrize("case", NUL_TRICKS, ids=list(NUL_TRICKS))
+def test_a_nul_byte_does_not_turn_code_into_a_binary_file(tmp_path, case):
+    content, nuls = NUL_TRICKS[case]
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    base = Baseline.take(ws)
+    (ws / "index.js").write_bytes(content)
+    (ws / "real.bin").write_bytes(b"\x7fELF\x00\x01\xff\xfe")  # not text: stays binary
+    diff = base.diff(cap=64 << 20)
+    base.discard()
+    assert "+EVIL-MARKER();\n" in diff and diff.count("\u2400") == nuls
+    assert "Binary files /dev/null and b/real.bin differ" in diff
+    assert "\0" not in diff
+
+
+def test_a_sparse_file_is_read_by_its_data_not_its_holes(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    with open(ws / "kept", "wb") as f:
+        f.truncate(1 << 40)  # a terabyte of holes in the template: read, it would take hours
+    base = Baseline.take(ws)
+    with open(ws / "huge", "wb") as f:
+        f.truncate(1 << 43)
+    with open(ws / "kept", "r+b") as f:
+        f.seek(1 << 30)
+        f.write(b"EVIL")
+    diff = base.diff()
+    base.discard()
+    assert "Binary files /dev/null and b/huge differ" in diff
+    assert "Binary files a/kept and b/kept differ" in diff

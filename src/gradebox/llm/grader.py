@@ -312,40 +312,61 @@ def candidate_from_files(
         match = next((p for p in preprocessors if str(p.get("type", "")).lower() in
                       (kind, Path(rel).suffix.lstrip(".").lower())), None)  # fmt: skip
         if match is not None:
-            texts.append(preprocess(match["command"], rel))
+            # A container's argv is UTF-8: a name that is not cannot be handed to it.
+            texts.append(preprocess(match["command"], rel) if _is_utf8(rel) else _unreadable(rel))
             continue
         texts.append(_read_text(workspace, rel))
     return "\n".join(texts) or (payload.output or "")
 
 
 def _read_text(workspace: Path | None, rel: str) -> str:
-    """A file the agent wrote, read on the host as hostile: no component may be a link,
-    a regular file only, at most 1 MiB."""
+    """A file the agent wrote, read on the host as hostile: any name, any depth (one folder
+    open at a time), no component a link, a regular file only, at most 1 MiB."""
     import os
     import stat
 
-    note = f"[gradebox: {rel} could not be read as text and no preprocessor matched it]"
-    parts = Path(rel).parts
-    if workspace is None or not parts or rel.startswith("/") or ".." in parts:
-        return note
-    fds = []
+    note = _unreadable(rel)
     try:
-        fds.append(os.open(workspace, os.O_RDONLY | os.O_DIRECTORY))
+        name = os.fsencode(rel)
+    except UnicodeError:
+        return note
+    parts = [p for p in name.split(b"/") if p not in (b"", b".")]
+    if workspace is None or not parts or name.startswith(b"/") or b".." in parts:
+        return note
+    fd = -1
+    try:
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
         for part in parts[:-1]:
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-            fds.append(os.open(part, flags, dir_fd=fds[-1]))
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-        fds.append(os.open(parts[-1], flags, dir_fd=fds[-1]))
-        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        inner = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return note
-        data = os.read(fds[-1], 1 << 20)
+        data = os.read(fd, 1 << 20)
     except OSError:
         return note
     finally:
-        for fd in fds:
+        if fd >= 0:
             os.close(fd)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return note
     return note if "\0" in text else text
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        return False
+    return True
+
+
+def _unreadable(rel: str) -> str:
+    # A name that is not UTF-8 arrives with surrogates: shown escaped, never sent raw.
+    shown = rel.encode("utf-8", "backslashreplace").decode()
+    return f"[gradebox: {shown} could not be read as text and no preprocessor matched it]"
