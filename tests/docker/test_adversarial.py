@@ -356,7 +356,7 @@ def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
         f"FROM {qualified('shell')}\n"
         "RUN test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo\n",
     )
-    resolver = box.images()
+    resolver = box.images(build=True)  # whoever runs gradebox allowed the build
     image = resolver.resolve(ImageBuild(build="./Dockerfile"), tmp_path)
     assert image.startswith("sha256:")
     box.engine.api.remove_image(image, force=True)

@@ -401,7 +401,9 @@ class PreparedGrader:
             )
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)
-            result.privileges = privileges_of(grader.security, grader.network, grader.limits)
+            result.privileges = privileges_of(
+                grader.security, grader.network, grader.limits, grader.image
+            )
             result.backend = getattr(self._handle, "backend", self.backend)
             if self.proxy is not None:
                 self.proxy.close()

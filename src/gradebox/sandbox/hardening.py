@@ -19,6 +19,8 @@ PRIVILEGES = {
     "root": "run as uid 0 (security.user)",
     "capabilities": "add Linux capabilities back (security.capabilities)",
     "network": "a network beyond loopback (network: bridge); also for image builds",
+    "build": "build its own Dockerfile (image: {build: ...}), whose RUN steps run as root "
+    "with capabilities on the engine",
     "writable-root": "a writable root filesystem (security.read_only_root: false)",
     "privilege-escalation": "setuid programs may gain privileges (no_new_privileges: false)",
     "limits": "resource limits above the defaults (limits.*)",
@@ -26,10 +28,16 @@ PRIVILEGES = {
 
 
 def privileges_of(
-    security: Security | None, network: str = "none", limits: Limits | None = None
+    security: Security | None,
+    network: str = "none",
+    limits: Limits | None = None,
+    image: object = None,
 ) -> list[str]:
-    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes."""
+    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes.
+    ``image``: a name (nothing asked) or a Dockerfile build (``build``)."""
     asked: list[str] = []
+    if image is not None and not isinstance(image, str):
+        asked.append("build")
     sec = security or Security()
     if sec.user is not None and sec.user.partition(":")[0].strip() in ("0", "root"):
         asked.append("root")
