@@ -73,3 +73,23 @@ def test_both_backends_mount_scratch_alike():
         assert {"noexec", "nosuid", "nodev"} <= docker, dest
         assert docker - {"rw"} == by_dest[dest], dest
     assert {"noexec", "nosuid", "nodev"} <= by_dest["/dev/shm"]
+
+
+def test_the_init_is_sealed_execute_only_once_per_content(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from gradebox.sandbox.init import sealed_init
+
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    tini = tmp_path / "tini-static"
+    tini.write_bytes(b"\x7fELF pretend tini")
+    sealed = sealed_init(tini)
+    assert sealed is not None and sealed.read_bytes() == tini.read_bytes()
+    assert stat.S_IMODE(os.stat(sealed).st_mode) == 0o111  # never readable: non-dumpable
+    again = os.stat(sealed).st_ino
+    assert sealed_init(tini) == sealed and os.stat(sealed).st_ino == again  # reused
+    os.chmod(sealed, 0o755)  # someone loosened it: it is sealed again
+    assert stat.S_IMODE(os.stat(sealed_init(tini)).st_mode) == 0o111
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tini / "not-a-folder"))
+    assert sealed_init(tini) is None  # no copy can be made: the caller falls back

@@ -419,7 +419,7 @@ class PreparedGrader:
 
     def _clean(self) -> None:
         if self.proxy is not None:
-            self.proxy.close()
+            self.proxy.close(wait=False)  # run() closed it, waiting, when it had a result
         if self.copy is not None:
             self.copy.close()
         remove_tree(self.scratch)

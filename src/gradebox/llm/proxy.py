@@ -183,15 +183,18 @@ class TargetProxy:
         )  # fmt: skip
         self._thread.start()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         """Stop serving, cancel what is queued, and wait for the calls already sent, so that
-        ``usage`` holds every call that reached the model. Idempotent."""
+        ``usage`` holds every call that reached the model. Idempotent. ``wait=False``: the
+        result is not wanted (an interrupt): nothing is awaited."""
         self.closed.set()
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.drop_connections()
             server.server_close()
+        if not wait:
+            return
         with self._idle:
             # A call in flight makes no further attempt once closed: this waits for one
             # request at most (the target's own timeout bounds it).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -26,6 +27,8 @@ from pathlib import Path
 from .rootfs import cache_dir
 
 __all__ = ["INIT_PATH", "init_binary", "sealed_init"]
+
+log = logging.getLogger("gradebox.sandbox")
 
 INIT_PATH = "/sbin/gradebox-init"
 """Where the sealed tini is bound, read-only, as the container's PID 1."""
@@ -44,10 +47,19 @@ def init_binary() -> Path | None:
 
 def sealed_init(source: Path | None = None) -> Path | None:
     """An execute-only copy of ``source`` (default: the host's tini) in the cache, named by
-    its content; None when there is no tini on this host."""
+    its content; None when there is no tini on this host or the copy cannot be made (then
+    the caller falls back to a plain, traceable init, and ``init_is_out_of_reach`` fails)."""
     source = source or init_binary()
     if source is None:
         return None
+    try:
+        return _sealed(source)
+    except OSError as exc:
+        log.warning("no execute-only init (%s): PID 1 is the plain tini", exc)
+        return None
+
+
+def _sealed(source: Path) -> Path:
     data = source.read_bytes()
     folder = cache_dir() / "init"
     path = folder / f"tini-{hashlib.sha256(data).hexdigest()[:16]}"
