@@ -6,7 +6,9 @@ a suite or a grader file is exit 2 with nothing run, never a verdict charged to 
 - every image (targets, hooks, graders, custom assertions) resolves to an immutable id, and
   under ``--locked`` matches the lock;
 - every script a command names by path exists, and TypeScript has a runtime in its image;
-- every hardening setting a grader relaxes is one that whoever runs gradebox allowed.
+- every hardening setting a grader relaxes is one that whoever runs gradebox allowed, and so
+  is every Dockerfile a run would build (``build``: its RUN steps run as root, with
+  capabilities, on the engine).
 
 Privileges are the runner's decision, never the grader file's: a third-party grader that asks
 for root, capabilities, the network, a writable root or limits above the defaults is refused
@@ -28,7 +30,7 @@ from .graders.run import check_grader_files
 from .images import DEFAULT_IMAGE, ImageResolver
 from .sandbox.hardening import PRIVILEGES, privileges_of
 
-__all__ = ["PRIVILEGES", "Plan", "check_privileges", "plan_suite", "privileges_of"]
+__all__ = ["PRIVILEGES", "Plan", "check_build", "check_privileges", "plan_suite", "privileges_of"]
 
 
 def check_privileges(
@@ -62,8 +64,20 @@ def check_grader(
     asked = privileges_of(grader.security, grader.network, grader.limits)
     what = f"grader {grader.display_name()!r}"
     check_privileges(asked, allowed, what=what, file=file, field=field, line=line)
+    check_build(grader.image, allowed, what=what, file=file, field=field, line=line)
     check_grader_files(grader, file=file, field=field, line=line, also_in=workspaces)
     check_runtime(grader, file=file, field=field, line=line)
+
+
+def check_build(
+    image: Any, allowed: set[str], *, what: str, file: str | None, field: str | None,
+    line: int | None = None,
+) -> None:  # fmt: skip
+    """A Dockerfile build (``image: {build: ...}``) runs its RUN steps as root with
+    capabilities on the engine: refused, naming ``image.build``, unless ``build`` is allowed."""
+    asked = [p for p in privileges_of(None, image=image) if p == "build"]
+    where = f"{field}.image.build" if field else "image.build"
+    check_privileges(asked, allowed, what=what, file=file, field=where, line=line)
 
 
 _TS = (".ts", ".mts", ".cts", ".tsx")
@@ -121,12 +135,15 @@ def plan_suite(suite: Any, images: ImageResolver, allowed: Iterable[str] = ()) -
         text = ref if isinstance(ref, str) else f"build:{ref.build}"
         plan.images[text] = images.resolve(ref, source)
 
+    check_build(suite.spec.defaults.image, allow, what="the suite's defaults", file=file,
+                field="defaults")  # fmt: skip
     target = suite.spec.target
     if target is not None:
         check_privileges(
             privileges_of(None, target.network, target.limits), allow,
             what="the target", file=file, field="target",
         )  # fmt: skip
+        check_build(target.image, allow, what="the target", file=file, field="target")
         resolve(target.image, suite.root)
     if suite.spec.workspace is not None or any(t.workspace for t in suite.tests):
         resolve(None, suite.root)

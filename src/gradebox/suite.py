@@ -237,7 +237,7 @@ class TestCase(_Strict):
 
 
 Privilege = Literal[
-    "root", "capabilities", "network", "writable-root", "privilege-escalation", "limits"
+    "root", "capabilities", "network", "writable-root", "privilege-escalation", "limits", "build"
 ]
 
 

@@ -356,7 +356,7 @@ def test_a_graders_own_dockerfile_builds_without_network(tmp_path, box):
         f"FROM {qualified('shell')}\n"
         "RUN test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo\n",
     )
-    resolver = box.images()
+    resolver = box.images(build=True)  # whoever runs gradebox allowed the build
     image = resolver.resolve(ImageBuild(build="./Dockerfile"), tmp_path)
     assert image.startswith("sha256:")
     box.engine.api.remove_image(image, force=True)
@@ -466,3 +466,96 @@ def test_hostile_names_leave_a_failing_agent_failed_with_its_changes_shown(tmp_p
         contains, sees = r.graders
         assert not contains.passed and sees.passed, (case, sees.evidence)
         assert r.file_changes_bytes > 0
+
+
+# --- the kernel and PID 1: each route a grader (or the agent's code inside it) might take.
+# Every grader below reports a pass only if its route is open; each must be failed.
+
+ROUTE = """import ctypes, json, mmap, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    return libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args)) != -1
+def opens(path, mode="r+b"):
+    try:
+        open(path, mode).close()
+        return True
+    except OSError:
+        return False
+def in_child(fn):  # a call the filter may answer by killing the caller
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if fn() else 1)
+    status = os.waitpid(pid, 0)[1]
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+def int80_getpid():  # the 32-bit ABI, from a 64-bit process
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(b"\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3")  # mov eax, 20; int 0x80; ret
+    return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))() > 0
+def run_from(folder):
+    import shutil, subprocess
+    shutil.copy("/bin/true", folder + "/t")
+    os.chmod(folder + "/t", 0o755)
+    try:
+        return subprocess.run([folder + "/t"]).returncode == 0
+    except OSError:
+        return False
+def vm_read(pid):  # allowed, an unmapped address is EFAULT; refused, EPERM
+    buf = ctypes.create_string_buffer(8)
+    iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+    far = (ctypes.c_void_p * 2)(0x10000, 8)
+    args = (pid, ctypes.addressof(iov), 1, ctypes.addressof(far), 1, 0)
+    return call(310, *args) or ctypes.get_errno() != 1
+ring = ctypes.create_string_buffer(120)
+ROUTES = {
+    "ptrace-seize-pid1": lambda: call(101, 0x4206, 1, 0, 0),
+    "ptrace-traceme": lambda: in_child(lambda: call(101, 0, 0, 0, 0)),
+    "proc-1-mem": lambda: opens("/proc/1/mem"),
+    "proc-1-task-mem": lambda: opens("/proc/1/task/1/mem"),
+    "proc-1-environ": lambda: opens("/proc/1/environ", "rb"),
+    "process-vm-readv-pid1": lambda: vm_read(1),
+    "io-uring": lambda: call(425, 4, ctypes.addressof(ring)) or ctypes.get_errno() != 1,
+    "int-0x80": lambda: in_child(int80_getpid),
+    "x32-abi": lambda: in_child(lambda: libc.syscall(ctypes.c_long(0x40000000 | 39)) > 0),
+    "af-alg-socket": lambda: call(41, 38, 5, 0),
+    "af-vsock-socket": lambda: call(41, 40, 1, 0),
+    "no-aslr": lambda: call(135, 0x0040000),
+    "exec-from-tmp": lambda: run_from("/tmp"),
+    "exec-from-home": lambda: run_from(os.environ["HOME"]),
+    "exec-from-dev-shm": lambda: run_from("/dev/shm"),
+    # Controls: the same work by a route that is meant to be open must pass.
+    "control-own-mem": lambda: opens("/proc/self/mem"),
+    "control-inet-socket": lambda: call(41, 2, 1, 0),
+    "control-exec-from-image": lambda: subprocess_ok(["/bin/true"]),
+    "control-script-in-tmp": lambda: script_in_tmp(),
+}
+def subprocess_ok(argv):
+    import subprocess
+    return subprocess.run(argv).returncode == 0
+def script_in_tmp():
+    open("/tmp/s.py", "w").write("print(42)")
+    import subprocess
+    return subprocess.run([sys.executable, "/tmp/s.py"], capture_output=True).stdout == b"42\\n"
+try:
+    open_route = bool(ROUTES[sys.argv[1]]())
+except Exception as exc:
+    open_route = False
+print(json.dumps({"pass": open_route, "score": float(open_route), "reason": sys.argv[1]}))
+"""
+CLOSED_ROUTES = [
+    "ptrace-seize-pid1", "ptrace-traceme", "proc-1-mem", "proc-1-task-mem", "proc-1-environ",
+    "process-vm-readv-pid1", "io-uring", "int-0x80", "x32-abi", "af-alg-socket",
+    "af-vsock-socket", "no-aslr", "exec-from-tmp", "exec-from-home", "exec-from-dev-shm",
+]  # fmt: skip
+OPEN_ROUTES = [
+    "control-own-mem", "control-inet-socket", "control-exec-from-image", "control-script-in-tmp",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("route", CLOSED_ROUTES + OPEN_ROUTES)
+def test_no_route_to_pid1_the_kernels_other_doors_or_a_program_in_scratch(
+    tmp_path, workspace, box, route
+):
+    write(tmp_path / "route.py", ROUTE)
+    r = run(tmp_path, workspace, box, f"type: script\ncommand: [python3, route.py, {route}]\n")
+    want = Status.passed if route in OPEN_ROUTES else Status.failed
+    assert r.status is want, (route, r.status, r.evidence, r.stderr_tail)

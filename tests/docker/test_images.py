@@ -101,7 +101,7 @@ def test_suite_local_dockerfile_is_built_once(tmp_path, engine, box):
     graders = [load_grader(write(tmp_path / f"g{i}.yaml", text)) for i in range(3)]
     ws = tmp_path / "ws"
     ws.mkdir()
-    resolver = img.ImageResolver(engine)
+    resolver = img.ImageResolver(engine, build=True)
     results = [run_grader(g, Payload(), ws, box, images=resolver) for g in graders]
     try:
         assert resolver.builds == 1
@@ -109,11 +109,40 @@ def test_suite_local_dockerfile_is_built_once(tmp_path, engine, box):
         assert len({r.image.id for r in results}) == 1
         assert results[0].image.ref == "build:./graders/Dockerfile"
         # Cached across runs by the hash of its context: a new run builds nothing.
-        again = img.ImageResolver(engine)
+        again = img.ImageResolver(engine, build=True)
         run_grader(graders[0], Payload(), ws, box, images=again)
         assert again.builds == 0
     finally:
         engine.api.remove_image(results[0].image.id, force=True)
+
+
+def test_a_run_builds_a_graders_dockerfile_only_when_allowed(tmp_path, engine):
+    """Refused before anything runs (exit 2, one line naming the file, the field and the
+    flag; no image built), and the same run with --allow build builds it and passes."""
+    token = secrets.token_hex(4)
+    write(tmp_path / "Dockerfile", f"FROM {img.qualified('shell')}\nRUN echo {token} > /built\n")
+    suite = write(
+        tmp_path / "suite.yaml",
+        "tests:\n  - id: t\n    output: x\n    assert:\n"
+        "      - {type: script, command: 'grep -q . /built', image: {build: ./Dockerfile}}\n",
+    )
+    digest = img.input_hash(tmp_path, (tmp_path / "Dockerfile").read_text())
+    tag = f"{img.repo()}-local/{digest[7:23]}:latest"
+    run = [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(tmp_path / "out")]
+    try:
+        refused = subprocess.run(run, capture_output=True, text=True)
+        assert refused.returncode == 2, refused.stderr
+        errors = [x for x in refused.stderr.splitlines() if x.startswith("gradebox: error:")]
+        assert len(errors) == 1, refused.stderr  # one line (the other: the sandbox chosen)
+        assert f"{suite}:5: tests.0.assert.0.image.build:" in errors[0], errors[0]
+        assert "--allow build" in errors[0] and "as root" in errors[0]
+        with pytest.raises(ImageError, match="not found"):  # nothing was built
+            engine.image(tag)
+        allowed = subprocess.run([*run, "--allow", "build"], capture_output=True, text=True)
+        assert allowed.returncode == 0, allowed.stderr
+    finally:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(tag, force=True)
 
 
 def test_images_list_shows_the_rootfs_cache_and_prune_removes_what_nothing_needs(

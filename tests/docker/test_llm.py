@@ -118,6 +118,166 @@ def test_two_graders_proxies_are_apart(tmp_path, box):
     assert [r.evidence for r in results] == ["1", "1"], [r.stderr_tail for r in results]
 
 
+FLOOD = """import json, socket
+from gradebox_target import invoke
+flood = []
+for _ in range(1200):  # silent: no request line, no token
+    c = socket.socket()
+    c.setblocking(False)
+    c.connect_ex(("127.0.0.1", 47100))
+    flood.append(c)
+import time
+time.sleep(3)  # the host samples its threads meanwhile
+for c in flood:
+    c.close()
+answer = invoke("after the flood")["rawText"]
+print(json.dumps({"pass": answer == "judged", "score": 1, "reason": answer}))
+"""
+
+
+def _sampling_threads(stop):
+    """The most threads this (the host's) process ran until ``stop`` is set."""
+    import threading
+
+    peak = [threading.active_count()]
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak[0] = max(peak[0], threading.active_count())
+
+    threading.Thread(target=sample, daemon=True).start()
+    return peak
+
+
+def test_a_grader_flooding_its_proxy_costs_the_host_a_few_threads(tmp_path, sandbox):
+    """1,200 silent connections from inside the container: the host keeps a bounded number
+    of threads for them, and the grader's own call after the flood is still answered."""
+    import threading
+
+    from gradebox.llm.proxy import MAX_CONNECTIONS
+
+    write(tmp_path / "flood.py", FLOOD)
+    with FakeModel(default="judged") as fake:
+        target = ModelTarget(name="judge", model="m", base_url=fake.base_url)
+        hub = ModelHub(TargetSet({"judge": target}, "judge"), use_cache=False)
+        grader = ScriptGrader(
+            command=["python3", "flood.py"], target={"max_calls": 2}, timeout="120s",
+            limits={"open_files": 4096},
+        ).with_source(tmp_path)  # fmt: skip
+        before = threading.active_count()
+        stop = threading.Event()
+        peak = _sampling_threads(stop)
+        result = run_grader(grader, Payload(output="x"), tmp_path, sandbox, models=hub)
+        stop.set()
+    assert result.passed, (result.evidence, result.stderr_tail)
+    # The proxy's accept loop, its handlers, and the sandbox's own few per run.
+    assert peak[0] - before <= MAX_CONNECTIONS + 6, f"{peak[0] - before} threads"
+    assert result.usage is not None and result.usage.calls == 1
+
+
+# What AgentV's SDK client (packages/sdk/src/provider-client.ts) sends: fetch, a bearer token.
+AGENTV_CLIENT = """const url = process.env.AGENTV_PROVIDER_PROXY_URL;
+const token = process.env.AGENTV_PROVIDER_PROXY_TOKEN;
+const headers = {"Content-Type": "application/json", Authorization: `Bearer ${token}`};
+const call = async (method, path, body) => {
+  const r = await fetch(url + path, {method, headers, body: body && JSON.stringify(body)});
+  return [r.status, await r.json()];
+};
+const seen = {};
+const [, info] = await call("GET", "/info");
+seen.info = [info.providerLabel, info.availableProviderLabels, info.maxCalls];
+seen.one = (await call("POST", "/invoke", {question: "q1", systemPrompt: "s",
+                                          evalCaseId: "c", attempt: 1}))[1].rawText;
+seen.own = (await call("POST", "/invoke", {question: "q2", provider: info.providerLabel}))[0];
+seen.other = (await call("POST", "/invoke", {question: "q3", provider: "secret-judge"}))[0];
+const [, batch] = await call("POST", "/invokeBatch",
+                             {requests: [{question: "a"}, {question: "b"}]});
+seen.batch = batch.responses.map(r => r.rawText ?? r.status);
+seen.all = await Promise.all([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12].map(
+  async i => (await call("GET", "/info"))[0]));
+console.log(JSON.stringify({pass: true, score: 1, reason: JSON.stringify(seen)}));
+"""
+
+
+def test_agentvs_sdk_calls_work_through_the_proxy(tmp_path, sandbox):
+    """AgentV's SDK client (fetch in node): /info, /invoke, /invokeBatch, its own target by
+    name, another refused, and twelve requests at once answered (more than the proxy
+    serves at a time: the rest wait their turn)."""
+    write(tmp_path / "client.mjs", AGENTV_CLIENT)
+    with FakeModel(default="judged") as fake, FakeModel(default="other") as other:
+        target = ModelTarget(name="judge", model="m", base_url=fake.base_url)
+        secret = ModelTarget(name="secret-judge", model="x", base_url=other.base_url)
+        hub = ModelHub(
+            TargetSet({"judge": target, "secret-judge": secret}, "judge"), use_cache=False
+        )
+        grader = ScriptGrader(
+            command=["node", "client.mjs"], image="node", target={"max_calls": 3}
+        ).with_source(tmp_path)
+        result = run_grader(grader, Payload(output="x"), tmp_path, sandbox, models=hub)
+    assert result.passed, (result.evidence, result.stderr_tail)
+    seen = json.loads(result.evidence)
+    assert seen["info"] == ["judge", ["judge"], 3]
+    assert seen["one"] == "judged" and seen["own"] == 200 and seen["other"] == 400
+    assert seen["batch"] == ["judged", 429] and seen["all"] == [200] * 12
+    assert other.requests == [] and result.usage.calls == 3
+
+
+BATCH_THEN_EXIT = """import json, os, threading, time
+from gradebox_target import invoke_batch
+threading.Thread(target=invoke_batch, args=([{"question": str(i)} for i in range(5)],),
+                 daemon=True).start()
+time.sleep(2)  # the first call is with the model by now; the grader ends without waiting
+print(json.dumps({"pass": True, "score": 1, "reason": "left early"}), flush=True)
+os._exit(0)
+"""
+
+
+def _answer_later(started, release, delay: float) -> None:
+    """The model answers ``delay`` s after the call reached it: the grader has ended by then,
+    and its proxy is closing."""
+    import threading
+    import time
+
+    def later() -> None:
+        if started.wait(120):
+            time.sleep(delay)
+        release.set()
+
+    threading.Thread(target=later, daemon=True).start()
+
+
+def test_calls_queued_when_the_grader_ends_are_never_sent_and_the_sent_one_counts(
+    tmp_path, sandbox
+):
+    import threading
+    import time
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow(body: dict) -> str:
+        started.set()
+        release.wait(120)
+        return "late"
+
+    write(tmp_path / "g.py", BATCH_THEN_EXIT)
+    with FakeModel(default=slow) as fake:
+        target = ModelTarget(name="judge", model="m", base_url=fake.base_url)
+        hub = ModelHub(TargetSet({"judge": target}, "judge"), use_cache=False)
+        grader = ScriptGrader(command=["python3", "g.py"], target={"max_calls": 10}).with_source(
+            tmp_path
+        )
+        _answer_later(started, release, 4)
+        result = run_grader(grader, Payload(output="x"), tmp_path, sandbox, models=hub)
+        release.set()
+        for _ in range(40):  # anything still queued would be sent within moments
+            if len(fake.requests) > 1:
+                break
+            time.sleep(0.05)
+    assert result.passed and result.usage is not None
+    assert result.usage.calls == 1 and result.usage.input_tokens == 100, result.usage
+    assert len(fake.requests) == 1
+
+
 SUITE = """name: llm
 defaults:
   grader: judge

@@ -85,6 +85,74 @@ def test_a_grader_cannot_grant_itself_privileges(tmp_path, yaml, privilege):
     check_grader(g, {privilege}, file="g.yaml")  # whoever runs gradebox may allow it
 
 
+class _NoImages:
+    """A resolver that must never be asked: refusals come before anything runs."""
+
+    asked: list[object] = []
+
+    def resolve(self, ref, source=None):
+        self.asked.append(ref)
+        return "sha256:" + "0" * 64
+
+
+BUILD_SUITES = {
+    "inline-grader": "tests:\n  - id: t\n    output: x\n    assert:\n"
+    "      - {type: script, command: 'true', image: {build: ./Dockerfile}}\n",
+    "inline-with-context": "tests:\n  - id: t\n    output: x\n    assert:\n"
+    "      - {type: script, command: 'true', image: {build: ./Dockerfile, context: .}}\n",
+    "suite-defaults": "defaults: {image: {build: ./Dockerfile}}\n"
+    "tests:\n  - id: t\n    output: x\n    assert:\n      - {type: script, command: 'true'}\n",
+    "target": "target: {command: 'true', image: {build: ./Dockerfile}}\n"
+    "tests:\n  - id: t\n    input: q\n    assert: [{type: contains, value: x}]\n",
+}
+BUILD_FIELDS = {
+    "inline-grader": "tests.0.assert.0.image.build",
+    "inline-with-context": "tests.0.assert.0.image.build",
+    "suite-defaults": "defaults.image.build",
+    "target": "target.image.build",
+}
+
+
+@pytest.mark.parametrize("case", list(BUILD_SUITES))
+def test_a_dockerfile_build_needs_the_operators_allow(tmp_path, case):
+    """Its RUN steps run as root with capabilities on the engine: refused, naming the file,
+    the field and the flag, before any image is resolved or built; allowed, it plans."""
+    from gradebox.plan import plan_suite
+    from gradebox.suite import load_suite
+
+    write(tmp_path / "Dockerfile", "FROM scratch\nRUN id\n")
+    suite = load_suite(write(tmp_path / "suite.yaml", BUILD_SUITES[case]))
+    images = _NoImages()
+    images.asked = []
+    with pytest.raises(ConfigError) as err:
+        plan_suite(suite, images)
+    said = str(err.value)
+    assert "\n" not in said and said.startswith(f"{tmp_path / 'suite.yaml'}:")
+    assert BUILD_FIELDS[case] in said and "--allow build" in said, said
+    assert not any(not isinstance(r, str) for r in images.asked)  # no build was asked for
+    plan_suite(suite, images, allowed={"build"})  # the control: the operator allows it
+    allowing = write(tmp_path / "allowing.yaml", "allow: [build]\n" + BUILD_SUITES[case])
+    plan_suite(load_suite(allowing), _NoImages())
+
+
+def test_a_grader_file_with_its_own_dockerfile_is_refused_by_grade(tmp_path):
+    write(tmp_path / "Dockerfile", "FROM scratch\nRUN id\n")
+    g = load_grader(
+        write(tmp_path / "g.yaml", "type: script\ncommand: 'true'\nimage:\n  build: ./Dockerfile\n")
+    )
+    with pytest.raises(ConfigError, match=r"--allow build") as err:
+        check_grader(g, set(), file="g.yaml")
+    assert str(err.value).startswith("g.yaml:") and "image.build" in str(err.value)
+    check_grader(g, {"build"}, file="g.yaml")
+
+
+def test_the_resolver_itself_builds_nothing_it_was_not_allowed_to(tmp_path):
+    """Every path that resolves images (a library caller too) meets the same refusal."""
+    write(tmp_path / "Dockerfile", "FROM scratch\nRUN id\n")
+    with pytest.raises(ImageError, match=r"Dockerfile.*--allow build"):
+        ImageResolver(engine=None).resolve(ImageBuild(build="./Dockerfile"), tmp_path)
+
+
 def test_lower_limits_and_the_defaults_need_no_privilege(tmp_path):
     g = load_grader(
         write(

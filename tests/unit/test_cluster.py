@@ -25,7 +25,7 @@ def test_a_bundle_keeps_links_as_links_and_leaves_keys_and_caches_behind(tmp_pat
     src = tmp_path / "src"
     write(src / "suite.yaml", "tests: []\n")
     write(src / "tpl" / "a.txt", "a\n")
-    os.symlink("/etc/passwd", src / "tpl" / "abs-link")  # a template may hold any link
+    os.symlink("../tpl/a.txt", src / "tpl" / "up-link")  # up and down again, inside
     os.symlink("a.txt", src / "tpl" / "rel-link")
     write(src / ".env", "OPENAI_API_KEY=sk-secret\n")
     write(src / "sub" / ".env.local", "X=1\n")
@@ -34,7 +34,7 @@ def test_a_bundle_keeps_links_as_links_and_leaves_keys_and_caches_behind(tmp_pat
     os.mkfifo(src / "fifo")
     dest = unpack(lambda: pack(src, exclude=[src / "out"]), tmp_path / "run" / "bundle")
     assert (dest / "tpl" / "a.txt").read_text() == "a\n"
-    assert os.readlink(dest / "tpl" / "abs-link") == "/etc/passwd"
+    assert os.readlink(dest / "tpl" / "up-link") == "../tpl/a.txt"
     assert os.readlink(dest / "tpl" / "rel-link") == "a.txt"
     for gone in (".env", "sub/.env.local", "__pycache__", "out", "fifo"):
         assert not os.path.lexists(dest / gone), gone
@@ -102,6 +102,112 @@ def test_a_bundle_that_writes_outside_its_folder_is_refused(tmp_path):
     with pytest.raises(ClusterError, match="could not be unpacked"):
         unpack(buf.getvalue, tmp_path / "run" / "bundle")
     assert not (tmp_path / "run" / "escaped").exists()
+
+
+def _hostile(*members: tuple[str, bytes, str]) -> bytes:
+    """A gzipped tar written by hand: (name, type, link name or content) per member."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, kind, value in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind == tarfile.REGTYPE:
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value.encode()))
+                continue
+            if kind in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+                info.devmajor, info.devminor = 1, 3  # /dev/null's numbers
+            info.linkname = value
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+FILE = ("ok.txt", tarfile.REGTYPE, "fine\n")
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        ("stolen", tarfile.LNKTYPE, "../secret"),  # a hardlink up into the run folder
+        ("stolen", tarfile.LNKTYPE, "{secret}"),  # a hardlink by absolute path
+        ("twin", tarfile.LNKTYPE, "ok.txt"),  # even inside: pack never makes one
+        ("ghost", tarfile.LNKTYPE, "not/there"),  # a dangling hardlink
+        ("null", tarfile.CHRTYPE, ""),
+        ("disk", tarfile.BLKTYPE, ""),
+        ("pipe", tarfile.FIFOTYPE, ""),
+        ("abs", tarfile.SYMTYPE, "/etc/passwd"),
+        ("out", tarfile.SYMTYPE, "../secret"),
+        ("sub/out", tarfile.SYMTYPE, "../../secret"),
+        ("sub/far", tarfile.SYMTYPE, "x/../../.."),
+    ],
+    ids=["hardlink-up", "hardlink-absolute", "hardlink-inside", "hardlink-dangling",
+         "char-device", "block-device", "fifo", "symlink-absolute", "symlink-up",
+         "symlink-up-from-a-folder", "symlink-up-through-dots"],
+)  # fmt: skip
+def test_a_hostile_bundle_is_refused_naming_the_member(tmp_path, member):
+    secret = write(tmp_path / "run" / "secret", "host secret\n")
+    name, kind, value = member
+    data = _hostile(FILE, (name, kind, value.format(secret=secret)))
+    dest = tmp_path / "run" / "bundle"
+    with pytest.raises(ClusterError, match=f"'{name}'"):
+        unpack(lambda: data, dest)
+    assert not dest.exists() and not (tmp_path / "run" / "bundle.partial").exists()
+    assert secret.read_text() == "host secret\n" and os.stat(secret).st_nlink == 1
+
+
+def test_a_link_that_escapes_through_another_link_is_refused(tmp_path):
+    """Each link alone stays inside by its text; together they climb out of the bundle."""
+    write(tmp_path / "run" / "secret", "host secret\n")
+    data = _hostile(
+        ("here", tarfile.SYMTYPE, "."),
+        ("climb", tarfile.SYMTYPE, "here/here/.."),  # textually "here": physically the parent
+    )
+    with pytest.raises(ClusterError, match="'climb'"):
+        unpack(lambda: data, tmp_path / "run" / "bundle")
+    assert not (tmp_path / "run" / "bundle").exists()
+
+
+@pytest.mark.parametrize("name", ["alias/f", "alias"])
+def test_nothing_is_written_through_a_link(tmp_path, name):
+    data = _hostile(
+        ("sub", tarfile.DIRTYPE, ""), ("alias", tarfile.SYMTYPE, "sub/f"),
+        (name, tarfile.REGTYPE, "through\n"),
+    )  # fmt: skip
+    with pytest.raises(ClusterError, match=f"'{name}'"):
+        unpack(lambda: data, tmp_path / "run" / "bundle")
+
+
+def test_a_bundle_of_contained_links_unpacks_as_the_control(tmp_path):
+    data = _hostile(
+        FILE, ("sub", tarfile.DIRTYPE, ""), ("sub/up", tarfile.SYMTYPE, "../ok.txt"),
+        ("here", tarfile.SYMTYPE, "."), ("sub/dangling", tarfile.SYMTYPE, "later/x"),
+    )  # fmt: skip
+    dest = unpack(lambda: data, tmp_path / "run" / "bundle")
+    assert (dest / "sub" / "up").read_text() == "fine\n"
+    assert os.readlink(dest / "sub" / "dangling") == "later/x"
+
+
+def test_a_corrupt_bundle_is_a_cluster_error(tmp_path):
+    data = _hostile(FILE, ("big", tarfile.REGTYPE, "x" * 100_000))
+    for broken in (data[: len(data) // 2], b"not a tar at all", data[:10] + b"\0" * 50):
+        with pytest.raises(ClusterError, match="could not be unpacked"):
+            unpack(lambda b=broken: b, tmp_path / "run" / "bundle")
+
+
+def test_hardlinked_files_travel_as_two_files(tmp_path):
+    write(tmp_path / "src" / "a.txt", "same\n")
+    os.link(tmp_path / "src" / "a.txt", tmp_path / "src" / "b.txt")
+    dest = unpack(lambda: pack(tmp_path / "src"), tmp_path / "run" / "bundle")
+    assert (dest / "a.txt").read_text() == (dest / "b.txt").read_text() == "same\n"
+
+
+@pytest.mark.parametrize("link", ["/etc/passwd", "../../outside.txt"])
+def test_a_link_out_of_the_folder_is_refused_when_packing(tmp_path, link):
+    write(tmp_path / "outside.txt", "x\n")
+    write(tmp_path / "src" / "tpl" / "f", "1\n")
+    os.symlink(link, tmp_path / "src" / "tpl" / "out")
+    with pytest.raises(ClusterError, match="tpl/out: a link out of"):
+        pack(tmp_path / "src")
 
 
 SUITE = """

@@ -1,7 +1,11 @@
+import json
 from pathlib import Path
 
-from gradebox.sandbox.base import Limits, Mount, Security
+from gradebox.sandbox.base import Limits, Mount, SandboxSpec, Security
 from gradebox.sandbox.hardening import host_config, run_as
+from gradebox.sandbox.init import INIT_PATH
+from gradebox.sandbox.oci_config import runtime_config
+from gradebox.sandbox.seccomp import seccomp_profile
 
 
 def test_defaults_are_locked_down():
@@ -9,7 +13,10 @@ def test_defaults_are_locked_down():
     assert hc["NetworkMode"] == "none"
     assert hc["ReadonlyRootfs"] is True
     assert hc["CapDrop"] == ["ALL"] and hc["CapAdd"] is None
-    assert hc["SecurityOpt"] == ["no-new-privileges:true"]
+    assert hc["SecurityOpt"][0] == "no-new-privileges:true"
+    seccomp = [o for o in hc["SecurityOpt"] if o.startswith("seccomp=")]
+    assert len(seccomp) == 1  # ours, never the engine's default profile
+    assert json.loads(seccomp[0].removeprefix("seccomp=")) == seccomp_profile()
     assert hc["Memory"] == hc["MemorySwap"] == 1 << 30  # no swap
     assert hc["NanoCpus"] == 1_000_000_000
     assert hc["PidsLimit"] == 256
@@ -43,3 +50,46 @@ def test_mounts_and_modes():
 def test_never_root_by_default():
     assert run_as(Security()) != "0" and not run_as(Security()).startswith("0:")
     assert run_as(Security(user="1234:1234")) == "1234:1234"
+
+
+def test_the_sealed_init_replaces_the_engines():
+    sealed = Path("/cache/init/tini-0123")
+    hc = host_config(Limits(), Security(), "none", (), init=sealed)
+    assert hc["Init"] is False and f"{sealed}:{INIT_PATH}:ro" in hc["Binds"]
+    off = host_config(Limits(), Security(init=False), "none", (), init=sealed)
+    assert off["Init"] is False and not any(INIT_PATH in b for b in off["Binds"])
+    assert host_config(Limits(), Security(), "none", ())["Init"] is True  # no sealed copy
+
+
+def test_both_backends_mount_scratch_alike():
+    """/tmp and $HOME: the same flags on Docker and OCI (noexec, nosuid, nodev), and /dev/shm
+    noexec on OCI as Docker mounts it."""
+    hc = host_config(Limits(), Security(), "none", ())
+    spec = SandboxSpec(image="sha256:" + "0" * 64, command=["true"])
+    oci = runtime_config(spec, rootfs=Path("/r"), cgroup="/g", init_source=None)
+    by_dest = {m["destination"]: set(m["options"]) for m in oci["mounts"]}
+    for dest in ("/tmp", "/home/grader"):
+        docker = set(hc["Tmpfs"][dest].split(","))
+        assert {"noexec", "nosuid", "nodev"} <= docker, dest
+        assert docker - {"rw"} == by_dest[dest], dest
+    assert {"noexec", "nosuid", "nodev"} <= by_dest["/dev/shm"]
+
+
+def test_the_init_is_sealed_execute_only_once_per_content(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from gradebox.sandbox.init import sealed_init
+
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    tini = tmp_path / "tini-static"
+    tini.write_bytes(b"\x7fELF pretend tini")
+    sealed = sealed_init(tini)
+    assert sealed is not None and sealed.read_bytes() == tini.read_bytes()
+    assert stat.S_IMODE(os.stat(sealed).st_mode) == 0o111  # never readable: non-dumpable
+    again = os.stat(sealed).st_ino
+    assert sealed_init(tini) == sealed and os.stat(sealed).st_ino == again  # reused
+    os.chmod(sealed, 0o755)  # someone loosened it: it is sealed again
+    assert stat.S_IMODE(os.stat(sealed_init(tini)).st_mode) == 0o111
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tini / "not-a-folder"))
+    assert sealed_init(tini) is None  # no copy can be made: the caller falls back

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -12,7 +15,7 @@ import pytest
 from gradebox.errors import ConfigError
 from gradebox.llm import ModelHub, ModelTarget, TargetSet, load_targets
 from gradebox.llm.grader import RubricItem, parse_verdict, render_prompt, template_variables
-from gradebox.llm.proxy import TargetProxy
+from gradebox.llm.proxy import MAX_CONNECTIONS, TargetProxy
 from gradebox.protocol import Message, Payload
 from tests.conftest import write
 from tests.fake_models import FakeModel
@@ -192,6 +195,163 @@ def _post(url, token, body):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def _get(url, token):
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@contextlib.contextmanager
+def _serving(proxy):
+    """The proxy on a loopback port of the host, closed on the way out."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    proxy.serve(sock)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        proxy.close()
+
+
+def _flood(url, count):
+    """``count`` connections that never say a word (no request, no token)."""
+    port = int(url.rsplit(":", 1)[1])
+    out = []
+    for _ in range(count):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        out.append(c)
+    return out
+
+
+def _peak_threads(samples=40):
+    """The most threads this process ran over a while (the old proxy started one per
+    connection within moments; waiting longer only makes that surer)."""
+    peak = 0
+    for _ in range(samples):
+        peak = max(peak, threading.active_count())
+        time.sleep(0.05)
+    return peak
+
+
+def test_a_flood_of_silent_connections_holds_a_bounded_number_of_threads():
+    with FakeModel(default="yes") as fake:
+        hub, target = _hub(fake)
+        proxy = TargetProxy(hub, target, max_calls=5)
+        before = threading.active_count()
+        with _serving(proxy) as url:
+            flood = _flood(url, 300)
+            peak = _peak_threads()
+            for c in flood:
+                c.close()
+            status, answer = _post(url + "/invoke", proxy.token, {"question": "q"})
+    assert peak <= before + 1 + MAX_CONNECTIONS, f"{peak - before} threads for 300 connections"
+    assert status == 200 and answer["rawText"] == "yes"  # the control: it still serves
+
+
+def test_closing_the_proxy_ends_its_threads_while_clients_still_hold_connections():
+    with FakeModel(default="yes") as fake:
+        hub, target = _hub(fake)
+        before = threading.active_count()
+        proxy = TargetProxy(hub, target, max_calls=5)
+        with _serving(proxy) as url:
+            flood = _flood(url, 50)
+            _peak_threads(10)
+        for _ in range(200):  # handlers blocked on a silent client end when it is cut
+            if threading.active_count() <= before:
+                break
+            time.sleep(0.05)
+        left = threading.active_count() - before
+        for c in flood:
+            c.close()
+    assert left <= 0, f"{left} proxy threads outlived close()"
+
+
+def test_a_grader_may_call_only_its_own_target_and_learns_no_other_name():
+    with FakeModel(default="own") as fake, FakeModel(default="other") as other:
+        hub, target = _hub(fake)
+        hub.targets.targets["secret-judge"] = ModelTarget(
+            name="secret-judge", provider="openai", model="expensive-model",
+            base_url=other.base_url, api_key_env="FAKE_KEY",
+        )  # fmt: skip
+        proxy = TargetProxy(hub, target, max_calls=10)
+        with _serving(proxy) as url:
+            refused = [
+                _post(url + "/invoke", proxy.token, {"question": "q", key: name})
+                for key in ("provider", "target")
+                for name in ("secret-judge", "no-such-target", "JUDGE", "judge ")
+            ]
+            batch = _post(
+                url + "/invokeBatch", proxy.token,
+                {"requests": [{"question": "q", "provider": "secret-judge"}]},
+            )  # fmt: skip
+            own = _post(url + "/invoke", proxy.token, {"question": "q", "provider": "judge"})
+            info = _get(url + "/info", proxy.token)
+    assert {json.dumps(r) for r in refused} == {json.dumps(refused[0])}  # no oracle
+    assert refused[0][0] == 400 and batch[1]["responses"][0]["status"] == 400
+    said = json.dumps([refused, batch, info])
+    assert "secret" not in said and "expensive" not in said
+    assert own[0] == 200 and own[1]["rawText"] == "own"  # the control: its own, by name
+    assert info["availableTargets"] == info["availableProviderLabels"] == ["judge"]
+    assert info["providerLabel"] == info["targetName"] == "judge"
+    assert other.requests == [] and proxy.usage.calls == 1
+
+
+def _quietly(fn, *args):
+    with contextlib.suppress(OSError):  # the proxy cut the connection: the run was over
+        fn(*args)
+
+
+def test_closing_the_proxy_stops_queued_batch_calls_and_counts_the_one_in_flight():
+    started, release = threading.Event(), threading.Event()
+
+    def slow(body):
+        started.set()
+        release.wait(60)
+        return "late"
+
+    with FakeModel(default=slow) as fake:
+        hub, target = _hub(fake, use_cache=False)
+        proxy = TargetProxy(hub, target, max_calls=10)
+        with _serving(proxy) as url:
+            body = {"requests": [{"question": str(i)} for i in range(5)]}
+            batch = threading.Thread(
+                target=_quietly, args=(_post, url + "/invokeBatch", proxy.token, body)
+            )
+            batch.start()
+            assert started.wait(30)
+            threading.Timer(1.0, release.set).start()  # answered after close() was called
+        ledger = proxy.usage.model_copy()  # what the grader's result records
+        batch.join(60)
+    assert ledger.calls == 1 and ledger.input_tokens == 100, ledger
+    assert len(fake.requests) == 1  # the four queued behind it never left the host
+
+
+def test_a_call_in_flight_makes_no_further_attempt_once_the_proxy_closes():
+    started, release = threading.Event(), threading.Event()
+
+    def rate_limited(body):
+        started.set()
+        release.wait(60)
+        return 429
+
+    with FakeModel(answers=[rate_limited], default="second attempt") as fake:
+        hub, target = _hub(fake, use_cache=False)
+        proxy = TargetProxy(hub, target, max_calls=10)
+        with _serving(proxy) as url:
+            call = threading.Thread(
+                target=_quietly, args=(_post, url + "/invoke", proxy.token, {"question": "q"})
+            )
+            call.start()
+            assert started.wait(30)
+            threading.Timer(1.0, release.set).start()
+        ledger = proxy.usage.model_copy()
+        call.join(60)
+    assert len(fake.requests) == 1 and ledger.calls == 1, (len(fake.requests), ledger)
 
 
 def test_proxy_protocol_budget_and_token():

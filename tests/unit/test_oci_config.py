@@ -82,19 +82,31 @@ def test_overrides_reach_the_config():
     assert order.index("/grader") < order.index("/grader/g.py")
 
 
-def test_seccomp_denies_every_family_docker_denies():
+def test_seccomp_is_an_allow_list_that_names_every_denied_family():
+    from gradebox.sandbox.seccomp import ALLOWED_SYSCALLS, ARCHITECTURES
+
     profile = seccomp_profile()
-    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
-    denied = set()
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO" and profile["defaultErrnoRet"] == 1
+    assert profile["architectures"] == list(ARCHITECTURES)  # native 64-bit ABIs only
+    allowed, denied = set(), set()
     for rule in profile["syscalls"]:
-        if rule["action"] == "SCMP_ACT_ERRNO" and "args" not in rule:
+        if rule["action"] == "SCMP_ACT_ALLOW" and "args" not in rule:
+            allowed |= set(rule["names"])
+        if rule["action"] == "SCMP_ACT_ERRNO" and rule.get("errnoRet") == 1:
             denied |= set(rule["names"])
-    for family in ("mount", "namespaces", "keyring", "bpf", "tracing", "perf", "modules",
-                   "kexec", "clock", "reboot", "swap"):  # fmt: skip
-        assert set(DENIED_SYSCALLS[family]) <= denied, family
-    for name in ("mount", "unshare", "setns", "keyctl", "bpf", "ptrace", "perf_event_open",
-                 "init_module", "kexec_load", "clock_settime", "reboot", "swapon"):  # fmt: skip
-        assert name in denied, name
-    clone_rules = [r for r in profile["syscalls"] if r["names"] == ["clone"]]
-    assert len(clone_rules) == 7  # one per CLONE_NEW* flag
+    for family, names in DENIED_SYSCALLS.items():
+        assert set(names) <= denied, family
+    assert allowed == {n for names in ALLOWED_SYSCALLS.values() for n in names}
+    assert not allowed & denied
+    for name in ("io_uring_setup", "ptrace", "process_vm_writev", "mount", "unshare",
+                 "keyctl", "bpf", "modify_ldt", "socket", "clone", "personality"):  # fmt: skip
+        assert name not in allowed, name
+    for name in ("read", "openat", "execve", "futex", "epoll_pwait", "getrandom", "statx"):
+        assert name in allowed, name
+    conditional = {r["names"][0]: r for r in profile["syscalls"] if "args" in r}
+    clone = conditional["clone"]["args"][0]  # no CLONE_NEW* flag
+    assert clone["op"] == "SCMP_CMP_MASKED_EQ" and clone["value"] == 0x7E020000
+    assert clone["valueTwo"] == 0
+    sockets = {r["args"][0]["value"] for r in profile["syscalls"] if r["names"] == ["socket"]}
+    assert sockets == {1, 2, 10, 16}
     assert config()["linux"]["seccomp"] == profile

@@ -48,7 +48,7 @@ AllowOpt = Annotated[
     typer.Option(
         "--allow",
         help="Let graders relax this hardening (repeatable): root, capabilities, network, "
-        "writable-root, privilege-escalation, limits.",
+        "writable-root, privilege-escalation, limits, build (a grader's own Dockerfile).",
     ),
 ]
 WorkersOpt = Annotated[
@@ -121,7 +121,8 @@ def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> An
     """The run's image resolver; ``--locked`` defaults to on under CI (CI=true)."""
     if locked is None:
         locked = os.environ.get("CI", "").lower() == "true"
-    return box.images(locked=locked, build_network="network" in set(allow))
+    allow = set(allow)
+    return box.images(locked=locked, build_network="network" in allow, build="build" in allow)
 
 
 class Output:

@@ -1,9 +1,12 @@
 """What travels with a cluster job: the folder holding the suite (or grader) and every file it
 names, packed once on the driver and unpacked once per node.
 
-Links stay links (a template's symlink is part of the template) and extraction never writes
-outside its folder. ``.env`` files stay on the driver: a node reads keys from its own
-environment, never from the job.
+A bundle holds regular files, folders and symbolic links that resolve inside it, nothing else:
+a template's link travels as a link, a link out of the folder is refused on the driver, and
+a node refuses, naming the member, anything else a bundle might hold (hard links, devices,
+FIFOs, links out, a member written through a link) before it writes a byte, so extraction
+never reaches past its folder. ``.env`` files stay on the driver: a node reads keys from its
+own environment, never from the job.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import fcntl
 import io
 import os
+import posixpath
 import stat
 import tarfile
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -65,6 +70,7 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
                 if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
                         or stat.S_ISLNK(info.st_mode)):  # fmt: skip
                     continue  # a FIFO or a socket is nothing a node can use
+                rel = str(path.relative_to(root))
                 if stat.S_ISREG(info.st_mode):
                     total += info.st_size
                     if total > limit:
@@ -72,8 +78,77 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
                             f"{root}: the files a cluster job needs pass {limit >> 20} MiB; "
                             "keep the suite, its templates and its graders in one small folder"
                         )
-                tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+                elif stat.S_ISLNK(info.st_mode) and not _inside(rel, os.readlink(path)):
+                    raise ClusterError(
+                        f"{root}/{rel}: a link out of the folder a cluster job carries "
+                        f"(to {os.readlink(path)}); make it relative and inside, or copy the file"
+                    )
+                _add(tar, path, rel, info)
     return buf.getvalue()
+
+
+def _add(tar: tarfile.TarFile, path: Path, rel: str, info: os.stat_result) -> None:
+    """One member, never a hard link: a second name of a file travels as a file of its own
+    (a node accepts no hard links at all)."""
+    member = tar.gettarinfo(str(path), rel)
+    if not stat.S_ISREG(info.st_mode):
+        tar.addfile(member)
+        return
+    member.type, member.linkname, member.size = tarfile.REGTYPE, "", info.st_size
+    with open(path, "rb") as data:
+        tar.addfile(member, data)
+
+
+def _inside(name: str, link: str) -> bool:
+    """Whether a link at ``name`` with text ``link`` stays inside the bundle by its text."""
+    if posixpath.isabs(link):
+        return False
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), link))
+    return target != ".." and not target.startswith("../")
+
+
+def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
+    """Why ``member`` may not be unpacked (None: it may). ``links``: the symlinks before it."""
+    name = member.name
+    parts = name.split("/")
+    if posixpath.isabs(name) or ".." in parts:
+        return "names a place outside the bundle"
+    if any("/".join(parts[:i]) in links for i in range(1, len(parts) + 1)):
+        return "would be written through a link"
+    if member.issym():
+        return None if _inside(name, member.linkname) else f"is a link out ({member.linkname})"
+    if member.isreg() or member.isdir():
+        return None
+    kind = ("a hard link" if member.islnk() else "a device" if member.ischr() or member.isblk()
+            else "a FIFO" if member.isfifo() else "not a file, folder or link")  # fmt: skip
+    return f"is {kind}"
+
+
+def _check_members(members: list[tarfile.TarInfo]) -> list[str]:
+    """Every member checked before a byte is written; returns the links, to check again
+    once they all exist (a link may climb out through another: ``a -> .``, ``b -> a/a/..``)."""
+    links: set[str] = set()
+    for member in members:
+        why = _refusal(member, links)
+        if why:
+            raise ClusterError(
+                f"the job's files could not be unpacked here: member {member.name!r} {why}; "
+                "a bundle holds only regular files, folders and links inside it"
+            )
+        if member.issym():
+            links.add(member.name.rstrip("/"))
+    return sorted(links)
+
+
+def _check_links(root: Path, links: list[str]) -> None:
+    """Each link resolved on disk, through every other link, stays inside ``root``."""
+    top = os.path.realpath(root)
+    for name in links:
+        if os.path.commonpath([os.path.realpath(root / name), top]) != top:
+            raise ClusterError(
+                f"the job's files could not be unpacked here: member {name!r} is a link that "
+                "resolves outside the bundle"
+            )
 
 
 def unpack(fetch: Callable[[], bytes], dest: Path) -> Path:
@@ -89,10 +164,15 @@ def unpack(fetch: Callable[[], bytes], dest: Path) -> Path:
         remove_tree(partial)
         try:
             with tarfile.open(fileobj=io.BytesIO(fetch()), mode="r:gz") as tar:
-                # "tar": no absolute names, nothing written outside `partial`, no set-id bits;
-                # a link may point anywhere (a template may hold one), never written through.
-                tar.extractall(partial, filter="tar")
-        except (tarfile.TarError, OSError) as exc:
+                members = tar.getmembers()
+                links = _check_members(members)
+                # "tar" as well: no absolute names, nothing outside `partial`, no set-id bits.
+                tar.extractall(partial, members=members, filter="tar")
+            _check_links(partial, links)
+        except ClusterError:
+            remove_tree(partial)
+            raise
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
             remove_tree(partial)
             raise ClusterError(f"the job's files could not be unpacked here: {exc}") from None
         remove_tree(dest)

@@ -101,7 +101,9 @@ class _Context:
         try:
             # Not `locked` here: the driver enforced the lock when it planned, and this node
             # must hold the very ids the driver resolved (stricter): _same_images checks.
-            self.images = self.box.images(build_network="network" in job.allow)
+            self.images = self.box.images(
+                build_network="network" in job.allow, build="build" in job.allow
+            )
             self._load()
         except BaseException:
             self.close()

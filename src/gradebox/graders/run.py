@@ -402,7 +402,9 @@ class PreparedGrader:
             )
             result.duration_ms = outcome.duration_ms
             result.image = ImageRef(ref=self.ref_text, id=self.image_id)
-            result.privileges = privileges_of(grader.security, grader.network, grader.limits)
+            result.privileges = privileges_of(
+                grader.security, grader.network, grader.limits, grader.image
+            )
             result.backend = getattr(self._handle, "backend", self.backend)
             if self.proxy is not None:
                 self.proxy.close()
@@ -418,7 +420,7 @@ class PreparedGrader:
 
     def _clean(self) -> None:
         if self.proxy is not None:
-            self.proxy.close()
+            self.proxy.close(wait=False)  # run() closed it, waiting, when it had a result
         if self.copy is not None:
             self.copy.close()
         remove_tree(self.scratch)

@@ -52,11 +52,15 @@ class ImageResolver:
         lock: Lock | None = None,
         say: Callable[[str], None] = log.info,
         build_network: bool = False,
+        build: bool = False,
     ) -> None:
         self.engine = engine
         self.locked = locked
-        # A grader's own Dockerfile runs its RUN steps as root: without the network unless
-        # whoever runs gradebox allowed it (`allow: [network]`, `--allow network`).
+        # A grader's own Dockerfile runs its RUN steps as root with capabilities: only when
+        # whoever runs gradebox allowed it (`allow: [build]`, `--allow build`), and without
+        # the network unless that was allowed too (`--allow network`). The plan refuses it
+        # first, naming the file and field; this is the last word for every other caller.
+        self.build = build
         self.build_network = build_network
         self._lock_file = lock
         self._cache: dict[str, str] = {}
@@ -122,6 +126,12 @@ class ImageResolver:
                     f"{key}: {path} is outside the grader's folder {source_dir}; a build may "
                     "only use files next to the grader file"
                 )
+        if not self.build:
+            raise ImageError(
+                f"image.build: {dockerfile}: building a grader's own Dockerfile runs its RUN "
+                "steps as root with capabilities; allow it with `allow: [build]` in the suite "
+                "or --allow build"
+            )
         if not dockerfile.is_file():
             raise ImageError(f"image.build: {dockerfile} does not exist")
         digest = input_hash(context, dockerfile.read_text(errors="replace"))

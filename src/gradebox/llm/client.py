@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tenacity import (
     retry,
     retry_if_exception,
     stop_after_attempt,
+    stop_when_event_set,
 )
 
 from ..errors import GradeboxError
@@ -36,6 +38,7 @@ from ..protocol import Usage
 from .targets import ModelTarget, TargetSet
 
 __all__ = [
+    "Cancelled",
     "Completion",
     "ModelError",
     "ModelHub",
@@ -47,6 +50,10 @@ __all__ = [
 
 class ModelError(GradeboxError):
     """A model call failed for good (after retries), or cannot be made (no key)."""
+
+
+class Cancelled(ModelError):
+    """The caller gave up before the request was sent: nothing reached the model."""
 
 
 @dataclass
@@ -138,34 +145,71 @@ class ModelHub:
     # -- calls ---------------------------------------------------------------------------
 
     def complete(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None = None,
-        *, sample: int = 0,
-    ) -> Completion:  # fmt: skip
+        self,
+        target: ModelTarget,
+        messages: list[dict[str, Any]],
+        system: str | None = None,
+        *,
+        sample: int = 0,
+        cancel: threading.Event | None = None,
+    ) -> Completion:
         """One answer: from the cache when this exact request was answered before, else
         from the model (retried on rate limits, 5xx and timeouts). ``sample`` tells repeated
-        samples of one request apart (a test run N times asks N times)."""
+        samples of one request apart (a test run N times asks N times).
+
+        ``cancel`` set: a call still waiting for its turn raises ``Cancelled`` (nothing was
+        sent), one that was sent makes no further attempt (its failure is a ``ModelError``)."""
         key = digest(target.identity(), system, messages, *([sample] if sample else []))
         if self.use_cache:
             hit = self._read(key)
             if hit is not None:
                 self._record(hit)
                 return hit
-        with self._slots:
-            done = self._call(target, messages, system)
+        if not self._turn(cancel):
+            raise Cancelled(f"model target {target.name!r}: cancelled before it was sent")
+        try:
+            done = self._call(target, messages, system, cancel)
+        finally:
+            self._slots.release()
         done.cost_usd = target.cost(done.input_tokens, done.output_tokens)
         if self.use_cache:
             self._write(key, done)
         self._record(done)
         return done
 
+    def _turn(self, cancel: threading.Event | None) -> bool:
+        """A slot among the calls in flight; False when ``cancel`` is set while waiting."""
+        if cancel is None:
+            return self._slots.acquire()
+        while not self._slots.acquire(timeout=0.05):
+            if cancel.is_set():
+                return False
+        if cancel.is_set():
+            self._slots.release()
+            return False
+        return True
+
     def _call(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None
+        self,
+        target: ModelTarget,
+        messages: list[dict[str, Any]],
+        system: str | None,
+        cancel: threading.Event | None = None,
     ) -> Completion:
+        stop = stop_after_attempt(self.attempts)
+        sent = False
+
         @retry(
-            retry=retry_if_exception(_transient), wait=_wait,
-            stop=stop_after_attempt(self.attempts), reraise=True,
+            retry=retry_if_exception(_transient), wait=_wait, reraise=True,
+            # Cancelled: no further attempt, and no backoff sleep that outlives the caller.
+            stop=stop | stop_when_event_set(cancel) if cancel is not None else stop,
+            sleep=cancel.wait if cancel is not None else time.sleep,
         )  # fmt: skip
         def once() -> Completion:
+            nonlocal sent
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"model target {target.name!r}: cancelled")  # never retried
+            sent = True
             if target.provider == "anthropic":
                 return self._anthropic(target, messages, system)
             if target.provider == "azure":
@@ -175,6 +219,11 @@ class ModelHub:
         openai, anthropic = _sdks()
         try:
             return once()
+        except Cancelled:
+            if sent:  # an earlier attempt reached the model
+                raise ModelError(f"model target {target.name!r}: cancelled after a failed "
+                                 "attempt") from None  # fmt: skip
+            raise
         except (openai.APIError, anthropic.APIError) as exc:
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__

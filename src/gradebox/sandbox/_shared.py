@@ -27,17 +27,23 @@ class EngineImages:
         return self._default_images().resolve(ref)
 
     def images(
-        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+        self,
+        *,
+        locked: bool = False,
+        build_network: bool = False,
+        lock: Any = None,
+        build: bool = False,
     ) -> ImageSource:
         from ..images import ImageResolver
 
-        if not locked and not build_network and lock is None:
+        if not locked and not build_network and lock is None and not build:
             return self._default_images()
         return ImageResolver(
             self.engine,
             locked=locked,
             build_network=build_network,
             lock=lock,  # type: ignore[arg-type]
+            build=build,
         )
 
     def _default_images(self) -> ImageSource:

@@ -195,10 +195,16 @@ class Sandbox(ABC):
         """An image reference -> the immutable id that ``SandboxSpec.image`` takes."""
 
     def images(
-        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+        self,
+        *,
+        locked: bool = False,
+        build_network: bool = False,
+        lock: Any = None,
+        build: bool = False,
     ) -> ImageSource:
         """The run's image resolution for this backend (lock-aware, builds included);
-        ``lock``: check against this lock instead of ``images/images.lock.json``.
+        ``lock``: check against this lock instead of ``images/images.lock.json``; ``build``:
+        a grader's own Dockerfile may be built (the operator allowed ``build``).
 
         Example::
 

@@ -27,6 +27,7 @@ from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import GATE, GATE_CWD, INIT_ENV, own_lines
 from .hardening import HOME, host_config, run_as
+from .init import INIT_PATH, sealed_init
 from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
 
 __all__ = ["DockerSandbox"]
@@ -76,6 +77,9 @@ class DockerSandbox(EngineImages, Sandbox):
         self._lock = threading.Lock()
         self._closed = False
         self._remover = BackgroundRemover(self._remove_now, "gradebox-rm")
+        # Our own execute-only tini as PID 1 (the engine's own init is readable, so
+        # traceable); without one on this host, the engine's (`Init`).
+        self.init = sealed_init()
         atexit.register(self.close)
 
     # -- images ------------------------------------------------------------------------------
@@ -106,18 +110,23 @@ class DockerSandbox(EngineImages, Sandbox):
         if spec.security.init:
             env.update(INIT_ENV)  # the init then says whether a signal killed the child
         command, workdir = [*GATE, *spec.command], "/"
+        sealed = self.init if spec.security.init else None
         try:
             cid = self.engine.create(
                 lambda: f"gradebox-{slug(spec.name)}-{secrets.token_hex(4)}",
                 image=spec.image,
                 command=command,
+                # The image's own entrypoint is not used (nor on the OCI backend).
+                entrypoint=[INIT_PATH, "--"] if sealed else None,
                 working_dir=workdir,
                 environment=env,
                 user=run_as(spec.security),
                 labels=labels,
                 stdin_open=True,
                 tty=False,
-                host_config=host_config(spec.limits, spec.security, spec.network, spec.mounts),
+                host_config=host_config(
+                    spec.limits, spec.security, spec.network, spec.mounts, init=sealed
+                ),
                 # The SDK would copy proxy settings (credentials included) from the runner's
                 # ~/.docker/config.json into every container: a grader gets only what we set.
                 use_config_proxy=False,

@@ -6,19 +6,37 @@ README's hardening table and this code can be read side by side.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .base import Limits, Mount, Security, default_user
+from .init import INIT_PATH
+from .seccomp import seccomp_json
 
-__all__ = ["HOME", "PRIVILEGES", "host_config", "privileges_of", "run_as", "run_as_ids"]
+__all__ = [
+    "HOME",
+    "PRIVILEGES",
+    "SCRATCH_FLAGS",
+    "host_config",
+    "privileges_of",
+    "run_as",
+    "run_as_ids",
+]
 
 HOME = "/home/grader"
+# The writable scratch tmpfs (/tmp and $HOME) on both backends. noexec, as Docker mounts a
+# tmpfs by default: what a grader runs comes from the image, the workspace or /grader, and a
+# program it writes at run time runs through its interpreter (`python3 /tmp/x.py`), or from
+# a `workspace: rw` copy (which is not noexec).
+SCRATCH_FLAGS = ("nosuid", "nodev", "noexec")
 
 
 PRIVILEGES = {
     "root": "run as uid 0 (security.user)",
     "capabilities": "add Linux capabilities back (security.capabilities)",
     "network": "a network beyond loopback (network: bridge); also for image builds",
+    "build": "build its own Dockerfile (image: {build: ...}), whose RUN steps run as root "
+    "with capabilities on the engine",
     "writable-root": "a writable root filesystem (security.read_only_root: false)",
     "privilege-escalation": "setuid programs may gain privileges (no_new_privileges: false)",
     "limits": "resource limits above the defaults (limits.*)",
@@ -26,10 +44,16 @@ PRIVILEGES = {
 
 
 def privileges_of(
-    security: Security | None, network: str = "none", limits: Limits | None = None
+    security: Security | None,
+    network: str = "none",
+    limits: Limits | None = None,
+    image: object = None,
 ) -> list[str]:
-    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes."""
+    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes.
+    ``image``: a name (nothing asked) or a Dockerfile build (``build``)."""
     asked: list[str] = []
+    if image is not None and not isinstance(image, str):
+        asked.append("build")
     sec = security or Security()
     if sec.user is not None and sec.user.partition(":")[0].strip() in ("0", "root"):
         asked.append("root")
@@ -61,16 +85,31 @@ def run_as_ids(security: Security | None = None) -> tuple[int, int]:
 
 
 def host_config(
-    limits: Limits, security: Security, network: str, mounts: tuple[Mount, ...]
+    limits: Limits,
+    security: Security,
+    network: str,
+    mounts: tuple[Mount, ...],
+    init: Path | None = None,
 ) -> dict[str, Any]:
-    """The Engine API ``HostConfig`` body for one grader container."""
-    tmpfs_opts = f"rw,nosuid,nodev,size={int(limits.tmpfs)},mode=1777"
+    """The Engine API ``HostConfig`` body for one grader container.
+
+    ``init``: the sealed tini (``init.sealed_init``), bound at ``INIT_PATH`` for the caller
+    to start as PID 1; None leaves the init to the engine (``Init``), whose copy a grader
+    can read, and so trace."""
+    tmpfs_opts = ",".join(("rw", *SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"))
+    binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts]
+    if security.init and init is not None:
+        binds.append(f"{init}:{INIT_PATH}:ro")
+    # Our profile, not the engine's default (see seccomp.py for how they differ).
+    opts = [f"seccomp={seccomp_json()}"]
+    if security.no_new_privileges:
+        opts.insert(0, "no-new-privileges:true")
     config: dict[str, Any] = {
         "NetworkMode": network,
         "ReadonlyRootfs": security.read_only_root,
         "CapDrop": ["ALL"],
         "CapAdd": list(security.capabilities) or None,
-        "SecurityOpt": ["no-new-privileges:true"] if security.no_new_privileges else [],
+        "SecurityOpt": opts,
         "PidsLimit": limits.pids,
         "Memory": int(limits.memory),
         # Equal to Memory: no swap, so a memory hog is OOM-killed instead of thrashing the host.
@@ -81,9 +120,9 @@ def host_config(
             {"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files},
             {"Name": "core", "Soft": 0, "Hard": 0},
         ],
-        "Init": security.init,
+        "Init": security.init and init is None,
         "Tmpfs": {"/tmp": tmpfs_opts, HOME: tmpfs_opts},
-        "Binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts],
+        "Binds": binds,
         # Output is read through the attach stream with a cap; a log driver would also copy a
         # flood of output onto the host's disk.
         "LogConfig": {"Type": "none", "Config": {}},

@@ -38,7 +38,12 @@ class HostSandbox(Sandbox):
         return "host"
 
     def images(
-        self, *, locked: bool = False, build_network: bool = False, lock: Any = None
+        self,
+        *,
+        locked: bool = False,
+        build_network: bool = False,
+        lock: Any = None,
+        build: bool = False,
     ) -> ImageSource:
         return _HostImages()
 

@@ -47,6 +47,7 @@ from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import own_lines
 from .hardening import HOME
+from .init import init_binary, sealed_init
 from .labels import pid_alive, slug
 from .oci_config import MOUNT_POINTS, runtime_config
 from .rootfs import RootfsCache
@@ -67,15 +68,6 @@ def state_root() -> Path:
 def runtime_binary() -> str:
     """``$GRADEBOX_RUNTIME`` (``runc``, ``crun``, ``runsc``: anything that takes a bundle)."""
     return os.environ.get("GRADEBOX_RUNTIME", "runc")
-
-
-def init_binary() -> Path | None:
-    """The host's static tini, which Docker ships as ``docker-init``."""
-    for name in ("docker-init", "tini-static"):
-        found = shutil.which(name)
-        if found:
-            return Path(found).resolve()
-    return None
 
 
 def oci_usable() -> str | None:
@@ -109,7 +101,7 @@ class OciSandbox(EngineImages, Sandbox):
         self.engine = engine or _engine.Engine.connect()
         self.session = session or secrets.token_hex(4)
         self.runtime = runtime_binary()
-        self.init = init_binary()
+        self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
         root = state_root()
         self.state = root / "runtime"
         self.bundles = root / "bundles"

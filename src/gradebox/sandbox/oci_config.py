@@ -3,9 +3,11 @@
 The OCI counterpart of ``hardening.host_config``: the same defaults, written out the way the
 runtime takes them, unit-tested without a runtime. Every protection Docker gives a container
 is here by name: namespaces (pid, ipc, uts, mount, network with only loopback), a read-only
-root, tmpfs ``/tmp`` and ``$HOME``, ``/proc`` with the kernel's sensitive paths masked or
-read-only, no capabilities, ``no_new_privileges``, rlimits, cgroup limits (memory without
-swap, pids, CPU), a non-root user, a reaping init as PID 1, and a seccomp profile of our own.
+root, tmpfs ``/tmp`` and ``$HOME`` (noexec, as Docker mounts them), ``/proc`` with the
+kernel's sensitive paths masked or read-only, no capabilities, ``no_new_privileges``, rlimits,
+cgroup limits (memory without swap, pids, CPU), a non-root user, a reaping init as PID 1
+(the sealed copy of ``init.py``), and the seccomp profile both backends share
+(``seccomp.py``).
 
 The same bundle runs under ``runc`` (the default), ``crun`` or gVisor's ``runsc``.
 """
@@ -17,7 +19,9 @@ from typing import Any
 
 from .base import SandboxSpec
 from .gate import GATE, GATE_CWD, INIT_ENV
-from .hardening import HOME, run_as
+from .hardening import HOME, SCRATCH_FLAGS, run_as
+from .init import INIT_PATH
+from .seccomp import DENIED_SYSCALLS, seccomp_profile
 
 __all__ = [
     "DENIED_SYSCALLS",
@@ -28,9 +32,6 @@ __all__ = [
     "runtime_config",
     "seccomp_profile",
 ]
-
-INIT_PATH = "/sbin/gradebox-init"
-"""Where the host's tini (``docker-init``) is bound, read-only, as the container's PID 1."""
 
 # Mount points every container uses; the root filesystem cache creates them once, so the
 # runtime never has to write into the shared, read-only root.
@@ -58,87 +59,6 @@ READONLY_PATHS = (
     "/proc/sys",
     "/proc/sysrq-trigger",
 )
-
-# Syscall families Docker's default profile denies, by what they would let a grader do. The
-# profile allows everything else (a deny list): denying these is what keeps a grader inside.
-DENIED_SYSCALLS: dict[str, tuple[str, ...]] = {
-    "mount": (
-        "mount",
-        "umount",
-        "umount2",
-        "pivot_root",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
-        "move_mount",
-        "open_tree",
-        "mount_setattr",
-    ),
-    "namespaces": ("unshare", "setns"),
-    "keyring": ("keyctl", "add_key", "request_key"),
-    "bpf": ("bpf",),
-    "tracing": ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp"),
-    "perf": ("perf_event_open", "lookup_dcookie"),
-    "modules": (
-        "init_module",
-        "finit_module",
-        "delete_module",
-        "create_module",
-        "query_module",
-        "get_kernel_syms",
-    ),
-    "kexec": ("kexec_load", "kexec_file_load"),
-    "clock": ("clock_settime", "clock_adjtime", "settimeofday", "adjtimex", "stime"),
-    "reboot": ("reboot",),
-    "swap": ("swapon", "swapoff"),
-    "accounting": ("acct", "quotactl", "quotactl_fd"),
-    "handles": ("open_by_handle_at", "name_to_handle_at"),
-    "io-ports": ("iopl", "ioperm"),
-    "kernel-log": ("syslog",),
-    "terminals": ("vhangup",),
-    "userfaultfd": ("userfaultfd",),
-    "numa": ("mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages"),
-    "obsolete": ("uselib", "ustat", "sysfs", "_sysctl", "nfsservctl", "vm86", "vm86old"),
-}
-# clone() and clone3() may not make namespaces either (unshare by another name).
-_CLONE_NEW_FLAGS = (
-    0x00020000,  # CLONE_NEWNS
-    0x02000000,  # CLONE_NEWCGROUP
-    0x04000000,  # CLONE_NEWUTS
-    0x08000000,  # CLONE_NEWIPC
-    0x10000000,  # CLONE_NEWUSER
-    0x20000000,  # CLONE_NEWPID
-    0x40000000,  # CLONE_NEWNET
-)
-_EPERM, _ENOSYS = 1, 38
-
-
-def seccomp_profile() -> dict[str, Any]:
-    """Allow by default; deny DENIED_SYSCALLS with EPERM and namespace-making clone flags."""
-    denied = sorted({name for family in DENIED_SYSCALLS.values() for name in family})
-    rules: list[dict[str, Any]] = [
-        {"names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": _EPERM},
-        # clone3 passes its flags in memory, out of seccomp's sight: ENOSYS makes the C
-        # library fall back to clone(), whose flags are checked below (Docker does the same).
-        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": _ENOSYS},
-    ]
-    for flag in _CLONE_NEW_FLAGS:
-        rules.append(
-            {
-                "names": ["clone"],
-                "action": "SCMP_ACT_ERRNO",
-                "errnoRet": _EPERM,
-                "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
-            }
-        )
-    return {
-        "defaultAction": "SCMP_ACT_ALLOW",
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32",
-                          "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
-        "syscalls": rules,
-    }  # fmt: skip
-
 
 _CAP_PREFIX = "CAP_"
 
@@ -170,7 +90,7 @@ def runtime_config(
         env.update(INIT_ENV)
         args = [INIT_PATH, "--", *args]
     caps = _caps(security.capabilities)
-    tmpfs = ["nosuid", "nodev", f"size={int(limits.tmpfs)}", "mode=1777"]
+    tmpfs = [*SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"]  # Docker's, noexec
     mounts: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc",
          "options": ["nosuid", "noexec", "nodev"]},

@@ -7,6 +7,7 @@ everything a new backend still lacks. ``image`` must provide POSIX sh, coreutils
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec
+from .hardening import HOME
 
 __all__ = ["CHECKS", "self_check"]
 
@@ -147,31 +149,108 @@ def no_docker_socket(box: Sandbox, image: str) -> None:
     _expect(out.stdout.strip() == b"0", "a docker socket is visible")
 
 
+def _python(box: Sandbox, image: str, code: str) -> dict[str, object]:
+    """Run ``code`` with python3 in the sandbox; it prints one JSON object."""
+    out = box.run(SandboxSpec(image=image, command=["python3", "-c", code], name="self-check"))
+    try:
+        seen = json.loads(out.stdout or b"{}")
+    except ValueError:
+        seen = None
+    _expect(isinstance(seen, dict), f"exit {out.exit_code}: {out.stdout[-300:]!r} "
+                                    f"{out.stderr[-300:]!r}")  # fmt: skip
+    return seen  # type: ignore[return-value]
+
+
 _SYSCALL_PROBE = """
 import ctypes, json, os, platform
 libc = ctypes.CDLL(None, use_errno=True)
 out = {"seccomp": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")]}
+def call(nr, *args):
+    rc = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    return ctypes.get_errno() if rc == -1 else 0
+def in_child(nr):  # a call the filter may answer by killing the caller
+    pid = os.fork()
+    if pid == 0:
+        call(nr)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1]
 if platform.machine() == "x86_64":
+    ring = ctypes.create_string_buffer(120)
     for name, nr, args in (("keyctl", 250, (0, -3, 0)), ("unshare", 272, (0x10000000,)),
-                           ("add_key", 248, (0, 0, 0, 0, 0))):
-        rc = libc.syscall(nr, *args)
-        out[name] = ctypes.get_errno() if rc == -1 else 0
+                           ("add_key", 248, (0, 0, 0, 0, 0)),
+                           ("io_uring_setup", 425, (4, ctypes.addressof(ring))),
+                           ("socket(AF_VSOCK)", 41, (40, 1, 0)),
+                           ("process_mrelease", 448, (-1, 0))):  # named nowhere: EPERM
+        out[name] = call(nr, *args)
+    out["inet"] = call(41, 2, 1, 0)  # the control: what graders use still works
+    out["x32"] = in_child(0x40000000 | 39)  # getpid through the x32 ABI
 print(json.dumps(out))
 """
 
 
 @check
 def seccomp_denies_escape_syscalls(box: Sandbox, image: str) -> None:
-    # Syscalls an unprivileged process may normally make: only a seccomp filter says no.
-    out = box.run(
-        SandboxSpec(image=image, command=["python3", "-c", _SYSCALL_PROBE], name="self-check")
-    )
-    import json
-
-    seen = json.loads(out.stdout or b"{}")
+    # Syscalls an unprivileged process may normally make: only a seccomp filter says no. The
+    # filter is an allow-list: a call it does not name is refused too, and so is a call
+    # through another ABI than the native one.
+    seen = _python(box, image, _SYSCALL_PROBE)
     _expect(seen.get("seccomp") == ["2"], f"no seccomp filter: {seen}")
-    for name in ("keyctl", "unshare", "add_key"):
+    for name in ("keyctl", "unshare", "add_key", "io_uring_setup", "socket(AF_VSOCK)",
+                 "process_mrelease"):  # fmt: skip
         _expect(seen.get(name, 1) == 1, f"{name} was not refused with EPERM: {seen}")
+    _expect(seen.get("inet", 0) == 0, f"an IPv4 socket was refused: {seen}")
+    _expect(seen.get("x32", 31) & 0x7F == 31, f"an x32 call was not stopped: {seen}")
+
+
+_INIT_PROBE = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    rc = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    return ctypes.get_errno() if rc == -1 else 0
+def opened(path, flags):
+    try:
+        os.close(os.open(path, flags))
+        return 0
+    except OSError as exc:
+        return exc.errno
+out = {"init": open("/proc/1/comm").read().strip()}
+if out["init"] in ("gradebox-init", "docker-init", "tini"):  # never a host's own PID 1
+    out.update({
+        "ptrace(SEIZE, 1)": call(101, 0x4206, 1, 0, 0),  # attaches without stopping it
+        "/proc/1/mem": opened("/proc/1/mem", os.O_RDWR),
+        "/proc/1/task/1/mem": opened("/proc/1/task/1/mem", os.O_RDWR),
+        "/proc/1/environ": opened("/proc/1/environ", os.O_RDONLY),
+        "self": opened("/proc/self/mem", os.O_RDWR),
+    })
+print(json.dumps(out))
+"""
+
+
+@check
+def init_is_out_of_reach(box: Sandbox, image: str) -> None:
+    # PID 1 (the init) runs with the grader's uid and says how the command ended: a process
+    # of the grader must not stop it, read it or write its memory, by any route.
+    seen = _python(box, image, _INIT_PROBE)
+    _expect("self" in seen, f"PID 1 is not an init of ours: {seen}")
+    _expect(seen.get("ptrace(SEIZE, 1)") == 1, f"ptrace of PID 1 was not refused: {seen}")
+    for path in ("/proc/1/mem", "/proc/1/task/1/mem", "/proc/1/environ"):
+        _expect(seen.get(path) == 13, f"{path} could be opened: {seen}")
+    _expect(seen.get("self") == 0, f"its own memory could not be opened: {seen}")
+
+
+@check
+def scratch_is_not_executable(box: Sandbox, image: str) -> None:
+    # /tmp, $HOME and /dev/shm are data (noexec), on every backend alike; a script there
+    # still runs through its interpreter, and a program from the image runs.
+    script = (
+        'for d in /tmp "$HOME" /dev/shm; do cp /bin/true "$d/t" && chmod 755 "$d/t"'
+        ' && { "$d/t" 2>/dev/null && echo "ran $d" || echo "refused $d"; }; done;'
+        " echo 'print(6 * 7)' > /tmp/s.py && python3 /tmp/s.py; /bin/true && echo image"
+    )
+    out = _sh(box, image, script)
+    want = f"refused /tmp\nrefused {HOME}\nrefused /dev/shm\n42\nimage\n".encode()
+    _expect(out.stdout == want, f"got {out.stdout!r} {out.stderr[-300:]!r}")
 
 
 @check
