@@ -632,3 +632,19 @@ def test_a_grader_never_gets_a_host_file_out_of_its_folder(tmp_path, box, arg):
     assert r.passed, (r.evidence, r.stderr_tail)
     assert "HELPER-BESIDE" in r.evidence  # the control: its own folder is there
     assert not [s for s in SECRETS if s in r.evidence], r.evidence
+
+
+def test_the_verifier_runner_ends_whatever_the_agent_left_running(tmp_path, workspace, box):
+    # What the runner does once the tests are over, before it prints its report: a process
+    # left behind (as a planted daemon would be) is dead, on every backend.
+    check = (
+        "import json, os, subprocess\\n"
+        "from gradebox.verify import _end_the_rest, _own_container\\n"
+        "left = subprocess.Popen(['sleep', '600'], start_new_session=True)\\n"
+        "_end_the_rest()\\n"
+        "_, status = os.waitpid(left.pid, 0)\\n"
+        "killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9\\n"
+        "print(json.dumps({'pass': _own_container() and killed, 'reason': str(status)}))"
+    )
+    r = run(tmp_path, workspace, box, f'type: script\ncommand: [python3, -I, -c, "{check}"]\n')
+    assert r.passed, (r.evidence, r.stderr_tail)

@@ -1,11 +1,15 @@
 """Test-file verifiers: hidden test files (next to the suite, never visible to the target) run
 against the agent's workspace after it has finished, each test case one check.
 
-``type: pytest`` runs in the python image through ``gradebox.verify`` (which neutralises what
-the agent planted, see that module); ``type: node-test`` runs ``node --test`` in the node image.
-Both run on a private writable copy of the workspace. Reports are parsed here, on the host:
-JUnit XML for pytest, TAP for node. Score = passed / total; collection errors and zero tests
-are an ``error``; a skipped test counts as not passed.
+Both types run through the verifier runner ``gradebox.verify`` (see that module for what it
+keeps the agent's files from doing): ``type: pytest`` in the python image, ``type: node-test``
+(``node --test`` with our reporter) in the node image, on a private writable copy of the
+workspace, with only the verifier's own files mounted. The runner's report is its last line of
+stdout, parsed here, on the host: JUnit XML for pytest, JSON lines for node. Score = passed /
+total; a skipped (or todo) test counts as not passed. An ``error``, never a pass: collection
+errors, zero tests, an exit code other than 0 or 1 or one that disagrees with the report, a
+test file that ends before its tests, a report that lacks a test the verifier declares while
+everything it holds passed (with a failure, each missing test is one failed check more).
 
 Example::
 
