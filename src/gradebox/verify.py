@@ -23,9 +23,9 @@ about each here:
 - ``__init__.py`` files along the verifier's destination: pytest imports test files and
   conftests by path (``--import-mode=importlib``), collects no package ``__init__.py`` and
   finds the destination's parent packages already registered (empty), so none runs;
-- bytecode: every ``__pycache__`` and ``.pyc`` in the workspace is removed and Python reads
-  and writes its caches only under a private prefix (``-X pycache_prefix``), so a planted
-  cache never stands in for a source.
+- bytecode: every ``__pycache__`` and ``.pyc`` in the workspace is removed before pytest
+  starts, and nothing writes one during the run (``-B``), so a planted cache never stands in
+  for a source.
 
 Every such file the agent touched is reported (``tampered``). The verifier files are copied in
 last, over anything of the same name.
@@ -359,9 +359,12 @@ def _run_pytest(spec: dict, workspace: Path, tests: list[Path], pipe: _Pipe) -> 
     env = _clean_env()
     env[PLUGIN_ENV] = json.dumps({"workspace": str(workspace), "report_fd": pipe.fd,
                                   "dirs": sorted({str(t.parent) for t in tests})})  # fmt: skip
-    command = [sys.executable, "-I", "-B", "-X", f"pycache_prefix={tmp / 'pycache'}",
-               "-m", "pytest", "-c", str(ini), "--rootdir", str(workspace),
-               "--import-mode=importlib", "-p", "gradebox.verify", "-p", "no:cacheprovider",
+    # -B: nothing writes bytecode into the workspace during the run (the caches of the
+    # standard library and of pytest, outside it, are still read: a private pycache prefix
+    # would recompile all of them on every run, +0.7 s).
+    command = [sys.executable, "-I", "-B", "-m", "pytest", "-c", str(ini),
+               "--rootdir", str(workspace), "--import-mode=importlib",
+               "-p", "gradebox.verify", "-p", "no:cacheprovider",
                "-q", f"--junitxml=/dev/fd/{pipe.fd}", *spec.get("args", []),
                *(t.relative_to(workspace).as_posix() for t in tests)]  # fmt: skip
     return _run(command, workspace, env, pipe)
