@@ -86,12 +86,10 @@ def run_in_workspace(
         if source_dir is not None and not isinstance(command, str):
             argv, used = translate_args(argv, source_dir)
             used += named_files
-            mounts += source_mounts(
-                source_dir, used, run_as(Security()), scratch, whole_folder=False
-            )
+            mounts += source_mounts(source_dir, used, run_as(Security()), scratch, folders=False)
         elif source_dir is not None and named_files:
             mounts += source_mounts(
-                source_dir, named_files, run_as(Security()), scratch, whole_folder=False
+                source_dir, named_files, run_as(Security()), scratch, folders=False
             )
         spec = SandboxSpec(
             image=image_id,

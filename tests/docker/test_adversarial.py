@@ -5,7 +5,9 @@ the host untouched."""
 import json
 import os
 import resource
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -559,3 +561,278 @@ def test_no_route_to_pid1_the_kernels_other_doors_or_a_program_in_scratch(
     r = run(tmp_path, workspace, box, f"type: script\ncommand: [python3, route.py, {route}]\n")
     want = Status.passed if route in OPEN_ROUTES else Status.failed
     assert r.status is want, (route, r.status, r.evidence, r.stderr_tail)
+
+
+# --- An agent's code runs where it must not: pytest and node-test verifiers -------------------
+# The agent's calc is wrong (a - b); the verifier's three tests pass for add(0, 0) alone. Every
+# trick below must end as that same failure (1 of 3), or as an error: never a pass.
+
+BUGGY_PY = "def add(a, b):\n    return a - b\n"
+VERIFIER_PY = (
+    "import statistics\n\nfrom calc import add\n\n\ndef test_small():\n    assert add(2, 3) == 5"
+    "\n\n\ndef test_negative():\n    assert add(-1, -1) == -2\n\n\n"
+    "def test_zero():\n    assert add(0, 0) == statistics.mean([0])\n"
+)
+ALL_PASS = (
+    '<testsuites><testsuite><testcase classname="tests.test_calc" name="test_small"/>'
+    '<testcase classname="tests.test_calc" name="test_negative"/>'
+    '<testcase classname="tests.test_calc" name="test_zero"/></testsuite></testsuites>'
+)
+# Rewrites pytest's report as the process ends, wherever the report goes: the old runner's
+# JUnit path, or a /dev/fd pipe. pytest still exits 1, with an all-pass report.
+FORGE_PY = f"""import atexit, sys
+def _forge():
+    for arg in sys.argv:
+        if arg.startswith("--junitxml="):
+            with open(arg.split("=", 1)[1], "w") as f:
+                f.write({ALL_PASS!r})
+atexit.register(_forge)
+"""
+# A stand-in for the verifier runner itself: prints an all-pass report line and exits 0.
+FAKE_LINE = json.dumps({"junit": ALL_PASS, "report": ALL_PASS, "exit_code": 0, "tampered": [],
+                        "declared": [], "output": ""})  # fmt: skip
+FAKE_RUNNER = f"import os\nprint({FAKE_LINE!r}, flush=True)\nos._exit(0)\n"
+
+
+def _pyc(source: Path, code: str, *, pytest_tag: bool = False) -> tuple[str, bytes]:
+    """A bytecode cache for ``source`` that runs ``code``, stamped with the source's mtime and
+    size so that an import takes it for the source's own cache."""
+    import importlib.util
+    import marshal
+    import struct
+    import sys
+
+    st = source.stat()
+    header = struct.pack("<4sLLL", importlib.util.MAGIC_NUMBER, 0, int(st.st_mtime), st.st_size)
+    tag = sys.implementation.cache_tag + ("-pytest-7.2.1" if pytest_tag else "")
+    name = f"__pycache__/{source.stem}.{tag}.pyc"
+    return name, header + marshal.dumps(compile(code, str(source), "exec"))
+
+
+PY_TRICKS = {
+    # `python3 -m gradebox.verify` started in the workspace: the agent's package or json first.
+    "runner-package": {"gradebox/__init__.py": "", "gradebox/verify.py": FAKE_RUNNER},
+    "runner-json": {"json.py": FAKE_RUNNER},
+    # A standard-library module the verifier imports, shadowed from the workspace.
+    "stdlib-shadow": {"statistics.py": FORGE_PY + "mean = lambda values: 0\n"},
+    # Package __init__.py files along the verifier's destination, imported before the tests.
+    "dest-init": {"tests/__init__.py": FORGE_PY},
+    "root-and-dest-init": {"__init__.py": FORGE_PY, "tests/__init__.py": ""},
+    # The agent's own module, imported by name, forges the report at exit: pytest exits 1.
+    "forged-at-exit": {"calc.py": FORGE_PY + BUGGY_PY},
+}
+
+
+def _py_verifier(tmp_path, box, files: dict[str, str | bytes], template: Path | None = None):
+    from gradebox.graders.config import grader_from_data
+    from gradebox.graders.verifier import pytest_grader_data
+
+    suite = tmp_path / "suite"
+    write(suite / "verifiers" / "test_calc.py", VERIFIER_PY)
+    ws = tmp_path / "ws"
+    if template is not None:
+        shutil.copytree(template, ws)  # mtimes kept
+    else:
+        write(ws / "calc.py", BUGGY_PY)
+    for rel, body in files.items():
+        path = ws / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body if isinstance(body, bytes) else body.encode())
+    data = pytest_grader_data({"files": ["verifiers/test_calc.py"], "dest": "tests"}, suite,
+                              template)  # fmt: skip
+    return run_grader(grader_from_data(data, file="t", source_dir=suite), Payload(), ws, box)
+
+
+def _one_of_three_or_error(r):
+    assert not r.passed and r.status is not Status.passed, r.evidence
+    if r.status is Status.failed:
+        assert r.score <= 1 / 3 + 1e-9, r.evidence  # never more than the control's
+
+
+@pytest.mark.parametrize("trick", sorted(PY_TRICKS))
+def test_nothing_the_agent_plants_runs_in_a_pytest_verifier(tmp_path, box, trick):
+    _one_of_three_or_error(_py_verifier(tmp_path, box, PY_TRICKS[trick]))
+
+
+def test_a_pytest_verifier_control_fails_and_a_fix_passes(tmp_path, box):
+    r = _py_verifier(tmp_path, box, {})
+    assert r.status is Status.failed and r.score == pytest.approx(1 / 3), r.evidence
+    assert r.stderr_tail  # a failure keeps what the run printed
+    fixed = _py_verifier(tmp_path / "fixed", box, {"calc.py": "def add(a, b):\n    return a + b\n"})
+    assert fixed.status is Status.passed and fixed.score == 1.0, fixed.evidence
+    assert fixed.stderr_tail is None and fixed.stdout_tail is None  # a pass keeps nothing
+
+
+@pytest.mark.parametrize("what", ["agent-module", "template-conftest"])
+def test_a_planted_bytecode_cache_never_stands_in_for_a_source(tmp_path, box, what):
+    template = tmp_path / "template"
+    write(template / "calc.py", BUGGY_PY)
+    write(template / "tests" / "conftest.py", "import pytest\n")
+    write(template / ".gitignore", "__pycache__/\n")
+    if what == "agent-module":  # the agent's own calc, fixed in bytecode only (and ignored)
+        fixed = "def add(a, b):\n    return a + b\n"
+        files = dict(_pyc(template / "calc.py", fixed, pytest_tag=tag) for tag in (False, True))
+    else:  # the template's conftest, replaced by bytecode that forges the report
+        name, data = _pyc(template / "tests" / "conftest.py", FORGE_PY, pytest_tag=True)
+        files = {f"tests/{name}": data}
+    # Stamped with the template source's mtime and size: the cache looks fresh.
+    r = _py_verifier(tmp_path, box, files, template=template)
+    _one_of_three_or_error(r)
+
+
+BUGGY_JS = "export const add = (a, b) => a - b;\n"
+NODE_TRICKS = {
+    # Ends the test file's process as the module loads: node counted the file as one pass.
+    "exit-on-import": "process.exit(0);\n" + BUGGY_JS,
+    # Ends it in the middle of the run, after a passing test: the rest never reported.
+    "exit-mid-run": "export const add = (a, b) => {\n  if (a === 0) process.exit(0);\n"
+    "  return a === 2 ? 5 : a - b;\n};\n",
+    # A failure whose message holds a TAP YAML line that made the old reader skip it.
+    "suite-in-the-error": "export const add = (a, b) => {\n"
+    "  if (a === 2) throw new Error(\"wrong\\n  type: 'suite'\\n  ...\");\n  return a - b;\n};\n",
+    # Report lines written to every descriptor the test file's process might share.
+    "writes-to-every-fd": "import fs from 'node:fs';\nconst line = JSON.stringify({passed: true,"
+    " name: 'small', nesting: 1, suite: false}) + '\\nok 1 - small\\n';\n"
+    "for (let fd = 1; fd < 64; fd++) { try { fs.writeSync(fd, line); } catch {} }\n"
+    "for (const p of ['/proc/1/fd/1', '/proc/' + process.ppid + '/fd/1']) {\n"
+    "  try { fs.appendFileSync(p, line); } catch {} }\n" + BUGGY_JS,
+}
+
+
+def _node_verifier(tmp_path, box, calc: str):
+    from gradebox.graders.config import grader_from_data
+    from gradebox.graders.verifier import node_test_grader_data
+
+    ws = tmp_path / "ws"
+    write(ws / "calc.mjs", calc)
+    suite = Path(__file__).resolve().parents[1] / "fixtures" / "verifiers"
+    data = node_test_grader_data({"files": ["verifiers/calc.test.mjs"]}, suite)
+    return run_grader(grader_from_data(data, file="t", source_dir=suite), Payload(), ws, box)
+
+
+@pytest.mark.parametrize("trick", sorted(NODE_TRICKS))
+def test_nothing_the_agent_does_in_a_node_test_file_passes_it(tmp_path, box, trick):
+    r = _node_verifier(tmp_path, box, NODE_TRICKS[trick])
+    assert not r.passed and r.status is not Status.passed, (r.evidence, r.stdout_tail)
+    if r.status is Status.failed:
+        assert r.score <= 0.5, r.evidence  # never more than the control's
+
+
+def test_a_node_test_control_fails_and_a_fix_passes(tmp_path, box):
+    r = _node_verifier(tmp_path, box, BUGGY_JS)
+    assert r.status is Status.failed and r.score == 0.5, (r.evidence, r.stdout_tail)
+    fixed = _node_verifier(tmp_path / "fixed", box, "export const add = (a, b) => a + b;\n")
+    assert fixed.status is Status.passed and fixed.score == 1.0, fixed.evidence
+    assert fixed.stderr_tail is None
+
+
+# --- Grader files: a grader's container holds what its command names, inside its project -------
+
+SECRETS = ("SECRET-ENV-KEY", "SECRET-ANSWER-OF-OTHER", "SECRET-OTHER-VERIFIER", "SECRET-HOST")
+# The agent's calc (imported by the verifier) prints every file it finds under /grader*, where
+# pytest shows it (on a failure) and straight into the container's stderr (always).
+SNOOP_PY = """import os, sys
+def snoop():
+    seen = []
+    for top in sorted(p for p in os.listdir("/") if p.startswith("grader")):
+        for base, dirs, files in os.walk("/" + top):
+            for name in files:
+                seen.append(name)
+                try:
+                    seen += [l for l in open(os.path.join(base, name)) if "SECRET" in l]
+                except OSError:
+                    pass
+    line = "SEEN " + " ".join(s.strip() for s in seen) + "\\n"
+    sys.stderr.write(line)
+    try:
+        with open("/proc/1/fd/2", "w") as err:
+            err.write(line)
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_verifier_sees_no_other_file_of_the_suite(tmp_path, box, fixed):
+    add = "a + b" if fixed else "a - b"
+    results = _run_suite(
+        tmp_path / "s", box,
+        "workspace: {template: ./tpl}\n"
+        "tests:\n"
+        "  - id: mine\n    output: done\n"
+        "    assert: [{type: pytest, files: [verifiers/test_mine.py], dest: tests}]\n"
+        "  - id: other\n    output: x\n    expected_output: SECRET-ANSWER-OF-OTHER\n"
+        "    assert: [{type: pytest, files: [verifiers/test_other.py]}]\n",
+        files={".env": "OPENAI_API_KEY=SECRET-ENV-KEY\n",
+               "tpl/calc.py": SNOOP_PY + f"def add(a, b):\n    snoop()\n    return {add}\n",
+               "verifiers/test_mine.py": "from calc import add\n\n\ndef test_add():\n"
+               "    assert add(2, 3) == 5\n",
+               "verifiers/test_other.py": "# SECRET-OTHER-VERIFIER\ndef test_x():\n    pass\n"},
+    )  # fmt: skip
+    mine = results["mine"].graders[0]
+    assert mine.passed is fixed, (mine.evidence, mine.stderr_tail)
+    mine_text = results["mine"].model_dump_json()
+    assert not [s for s in SECRETS if s in mine_text], mine.stderr_tail
+    if fixed:  # a pass keeps nothing the run printed
+        assert mine.stderr_tail is None and mine.stdout_tail is None
+    else:  # a failure keeps what the agent's code printed: the verifier's own file alone
+        assert "test_mine.py" in (mine.stderr_tail or ""), mine.stderr_tail
+
+
+GRADER_FILES_CHECK = """import json, os, sys
+seen = []
+for arg in sys.argv[1:]:
+    for path in (arg, os.path.join("/grader", arg)):
+        try:
+            seen.append(open(path).read().strip())
+        except OSError:
+            pass
+for top in [p for p in os.listdir("/") if p.startswith("grader")]:
+    for base, _, files in os.walk("/" + top):
+        for name in files:
+            try:
+                seen.append(open(os.path.join(base, name)).read().strip())
+            except OSError:
+                pass
+print(json.dumps({"pass": True, "reason": " | ".join(seen)}))
+"""
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["../outside/secret.txt", "../../outside/secret.txt", "graders/../../outside/secret.txt",
+     "graders/link.txt", "link-dir/secret.txt", "ABSOLUTE", ".env"],
+)  # fmt: skip
+def test_a_grader_never_gets_a_host_file_out_of_its_folder(tmp_path, box, arg):
+    outside = tmp_path / "outside" / "secret.txt"
+    write(outside, "SECRET-HOST")
+    folder = tmp_path / "p"  # no .gradebox/, .agentv/ or .git above: p/ is the project
+    write(folder / "graders" / "check.py", GRADER_FILES_CHECK)
+    write(folder / "graders" / "helper.py", "HELPER-BESIDE")
+    write(folder / "expected.json", "SECRET-ANSWER-OF-OTHER")
+    write(folder / ".env", "SECRET-ENV-KEY")
+    (folder / "graders" / "link.txt").symlink_to(outside)
+    (folder / "link-dir").symlink_to(outside.parent)
+    arg = str(outside) if arg == "ABSOLUTE" else arg
+    text = f"type: script\ncommand: [python3, graders/check.py, {json.dumps(arg)}]\n"
+    (tmp_path / "ws").mkdir()
+    r = run(folder, tmp_path / "ws", box, text)
+    assert r.passed, (r.evidence, r.stderr_tail)
+    assert "HELPER-BESIDE" in r.evidence  # the control: its own folder is there
+    assert not [s for s in SECRETS if s in r.evidence], r.evidence
+
+
+def test_the_verifier_runner_ends_whatever_the_agent_left_running(tmp_path, workspace, box):
+    # What the runner does once the tests are over, before it prints its report: a process
+    # left behind (as a planted daemon would be) is dead, on every backend.
+    check = (
+        "import json, os, subprocess\\n"
+        "from gradebox.verify import _end_the_rest, _own_container\\n"
+        "left = subprocess.Popen(['sleep', '600'], start_new_session=True)\\n"
+        "_end_the_rest()\\n"
+        "_, status = os.waitpid(left.pid, 0)\\n"
+        "killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9\\n"
+        "print(json.dumps({'pass': _own_container() and killed, 'reason': str(status)}))"
+    )
+    r = run(tmp_path, workspace, box, f'type: script\ncommand: [python3, -I, -c, "{check}"]\n')
+    assert r.passed, (r.evidence, r.stderr_tail)

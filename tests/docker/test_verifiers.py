@@ -175,3 +175,42 @@ def test_validate_refs_catches_a_grader_that_fails_its_reference(tmp_path):
     assert report["checked"] == 3 and report["without_reference"] == 1
     assert [b["id"] for b in report["failing"]] == ["grader-bug"]
     assert "Fixed subtract" in report["failing"][0]["graders"][0]
+
+
+def test_every_declared_test_is_found_however_the_report_names_it(tmp_path, box):
+    """Parametrised cases, classes (nested), skips: each test the file declares is in the
+    report, so nothing is missing and a skip is a plain failure, never an error."""
+    suite_dir = tmp_path / "suite"
+    write(
+        suite_dir / "v" / "test_v.py",
+        "import pytest\nfrom calc import add\n\n\n@pytest.mark.parametrize('a', [1, 2])\n"
+        "def test_p(a):\n    assert add(a, 0) == a\n\n\nclass TestCalc:\n"
+        "    def test_m(self):\n        assert add(0, 0) == 0\n\n    class TestInner:\n"
+        "        def test_deep(self):\n            assert True\n\n\n"
+        "@pytest.mark.skip(reason='later')\ndef test_later():\n    pass\n",
+    )
+    ws = _workspace(tmp_path, {})
+    data = pytest_grader_data({"files": ["v/test_v.py"], "dest": "tests/unit"}, suite_dir, None)
+    r = run_grader(grader_from_data(data, file="t", source_dir=suite_dir), Payload(), ws, box)
+    assert r.status.value == "failed" and r.score == pytest.approx(4 / 5), r.evidence
+    assert not [c for c in r.checks if "never reported" in (c.evidence or "")], r.checks
+
+
+def test_a_node_verifier_with_skips_todos_and_built_names_is_judged_not_refused(tmp_path, box):
+    suite_dir = tmp_path / "suite"
+    write(
+        suite_dir / "v" / "calc.test.mjs",
+        'import { test, describe } from "node:test";\nimport assert from "node:assert/strict";\n'
+        'import { add } from "../calc.mjs";\n\n'
+        "for (const n of [1, 2]) test(`adds ${n}`, () => assert.equal(add(n, 0), n));\n"
+        'test.todo("later");\ndescribe.skip("not yet", () => { test("inner", () => {}); });\n',
+    )
+    ws = _workspace(tmp_path, {})
+    data = node_test_grader_data({"files": ["v/calc.test.mjs"]}, suite_dir)
+    r = run_grader(grader_from_data(data, file="t", source_dir=suite_dir), Payload(), ws, box)
+    # adds 1, adds 2 pass; the todo, the skipped suite and its unreported test do not.
+    assert r.status.value == "failed", (r.evidence, r.stdout_tail)
+    assert [(c.text, c.passed) for c in r.checks] == [
+        ("adds 1", True), ("adds 2", True), ("later", False), ("not yet", False),
+        ("inner", False),
+    ]  # fmt: skip

@@ -223,6 +223,7 @@ tests:
 def test_a_suite_reaching_past_its_folder_takes_that_folder_along(tmp_path):
     write(tmp_path / "shared" / "g.py", "print('ok')\n")
     write(tmp_path / "suite" / "tpl" / "f", "1\n")
+    (tmp_path / ".gradebox").mkdir()  # the project's root: graders may reach ../shared/
     suite = load_suite(write(tmp_path / "suite" / "suite.yaml", SUITE))
     paths = suite_paths(suite)
     assert (tmp_path / "shared" / "g.py").resolve() in {p.resolve() for p in paths}
@@ -232,6 +233,7 @@ def test_a_suite_reaching_past_its_folder_takes_that_folder_along(tmp_path):
 
 def test_the_portable_fingerprint_is_the_same_for_every_copy(tmp_path):
     write(tmp_path / "one" / "shared" / "g.py", "print('ok')\n")
+    (tmp_path / "one" / ".gradebox").mkdir()
     write(tmp_path / "one" / "suite" / "tpl" / "f", "1\n")
     write(tmp_path / "one" / "suite" / "suite.yaml", SUITE)
     shutil.copytree(tmp_path / "one", tmp_path / "two")

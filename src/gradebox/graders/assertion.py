@@ -33,6 +33,7 @@ from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .fields import FieldAccuracy
+from .run import project_folder
 from .trace import TRACE_TYPES, TraceAssertion
 
 __all__ = [
@@ -434,6 +435,10 @@ def _grader(
             source = (ctx.suite_dir / cwd).resolve()
             if not source.is_dir():
                 raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
+            root = project_folder(ctx.suite_dir)
+            if source != root and root not in source.parents:
+                raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} leads out of the project folder "
+                            f"{root}: a grader's files must lie inside it")  # fmt: skip
         if ctx.flavor == "agentv":
             body = _agentv_script(body, ctx, loc)
         if ctx.flavor == "agentv" or "config" in body:
@@ -451,6 +456,8 @@ def _grader(
     grader = grader_from_data(
         {**inherited, **body}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=source
     )
+    if source != ctx.suite_dir:
+        grader.with_source(source, declared_in=ctx.suite_dir)
     return GraderAssertion(grader=grader, config=config, **score)
 
 

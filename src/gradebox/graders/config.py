@@ -103,6 +103,7 @@ class _GraderBase(BaseModel):
     )
 
     _source_dir: Path | None = PrivateAttr(default=None)
+    _declared_in: Path | None = PrivateAttr(default=None)
 
     @field_validator("sub_path")
     @classmethod
@@ -114,8 +115,15 @@ class _GraderBase(BaseModel):
         """The directory of the file this grader was defined in (relative paths start here)."""
         return self._source_dir
 
-    def with_source(self, directory: Path | None) -> _GraderBase:
+    @property
+    def declared_in(self) -> Path | None:
+        """The directory of the file that declared this grader, when its ``cwd`` moved
+        ``source_dir`` elsewhere (None: the same)."""
+        return self._declared_in
+
+    def with_source(self, directory: Path | None, declared_in: Path | None = None) -> _GraderBase:
         self._source_dir = directory.resolve() if directory else None
+        self._declared_in = declared_in.resolve() if declared_in else None
         return self
 
 

@@ -63,28 +63,71 @@ def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None 
     return target.relative_to(root).as_posix()
 
 
-def grader_file(arg: str, source_dir: Path | None) -> str | None:
+PROJECT_MARKERS = (".gradebox", ".agentv", ".git")
+
+
+@functools.lru_cache(maxsize=256)
+def project_folder(start: Path) -> Path:
+    """The folder a grader's files must lie in: the nearest folder from ``start`` up that holds
+    ``.gradebox/``, ``.agentv/`` or ``.git`` (so an AgentV ``evals/`` file reaches its
+    ``../graders/``), else ``start`` itself. Never the filesystem's root or the home folder."""
+    start = start.resolve()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        home = Path("/")
+    for folder in (start, *start.parents):
+        if folder in (Path("/"), home):
+            break
+        if any(os.path.lexists(folder / marker) for marker in PROJECT_MARKERS):
+            return folder
+    return start
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _secret(name: str) -> bool:
+    return name == ".env" or name.startswith(".env.")  # keys: never mounted
+
+
+def grader_file(arg: str, source_dir: Path | None, root: Path | None = None) -> str | None:
     """If ``arg`` names a file relative to the grader's folder, its normalised relative path.
 
-    ``../scripts/check.ts`` (above the folder) counts: that one file is mounted, nothing else
-    of the host. A link is never followed out of where the path itself points."""
+    The file must lie inside ``root`` (default: ``source_dir``'s project folder), both where
+    the path points and where any link in it leads: ``../graders/check.py`` counts inside an
+    AgentV project, ``../../../etc/passwd`` and a link out never do; nor does a ``.env`` file."""
     if source_dir is None or not arg or arg.startswith("-") or "\n" in arg:
         return None
     text = arg.replace("\\", "/")
     if text.startswith("/") or len(text) > 4096:
         return None
+    root = root or project_folder(source_dir)
     try:
         rel = os.path.normpath(text)
         candidate = (source_dir / rel).resolve()
-        lexical = (source_dir / rel).absolute()
-        direct = candidate == Path(os.path.normpath(lexical))
-        if not candidate.is_file() or not (direct or source_dir in candidate.parents):
-            return None  # not a file, or a link that would expose something elsewhere
-        if not direct:  # a link inside the folder: mounted as what it points to
-            rel = candidate.relative_to(source_dir).as_posix()
+        lexical = Path(os.path.normpath(source_dir / rel))
+        if not candidate.is_file() or _secret(candidate.name) or _secret(lexical.name):
+            return None
+        if not (_inside(candidate, root) and _inside(lexical, root)):
+            return None  # outside the project folder, or a link that would lead out of it
+        if candidate != lexical:  # a link inside the project: mounted as what it points to
+            rel = os.path.relpath(candidate, source_dir)
     except (OSError, ValueError):  # a 300-character one-liner is no file name
         return None
     return PurePosixPath(rel).as_posix()
+
+
+def outside_project(arg: str, source_dir: Path, root: Path | None = None) -> bool:
+    """Does ``arg`` name an existing host file that ``grader_file`` refuses as outside the
+    project folder (``../../x``, a link out)? Such a file is never mounted."""
+    if grader_file(arg, source_dir, root) is not None or not _looks_like_path(arg):
+        return False
+    try:
+        return (source_dir / arg.replace("\\", "/")).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def container_path(rel: str) -> str:
@@ -152,18 +195,32 @@ def check_grader_files(
         return
     else:
         argv, key, offset = list(grader.command), "command", 0
+
+    def where(i: int) -> str:
+        name = "program" if key == "args" and i == 0 else f"{key}.{i + offset}"
+        return f"{field}.{name}" if field else name
+
+    if grader.source_dir is not None:
+        root = grader_root(grader)
+        for i, arg in enumerate(argv):
+            if outside_project(arg, grader.source_dir, root):
+                raise ConfigError(
+                    f"{arg!r} names a file outside the grader's project folder ({root}), or a "
+                    "link out of it: only files inside it are mounted (a folder holding "
+                    ".gradebox/, .agentv/ or .git marks a project's root)",
+                    file=file, line=line, field=where(i),
+                )  # fmt: skip
     for i in named_script_paths(argv):
         arg = argv[i]
         bases = [grader.source_dir, *also_in] if grader.source_dir else list(also_in)
         if any(_exists(base, arg) for base in bases if base is not None):
             continue
-        where = "program" if key == "args" and i == 0 else f"{key}.{i + offset}"
         raise ConfigError(
             f"{arg!r} names a script that does not exist next to the grader file "
             f"({grader.source_dir or 'no folder'}) nor in the workspace; fix the path",
             file=file,
             line=line,
-            field=f"{field}.{where}" if field else where,
+            field=where(i),
         )
 
 
@@ -174,7 +231,9 @@ def _exists(base: Path, arg: str) -> bool:
         return False
 
 
-def translate_args(argv: list[str], source_dir: Path | None) -> tuple[list[str], list[str]]:
+def translate_args(
+    argv: list[str], source_dir: Path | None, root: Path | None = None
+) -> tuple[list[str], list[str]]:
     """Rewrite arguments naming files next to the grader file to their container paths.
 
     Returns the new argv and the relative paths of the files it refers to.
@@ -182,7 +241,7 @@ def translate_args(argv: list[str], source_dir: Path | None) -> tuple[list[str],
     used: list[str] = []
     out = []
     for arg in argv:
-        rel = grader_file(arg, source_dir)
+        rel = grader_file(arg, source_dir, root)
         if rel is None:
             out.append(arg)
         else:
@@ -193,15 +252,22 @@ def translate_args(argv: list[str], source_dir: Path | None) -> tuple[list[str],
 
 def build_command(grader: GraderConfig) -> tuple[list[str], list[str]]:
     """The argv to run, and the files next to the grader file that it refers to."""
+    root = grader_root(grader)
     if isinstance(grader, ProgramGrader):
-        argv, used = translate_args([grader.program, *grader.args], grader.source_dir)
+        argv, used = translate_args([grader.program, *grader.args], grader.source_dir, root)
         if grader.shell:
             # As a shell would see "program arg1 arg2": joined with spaces, not quoted.
             return ["/bin/sh", "-c", " ".join(argv)], used
         return argv, used
     if isinstance(grader.command, str):
         return ["/bin/sh", "-c", grader.command], []
-    return translate_args(grader.command, grader.source_dir)
+    return translate_args(grader.command, grader.source_dir, root)
+
+
+def grader_root(grader: GraderConfig) -> Path | None:
+    """The project folder of the file that declared ``grader`` (its ``cwd`` cannot widen it)."""
+    where = grader.declared_in or grader.source_dir
+    return project_folder(where) if where is not None else None
 
 
 def grader_fingerprint(grader: GraderConfig, relative_to: Path | None = None) -> str:
@@ -235,21 +301,30 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
 
 
 def source_mounts(
-    source_dir: Path, used: list[str], user: str, scratch: Path, *, whole_folder: bool = True
-) -> list[Mount]:
-    """Mount the grader's folder read-only at /grader; when the container user cannot enter
-    it (a 0700 ``mktemp -d`` folder), or ``whole_folder`` is off (a target, which must never
-    see the suite's graders and expected answers), mount just the files the command names,
-    copying any the user cannot read."""
-    if not used:
-        return []
-    mounts = []
-    above = [rel for rel in dict.fromkeys(used) if rel.startswith("../")]
-    inside = [rel for rel in dict.fromkeys(used) if not rel.startswith("../")]
-    if whole_folder and _enterable(source_dir, user):
-        mounts.append(Mount(source_dir, CONTAINER_GRADER_DIR, read_only=True))
-        inside = []
-    for rel in inside + above:
+    source_dir: Path, used: list[str], user: str, scratch: Path, *, folders: bool = True,
+    keep_out: Path | None = None,
+) -> list[Mount]:  # fmt: skip
+    """Mount, read-only, what the command names, each where ``translate_args`` put it.
+
+    With ``folders`` (a grader, not a verifier or a target), a named file's own folder is
+    mounted whole, so a script imports the modules beside it and reads its data: ``graders/``
+    for ``graders/check.py``. Never the grader's folder itself or one above it, nor the folder
+    of the file that declared it (``keep_out``): those hold the suite, its expected answers,
+    its verifiers and ``.env``; nor a folder holding a ``.env`` file. Any other named file is
+    mounted alone, copied first when the container user could not read it."""
+    mounts: list[Mount] = []
+    covered: list[str] = []
+    used = list(dict.fromkeys(used))
+    if folders:
+        for folder in sorted({f for rel in used if (f := _own_folder(source_dir, rel, keep_out))},
+                             key=lambda f: (f.count("/"), f)):  # fmt: skip
+            host = (source_dir / folder).resolve()
+            if not any(folder.startswith(f"{c}/") for c in covered) and _enterable(host, user):
+                mounts.append(Mount(host, container_path(folder), read_only=True))
+                covered.append(folder)
+    for rel in used:
+        if any(rel.startswith(f"{c}/") for c in covered):
+            continue
         path = source_dir / rel
         if path.stat().st_mode & 0o004 == 0:
             copy = scratch / "grader" / rel.replace("../", "_up_/")
@@ -259,6 +334,21 @@ def source_mounts(
             path = copy
         mounts.append(Mount(path.resolve(), container_path(rel), read_only=True))
     return mounts
+
+
+def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None:
+    """The folder of the named file ``rel`` when it may be mounted whole (see source_mounts)."""
+    parent = PurePosixPath(rel).parent.as_posix()
+    host = (source_dir / parent).resolve()
+    for kept in (source_dir, keep_out):
+        if kept is not None and (host == kept or host in kept.parents):
+            return None
+    try:
+        if any(_secret(e.name) for e in os.scandir(host)):
+            return None
+    except OSError:
+        return None
+    return parent
 
 
 def _enterable(directory: Path, user: str) -> bool:
@@ -336,7 +426,11 @@ class PreparedGrader:
             Mount(self.inputs, CONTAINER_INPUT_DIR, read_only=True),
         ]
         if grader.source_dir:
-            mounts += source_mounts(grader.source_dir, used, self.user, scratch)
+            mounts += source_mounts(
+                grader.source_dir, used, self.user, scratch,
+                folders=grader.dialect not in ("pytest", "node-test"),
+                keep_out=grader.declared_in,
+            )  # fmt: skip
         env = {
             **grader.env,
             "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE,

@@ -161,9 +161,9 @@ def judge(
 
     text = outcome.stdout.decode("utf-8", errors="replace")
     if dialect in ("pytest", "node-test"):
-        from .verifier import judge_junit, judge_tap
+        from .verifier import judge_junit, judge_node
 
-        judged = judge_junit if dialect == "pytest" else judge_tap
+        judged = judge_junit if dialect == "pytest" else judge_node
         return judged(name, text, common)
     if dialect == "inline" and code != 0:
         return error(f"Grader failed with exit code {code}: {_last_line(outcome.stderr)}".strip())

@@ -1,11 +1,15 @@
 """Test-file verifiers: hidden test files (next to the suite, never visible to the target) run
 against the agent's workspace after it has finished, each test case one check.
 
-``type: pytest`` runs in the python image through ``gradebox.verify`` (which neutralises what
-the agent planted, see that module); ``type: node-test`` runs ``node --test`` in the node image.
-Both run on a private writable copy of the workspace. Reports are parsed here, on the host:
-JUnit XML for pytest, TAP for node. Score = passed / total; collection errors and zero tests
-are an ``error``; a skipped test counts as not passed.
+Both types run through the verifier runner ``gradebox.verify`` (see that module for what it
+keeps the agent's files from doing): ``type: pytest`` in the python image, ``type: node-test``
+(``node --test`` with our reporter) in the node image, on a private writable copy of the
+workspace, with only the verifier's own files mounted. The runner's report is its last line of
+stdout, parsed here, on the host: JUnit XML for pytest, JSON lines for node. Score = passed /
+total; a skipped (or todo) test counts as not passed. An ``error``, never a pass: collection
+errors, zero tests, an exit code other than 0 or 1 or one that disagrees with the report, a
+test file that ends before its tests, a report that lacks a test the verifier declares while
+everything it holds passed (with a failure, each missing test is one failed check more).
 
 Example::
 
@@ -25,11 +29,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..protocol import Check, GraderResult, OutputShapeError, Status
-from .run import container_path
-from .verdict import find_result
+from ..protocol import Check, GraderResult, Status
 
-__all__ = ["judge_junit", "judge_tap", "pytest_grader_data", "node_test_grader_data"]
+__all__ = ["judge_junit", "judge_node", "node_test_grader_data", "pytest_grader_data"]
+
+# The verifier runner in the python and node images, isolated from the workspace it starts in.
+RUNNER = ["python3", "-I", "-m", "gradebox.verify"]
 
 # Template files whose bytes the verifier runner compares (planted or changed ones are reported).
 _WATCHED = {"pytest.py", "py.py", "sitecustomize.py", "usercustomize.py", "pytest.ini",
@@ -86,7 +91,7 @@ def pytest_grader_data(
         "type": "script",
         "dialect": "pytest",
         "workspace": "rw",
-        "command": ["python3", "-m", "gradebox.verify", json.dumps(spec), *sources],
+        "command": [*RUNNER, json.dumps(spec), *sources],
         "timeout": body.get("timeout", "300s"),
         "name": body.get("name", "pytest"),
         **{k: body[k] for k in ("image", "limits", "env") if k in body},
@@ -94,25 +99,19 @@ def pytest_grader_data(
 
 
 def node_test_grader_data(body: dict[str, Any], suite_dir: Path) -> dict[str, Any]:
+    """The script grader that runs a node-test verifier through the same runner, in the node
+    image, with our own reporter in place of TAP (validated by the caller)."""
     files = _files(body, suite_dir)
     dest = body.get("dest")
-    script = ["set -e"]
-    targets = []
-    for i, f in enumerate(files):
-        target = ((Path(dest) / Path(f).name) if dest else Path(f)).as_posix()
-        targets.append(target)
-        script.append(f'mkdir -p "$(dirname "{target}")" && rm -rf "{target}" && '
-                      f'cp "$GB_FILE_{i}" "{target}"')  # fmt: skip
-    quoted = " ".join(f'"{t}"' for t in targets)
-    script.append(f"exec env -u NODE_OPTIONS node --test --test-reporter=tap {quoted}")
-    env = {f"GB_FILE_{i}": container_path(f) for i, f in enumerate(files)}
+    dests = [((Path(dest) / Path(f).name) if dest else Path(f)).as_posix() for f in files]
+    spec = {"runner": "node", "dests": dests}
     return {
         "type": "script",
         "dialect": "node-test",
         "workspace": "rw",
         "image": body.get("image", "node"),
-        "command": ["sh", "-c", "\n".join(script), "node-test", *files],
-        "env": {**env, **body.get("env", {})},
+        "command": [*RUNNER, json.dumps(spec), *files],
+        "env": body.get("env", {}),
         "timeout": body.get("timeout", "300s"),
         "name": body.get("name", "node-test"),
         **{k: body[k] for k in ("limits",) if k in body},
@@ -124,9 +123,58 @@ def _error(name: str, kind: str, evidence: str, **common: Any) -> GraderResult:
                         evidence=evidence, **common)  # fmt: skip
 
 
+def _runner_line(stdout: str) -> dict[str, Any] | str:
+    """The runner's report: the last line of stdout (it prints it last, after a newline of its
+    own, once every other process in the container is dead). Why there is none, else."""
+    last = stdout.rstrip().rpartition("\n")[2].strip()
+    try:
+        data = json.loads(last) if last else None
+    except (ValueError, RecursionError) as exc:
+        return f"the verifier runner's last line is not its report ({exc})"
+    if not isinstance(data, dict) or not isinstance(data.get("report"), str):
+        return "the verifier runner gave no report (its last line is not its report)"
+    if not isinstance(data.get("exit_code"), int) or isinstance(data["exit_code"], bool):
+        return "the verifier runner's report has no exit code"
+    return data
+
+
+def _strings(data: dict[str, Any], key: str) -> list[str]:
+    value = data.get(key)
+    return [str(v) for v in value][:10_000] if isinstance(value, list) else []
+
+
+def _tail(data: dict[str, Any]) -> str:
+    lines = str(data.get("output") or "").strip().splitlines()
+    return lines[-1][:500] if lines else "no output"
+
+
 def _finish(
-    name: str, kind: str, checks: list[Check], warnings: list[str], common: dict[str, Any]
-) -> GraderResult:
+    name: str, kind: str, checks: list[Check], data: dict[str, Any], common: dict[str, Any], *,
+    failures: int, missing: list[str],
+) -> GraderResult:  # fmt: skip
+    """The verdict over the reported tests, held against the runner's exit code and against
+    the tests the verifier declares: an inconsistent or incomplete report is never a pass."""
+    code = data["exit_code"]
+    tool = "pytest" if kind == "pytest" else "node --test"
+    warnings = _strings(data, "tampered")[:100]
+    if code not in (0, 1):
+        if kind == "pytest" and code == 5 and not checks:
+            return _error(name, kind, "the verifier collected no tests", **common)
+        return _error(name, kind, f"{tool} ended with exit code {code}: {_tail(data)}", **common)
+    if code == 1 and not failures:
+        return _error(name, kind, f"{tool} exited with code 1, yet its report shows no failed "
+                      "test: the report is not trusted", **common)  # fmt: skip
+    if code == 0 and failures:
+        return _error(name, kind, f"{tool} exited with code 0, yet its report shows {failures} "
+                      "failed test(s): the report is not trusted", **common)  # fmt: skip
+    if missing and all(c.passed for c in checks):
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        why = f"the report lacks {len(missing)} test(s) the verifier declares ({shown})"
+        return _error(name, kind, f"{why}: the run ended early or was changed", **common)
+    checks = checks + [
+        Check(text=m[:500], passed=False, evidence="declared by the verifier, never reported")
+        for m in missing
+    ]
     total = len(checks)
     if total == 0:
         return _error(name, kind, "the verifier collected no tests", **common)
@@ -138,6 +186,8 @@ def _finish(
         evidence += f"; first failure: {failed[0].text}: {failed[0].evidence or ''}".rstrip(": ")
     if warnings:
         evidence += f"; agent tampering neutralised: {len(warnings)} file(s)"
+    if ok:  # what the test run printed explains failures; on a pass it is only noise
+        common = {**common, "stdout_tail": None, "stderr_tail": None}
     return GraderResult(
         name=name, type=kind, status=Status.passed if ok else Status.failed, passed=ok,
         score=passed_n / total, evidence=evidence[:4000], checks=checks, warnings=warnings,
@@ -145,94 +195,108 @@ def _finish(
     )  # fmt: skip
 
 
+def _report_problem(name: str, kind: str, data: dict[str, Any] | str, common: dict[str, Any]):
+    """An error result when the runner's line is missing, truncated or empty; else None."""
+    if isinstance(data, str):
+        return _error(name, kind, data, **common)
+    if data.get("truncated"):
+        return _error(name, kind, "the test report exceeded its size cap", **common)
+    if not data["report"].strip():
+        tool = "pytest" if kind == "pytest" else "node --test"
+        code = data["exit_code"]
+        return _error(name, kind, f"{tool} wrote no report (exit {code}): {_tail(data)}", **common)
+    return None
+
+
 def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
-    """The verify runner's line: JUnit XML parsed here. Untrusted: no DTD accepted."""
-    try:
-        data, problem = find_result(stdout, trailing=True)
-    except OutputShapeError as exc:
-        data, problem = None, str(exc)
-    if not isinstance(data, dict) or "junit" not in data:
-        return _error(name, "pytest", f"the verifier runner gave no report ({problem or 'none'})",
-                      **common)  # fmt: skip
-    xml = str(data.get("junit") or "")
-    warnings = [str(w) for w in data.get("tampered") or []][:100]
-    code = data.get("exit_code")
-    if not xml.strip():
-        tail = str(data.get("output") or "").strip().splitlines()[-1:] or ["no output"]
-        return _error(name, "pytest", f"pytest wrote no report (exit {code}): {tail[0]}", **common)
+    """The runner's line for pytest: JUnit XML parsed here. Untrusted: no DTD accepted."""
+    data = _runner_line(stdout)
+    problem = _report_problem(name, "pytest", data, common)
+    if problem is not None:
+        return problem
+    assert isinstance(data, dict)
+    xml = data["report"]
     if re.search(r"<!DOCTYPE|<!ENTITY", xml, re.I):
         return _error(name, "pytest", "the JUnit report declares a DTD: refused", **common)
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as exc:
         return _error(name, "pytest", f"the JUnit report does not parse: {exc}", **common)
-    checks = []
+    checks, cases, failures = [], [], 0
     for case in root.iter("testcase"):
-        label = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+        classname, test = case.get("classname", ""), case.get("name", "")
+        label = f"{classname}::{test}".strip(":")
+        cases.append((classname, test.partition("[")[0]))
         bad = case.find("failure")
         if bad is None:
             bad = case.find("error")
         skipped = case.find("skipped")
         if bad is not None:
             message = (bad.get("message") or "").strip() or (bad.text or "").strip()
-            if "collection failure" in message or (case.get("name") or "") == "":
+            if "collection failure" in message or test == "":
                 return _error(name, "pytest", f"collection error: {label}: {message[:500]}",
                               **common)  # fmt: skip
+            failures += 1
             checks.append(Check(text=label[:500], passed=False, evidence=message[:2000]))
         elif skipped is not None:
             reason = (skipped.get("message") or "").strip()
             checks.append(Check(text=label[:500], passed=False, evidence=f"skipped: {reason}"))
         else:
             checks.append(Check(text=label[:500], passed=True))
-    if code in (2, 3, 4) and not any(not c.passed for c in checks):
-        return _error(name, "pytest", f"pytest was interrupted (exit {code})", **common)
-    return _finish(name, "pytest", checks, warnings, common)
+    missing = _missing_pytest(_strings(data, "declared"), cases)
+    return _finish(name, "pytest", checks, data, common, failures=failures, missing=missing)
 
 
-_TAP_LINE = re.compile(r"^(\s*)(not ok|ok)\s+\d+\s*(?:-\s*)?(.*?)(\s+#\s*(SKIP|TODO)\b.*)?$")
+def _missing_pytest(declared: list[str], cases: list[tuple[str, str]]) -> list[str]:
+    """Declared tests (``test_x``, ``TestA.TestB::test_y``) no test case of the report is."""
+    owners: dict[str, list[str]] = {}
+    for classname, base in cases:
+        owners.setdefault(base, []).append(classname)
+    missing = []
+    for name in dict.fromkeys(declared):
+        owner, _, function = name.rpartition("::")
+        found = owners.get(function, [])
+        if not any(not owner or c == owner or c.endswith(f".{owner}") for c in found):
+            missing.append(name)
+    return missing
 
 
-def judge_tap(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
-    """``node --test`` TAP: each test (not suite) one check; its YAML block's error the
-    evidence."""
-    lines = stdout.splitlines()
-    checks = []
-    i = 0
-    while i < len(lines):
-        m = _TAP_LINE.match(lines[i])
-        i += 1
-        if not m:
+def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
+    """The runner's line for ``node --test``: one JSON object per finished test or suite,
+    from our reporter. A suite is a check only when it failed by itself (a hook, its body) or
+    was skipped; a test file that reports itself as passing ran no test at all."""
+    data = _runner_line(stdout)
+    problem = _report_problem(name, "node-test", data, common)
+    if problem is not None:
+        return problem
+    assert isinstance(data, dict)
+    files = set(_strings(data, "files"))
+    checks, seen, failures = [], set(), 0
+    for line in data["report"].splitlines()[:100_000]:
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            return _error(name, "node-test", "the test report does not parse", **common)
+        if not isinstance(event, dict):
+            return _error(name, "node-test", "the test report does not parse", **common)
+        label = str(event.get("name") or "")[:500]
+        seen.add(label)
+        passed, skipped = event.get("passed") is True, bool(event.get("skip") or event.get("todo"))
+        error = str(event.get("error") or "")[:2000] or None
+        if label in files and not event.get("suite") and event.get("nesting") == 0:
+            if passed:
+                return _error(name, "node-test", f"the test file {label} ran no test (it ended "
+                              "before its tests ran)", **common)  # fmt: skip
+            failures += 1
+            checks.append(Check(text=label, passed=False, evidence=error))
             continue
-        status, label, directive = m.group(2), m.group(3), m.group(5)
-        block: list[str] = []
-        if i < len(lines) and lines[i].strip() == "---":
-            i += 1
-            while i < len(lines) and lines[i].strip() != "...":
-                block.append(lines[i].strip())
-                i += 1
-            i += 1
-        if any(b.startswith("type: 'suite'") for b in block):
-            continue
-        error = _yaml_value(block, "error")
-        if directive == "SKIP":
-            checks.append(Check(text=label[:500], passed=False, evidence="skipped"))
+        by_itself = not passed and event.get("failure") != "subtestsFailed"
+        if event.get("suite") and not skipped and not by_itself:
+            continue  # its tests are the checks
+        if skipped:
+            checks.append(Check(text=label, passed=False, evidence="skipped"))
         else:
-            ok = status == "ok"
-            checks.append(Check(text=label[:500], passed=ok, evidence=None if ok else error))
-    return _finish(name, "node-test", checks, [], common)
-
-
-def _yaml_value(block: list[str], key: str) -> str | None:
-    """A key of a TAP YAML block, block scalars (``|-``) included; its first 2000 chars."""
-    for n, line in enumerate(block):
-        if line.startswith(f"{key}:"):
-            value = line.split(":", 1)[1].strip()
-            if value not in ("|", "|-", ">", ">-", ""):
-                return value.strip("'\"")[:2000]
-            rest = []
-            for more in block[n + 1 :]:
-                if re.match(r"^[A-Za-z_]+:", more):
-                    break
-                rest.append(more)
-            return "\n".join(x for x in rest if x)[:2000] or None
-    return None
+            failures += 0 if passed else 1
+            checks.append(Check(text=label, passed=passed, evidence=None if passed else error))
+    missing = [n for n in dict.fromkeys(_strings(data, "declared")) if n not in seen]
+    return _finish(name, "node-test", checks, data, common, failures=failures, missing=missing)

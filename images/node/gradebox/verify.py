@@ -1,0 +1,1 @@
+../../../src/gradebox/verify.py
