@@ -68,20 +68,23 @@ PROJECT_MARKERS = (".gradebox", ".agentv", ".git")
 
 @functools.lru_cache(maxsize=256)
 def project_folder(start: Path) -> Path:
-    """The folder a grader's files must lie in: the nearest folder from ``start`` up that holds
-    ``.gradebox/``, ``.agentv/`` or ``.git`` (so an AgentV ``evals/`` file reaches its
-    ``../graders/``), else ``start`` itself. Never the filesystem's root or the home folder."""
+    """The folder a grader's files must lie in: the outermost folder from ``start`` up that
+    holds ``.gradebox/``, ``.agentv/`` or ``.git``, else ``start`` itself; never the
+    filesystem's root or the home folder. Outermost, because a project's examples carry
+    ``.agentv/`` folders of their own and still reach the repository's shared files (AgentV's
+    ``examples/*/evals`` run ``../../../../apps/cli``)."""
     start = start.resolve()
     try:
         home = Path.home().resolve()
     except (RuntimeError, OSError):
         home = Path("/")
+    found = start
     for folder in (start, *start.parents):
         if folder in (Path("/"), home):
             break
         if any(os.path.lexists(folder / marker) for marker in PROJECT_MARKERS):
-            return folder
-    return start
+            found = folder
+    return found
 
 
 def _inside(path: Path, root: Path) -> bool:
