@@ -12,10 +12,19 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "LARGE_OUTPUT_CHARS",
@@ -37,6 +46,8 @@ __all__ = [
     "TraceSummary",
     "Usage",
     "clean_text",
+    "clean_value",
+    "json_objects_in",
     "load_untrusted_json",
     "parse_grader_output",
 ]
@@ -178,6 +189,18 @@ class _GraderCheck(_Open):
     evidence: str | None = None
 
 
+_VERDICT_KEYS = ("pass", "passed", "score", "checks", "assertions")
+
+
+def _verdict_key_lookalike(key: str) -> str | None:
+    """The verdict key that ``key`` reads as (``"Pass"``, ``"pass\u200b"``, ``" score"``)
+    without being it: such a key is a verdict nobody would read, never silently ignored."""
+    if len(key) > 64:
+        return None
+    folded = "".join(ch for ch in key if ch.isalnum()).casefold()
+    return folded if folded in _VERDICT_KEYS else None
+
+
 class GraderOutput(_Open):
     """Any result object a grader may print on stdout, in one of four dialects.
 
@@ -204,6 +227,11 @@ class GraderOutput(_Open):
 
     @model_validator(mode="after")
     def _has_a_verdict(self) -> GraderOutput:
+        for key in self.model_extra or {}:
+            named = _verdict_key_lookalike(key)
+            if named:
+                raise ValueError(f"key {key!r} is not {named!r}: a result names its verdict "
+                                 "exactly")  # fmt: skip
         if (
             self.pass_ is None
             and self.passed is None
@@ -234,7 +262,8 @@ def clean_text(value: str) -> str:
 
 
 def _clean(value: Any, depth: int = 0) -> Any:
-    if depth > MAX_JSON_DEPTH:
+    """``value`` with writable strings; ``depth``: the objects and arrays around it."""
+    if depth >= MAX_JSON_DEPTH and isinstance(value, dict | list):
         raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, str):
         return clean_text(value)
@@ -245,27 +274,123 @@ def _clean(value: Any, depth: int = 0) -> Any:
     return value
 
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose key repeats is ambiguous: ``json`` keeps the last value, a reader may
+    see the first (``{"pass": false, ..., "pass": true}`` is how an answer spliced into a
+    hand-built result reads)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return value
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_PLAIN = json.JSONDecoder()
+_SAFE_RECURSION = 10_000
 
 
 def load_untrusted_json(text: str) -> Any:
-    """Parse what an untrusted process printed: bounded depth, every string writable.
+    """Parse what an untrusted process printed: one pass of the C parser (linear in the text,
+    whatever it holds), bounded depth, no repeated keys, every string writable.
 
-    Raises ``OutputShapeError`` for anything that is not such JSON (including nesting that
-    would exhaust the parser's recursion)."""
-    depth = deepest = 0
-    # A cheap pre-scan (strings removed) keeps the C parser away from 100,000 nested arrays,
-    # which would end in a RecursionError.
-    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
-        depth += 1 if match.group() in "[{" else -1
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    Raises ``OutputShapeError`` for anything that is not such JSON."""
+    # The C parser stops nesting at the interpreter's recursion limit (RecursionError, not a
+    # crash); only a limit raised far above the default could let deep input reach the end of
+    # the C stack. Then refuse what could nest that deep (counting is a memchr, not a scan).
+    if sys.getrecursionlimit() > _SAFE_RECURSION and (
+        text.count("[") + text.count("{") > _SAFE_RECURSION
+    ):
+        raise OutputShapeError(f"more than {_SAFE_RECURSION} brackets")
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:
         raise OutputShapeError(str(exc)) from None
+    return _clean(value)
+
+
+# Where a JSON object can start: a brace, then a key or the close. Each start that parses
+# nothing costs a parse and an exception, so starts that cannot parse (a `{` in code or prose,
+# a flood of braces) are never tried. With arrays, a bracket and then a scalar or a close:
+# an array whose first element is itself an array or object holds that one, which is tried.
+_OBJECT_START = re.compile(r'\{\s*+["}]')
+_VALUE_START = re.compile(r'[\[{]\s*+[-"\dtfn\]}]')
+# What a start that parses nothing costs at least, and a value found (the parse, the raise).
+_FAILED_START, _FOUND = 1024, 256
+
+
+def json_objects_in(
+    text: str, *, arrays: bool = False, first: bool = False, unique_keys: bool = True,
+    effort: int = 4,
+) -> list[tuple[int, int, Any]] | None:  # fmt: skip
+    """Every top-level JSON object in free text (fenced, in prose or alone), in order, as
+    ``(start, end, value)``; ``arrays``: objects and arrays (an array that opens with an
+    object or array may be found as that inner value); ``first``: stop at the first;
+    ``unique_keys``: an object whose key repeats is none. None when finding them would cost
+    more than ``effort`` times the text, or something nests past the parser's limit: a reader
+    that gave up early could miss one, so it says so.
+
+    Parsing resumes after each value found; each start tried costs what the parser read (at
+    least a fixed amount), so the whole search stays linear in the text."""
+    decoder = _DECODER if unique_keys else _PLAIN
+    found: list[tuple[int, int, Any]] = []
+    budget, end = effort * len(text) + 4096, 0
+    for m in (_VALUE_START if arrays else _OBJECT_START).finditer(text):
+        pos = m.start()
+        if pos < end:  # inside the value found last
+            continue
+        if budget <= 0:
+            return None
+        value, stop, cost = _object_at(text, pos, decoder)
+        if cost < 0:  # nested past the parser's recursion limit
+            return None
+        if stop is None:
+            budget -= max(cost, _FAILED_START)
+            continue
+        budget -= max(cost, _FOUND)
+        end = stop
+        if isinstance(value, dict) or arrays:
+            found.append((pos, stop, value))
+            if first:
+                break
+    return found
+
+
+def _object_at(
+    text: str, pos: int, decoder: json.JSONDecoder = _DECODER
+) -> tuple[Any, int | None, int]:
+    """The JSON value at ``pos`` (value, end, characters read), or ``(None, None, read)``;
+    ``(None, None, -1)`` when it nests too deep to parse.
+
+    It is parsed from a window that grows fourfold while the window's end may be what broke
+    it: a parse error's message counts the lines before it, so parsing at ``pos`` in the
+    whole text would read all of it before ``pos`` for every ``{`` that starts nothing."""
+    size, read = 64, 0
+    while True:
+        window = text[pos : pos + size]
+        try:
+            value, end = decoder.raw_decode(window)
+        except json.JSONDecodeError as exc:
+            cut = pos + size < len(text)
+            if cut and (exc.pos >= len(window) - 8 or exc.msg.startswith("Unterminated")):
+                read += len(window)
+                size *= 4
+                continue
+            return None, None, read + exc.pos + 1
+        except RecursionError:
+            return None, None, -1
+        except ValueError:  # a number too long to convert
+            return None, None, read + len(window)
+        return value, pos + end, read + end
+
+
+def clean_value(value: Any) -> Any:
+    """A parsed value made safe to keep: bounded depth, every string writable."""
     return _clean(value)
 
 
@@ -470,6 +595,17 @@ class GraderResult(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="e.g. files the agent planted that a verifier ignored"
     )
+    # Not on the wire: why a `failed` status is no verdict the grader gave (a non-zero exit
+    # that cannot be told from a crash), so `negate` turns it into an error, never a pass.
+    _no_verdict: str | None = PrivateAttr(default=None)
+
+    @property
+    def no_verdict(self) -> str | None:
+        return self._no_verdict
+
+    @no_verdict.setter
+    def no_verdict(self, why: str | None) -> None:
+        self._no_verdict = why
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,6 +30,38 @@ def test_negate_swaps_a_verdict_but_never_an_error():
     assert r.status is Status.error and not r.passed
 
 
+def test_negate_never_turns_a_crash_into_a_pass():
+    from gradebox.graders.verdict import judge
+    from gradebox.sandbox.base import Limits, RunOutcome
+
+    def negated(dialect: str, code: int, stdout: bytes = b"", stderr: bytes = b"") -> GraderResult:
+        a = _host("contains", "x", negate=True)  # stands for a grader with `negate: true`
+        outcome = RunOutcome(exit_code=code, stdout=stdout, stderr=stderr)
+        result = judge(dialect, "g", outcome, timeout=5, limits=Limits())
+        return fold(a, {id(a): result})
+
+    traceback = b"Traceback (most recent call last):\n  ...\nZeroDivisionError: division by zero\n"
+    for r in (
+        negated("program", 1, stderr=traceback),
+        negated("program", 1, stdout=traceback),  # a crash sent to stdout (2>&1)
+        negated("program", 2, stdout=b"oops", stderr=b"warning"),
+        negated("script", 1, stderr=traceback),
+        negated("assertion", 1, stderr=b"node:internal/modules/cjs/loader:1080"),
+    ):
+        assert r.status is Status.error and not r.passed and r.score == 0.0, r
+        assert r.evidence.startswith(("negate needs a verdict", "Grader failed with exit code"))
+    # Controls: a verdict the grader gave is negated as before.
+    assert negated("program", 1).status is Status.passed  # a silent fail by exit code
+    assert negated("script", 1, stdout=b"found TODO in 3 files").status is Status.passed
+    assert negated("program", 1, stdout=b'{"passed": false}').status is Status.passed
+    assert negated("script", 0, stdout=b'{"pass": false, "score": 0.2}').score == 0.8
+    assert negated("program", 0).status is Status.failed
+    # And without negate the crash is the failure it always was.
+    crash = judge("program", "g", RunOutcome(exit_code=1, stderr=traceback), timeout=5,
+                  limits=Limits())  # fmt: skip
+    assert crash.status is Status.failed
+
+
 def test_threshold_and_required_gates():
     ok = [
         GraderResult(name=f"a{i}", status=Status.passed, passed=True, score=1.0) for i in range(4)

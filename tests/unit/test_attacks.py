@@ -204,6 +204,17 @@ def test_a_user_regex_is_time_bounded():
     assert BuiltinAssertion(type="contains-json").evaluate("[" * 100_000).status is Status.failed
 
 
+def test_an_answer_of_broken_json_starts_is_searched_in_linear_time():
+    # Each `{"` used to be parsed to its failure, with an error that counts every line before
+    # it; a search that gives up is an error, so `not-contains-json` never passes on it.
+    for answer in ('{"' * 500_000, '{"a":[\n' * 150_000):
+        for kind in ("contains-json", "not-contains-json"):
+            r = BuiltinAssertion(type=kind).evaluate(answer)
+            assert r.status is Status.error and "broken JSON" in r.evidence, (kind, answer[:9])
+    found = BuiltinAssertion(type="contains-json").evaluate("{\n" * 500_000 + '[{"a": 1}]')
+    assert found.status is Status.passed
+
+
 # --- what an agent or a grader writes cannot corrupt a report --------------------------------
 
 EVIL = "ok\x1b]0;pwned\x07\x1b[2J\x1b]52;c;Y3VybCBldmlsLnNo\x07 \x01\x0b done [bold]markup[/]"

@@ -27,6 +27,8 @@ def test_defaults_are_locked_down():
     assert set(hc["Tmpfs"]) == {"/tmp", "/home/grader"}
     assert "size=67108864" in hc["Tmpfs"]["/tmp"]
     assert not any("docker.sock" in b for b in hc["Binds"])
+    # With an init of our own (it reports on a channel of its own) the engine adds none.
+    assert host_config(Limits(), Security(), "none", (), own_init=True)["Init"] is False
 
 
 def test_limits_map_one_to_one():
@@ -52,11 +54,13 @@ def test_never_root_by_default():
     assert run_as(Security(user="1234:1234")) == "1234:1234"
 
 
-def test_the_sealed_init_replaces_the_engines():
-    sealed = Path("/cache/init/tini-0123")
-    hc = host_config(Limits(), Security(), "none", (), init=sealed)
-    assert hc["Init"] is False and f"{sealed}:{INIT_PATH}:ro" in hc["Binds"]
-    off = host_config(Limits(), Security(init=False), "none", (), init=sealed)
+def test_our_init_replaces_the_engines():
+    """The Docker backend binds the sealed tini itself (in ``mounts``); the engine adds its own
+    (readable, so traceable, and silent) only where there is none."""
+    sealed = Mount(Path("/cache/init/tini-0123"), INIT_PATH)
+    hc = host_config(Limits(), Security(), "none", (sealed,), own_init=True)
+    assert hc["Init"] is False and f"{sealed.source}:{INIT_PATH}:ro" in hc["Binds"]
+    off = host_config(Limits(), Security(init=False), "none", ())
     assert off["Init"] is False and not any(INIT_PATH in b for b in off["Binds"])
     assert host_config(Limits(), Security(), "none", ())["Init"] is True  # no sealed copy
 

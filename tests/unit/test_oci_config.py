@@ -16,7 +16,20 @@ from gradebox.sandbox.oci_config import (
 def config(**kw):
     spec = SandboxSpec(image="sha256:" + "0" * 64, command=["python3", "g.py"], **kw)
     return runtime_config(spec, rootfs=Path("/cache/rootfs/x"), cgroup="/gradebox/c1",
-                          init_source=Path("/usr/bin/tini-static"))  # fmt: skip
+                          init_source=Path("/usr/bin/tini-static"),
+                          report=Path("/run/gradebox/bundles/c1/report"))  # fmt: skip
+
+
+def test_the_runtimes_reports_have_a_channel_of_their_own():
+    from gradebox.sandbox.gate import REPORT_PATH
+
+    c = config()
+    report = {m["destination"]: m for m in c["mounts"]}[REPORT_PATH]
+    assert report["source"] == "/run/gradebox/bundles/c1/report"
+    assert report["options"][:2] == ["bind", "ro"] and "noexec" in report["options"]
+    args = c["process"]["args"]
+    assert f">{REPORT_PATH} 2>&1" in args[2]  # the entry points fds 1 and 2 at it...
+    assert args[-2:] == ["python3", "g.py"]  # ...and the command comes last, unchanged
 
 
 def test_the_bundle_is_valid_oci():
@@ -54,7 +67,8 @@ def test_defaults_are_the_locked_down_setting():
     dests = {m["destination"]: m for m in c["mounts"]}
     assert {"/proc", "/dev", "/tmp", "/home/grader"} <= set(dests)
     assert dests[INIT_PATH]["options"][:2] == ["bind", "ro"]
-    assert p["args"][:2] == [INIT_PATH, "--"]  # the reaping init is PID 1
+    # The entry (PID 1 until it execs) becomes the reaping init, which runs the gate.
+    assert p["args"][:2] == ["/bin/sh", "-c"] and p["args"][4:6] == [INIT_PATH, "--"]
     assert set(MASKED_PATHS) <= set(linux["maskedPaths"]) and "/proc/kcore" in MASKED_PATHS
     assert "/proc/sys" in linux["readonlyPaths"]
 
@@ -73,7 +87,7 @@ def test_overrides_reach_the_config():
     assert c["process"]["user"] == {"uid": 1000, "gid": 1000}
     assert c["process"]["capabilities"]["bounding"] == ["CAP_NET_BIND_SERVICE"]
     assert c["process"]["noNewPrivileges"] is False
-    assert c["process"]["args"][0] != INIT_PATH
+    assert INIT_PATH not in c["process"]["args"]
     assert c["linux"]["resources"]["cpu"]["quota"] == 50_000
     binds = {m["destination"]: m["options"] for m in c["mounts"] if m["type"] == "bind"}
     assert "rw" in binds["/workspace"] and "ro" in binds["/grader/g.py"]

@@ -2,7 +2,14 @@ import math
 
 import pytest
 
-from gradebox.protocol import OutputShapeError, Payload, clamp_score, parse_grader_output
+from gradebox.protocol import (
+    OutputShapeError,
+    Payload,
+    clamp_score,
+    json_objects_in,
+    load_untrusted_json,
+    parse_grader_output,
+)
 
 
 def test_string_input_and_expected_output_become_messages():
@@ -86,8 +93,94 @@ def test_checks_keep_text_verdict_and_evidence():
         [1, 2],
         {"pass": True, "passed": False},
         {"checks": "nope"},
+        {"Pass": False, "score": 1},  # reads as a verdict, is none: never silently ignored
+        {"pass": True, " score": 0},
+        {"passed\u200b": False, "score": 0.9},
     ],
 )
 def test_off_schema(data):
     with pytest.raises(OutputShapeError):
         parse_grader_output(data)
+
+
+def test_a_repeated_key_is_refused_at_any_depth():
+    for text in ('{"pass": false, "pass": true}', '{"checks": [{"pass": false, "pass": true}]}'):
+        with pytest.raises(OutputShapeError, match="appears twice"):
+            load_untrusted_json(text)
+    assert load_untrusted_json('[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]
+
+
+def test_nesting_is_bounded_in_a_thread_and_with_a_raised_recursion_limit():
+    import subprocess
+    import sys
+    import threading
+
+    failures = []
+
+    def parse() -> None:
+        for text in ("[" * 1_000_000, '{"a":' * 200_000, "[" * 65 + "]" * 65):
+            try:
+                load_untrusted_json(text)
+            except OutputShapeError as exc:
+                failures.append(str(exc))
+
+    worker = threading.Thread(target=parse)
+    worker.start()
+    worker.join()
+    assert len(failures) == 3 and all("nested deeper" in f for f in failures)
+    # Where something raised the recursion limit far, the C parser could reach the end of the
+    # stack (a segfault, not an exception): such input is refused before it is parsed.
+    script = (
+        "import sys, threading\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "from gradebox.protocol import OutputShapeError, load_untrusted_json\n"
+        "def f():\n"
+        "    try:\n"
+        "        load_untrusted_json('[' * 2_000_000)\n"
+        "    except OutputShapeError as exc:\n"
+        "        print('refused:', exc)\n"
+        "t = threading.Thread(target=f); t.start(); t.join()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("refused:"), out
+
+
+def test_objects_in_free_text():
+    text = 'Sure. ```json\n{"score": 0.1}\n``` and {"score": 1, "x": {"y": 2}} {broken {"a": [1]}'
+    found = json_objects_in(text)
+    assert [v for _, _, v in found] == [{"score": 0.1}, {"score": 1, "x": {"y": 2}}, {"a": [1]}]
+    assert all(text[s:e].startswith("{") and text[s:e].endswith("}") for s, e, _ in found)
+    long = '{"a": "' + "x" * 100_000 + '"}'  # longer than the first window
+    assert json_objects_in("see " + long)[0][2] == {"a": "x" * 100_000}
+    assert json_objects_in('{"a": tru') == [] and json_objects_in("no braces") == []
+
+
+def test_objects_in_hostile_text_cost_a_bounded_parse_or_give_up():
+    from gradebox import protocol
+
+    read = []
+    real = protocol._object_at
+
+    def counting(text, pos, *decoder):
+        value, end, cost = real(text, pos, *decoder)
+        read.append(max(cost, 0))
+        return value, end, cost
+
+    protocol._object_at = counting
+    try:
+        hostile = ("{\n" * 50_000, '{"a":' * 20_000, '{"a":[\n' * 20_000, '{"\n' * 50_000,
+                   '{"' * 50_000, "[" * 100_000, '{"a": 1}' * 20_000)  # fmt: skip
+        for text in hostile:
+            for arrays in (False, True):
+                read.clear()
+                json_objects_in(text, arrays=arrays)  # a list, or None (gave up)
+                assert sum(read) <= 4 * len(text) + 4096 + 4 * len(text), text[:8]
+                assert len(read) <= (4 * len(text) + 4096) // 256 + 1, text[:8]
+    finally:
+        protocol._object_at = real
+    # With arrays, any JSON value is found, however it nests.
+    for text in ("[[[[1]", 'x [ {"a": 1}', "[[]]", "a [1, 2] b", "f() { return {}; }"):
+        assert json_objects_in(text, arrays=True, first=True), text
+    for text in ("[" * 100_000, "{ not json }", "[x]"):
+        assert json_objects_in(text, arrays=True, first=True) == [], text

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from gradebox.graders.verdict import judge
 from gradebox.protocol import Status
 from gradebox.sandbox.base import Limits, RunOutcome
@@ -166,3 +168,168 @@ def test_untrusted_output_is_bounded_and_writable():
     assert r.status is Status.passed
     r.model_dump_json()  # writable: no surrogate survives
     assert "\ud800" not in r.evidence and r.evidence.endswith(" ok")
+
+
+# --- Output that looks like a result is a result or an error, never the exit-code pass -------
+
+BROKEN = b'{"pass": false, "reason": "wrong answer"}'
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "\ufeff",  # UTF-8 BOM
+        "\u200b",  # zero-width space
+        "\u2060\u200d",  # word joiner, zero-width joiner
+        "\x00",  # NUL
+        "\x1b[0m",  # ANSI reset
+        "\x1b[1;31m\x1b[0m",  # colour, then reset
+        "\x1b]0;title\x07",  # OSC: a terminal title
+        "\x1b[{",  # an escape cut short
+        "\u3164",  # Hangul filler (renders blank)
+        "\u202e",  # right-to-left override
+        "\x7f\x85",  # DEL, NEL
+        "\U000e0041",  # a tag character
+        "\xa0\u3000\ufeff",  # no-break and ideographic spaces, then a BOM
+    ],
+    ids=repr,
+)
+def test_a_result_behind_invisible_characters_is_an_error(prefix):
+    for dialect in ("script", "assertion"):
+        for before in (b"", b"debug: loading\n"):
+            stdout = before + prefix.encode() + BROKEN
+            r = run(dialect, 0, stdout=stdout)
+            assert r.status is Status.error and not r.passed, (dialect, stdout)
+    assert run("program", 0, stdout=prefix.encode() + BROKEN).status is Status.error
+
+
+def test_a_result_behind_invisible_characters_control():
+    # Whitespace in front (a no-break space too) is no disguise: the object is the result.
+    for before in (b"", b"debug: loading\n", b"  \n\t", b"progress 50%\r", b"\xc2\xa0"):
+        r = run("script", 0, stdout=before + BROKEN)
+        assert r.status is Status.failed and r.evidence == "wrong answer", before
+
+
+def test_a_verdict_glued_to_other_text_is_an_error():
+    # An answer echoed without its newline glues the grader's verdict onto it.
+    for stdout in (
+        b'the answer is 41{"pass": false}',
+        b'debug\nnote[INFO  tini (7)] x{"score": 0.1, "pass": false}',
+        b'{"checks": [{"text": "a", "pass": false}]} trailing',
+        b'x {"reason": "no", "passed" : false}\nmore words',
+        b'[{"pass": false, "reason": "wrong"}]',  # a result in an array
+        b'"{\\"pass\\": false}"',  # a result encoded as a JSON string
+        b'log: "{\\"score\\": 0}"',
+    ):
+        r = run("script", 0, stdout=stdout)
+        assert r.status is Status.error and not r.passed, stdout
+    r = run("script", 0, stdout='{"pass": false}'.encode("utf-16"))  # NULs in between
+    assert r.status is Status.error
+    # A verdict on the wrong stream is no exit-code pass either.
+    for dialect in ("program", "script"):
+        r = run(dialect, 0, stderr=b'loading\n{"pass": false, "reason": "wrong"}\n')
+        assert r.status is Status.error and "on stderr" in r.evidence, dialect
+    assert run("program", 0, stderr=b'DEBUG {"score": 0.5}\ndone').status is Status.passed
+    # Free text that names no verdict field is still check text.
+    assert run("script", 0, stdout=b'sent {"id": 3} ok').status is Status.passed
+    assert run("script", 0, stdout=b"pass: yes").status is Status.passed
+    assert run("script", 0, stdout=b'[1, "pass"]').status is Status.passed
+    assert run("script", 0, stdout=b'"all good"').status is Status.passed
+
+
+def test_a_result_spliced_or_misspelled_is_an_error():
+    for body in (
+        b'{"pass": false, "reason": "x", "pass": true}',  # a repeated key: json keeps the last
+        b'{"Pass": false, "score": 1}',
+        b'{"pass\\u200b": false, "score": 1}',
+        b'{"pass": true, "Score": 0}',
+        b'{"PASSED": false, "score": 1.0}',
+    ):
+        assert run("script", 0, stdout=body).status is Status.error, body
+
+
+def test_result_found_across_lines_and_strings():
+    cases = {
+        b'debug {\n{"a": "}}]]", "pass": false}': Status.failed,  # brackets inside strings
+        b'log\n{"r": "quote \\" and {", "pass": false}': Status.failed,
+        b'log\n{"r": "ends in a backslash \\\\",\n "pass": false}': Status.failed,
+        b'x\r\n{\r\n "pass": false,\r\n "checks": [\r\n  {"text": "a", "pass": false}\r\n ]\r\n}': (
+            Status.failed
+        ),
+        b'log ]]]\n{"pass": false,\n "details": {"a": [[1], {"b": 2}]}}': Status.failed,
+        b'{"pass": true}\n{"pass": false}': Status.failed,
+        b'{"a": [\n{"pass": true}\n]}': Status.error,  # one object: not a result
+    }
+    for stdout, status in cases.items():
+        assert run("script", 0, stdout=stdout).status is status, stdout
+
+
+def test_find_result_reads_each_line_once():
+    # Every `{` line used to be parsed to the end of stdout: a square of the output.
+    from gradebox.graders import verdict
+
+    seen = []
+    real = verdict.load_untrusted_json
+
+    def counting(text):
+        seen.append(len(text))
+        return real(text)
+
+    for stdout in ("{\n" * 20_000, '{"a":[\n' * 20_000, '{"a": 1}\n' * 20_000 + "x"):
+        seen.clear()
+        original, verdict.load_untrusted_json = verdict.load_untrusted_json, counting
+        try:
+            verdict.find_result(stdout, trailing=True)
+        finally:
+            verdict.load_untrusted_json = original
+        assert sum(seen) <= 2 * len(stdout), (stdout[:10], len(seen))
+
+
+def test_the_invisible_class_covers_every_control_format_and_space_character():
+    import re
+    import sys
+    import unicodedata
+
+    from gradebox.graders.verdict import _INVISIBLE
+
+    invisible = re.compile(f"[{_INVISIBLE}\n\r\x1b]")
+    missing = [
+        hex(c)
+        for c in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+        and not invisible.match(chr(c))
+    ]
+    assert missing == []
+
+
+def test_hostile_stdout_of_a_mebibyte_is_judged_at_once():
+    # Each took from seconds to hours (a quadratic pre-scan and re-scan); each must be linear.
+    import subprocess
+    import sys
+
+    script = (
+        "from gradebox.graders.verdict import judge\n"
+        "from gradebox.sandbox.base import Limits, RunOutcome\n"
+        "n = 1 << 20\n"
+        "for text in ['\"' + '\\\\\"' * (n // 2), '{\"a\": \"' + '\\\\\"' * (n // 2),\n"
+        "             '{\\n' * (n // 2), '{\"a\":[\\n' * (n // 7), '{\"a\":' * (n // 5),\n"
+        "             '[' * n, '{\"a\": 1}\\n' * (n // 9), '\\u200b' * (n // 3) + '{}']:\n"
+        "    judge('script', 'g', RunOutcome(exit_code=0, stdout=text.encode()),\n"
+        "          timeout=1, limits=Limits())\n"
+    )
+    # Generous: these take milliseconds; before, the first alone ran for hours.
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+# --- negate never turns a crash into a pass --------------------------------------------------
+
+
+def test_a_non_zero_exit_that_may_be_a_crash_is_no_verdict():
+    crash = run("program", 1, stderr=b"Traceback (most recent call last):\nValueError: x\n")
+    assert crash.status is Status.failed and crash.no_verdict
+    assert run("program", 1, stdout=b"Traceback ...\nValueError").no_verdict  # 2>&1
+    assert run("script", 1, stdout=b"Traceback ...").no_verdict is None  # its check text
+    assert run("program", 1).no_verdict is None  # a silent fail: the exit-code convention
+    assert run("script", 1, stdout=b"3 pages, 5 expected").no_verdict is None
+    assert run("program", 1, stdout=FAIL).no_verdict is None  # it reported its failure
+    assert run("program", 0).no_verdict is None

@@ -6,7 +6,8 @@ Every assertion takes the same modifiers, whatever runs it:
 - ``name`` (or AgentV's ``metric``): shown in results;
 - ``weight``: its share of the test's weighted score (default 1);
 - ``negate: true``: pass and fail swap (an ``error`` stays an error: no verdict negated is
-  still no verdict);
+  still no verdict; so does a fail that may be a crash: a non-zero exit with no result and
+  something on stderr, or a program's on stdout);
 - ``required: true`` (gate at ``min_score``, default 0.8) or ``required: 0.6``: the test
   fails when this assertion scores below its gate, whatever the others score.
 
@@ -171,7 +172,11 @@ def _gated(result: GraderResult, a: Scoring) -> GraderResult:
     result.weight, result.required = a.weight, a.required
     if a.negate:
         result.negated = True
-        if result.status is not Status.error:  # no verdict negated is still no verdict
+        if result.no_verdict and result.status is Status.failed:
+            # A crash is no verdict: negated, it would be a pass nobody earned.
+            result.status, result.passed, result.score = Status.error, False, 0.0
+            result.evidence = f"negate needs a verdict, and {result.no_verdict}"
+        elif result.status is not Status.error:  # no verdict negated is still no verdict
             passed = not result.passed
             result.passed, result.score = passed, round(1.0 - result.score, 6)
             result.status = Status.passed if passed else Status.failed
@@ -205,6 +210,9 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
         passed=status is Status.passed, score=round(score, 6), evidence=evidence,
         children=children,
     )  # fmt: skip
+    crashed = next((r for r in children if r.no_verdict and not r.passed), None)
+    if status is Status.failed and crashed is not None:
+        result.no_verdict = f"its child {crashed.name!r} gave none: {crashed.no_verdict}"
     return _gated(result, a)
 
 

@@ -9,13 +9,12 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..protocol import GraderResult, Status
+from ..protocol import GraderResult, Status, json_objects_in
 
 __all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin"]
 
@@ -30,7 +29,6 @@ def _text(value: Any) -> str:
 REGEX_TIMEOUT = 1.0
 """Seconds a user's regex may take on one answer: an agent's answer must not be able to hang
 the run through catastrophic backtracking."""
-_MAX_JSON_STARTS = 2000
 
 
 class _TooSlow(Exception):
@@ -45,16 +43,10 @@ def _search(pattern: str, output: str, flags: int = 0) -> bool:
 
 
 def _find_json(output: str) -> bool:
-    decoder = json.JSONDecoder()
-    for n, match in enumerate(re.finditer(r"[\[{]", output)):
-        if n >= _MAX_JSON_STARTS:  # bounded work on a hostile answer of a million brackets
-            break
-        try:
-            decoder.raw_decode(output, match.start())
-            return True
-        except (ValueError, RecursionError):
-            continue
-    return False
+    found = json_objects_in(output, arrays=True, first=True, unique_keys=False)  # linear
+    if found is None:
+        raise _TooSlow("the answer holds too many broken JSON starts to search")
+    return bool(found)
 
 
 def _is_json(output: str) -> bool:

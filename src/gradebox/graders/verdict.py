@@ -15,10 +15,22 @@ inline     error              its verdict          error                 error
 =========  =================  ===================  ====================  =====================
 
 1. Whatever it printed: a reported score is kept only when the report itself says it failed,
-   otherwise the score is 0. A grader that exits non-zero never passes.
-2. A result object may follow debug lines: the last JSON object that ends stdout is the result.
-3. Unless stdout *looks like* a result (a line that opens a JSON object) that does not parse:
-   that is an error, never the exit-code pass.
+   otherwise the score is 0. A grader that exits non-zero never passes. When it also gave no
+   result and wrote to stderr (a program: or to stdout), the failure may be a crash:
+   ``GraderResult.no_verdict`` says so, and ``negate`` makes it an error, never a pass.
+2. A result object may follow debug lines: the JSON object that ends stdout, from the start
+   of a line, is the result.
+3. Unless stdout *looks like* a result and is not a usable one: a line whose first visible
+   character opens a JSON object (behind whitespace, control or format characters such as a
+   BOM, a zero-width space or NUL, or ANSI escapes), stdout opening an array, or a verdict
+   field (``"pass":``, ``"score":`` ...) anywhere, as when a verdict is glued to the end of
+   an echoed answer (or NULs hide it: UTF-16). That is an error, never the exit-code pass;
+   so is an exit-code pass whose stderr ends in a result object.
+
+A result with a repeated key, or with a key that reads as a verdict field without being one
+(``"Pass"``, ``"pass\u200b"``), is off-schema: an error. Stdout is judged exactly as the
+grader printed it (the runtime reports on a channel of its own, see ``sandbox.gate``), and
+judging it is linear in its size.
 
 In every dialect a grader that timed out, ran out of memory, was killed by a signal (as the
 sandbox reports it, ``RunOutcome.signal``), flooded its stdout or could not start
@@ -28,11 +40,13 @@ never a pass. An exit code of 129-192 that the process chose itself is just an e
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import Any, Literal
 
 from .._types import format_bytes, format_duration
 from ..protocol import (
+    MAX_JSON_DEPTH,
     Check,
     GraderResult,
     OutputShapeError,
@@ -69,11 +83,44 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# What renders as nothing in front of a line: C0/C1 controls, format characters (BOM,
+# zero-width, bidi), every space and line separator, and the default-ignorable fillers (from
+# Unicode 14's categories Cc, Cf, Zs, Zl, Zp; tests/unit/test_verdict.py keeps it complete).
+# Line feed and carriage return are left out (a prefix never runs into the next line), and so
+# is escape, which starts the ANSI sequences below.
+_INVISIBLE = (
+    r"\x00-\x09\x0b\x0c\x0e-\x1a\x1c-\x20\x7f-\xa0\xad\u034f\u0600-\u0605\u061c\u06dd\u070f"
+    r"\u0890-\u0891\u08e2\u115f-\u1160\u1680\u17b4-\u17b5\u180b-\u180f\u2000-\u200f"
+    r"\u2028-\u202f\u205f-\u2064\u2066-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    r"\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
+    r"\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+# ANSI escape sequences (CSI such as a colour reset, OSC such as a title) print nothing either.
+_ANSI = r"\x1b\[[0-?]*+[ -/]*+[@-z|}~]?+|\x1b\][^\x07\x1b\n\r]*+(?:\x07|\x1b\\)?+"
+# What stands in front of a line's first visible character. Possessive: read once per line.
+_PREFIX = rf"((?:[{_INVISIBLE}]++|{_ANSI}|\x1b)*+)"
+# A line whose first visible character opens a JSON object: the first line, or one after a
+# line feed or a carriage return (where a terminal starts over too).
+_FIRST_OBJECT = re.compile(rf"{_PREFIX}\{{")
+_OBJECT_LINE = re.compile(rf"[\n\r]{_PREFIX}\{{")
+_FIRST_ARRAY = re.compile(rf"{_PREFIX}\[")
+# A verdict field of a result object, wherever it stands: the end of a result glued to other
+# text (an answer echoed without its newline) still names one; so does one encoded in a JSON
+# string (its quotes escaped).
+_VERDICT_FIELD = re.compile(r'"(?:pass|passed|score|checks|assertions)\\?"[^\S\r\n]*+:')
+_CHUNK = 1 << 16
+
+
 def find_result(text: str, *, trailing: bool) -> tuple[Any, str | None]:
-    """The result object on stdout: ``(object, None)``, ``(None, None)`` when stdout holds no
-    JSON at all, or ``(None, problem)`` when it holds something that is not a usable result.
+    """The result object on stdout: ``(object, None)``, ``(None, None)`` when stdout is free
+    text, or ``(None, problem)`` when it holds something that *looks like* a result and is not
+    a usable one: a line whose first visible character opens an object (behind whitespace,
+    control or format characters, ANSI escapes), stdout opening an array, or a verdict field
+    (``"pass":``) anywhere.
 
     ``trailing``: a JSON object that ends stdout counts even after other lines (debug prints).
+    Linear in the size of stdout: one parse of the whole, at most one of its last lines, and
+    scans in C that each read a character once.
     """
     stripped = text.strip()
     if not stripped:
@@ -81,24 +128,83 @@ def find_result(text: str, *, trailing: bool) -> tuple[Any, str | None]:
     try:
         return load_untrusted_json(stripped), None
     except OutputShapeError as exc:
-        whole_error = str(exc)
-    starts = [0] if stripped.startswith(("{", "[")) else []
-    offset = 0
-    for line in stripped.splitlines(keepends=True):
-        if line.lstrip().startswith("{") and offset:
-            starts.append(offset + len(line) - len(line.lstrip()))
-        offset += len(line)
-    if not starts:
-        return None, None  # free text: no JSON anywhere at the start of a line
+        problem = str(exc)
     if trailing:
-        for start in (s for s in starts if s):  # 0 is the whole text, tried above
+        start = _trailing_object(stripped)
+        if start:  # 0 is the whole text, tried above
             try:
                 found = load_untrusted_json(stripped[start:])
-            except OutputShapeError:
-                continue
-            if isinstance(found, dict):
-                return found, None
-    return None, whole_error
+            except OutputShapeError as exc:
+                problem = str(exc)
+            else:
+                if isinstance(found, dict):
+                    return found, None
+    return None, _lookalike(stripped, problem)
+
+
+def _trailing_object(text: str) -> int | None:
+    """Where the one object that could end ``text`` starts (at the start of a line), if any.
+
+    Walking back from the end, line by line, the brackets outside strings add up to how deep
+    the start of each line is inside that object. The walk stops at the first line where the
+    sum is back at zero: it must open the object (no other start can parse to the end, since
+    JSON strings span no lines), or there is none. A line deeper than any result may nest, or
+    above its outermost level, ends the walk too: each line is read once.
+    """
+    depth, end = 0, len(text)
+    while end > 0:
+        cut = max(text.rfind("\n", 0, end), text.rfind("\r", 0, end))
+        line = text[cut + 1 : end]
+        depth += _closes_minus_opens(line)
+        if depth <= 0:
+            visible = line.lstrip()
+            if depth == 0 and visible[:1] == "{":
+                return cut + 1 + len(line) - len(visible)
+            return None
+        if depth > MAX_JSON_DEPTH:
+            return None
+        end = cut
+    return None
+
+
+def _closes_minus_opens(line: str) -> int:
+    """Closing brackets less opening ones, outside the JSON strings of one line.
+
+    Escapes go first (no escaped quote ends a string), then the quotes split the line into
+    what lies outside strings and inside. A long line is split in chunks, so no single call
+    holds the interpreter lock for long."""
+    if '"' in line:
+        line = line.replace("\\\\", "").replace('\\"', "")
+    total, inside = 0, False
+    for at in range(0, len(line), _CHUNK):
+        parts = line[at : at + _CHUNK].split('"')
+        outside = "".join(parts[1 if inside else 0 :: 2])
+        total += outside.count("}") + outside.count("]") - outside.count("{") - outside.count("[")
+        inside ^= len(parts) % 2 == 0  # an odd number of quotes in the chunk
+    return total
+
+
+def _lookalike(text: str, problem: str) -> str | None:
+    """Why ``text``, which holds no usable result, still may not be read as free text."""
+    m = _FIRST_OBJECT.match(text) or _OBJECT_LINE.search(text)
+    if m:
+        if not m.group(1).strip():  # only whitespace in front: a JSON object that is broken
+            return problem
+        chars = dict.fromkeys(m.group(1)[:200])  # enough to name them
+        hidden = [c for c in chars if not c.isprintable()] or [c for c in chars if c > " "]
+        shown = ", ".join(f"U+{ord(c):04X}" for c in hidden)
+        line = text.count("\n", 0, m.start(1)) + 1
+        return (f"a JSON object on line {line} behind invisible characters ({shown[:80]}) "
+                "is not read as a result")  # fmt: skip
+    if _FIRST_ARRAY.match(text):
+        return problem
+    # NULs between the characters (UTF-16 read as UTF-8) hide nothing either.
+    probe = text.replace("\x00", "") if "\x00" in text else text
+    field = _VERDICT_FIELD.search(probe)
+    if field:
+        line = probe.count("\n", 0, field.start()) + 1
+        return f"line {line} names a verdict field ({field.group()}), but no result ends stdout"
+    return None
 
 
 def _json_problem(text: str) -> str:
@@ -183,6 +289,12 @@ def judge(
                 "Grader output did not match schema: expected a JSON object, "
                 f"got {type(parsed).__name__}"
             )
+        field = _VERDICT_FIELD.search(text)
+        if field and dialect in ("script", "assertion"):
+            # `[{"pass": false}]`, or a result encoded as a JSON string: no result object,
+            # but nobody would read it as the exit-code pass either.
+            return error(f"Grader printed a JSON {type(parsed).__name__}, not a result object, "
+                         f"that names a verdict field ({field.group()})")  # fmt: skip
         parsed = None  # a script's stdout of `42` or `[1, 2]` is check text
 
     if isinstance(parsed, dict):
@@ -212,7 +324,16 @@ def judge(
 
     if dialect == "inline":
         return error("Grader printed no JSON result on stdout (the inline dialect requires one)")
+    if code == 0 and _ends_in_a_result(outcome.stderr):
+        # Its verdict, on the wrong stream: read by nobody, it must not become the exit-code pass.
+        return error("Grader printed a result object on stderr, not on stdout")
     return _exit_mode(dialect, name, code, text, common)
+
+
+def _ends_in_a_result(stream: bytes) -> bool:
+    """Does the last line of ``stream`` open a JSON object that names a verdict field?"""
+    last = stream.rstrip()[-(64 << 10) :].rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    return bool(_FIRST_OBJECT.match(last) and _VERDICT_FIELD.search(last))
 
 
 def _exit_mode(
@@ -230,10 +351,17 @@ def _exit_mode(
         evidence = "Grader exited successfully"
     else:
         evidence = f"Grader exited with exit code {code}"
-    return GraderResult(
+    result = GraderResult(
         name=name, type=dialect, status=status, passed=passed, score=1.0 if passed else 0.0,
         evidence=evidence, checks=checks, **{**common, **_tails_if(status, common)},
     )  # fmt: skip
+    # A crash (a traceback, exit 1) ends exactly like a fail by exit code. A fail says nothing
+    # on stderr (and a program nothing on stdout either, as its exit-code mode asks); anything
+    # else may be a crash, which `negate` must never turn into a pass.
+    said = "stderr" if common["stderr_tail"] else "stdout" if dialect == "program" and text else ""
+    if not passed and said:
+        result.no_verdict = f"it exited with code {code} and wrote to {said}, with no result"
+    return result
 
 
 def _tails_if(status: Status, common: dict[str, object]) -> dict[str, object]:

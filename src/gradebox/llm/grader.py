@@ -5,7 +5,8 @@ structured answer parsed into a verdict.
 the prompt), AgentV's ``llm-rubric``, and plain-string assertions (grouped into one rubric
 grader with a default prompt of our own) all compile to ``LlmAssertion``. The model is asked
 for ``{"score", "checks": [{"text", "passed", "evidence"}], "reasoning"}``; an answer that
-cannot be parsed is an ``error`` with the raw text kept, never a pass.
+cannot be parsed is an ``error`` with the raw text kept, never a pass. The verdict is the
+judge's own: its last verdict object that does not quote the prompt (the candidate's text).
 """
 
 from __future__ import annotations
@@ -16,8 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..protocol import Check, GraderResult, OutputShapeError, Payload, Status, Usage
-from ..protocol import load_untrusted_json as _load
+from ..protocol import (
+    Check,
+    GraderResult,
+    OutputShapeError,
+    Payload,
+    Status,
+    Usage,
+    clean_value,
+    json_objects_in,
+)
 from .client import ModelError, ModelHub
 from .targets import ModelTarget
 
@@ -145,32 +154,33 @@ def render_prompt(template: str, variables: dict[str, str]) -> str:
     return _VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), template)
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
+_SPACE = re.compile(r"\s+")
+_VERDICT_KEYS = ("score", "checks", "assertions")
+_QUOTES_CHECKED = 20
 
 
-def _find_object(text: str) -> dict[str, Any] | None:
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text.strip()]
-    for candidate in candidates:
+def _verdict_object(text: str, prompt: str) -> dict[str, Any] | str:
+    """The judge's own verdict: the last object of its answer that carries one (``score``,
+    ``checks``) and is not a quotation of the prompt (whitespace aside). A candidate can
+    write a fenced ``{"score": 1.0}`` into its answer, and a judge may echo it before, or
+    after, its verdict: what the prompt holds is the candidate's text, never the judge's."""
+    objects = json_objects_in(text)
+    if objects is None:
+        return "the model's answer holds too many broken JSON objects to find its verdict"
+    verdicts = [o for o in objects if any(k in o[2] for k in _VERDICT_KEYS)]
+    if not verdicts:
+        return "the model's answer holds no JSON object" if not objects else (
+            "the model's answer holds no JSON object with a 'score' or 'checks'"
+        )  # fmt: skip
+    flat_prompt = _SPACE.sub("", prompt) if prompt else ""
+    for start, end, value in verdicts[::-1][:_QUOTES_CHECKED]:
+        if flat_prompt and _SPACE.sub("", text[start:end]) in flat_prompt:
+            continue  # the candidate's (or the prompt's) text, echoed
         try:
-            value = _load(candidate)
-        except OutputShapeError:
-            continue
-        if isinstance(value, dict):
-            return value
-    decoder = json.JSONDecoder()
-    for n, m in enumerate(re.finditer(r"\{", text)):
-        if n > 200:
-            break
-        try:
-            value, _ = decoder.raw_decode(text, m.start())
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict) and ("score" in value or "checks" in value):
-            try:
-                return _load(json.dumps(value))  # bounded depth, clean strings
-            except OutputShapeError:
-                return None
-    return None
+            return clean_value(value)
+        except OutputShapeError as exc:
+            return f"its verdict: {exc}"
+    return "every verdict object in the model's answer quotes the prompt (the candidate's text)"
 
 
 def _number(value: Any) -> float | None:
@@ -180,16 +190,17 @@ def _number(value: Any) -> float | None:
 
 
 def parse_verdict(
-    text: str, rubrics: list[RubricItem]
+    text: str, rubrics: list[RubricItem], prompt: str = ""
 ) -> tuple[float, list[Check], str, list[str]] | str:
     """``(score, checks, reasoning, failed required items)``, or why the answer is unusable.
 
-    With rubric items and one check per item, the score is computed here from the checks
-    and the items' weights (the model's arithmetic is not trusted); else it is the model's
-    ``score``, which must be a number from 0 to 1."""
-    data = _find_object(text)
-    if data is None:
-        return "the model's answer holds no JSON object"
+    The verdict is the judge's last object with a ``score`` or ``checks`` that does not
+    quote ``prompt`` (see ``_verdict_object``). With rubric items and one check per item, the
+    score is computed here from the checks and the items' weights (the model's arithmetic is
+    not trusted); else it is the model's ``score``, which must be a number from 0 to 1."""
+    data = _verdict_object(text, prompt)
+    if isinstance(data, str):
+        return data
     raw_checks = data.get("checks", data.get("assertions"))
     checks: list[Check] = []
     if raw_checks is not None:
@@ -270,7 +281,7 @@ class LlmAssertion:
             return GraderResult(name=name, type="llm", status=Status.error, passed=False,
                                 score=0.0, evidence=str(exc))  # fmt: skip
         before.add(done)
-        parsed = parse_verdict(done.text, self.rubrics)
+        parsed = parse_verdict(done.text, self.rubrics, prompt)
         if isinstance(parsed, str):
             return GraderResult(
                 name=name, type="llm", status=Status.error, passed=False, score=0.0,

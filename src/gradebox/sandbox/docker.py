@@ -4,6 +4,12 @@ Lifecycle, after epicbox: create with the hardened HostConfig, attach to stdin/s
 *before* start (so no output is lost), start, feed stdin and read both streams in one
 non-blocking loop until EOF or the deadline, then inspect the final state and remove. The
 container is removed on every path: success, error, timeout, Ctrl-C.
+
+The container's init is our sealed copy of the host's tini (``init.py``), bound read-only, as
+on the OCI backend (the engine's own ``Init`` only where the host has none, and then it
+reports nothing): what it and the gate
+report travels on a FIFO of the host bound into the container, never on the attach stream
+(see ``gate``).
 """
 
 from __future__ import annotations
@@ -21,11 +27,19 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import EngineError, GradeboxError, SandboxClosed
+from ..scratch import new_scratch
 from . import _engine
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
-from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
-from .gate import GATE, GATE_CWD, INIT_ENV, own_lines
+from .base import Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .gate import (
+    GATE_CWD,
+    INIT_ENV,
+    ReportChannel,
+    entry_command,
+    never_released,
+    signal_of,
+)
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init
 from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
@@ -74,11 +88,13 @@ class DockerSandbox(EngineImages, Sandbox):
         self.engine = engine or _engine.Engine.connect()
         self.session = session or secrets.token_hex(6)
         self._live: set[str] = set()
+        self._channels: set[ReportChannel] = set()  # of containers not yet discarded
         self._lock = threading.Lock()
         self._closed = False
         self._remover = BackgroundRemover(self._remove_now, "gradebox-rm")
-        # Our own execute-only tini as PID 1 (the engine's own init is readable, so
-        # traceable); without one on this host, the engine's (`Init`).
+        # Our own execute-only tini (init.py): it reports on the report channel, and no
+        # grader can trace it. Without one on this host, the engine's init runs silent (no
+        # signal reports) and traceable (`init_is_out_of_reach` fails).
         self.init = sealed_init()
         atexit.register(self.close)
 
@@ -105,44 +121,52 @@ class DockerSandbox(EngineImages, Sandbox):
             "gradebox.grader": spec.name,
             "gradebox.version": __version__,
         }
-        # Every container starts with the gate (see _GATE); `warm` only says when.
+        # Every container starts with the gate (see gate.py); `warm` only says when.
         env = {"HOME": HOME, **spec.env, GATE_CWD: spec.workdir}
-        if spec.security.init:
+        init = self.init if spec.security.init else None
+        if init is not None:
             env.update(INIT_ENV)  # the init then says whether a signal killed the child
-        command, workdir = [*GATE, *spec.command], "/"
-        sealed = self.init if spec.security.init else None
+        # A scratch folder of this runner (gc removes what a killed runner left).
+        channel = ReportChannel(new_scratch(), own_folder=True)
+        with self._lock:
+            self._channels.add(channel)
+        mounts = (*spec.mounts, channel.mount, *([Mount(init, INIT_PATH)] if init else []))
         try:
             cid = self.engine.create(
                 lambda: f"gradebox-{slug(spec.name)}-{secrets.token_hex(4)}",
                 image=spec.image,
-                command=command,
-                # The image's own entrypoint is not used (nor on the OCI backend).
-                entrypoint=[INIT_PATH, "--"] if sealed else None,
-                working_dir=workdir,
+                command=entry_command(spec.command, init=init is not None),
+                working_dir="/",
                 environment=env,
                 user=run_as(spec.security),
                 labels=labels,
                 stdin_open=True,
                 tty=False,
                 host_config=host_config(
-                    spec.limits, spec.security, spec.network, spec.mounts, init=sealed
+                    spec.limits, spec.security, spec.network, mounts, own_init=init is not None
                 ),
                 # The SDK would copy proxy settings (credentials included) from the runner's
                 # ~/.docker/config.json into every container: a grader gets only what we set.
                 use_config_proxy=False,
             )
         except EngineError as exc:
+            self._close_channel(channel)
             return DockerPrepared(self, None, spec, warm, start_error=str(exc))
         with self._lock:
             self._live.add(cid)
             closed = self._closed
-        handle = DockerPrepared(self, cid, spec, warm)
+        handle = DockerPrepared(self, cid, spec, warm, channel=channel)
         if closed:  # close() ran while we were creating: this container must not run
             handle.discard()
             raise SandboxClosed()
         if warm:
             handle.attach_and_start()
         return handle
+
+    def _close_channel(self, channel: ReportChannel) -> None:
+        channel.close()
+        with self._lock:
+            self._channels.discard(channel)
 
     def _dispose(self, cid: str, *, now: bool = False) -> None:
         """Kill and remove, off the caller's critical path unless ``now`` or closing (then
@@ -163,12 +187,13 @@ class DockerSandbox(EngineImages, Sandbox):
 
     @staticmethod
     def _pump(
-        raw: socket.socket, data: bytes, cap: int, deadline: float
+        raw: socket.socket, data: bytes, cap: int, deadline: float, channel: ReportChannel
     ) -> tuple[_Streams, bool, bool]:
         """Write stdin and read output concurrently, without threads, until EOF or deadline.
 
         Writing all of stdin before reading would deadlock against a grader that fills its
-        stdout pipe before it reads its input.
+        stdout pipe before it reads its input. The report channel is drained as it fills, so
+        no report ever blocks the init.
         """
         streams = _Streams(cap)
         pending = memoryview(data)
@@ -176,6 +201,7 @@ class DockerSandbox(EngineImages, Sandbox):
         sel = selectors.DefaultSelector()
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
         sel.register(raw, events)
+        sel.register(channel.fd, selectors.EVENT_READ)
         if not pending:
             raw.shutdown(socket.SHUT_WR)
         try:
@@ -183,7 +209,10 @@ class DockerSandbox(EngineImages, Sandbox):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return streams, True, False
-                for _key, mask in sel.select(timeout=min(left, 0.5)):
+                for key, mask in sel.select(timeout=min(left, 0.5)):
+                    if key.fd == channel.fd:
+                        channel.read()
+                        continue
                     if mask & selectors.EVENT_WRITE and pending:
                         try:
                             sent = raw.send(pending[:65536])
@@ -248,6 +277,10 @@ class DockerSandbox(EngineImages, Sandbox):
                 time.sleep(0.05)
         except EngineError as exc:
             log.warning("cleanup of session %s incomplete: %s", self.session, exc)
+        with self._lock:
+            channels, self._channels = list(self._channels), set()
+        for channel in channels:  # of containers prepared and never discarded
+            channel.close()
 
 
 class DockerPrepared(Prepared):
@@ -260,8 +293,10 @@ class DockerPrepared(Prepared):
         spec: SandboxSpec,
         warm: bool,
         start_error: str | None = None,
+        channel: ReportChannel | None = None,
     ) -> None:
         self.box, self.cid, self.spec, self.warm = box, cid, spec, warm
+        self.channel = channel  # what the gate and the init report (see gate.py)
         self.start_error = start_error
         self._sock: Any = None
         self._raw: socket.socket | None = None
@@ -281,10 +316,10 @@ class DockerPrepared(Prepared):
         if self._used:
             raise RuntimeError("a sandbox is used once; prepare another")
         self._used = True
-        if self.cid is None or self.start_error:
+        if self.cid is None or self.start_error or self.channel is None:
             self.discard()
             return RunOutcome(exit_code=None, start_error=self.start_error)
-        engine, spec, cid = self.box.engine, self.spec, self.cid
+        engine, spec, cid, channel = self.box.engine, self.spec, self.cid, self.channel
         try:
             if not self.warm:
                 self.attach_and_start()
@@ -301,7 +336,7 @@ class DockerPrepared(Prepared):
             token = secrets.token_hex(16)
             data = f"{token}\n".encode() + (stdin or b"")
             streams, timed_out, overflow = DockerSandbox._pump(
-                self._raw, data, int(spec.limits.output), started + spec.timeout
+                self._raw, data, int(spec.limits.output), started + spec.timeout, channel
             )
             _hang_up(self._sock, self._raw)
             if timed_out or overflow:
@@ -317,16 +352,16 @@ class DockerPrepared(Prepared):
             if exit_code == 137 and not timed_out:
                 # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
                 oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
-            stdout, _, signalled = own_lines(bytes(streams.stdout), token)
-            stderr, start_error, _ = own_lines(bytes(streams.stderr), token)
+            report = channel.report(token)
+            start_error = report.start_error
+            if start_error is None and exit_code and not report.started:
+                start_error = never_released(exit_code)
             return RunOutcome(
                 exit_code=None if timed_out else exit_code,
-                stdout=stdout,
-                stderr=stderr,
+                stdout=bytes(streams.stdout),
+                stderr=bytes(streams.stderr),
                 start_error=start_error,
-                signal=exit_code - 128
-                if signalled and exit_code is not None and exit_code > 128
-                else None,
+                signal=signal_of(exit_code, report),
                 stdout_dropped=streams.stdout_dropped,
                 stderr_dropped=streams.stderr_dropped,
                 timed_out=timed_out,
@@ -337,6 +372,8 @@ class DockerPrepared(Prepared):
             self.discard()
 
     def discard(self) -> None:
+        if self.channel is not None:
+            self.box._close_channel(self.channel)
         if self._raw is not None:
             _hang_up(self._sock, self._raw)
             self._raw = None

@@ -1,63 +1,175 @@
-"""The gate every sandboxed command starts behind, and what it and the init say.
+"""The gate every sandboxed command starts behind, and the channel the runtime reports on.
 
-A backend starts ``/bin/sh`` (under an init, tini, as PID 1) running the gate, with the command
-as its arguments. The gate blocks until it reads one line on stdin: a fresh random token, the
-release. It then enters the working directory, checks that the command exists, and ``exec``s
-it, so the command's own stdin follows intact. Whatever can go wrong before the ``exec`` is
-reported on stderr tagged with that token, which the command never sees: a grader cannot pass
-off its own output as a failed start. tini, run with ``TINI_VERBOSITY=2``, says whether the
-command died of a signal; those lines are cut out of the command's output.
+A backend starts ``/bin/sh`` running ``ENTRY`` as the container's first process. ``ENTRY``
+points its stdout and stderr at the *report channel* (a FIFO of the host, bound at
+``REPORT_PATH``), keeps the real stdout and stderr on fds 4 and 5, and becomes the init (tini,
+which with ``TINI_VERBOSITY=2`` says on its stdout whether the command died of a signal), or,
+without an init, the gate itself. The gate blocks until it reads one line on stdin: a fresh
+random token, the release. It then enters the working directory, checks that the command
+exists, says so on the report channel tagged with the token, and ``exec``s the command with
+stdout and stderr back on fds 1 and 2. The command's stdin, stdout and stderr are its own,
+byte for byte: nothing the runtime says is ever cut out of (or glued into) what it printed.
+
+The command runs as the init's uid, so it can write to the report channel too (``/proc/1/fd/1``,
+or ``REPORT_PATH``). Nothing it can forge there makes a pass: a start failure counts only
+with the token, which the command never sees (and would be an ``error``); a report of a
+signal (or of none) only tells ``error`` from ``failed`` for an exit code above 128; a
+report the gate never gave (it never released the command) is an ``error``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["GATE", "GATE_CWD", "INIT_ENV", "own_lines"]
+from .base import Mount
+from .init import INIT_PATH, init_binary
+
+__all__ = [
+    "INIT_ENV",
+    "INIT_PATH",
+    "REPORT_PATH",
+    "Report",
+    "ReportChannel",
+    "entry_command",
+    "init_binary",
+    "never_released",
+    "read_report",
+    "signal_of",
+]
 
 INIT_ENV = {"TINI_VERBOSITY": "2"}
+REPORT_PATH = "/dev/gradebox-report"
+"""Where the report FIFO is bound: in ``/dev``, a tmpfs of each container's own."""
 
 GATE_CWD = "GRADEBOX_CWD"
+# PID 1 until its exec: the runtime's reports go to the FIFO, the command's streams wait on 4
+# and 5. A failed redirection ends the shell before any report: an `error` (never released).
+ENTRY_SCRIPT = f'exec 4>&1 5>&2 >{REPORT_PATH} 2>&1\nexec "$@"'
 # Blocks on one line of stdin (the release), then becomes the command. The line is a fresh
-# token that only the runner and the gate know: the gate tags its own start failures with it,
-# so a grader cannot pass off its own stderr as a failed start. `read` of the shell consumes
-# stdin byte by byte up to the newline, so the command's own stdin follows intact.
+# token that only the runner and the gate know: the gate tags what it reports with it. `read`
+# of the shell consumes stdin byte by byte up to the newline, so the command's own stdin
+# follows intact.
 GATE_SCRIPT = (
     "IFS= read -r t || exit 125\n"
-    'say() { printf \'[gradebox:%s] %s\\n\' "$t" "$1" >&2; exit 127; }\n'
-    'cd "$GRADEBOX_CWD" 2>/dev/null || say "cannot enter $GRADEBOX_CWD"\n'
+    'say() { printf \'[gradebox:%s] %s\\n\' "$t" "$1"; }\n'
+    'fail() { say "error $1"; exit 127; }\n'
+    'cd "$GRADEBOX_CWD" 2>/dev/null || fail "cannot enter $GRADEBOX_CWD"\n'
     "unset GRADEBOX_CWD TINI_VERBOSITY\n"
     'case "$1" in\n'
-    '  */*) [ -f "$1" ] && [ -x "$1" ] || say "$1: no such executable file";;\n'
-    '  *) command -v "$1" >/dev/null 2>&1 || say "$1: command not found";;\n'
+    '  */*) [ -f "$1" ] && [ -x "$1" ] || fail "$1: no such executable file";;\n'
+    '  *) command -v "$1" >/dev/null 2>&1 || fail "$1: command not found";;\n'
     "esac\n"
-    't=; exec "$@"'
+    'say exec; t=; exec "$@" >&4 2>&5 4>&- 5>&-'
 )
-GATE = ["/bin/sh", "-c", GATE_SCRIPT, "gradebox-gate"]
-_TINI_LINE = re.compile(rb"\[(?:TRACE|DEBUG|INFO|WARN|FATAL) +tini \(\d+\)\] ([^\n]*)\n?")
+_REPORT_HEAD = _REPORT_TAIL = 64 << 10
+_TINI_EXIT = re.compile(rb"\[INFO  tini \(\d+\)\] Main child exited (normally|with signal)")
 
 
-def own_lines(stream: bytes, token: str) -> tuple[bytes, str | None, bool | None]:
-    """Split what the gate and the init said from the command's own output.
+def entry_command(command: list[str], *, init: bool) -> list[str]:
+    """The container's argv: the entry, the init at ``INIT_PATH`` (``init``), the gate, the
+    command. Set ``GRADEBOX_CWD`` (and ``INIT_ENV`` with the init) in its environment."""
+    gate = ["/bin/sh", "-c", GATE_SCRIPT, "gradebox-gate", *command]
+    return ["/bin/sh", "-c", ENTRY_SCRIPT, "gradebox-entry",
+            *((INIT_PATH, "--") if init else ()), *gate]  # fmt: skip
 
-    tini writes its INFO lines to stdout (possibly in the middle of a line the command is
-    writing) and its FATAL lines to stderr; both are cut out. Returns the command's output,
-    the gate's start failure (if any), and whether the init saw the command die of a signal
-    (None: it did not say)."""
-    said: list[bytes] = []
 
-    def cut(m: re.Match[bytes]) -> bytes:
-        said.append(m.group(1))
-        return b""
+@dataclass(frozen=True)
+class Report:
+    """What the gate and the init said about one run."""
 
-    stream = _TINI_LINE.sub(cut, stream)
-    exits = [s for s in said if s.startswith(b"Main child exited")]
-    signalled = exits[-1].startswith(b"Main child exited with signal") if exits else None
+    started: bool  # the gate released the command
+    start_error: str | None  # why the gate could not
+    signalled: bool | None  # the init saw the command die of a signal (None: it did not say)
+
+
+def read_report(data: bytes, token: str) -> Report:
+    """Read the report channel: lines tagged with ``token`` are the gate's, the last exit line
+    of tini is the init's; everything else (whatever a command forged there) is ignored."""
     tag = f"[gradebox:{token}] ".encode()
-    kept, start_error = [], None
-    for line in stream.splitlines(keepends=True):
+    started, start_error, signalled = False, None, None
+    for line in data.split(b"\n"):
         if line.startswith(tag):
-            start_error = line[len(tag) :].rstrip(b"\r\n").decode("utf-8", errors="replace")
-        else:
-            kept.append(line)
-    return b"".join(kept), start_error, signalled
+            said = line[len(tag) :]
+            if said == b"exec":
+                started = True
+            elif said.startswith(b"error ") and start_error is None:
+                start_error = said[6:].decode("utf-8", errors="replace")[:500]
+            continue
+        m = _TINI_EXIT.search(line)  # wherever it lands: a partial line may precede it
+        if m:
+            signalled = m.group(1) == b"with signal"
+    return Report(started and start_error is None, start_error, signalled)
+
+
+def signal_of(code: int | None, report: Report) -> int | None:
+    """The signal that killed the command, when the init saw one (tini exits 128 + it)."""
+    return code - 128 if report.signalled and code is not None and code > 128 else None
+
+
+def never_released(code: int) -> str:
+    """The start error of a container whose gate never reported the command started."""
+    return f"the sandbox never released the command (its container exited with code {code})"
+
+
+class ReportChannel:
+    """The host's end of one container's report channel: a FIFO in a folder of the host.
+
+    We hold a write end too, so the FIFO never reads as closed (a read waits for data, or
+    finds none) whether or not the container has opened it yet. The FIFO is write-only for
+    everyone (0222): nothing in the container can read, and so swallow, a report. What is
+    kept is bounded: the head (the gate's lines come first) and the tail (the init's come
+    last); a flood in between is read and dropped.
+    """
+
+    def __init__(self, folder: Path, *, own_folder: bool = False) -> None:
+        self.folder, self.own_folder = folder, own_folder
+        self.path = folder / "report"
+        os.mkfifo(self.path, 0o600)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._writer = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.chmod(self.path, 0o222)
+        self.head, self.tail = bytearray(), bytearray()
+        self.dropped = False
+
+    @property
+    def mount(self) -> Mount:
+        return Mount(self.path, REPORT_PATH, read_only=True)  # a FIFO stays writable
+
+    def read(self) -> None:
+        """Read whatever is there now, without waiting."""
+        while self.fd >= 0:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except OSError:  # nothing there now (EAGAIN), or closed by another thread
+                return
+            if not chunk:
+                return
+            room = _REPORT_HEAD - len(self.head)
+            self.head += chunk[:room]
+            self.tail += chunk[room:] if room > 0 else chunk
+            if len(self.tail) > _REPORT_TAIL:
+                del self.tail[: len(self.tail) - _REPORT_TAIL]
+                self.dropped = True
+
+    def report(self, token: str) -> Report:
+        self.read()
+        # A line cut where the dropped flood began must not join the head to the tail.
+        data = bytes(self.head) + (b"\n" if self.dropped else b"") + bytes(self.tail)
+        return read_report(data, token)
+
+    def close(self) -> None:
+        """Safe to call twice, and from another thread than the one reading."""
+        fds, self.fd, self._writer = (self.fd, self._writer), -1, -1  # no read of a reused fd
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        if self.own_folder:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.folder)

@@ -6,11 +6,9 @@ README's hardening table and this code can be read side by side.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from .base import Limits, Mount, Security, default_user
-from .init import INIT_PATH
 from .seccomp import seccomp_json
 
 __all__ = [
@@ -89,17 +87,15 @@ def host_config(
     security: Security,
     network: str,
     mounts: tuple[Mount, ...],
-    init: Path | None = None,
+    *,
+    own_init: bool = False,
 ) -> dict[str, Any]:
-    """The Engine API ``HostConfig`` body for one grader container.
-
-    ``init``: the sealed tini (``init.sealed_init``), bound at ``INIT_PATH`` for the caller
-    to start as PID 1; None leaves the init to the engine (``Init``), whose copy a grader
-    can read, and so trace."""
+    """The Engine API ``HostConfig`` body for one grader container. ``own_init``: the
+    command starts our own init (the sealed tini of ``init.py``, bound in ``mounts``), so
+    the engine adds none; without it, the engine's own init, whose copy a grader can read,
+    and so trace."""  # fmt: skip
     tmpfs_opts = ",".join(("rw", *SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"))
     binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts]
-    if security.init and init is not None:
-        binds.append(f"{init}:{INIT_PATH}:ro")
     # Our profile, not the engine's default (see seccomp.py for how they differ).
     opts = [f"seccomp={seccomp_json()}"]
     if security.no_new_privileges:
@@ -120,7 +116,9 @@ def host_config(
             {"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files},
             {"Name": "core", "Soft": 0, "Hard": 0},
         ],
-        "Init": security.init and init is None,
+        # The engine's init would report on the container's stdout; ours reports on a channel
+        # of its own (see gate.py), so the engine's is the fallback only.
+        "Init": security.init and not own_init,
         "Tmpfs": {"/tmp": tmpfs_opts, HOME: tmpfs_opts},
         "Binds": binds,
         # Output is read through the attach stream with a cap; a log driver would also copy a

@@ -45,7 +45,7 @@ from . import _engine
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
-from .gate import own_lines
+from .gate import ReportChannel, never_released, signal_of
 from .hardening import HOME
 from .init import init_binary, sealed_init
 from .labels import pid_alive, slug
@@ -146,13 +146,14 @@ class OciSandbox(EngineImages, Sandbox):
         except EngineError as exc:
             return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
         memcg = _make_memcg(cid, int(spec.limits.memory))
+        bundle.mkdir(parents=True, mode=0o700)
+        channel = ReportChannel(bundle)
         config = runtime_config(
             spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
-            cgroup=f"/{CGROUP_PARENT}/{cid}" + ("/c" if memcg else ""),
+            cgroup=f"/{CGROUP_PARENT}/{cid}" + ("/c" if memcg else ""), report=channel.path,
         )  # fmt: skip
-        bundle.mkdir(parents=True, mode=0o700)
         (bundle / "config.json").write_text(json.dumps(config))
-        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg)
+        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel)
         with self._lock:
             self._live[cid] = handle
             closed = self._closed
@@ -219,8 +220,10 @@ class OciPrepared(Prepared):
     def __init__(
         self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
         start_error: str | None = None, memcg: Path | None = None,
+        channel: ReportChannel | None = None,
     ) -> None:  # fmt: skip
         self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
+        self.channel = channel  # what the gate and the init report (see gate.py)
         self.memcg = memcg  # our memory cgroup, the container's parent (None: --keep instead)
         self.start_error = start_error
         self.proc: subprocess.Popen[bytes] | None = None
@@ -267,7 +270,7 @@ class OciPrepared(Prepared):
         try:
             if self.proc is None and self.start_error is None:
                 self.start()
-            if self.start_error or self.proc is None:
+            if self.start_error or self.proc is None or self.channel is None:
                 return RunOutcome(exit_code=None, start_error=self.start_error)
             if self.spec.on_start is not None:
                 try:
@@ -293,12 +296,12 @@ class OciPrepared(Prepared):
         raise GradeboxError("the container did not start")
 
     def _run(self, stdin: bytes) -> RunOutcome:
-        proc, spec = self.proc, self.spec
-        assert proc is not None
+        proc, spec, channel = self.proc, self.spec, self.channel
+        assert proc is not None and channel is not None
         started = time.monotonic()
         token = secrets.token_hex(16)
         out = CappedOutput(int(spec.limits.output))
-        timed_out, overflow = _pump(proc, f"{token}\n".encode() + stdin, out,
+        timed_out, overflow = _pump(proc, f"{token}\n".encode() + stdin, out, channel,
                                     started + spec.timeout, lambda: self.box._closed)  # fmt: skip
         if self.box._closed:
             self.kill()
@@ -315,23 +318,22 @@ class OciPrepared(Prepared):
             proc.wait()
             code = None
         duration_ms = int((time.monotonic() - started) * 1000)
-        failure = _runtime_error(self.bundle / "runtime.log") if code else None
-        stdout, _, signalled = own_lines(bytes(out.stdout), token)
-        oom = code == 137 and bool(signalled) and not timed_out
+        report = channel.report(token)
+        start_error = report.start_error
+        if start_error is None and code and not report.started:
+            start_error = _runtime_error(self.bundle / "runtime.log") or never_released(code)
+        oom = code == 137 and bool(report.signalled) and not timed_out
         oom = oom and _oom_killed(self.cid, self.memcg)
-        stderr, start_error, _ = own_lines(bytes(out.stderr), token)
-        if failure and not start_error:
-            start_error = failure
         return RunOutcome(
             exit_code=None if timed_out else code,
-            stdout=stdout,
-            stderr=stderr,
+            stdout=bytes(out.stdout),
+            stderr=bytes(out.stderr),
             stdout_dropped=out.stdout_dropped,
             stderr_dropped=out.stderr_dropped,
             timed_out=timed_out,
             oom_killed=oom,
             start_error=start_error,
-            signal=code - 128 if signalled and code is not None and code > 128 else None,
+            signal=signal_of(code, report),
             duration_ms=duration_ms,
         )
 
@@ -349,6 +351,8 @@ class OciPrepared(Prepared):
         if self._disposed:
             return
         self._disposed = True
+        if self.channel is not None:
+            self.channel.close()
         if self.proc is not None:
             if self.proc.poll() is None:
                 self._hang_up()
@@ -366,10 +370,10 @@ class OciPrepared(Prepared):
                 self.box._live.pop(self.cid, None)
 
 
-def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, deadline: float,
-          stop: Callable[[], bool]) -> tuple[bool, bool]:  # fmt: skip
-    """Feed stdin and drain stdout/stderr together until both close, the deadline, or
-    ``stop()`` (the sandbox is closing)."""
+def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, channel: ReportChannel,
+          deadline: float, stop: Callable[[], bool]) -> tuple[bool, bool]:  # fmt: skip
+    """Feed stdin and drain stdout/stderr (and the report channel, so no report blocks the
+    init) together until both close, the deadline, or ``stop()`` (the sandbox is closing)."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     sel = selectors.DefaultSelector()
     pending = memoryview(data)
@@ -377,6 +381,7 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, deadlin
     for fd in fds:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
+    sel.register(channel.fd, selectors.EVENT_READ)
     win = proc.stdin.fileno()
     os.set_blocking(win, False)
     sel.register(win, selectors.EVENT_WRITE)
@@ -401,6 +406,9 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, deadlin
                         sel.unregister(win)
                         with contextlib.suppress(OSError):
                             proc.stdin.close()
+                    continue
+                if fd == channel.fd:
+                    channel.read()
                     continue
                 try:
                     chunk = os.read(fd, 1 << 18)

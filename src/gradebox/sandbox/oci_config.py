@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import SandboxSpec
-from .gate import GATE, GATE_CWD, INIT_ENV
+from .gate import GATE_CWD, INIT_ENV, REPORT_PATH, entry_command
 from .hardening import HOME, SCRATCH_FLAGS, run_as
 from .init import INIT_PATH
 from .seccomp import DENIED_SYSCALLS, seccomp_profile
@@ -76,19 +76,21 @@ def runtime_config(
     init_source: Path | None,
     hostname: str = "gradebox",
     memory: bool = True,
+    report: Path | None = None,
 ) -> dict[str, Any]:
     """The OCI runtime configuration (``config.json``) that runs ``spec`` behind the gate.
 
     ``memory=False``: the caller has put the memory limit on the parent of ``cgroup`` itself
-    (where the OOM killer's count outlives the container's own cgroup)."""
+    (where the OOM killer's count outlives the container's own cgroup). ``report``: the host
+    FIFO of the report channel (``gate.ReportChannel``)."""
     limits, security = spec.limits, spec.security
     uid, _, gid = run_as(security).partition(":")
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "HOME": HOME, **spec.env, GATE_CWD: spec.workdir}  # fmt: skip
-    args = [*GATE, *spec.command]
-    if security.init and init_source is not None:
+    init = security.init and init_source is not None
+    if init:
         env.update(INIT_ENV)
-        args = [INIT_PATH, "--", *args]
+    args = entry_command(spec.command, init=init)
     caps = _caps(security.capabilities)
     tmpfs = [*SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"]  # Docker's, noexec
     mounts: list[dict[str, Any]] = [
@@ -107,9 +109,12 @@ def runtime_config(
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
         {"destination": HOME, "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
     ]  # fmt: skip
-    if init_source is not None and security.init:
+    if init:
         mounts.append({"destination": INIT_PATH, "type": "bind", "source": str(init_source),
                        "options": ["bind", "ro", "nosuid", "nodev"]})  # fmt: skip
+    if report is not None:
+        mounts.append({"destination": REPORT_PATH, "type": "bind", "source": str(report),
+                       "options": ["bind", "ro", "nosuid", "nodev", "noexec"]})  # fmt: skip
     nested = [m for m in spec.mounts if m.target.startswith("/grader/")]
     if nested and not any(m.target == "/grader" for m in spec.mounts):
         # Single files under /grader: their mount points are made in a small tmpfs, never in

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Callable
@@ -56,6 +57,31 @@ def stdin_is_delivered(box: Sandbox, image: str) -> None:
     data = os.urandom(2 << 20).hex().encode()  # 4 MiB: more than any pipe buffer
     out = _sh(box, image, "wc -c", stdin=data)
     _expect(out.stdout.strip() == str(len(data)).encode(), f"wc said {out.stdout!r}")
+
+
+@check
+def output_is_passed_on_byte_for_byte(box: Sandbox, image: str) -> None:
+    # What the sandbox itself reports never shares the command's streams: lines that look like
+    # an init's or the gate's reach the caller untouched, newlines and all.
+    text = ("a[INFO  tini (1)] Main child exited normally (with status '0')\n{}\n"
+            "[gradebox:0123456789abcdef0123456789abcdef] error x\n[WARN  tini (7)] y")  # fmt: skip
+    quoted = shlex.quote(text)
+    out = _sh(box, image, f"printf '%s' {quoted}; printf '%s' {quoted} >&2")
+    _expect(out.stdout == text.encode(), f"stdout {out.stdout!r}")
+    _expect(out.stderr == text.encode(), f"stderr {out.stderr!r}")
+    _expect(out.start_error is None and out.signal is None, f"{out.start_error} {out.signal}")
+
+
+@check
+def signals_and_failed_starts_are_the_sandboxs_to_report(box: Sandbox, image: str) -> None:
+    killed = _sh(box, image, "kill -9 $$")
+    _expect((killed.exit_code, killed.signal) == (137, 9), f"{killed.exit_code} {killed.signal}")
+    chose = _sh(box, image, "exit 137")  # an exit code of its own, not a signal
+    _expect((chose.exit_code, chose.signal) == (137, None), f"{chose.exit_code} {chose.signal}")
+    missing = box.run(SandboxSpec(image=image, command=["no-such-program"], name="self-check"))
+    _expect(bool(missing.start_error), f"no start error: {missing}")
+    faked = _sh(box, image, "echo 'no-such-program: command not found' >&2; exit 127")
+    _expect(faked.start_error is None, f"a printed failure taken for a failed start: {faked}")
 
 
 @check
