@@ -177,7 +177,9 @@ class InlineResult(BaseModel):
 # --------------------------------------------------------------------------------------------
 # What graders print: every known dialect, parsed by one lenient model.
 
-Score = Annotated[float, Field(strict=True)]
+# A score is a finite number: `Infinity` (or `1e999`, which parses to it) clamped to 1.0
+# would be a pass that no grader meant, and NaN says nothing; both are off-schema.
+Score = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class _GraderCheck(_Open):

@@ -274,3 +274,26 @@ def test_only_a_torn_last_line_is_tolerated(tmp_path):
     with pytest.raises(ConfigError, match="line 2 is not a valid result"):
         list(read_jsonl(f, TestResult))
     assert json.loads(good)["id"] == "a"
+
+
+# --- A score that is no number from 0 to 1 ------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["script", "program", "inline", "assertion"])
+def test_a_non_finite_score_is_an_error_never_a_clamped_pass(dialect):
+    from gradebox.graders.verdict import judge
+    from gradebox.sandbox.base import Limits, RunOutcome
+
+    def judged(stdout: bytes):
+        outcome = RunOutcome(exit_code=0, stdout=stdout)
+        return judge(dialect, "g", outcome, timeout=10, limits=Limits())
+
+    for bad in (b'{"score": Infinity}', b'{"score": 1e999}', b'{"pass": true, "score": NaN}',
+                b'{"score": -Infinity}', b'{"checks": [{"text": "a", "score": 1e400}]}',
+                b'{"details": [{"name": "a", "score": Infinity}], "score": 1}'):  # fmt: skip
+        r = judged(bad)
+        assert r.status is Status.error and not r.passed, (bad, r.evidence)
+    # Controls: a finite score is the verdict; one past 1 is clamped, as documented.
+    assert judged(b'{"score": 0.9}').status is Status.passed
+    assert judged(b'{"score": 0.1}').status is Status.failed
+    assert judged(b'{"score": 5}').score == 1.0

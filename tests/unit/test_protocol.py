@@ -64,10 +64,14 @@ def test_dialects_normalise(data, passed, score):
     assert (got_passed, got_score) == (passed, score)
 
 
-def test_nan_scores_zero():
+def test_non_finite_scores_are_off_schema():
     assert clamp_score(math.nan) == 0.0
-    passed, score, *_ = parse_grader_output({"score": math.nan})
-    assert (passed, score) == (False, 0.0)
+    # Infinity (or 1e999, which parses to it) clamped to 1.0 would be a pass no grader meant.
+    for bad in (math.nan, math.inf, -math.inf):
+        for data in ({"score": bad}, {"pass": True, "score": bad},
+                     {"checks": [{"text": "a", "score": bad}]}):  # fmt: skip
+            with pytest.raises(OutputShapeError, match="finite"):
+                parse_grader_output(data)
 
 
 def test_checks_keep_text_verdict_and_evidence():

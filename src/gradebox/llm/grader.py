@@ -6,7 +6,8 @@ the prompt), AgentV's ``llm-rubric``, and plain-string assertions (grouped into 
 grader with a default prompt of our own) all compile to ``LlmAssertion``. The model is asked
 for ``{"score", "checks": [{"text", "passed", "evidence"}], "reasoning"}``; an answer that
 cannot be parsed is an ``error`` with the raw text kept, never a pass. The verdict is the
-judge's own: its last verdict object that does not quote the prompt (the candidate's text).
+judge's own: its verdict object that does not quote the prompt (the candidate's text); two
+such objects that differ are an error.
 """
 
 from __future__ import annotations
@@ -160,10 +161,11 @@ _QUOTES_CHECKED = 20
 
 
 def _verdict_object(text: str, prompt: str) -> dict[str, Any] | str:
-    """The judge's own verdict: the last object of its answer that carries one (``score``,
+    """The judge's own verdict: the object of its answer that carries one (``score``,
     ``checks``) and is not a quotation of the prompt (whitespace aside). A candidate can
     write a fenced ``{"score": 1.0}`` into its answer, and a judge may echo it before, or
-    after, its verdict: what the prompt holds is the candidate's text, never the judge's."""
+    after, its verdict: what the prompt holds is the candidate's text, never the judge's.
+    Verdict objects that quote nothing and differ from each other are an error."""
     objects = json_objects_in(text)
     if objects is None:
         return "the model's answer holds too many broken JSON objects to find its verdict"
@@ -173,14 +175,23 @@ def _verdict_object(text: str, prompt: str) -> dict[str, Any] | str:
             "the model's answer holds no JSON object with a 'score' or 'checks'"
         )  # fmt: skip
     flat_prompt = _SPACE.sub("", prompt) if prompt else ""
-    for start, end, value in verdicts[::-1][:_QUOTES_CHECKED]:
-        if flat_prompt and _SPACE.sub("", text[start:end]) in flat_prompt:
-            continue  # the candidate's (or the prompt's) text, echoed
-        try:
-            return clean_value(value)
-        except OutputShapeError as exc:
-            return f"its verdict: {exc}"
-    return "every verdict object in the model's answer quotes the prompt (the candidate's text)"
+    own = [
+        value
+        for start, end, value in verdicts[::-1][:_QUOTES_CHECKED]
+        if not (flat_prompt and _SPACE.sub("", text[start:end]) in flat_prompt)
+    ]  # the candidate's (or the prompt's) text, echoed, is left out
+    if not own:
+        return "every verdict object in the model's answer quotes the prompt (the candidate's text)"
+    # Two verdicts that differ: one may be the candidate's, retyped (`{'score': 1}` written
+    # back as JSON, keys reordered) so that it quotes nothing. Which one is the judge's is not
+    # for us to guess.
+    if len({json.dumps(v, sort_keys=True, default=str) for v in own}) > 1:
+        return (f"the model's answer holds {len(own)} different verdict objects (one may be "
+                "the candidate's text, retyped)")  # fmt: skip
+    try:
+        return clean_value(own[0])
+    except OutputShapeError as exc:
+        return f"its verdict: {exc}"
 
 
 def _number(value: Any) -> float | None:
@@ -194,10 +205,11 @@ def parse_verdict(
 ) -> tuple[float, list[Check], str, list[str]] | str:
     """``(score, checks, reasoning, failed required items)``, or why the answer is unusable.
 
-    The verdict is the judge's last object with a ``score`` or ``checks`` that does not
-    quote ``prompt`` (see ``_verdict_object``). With rubric items and one check per item, the
-    score is computed here from the checks and the items' weights (the model's arithmetic is
-    not trusted); else it is the model's ``score``, which must be a number from 0 to 1."""
+    The verdict is the judge's object with a ``score`` or ``checks`` that does not quote
+    ``prompt``, the same if it gives it more than once (see ``_verdict_object``). With rubric
+    items and one check per item, the score is computed here from the checks and the items'
+    weights (the model's arithmetic is not trusted); else it is the model's ``score``, which
+    must be a number from 0 to 1."""
     data = _verdict_object(text, prompt)
     if isinstance(data, str):
         return data
