@@ -54,6 +54,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -370,12 +371,40 @@ def _run_pytest(spec: dict, workspace: Path, tests: list[Path], pipe: _Pipe) -> 
     return _run(command, workspace, env, pipe)
 
 
+# node starts its inspector on SIGUSR1, on this port of the loopback: any process of the
+# agent's (a program a test runs) could signal a test file's process and then evaluate code in
+# it. With the port held here, the inspector cannot listen.
+NODE_INSPECTOR = (("127.0.0.1", 9229), ("::1", 9229))
+
+
+def _hold_inspector_port() -> list[socket.socket]:
+    held = []
+    for host, port in NODE_INSPECTOR:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            sock.bind((host, port))
+            sock.listen(1)
+            held.append(sock)
+        except OSError:  # no such loopback address: nothing can listen there either
+            sock.close()
+    return held
+
+
 def _run_node(workspace: Path, tests: list[Path], pipe: _Pipe) -> tuple[int, str]:
+    held = _hold_inspector_port()
     command = ["node", "--test", f"--test-reporter={NODE_REPORTER}",
                f"--test-reporter-destination=/dev/fd/{pipe.fd}",
                "--test-reporter=spec", "--test-reporter-destination=stdout",
                *(t.relative_to(workspace).as_posix() for t in tests)]  # fmt: skip
-    return _run(command, workspace, _clean_env(), pipe)
+    try:
+        return _run(command, workspace, _clean_env(), pipe)
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def main(argv: list[str] | None = None) -> int:

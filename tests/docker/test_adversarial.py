@@ -1004,3 +1004,70 @@ def test_without_an_init_of_its_own_docker_still_judges_output_as_printed(tmp_pa
                      "args: ['-c', 'kill -9 $$']\n")  # fmt: skip
     assert faked.status is Status.failed and faked.evidence == "wrong answer"
     assert killed.status is Status.failed and killed.exit_code == 137  # no report: no signal
+
+
+# --- A program of the agent's that a node-test verifier runs (never imports) ------------------
+
+ATTACKS = Path(__file__).resolve().parents[1] / "fixtures" / "attacks"
+# The verifier runs the agent's command line tool, then tests its module.
+RUNS_THE_CLI_JS = """import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { add } from "../calc.mjs";
+test("the cli runs", async () => { await promisify(execFile)("node", ["cli.mjs"]); });
+test("adds", () => assert.equal(add(2, 3), 5));
+"""
+# Each cli.mjs is the agent's; it gets the pid of the test file's process that ran it.
+CLI_TRICKS = {
+    "plain": "",  # the control
+    # Starts node's inspector in the test file's process (SIGUSR1), evaluates code in it.
+    "inspector": 'import { spawn } from "node:child_process";\nimport fs from "node:fs";\n'
+    'spawn(process.execPath, ["inspector.mjs", String(process.ppid)],'
+    ' { detached: true, stdio: "ignore" }).unref();\n'
+    "for (let i = 0; i < 100 && !fs.existsSync('/tmp/sent'); i++)\n"
+    "  await new Promise((r) => setTimeout(r, 50));\n"
+    "await new Promise((r) => setTimeout(r, 200));\n",
+    # Rewrites the next test's source in that process's memory (/proc/PID/mem).
+    "proc-mem": 'import { execFileSync } from "node:child_process";\n'
+    'execFileSync("python3", ["poke_memory.py", String(process.ppid)], { stdio: "inherit" });\n',
+    # Writes an all-pass report into the test runner's report pipe (/proc/PID/fd).
+    "report-fd": 'import fs from "node:fs";\n'
+    "const line = (name) => JSON.stringify({passed: true, name, nesting: 0, suite: false,"
+    " skip: false, todo: false, failure: null, error: null}) + '\\n';\n"
+    "for (const pid of fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p))) {\n"
+    "  let argv = '';\n  try { argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8'); }"
+    " catch { continue; }\n"
+    "  const fd = argv.match(/destination=\\/dev\\/fd\\/(\\d+)/);\n"
+    "  if (fd) try { fs.appendFileSync(`/proc/${pid}/fd/${fd[1]}`, '\\n' + line('adds')"
+    " + line('the cli runs')); } catch {}\n}\n",
+}
+
+
+def _node_cli_verifier(tmp_path, box, trick: str, add: str = "a - b"):
+    from gradebox.graders.config import grader_from_data
+    from gradebox.graders.verifier import node_test_grader_data
+
+    suite, ws = tmp_path / "suite", tmp_path / "ws"
+    write(suite / "verifiers" / "cli.test.mjs", RUNS_THE_CLI_JS)
+    write(ws / "calc.mjs", f"export const add = (a, b) => {add};\n")
+    write(ws / "cli.mjs", CLI_TRICKS[trick])
+    for helper in ("inspector.mjs", "poke_memory.py"):
+        shutil.copy(ATTACKS / helper, ws / helper)
+    data = node_test_grader_data({"files": ["verifiers/cli.test.mjs"]}, suite)
+    return run_grader(grader_from_data(data, file="t", source_dir=suite), Payload(), ws, box)
+
+
+@pytest.mark.parametrize("trick", sorted(set(CLI_TRICKS) - {"plain"}))
+def test_a_program_a_node_test_runs_cannot_take_over_the_test_process(tmp_path, box, trick):
+    r = _node_cli_verifier(tmp_path, box, trick)
+    assert not r.passed and r.status is not Status.passed, (r.evidence, r.stderr_tail)
+    if r.status is Status.failed:
+        assert r.score <= 0.5, r.evidence  # never more than the control's
+
+
+def test_a_node_test_that_runs_the_cli_control_fails_and_a_fix_passes(tmp_path, box):
+    r = _node_cli_verifier(tmp_path, box, "plain")
+    assert r.status is Status.failed and r.score == 0.5, (r.evidence, r.stderr_tail)
+    fixed = _node_cli_verifier(tmp_path / "fixed", box, "plain", add="a + b")
+    assert fixed.status is Status.passed and fixed.score == 1.0, fixed.evidence
