@@ -196,15 +196,19 @@ def chown_tree(root: Path, owner: tuple[int, int]) -> None:
 
 
 def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
-              merge: bool = False) -> list[str]:  # fmt: skip
+              merge: bool = False, max_bytes: int | None = None) -> list[str]:  # fmt: skip
     """Copy the tree at ``source`` into ``dest`` (created), following no link on either side.
 
     Links are recreated as links; FIFOs, sockets and devices are skipped (their paths below
     ``source`` are returned); set-id bits are dropped. ``owner``: hand every entry to that
     uid:gid (as root). ``merge``: ``dest`` may hold a tree already; what ``source`` holds
     replaces what has its name there (a folder is merged into a folder, never into a link).
+    ``max_bytes``: stop with ENOSPC once the files' sizes add up past it: a copy writes every
+    byte of a file with holes (a 1 TB sparse file the agent made costs it nothing), and every
+    hard link to one file once more, so a quota checked only after the copy is too late.
     """
     skipped: list[str] = []
+    budget = [max_bytes]
     dest.mkdir(parents=True, exist_ok=True)
     chown = owner is not None and os.geteuid() == 0
     out = os.open(dest, _DIR_FLAGS)
@@ -219,6 +223,10 @@ def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
                     out = inner
                     outs.append(_ident(os.fstat(out)))
                 for name, st in folder.entries:
+                    if stat.S_ISREG(st.st_mode) and budget[0] is not None:
+                        budget[0] -= st.st_size
+                        if budget[0] < 0:
+                            raise OSError(errno.ENOSPC, "the files to copy pass the quota")
                     if not stat.S_ISDIR(st.st_mode) and not _copy_entry(
                         folder.fd, name, st, out, merge, owner if chown else None
                     ):

@@ -46,13 +46,15 @@ DEFAULT_MAX_SIZE = 1 << 30
 DEFAULT_MAX_FILES = 100_000
 
 
-def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None) -> list[str]:
+def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None,
+              max_bytes: int | None = None) -> list[str]:  # fmt: skip
     """Copy the tree at ``source`` into ``dest`` (created) without following any link.
 
     Links are recreated as links, FIFOs, sockets and devices are skipped (their relative paths
     are returned), set-id bits are dropped. ``owner``: hand every entry to that uid:gid.
+    ``max_bytes``: ENOSPC once the files' sizes (holes included) pass it.
     """
-    return copy_tree(source, dest, owner)
+    return copy_tree(source, dest, owner, max_bytes=max_bytes)
 
 
 def walk_tree(
@@ -292,7 +294,9 @@ class Workspace:
     def fill(self, source: Path, owner: tuple[int, int] | None = None) -> None:
         """Copy ``source`` in (no links followed, special files skipped)."""
         try:
-            self.skipped = safe_copy(source, self.path, owner)
+            # Unmounted, nothing stops the copy at the quota but this count (holes included).
+            limit = None if self.mounted else self.quota.size
+            self.skipped = safe_copy(source, self.path, owner, limit)
         except OSError as exc:
             if exc.errno in (28, 122):  # ENOSPC, EDQUOT
                 raise WorkspaceError(

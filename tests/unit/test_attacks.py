@@ -297,3 +297,37 @@ def test_a_non_finite_score_is_an_error_never_a_clamped_pass(dialect):
     assert judged(b'{"score": 0.9}').status is Status.passed
     assert judged(b'{"score": 0.1}').status is Status.failed
     assert judged(b'{"score": 5}').score == 1.0
+
+
+# --- A copy of the agent's files that the quota stops only afterwards ---------------------------
+
+
+@pytest.mark.parametrize("trick", ["sparse", "hardlinks"])
+def test_an_unmounted_copy_stops_at_the_quota_not_after(tmp_path, monkeypatch, trick):
+    # Without root (no tmpfs of the quota's size), a copy writes every byte of a file with
+    # holes and every hard link once more: a 1 TB sparse file costs the agent nothing.
+    from gradebox import workspace as wsmod
+    from gradebox.errors import WorkspaceError
+
+    monkeypatch.setattr(wsmod, "_mount_tmpfs", lambda *a, **k: False)
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    if trick == "sparse":
+        with open(agent / "big", "wb") as f:
+            f.truncate(64 << 20)  # 64 MiB of holes, nothing allocated
+    else:
+        (agent / "one").write_bytes(b"x" * (1 << 20))
+        for i in range(64):
+            os.link(agent / "one", agent / f"link{i}")
+    quota = wsmod.Quota(size=8 << 20)
+    with pytest.raises(WorkspaceError, match="quota"):
+        wsmod.Workspace.create(tmp_path / "copy", agent, quota=quota)
+    written = sum(p.stat().st_blocks * 512 for p in (tmp_path / "copy").rglob("*"))
+    assert written <= 8 << 20
+    # Control: what fits is copied.
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "answer.txt").write_bytes(b"x" * (1 << 20))
+    ok = wsmod.Workspace.create(tmp_path / "fits", small, quota=quota)
+    assert (ok.path / "answer.txt").stat().st_size == 1 << 20
+    ok.close()
