@@ -34,7 +34,7 @@ __all__ = [
 
 
 class Limits(BaseModel):
-    """Resource limits of one grader container. Every default is documented in docs/security.md."""
+    """Resource limits of one grader container. Every default is documented in the README."""
 
     model_config = ConfigDict(extra="forbid")
 
