@@ -76,7 +76,9 @@ def normalised(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def check_every_job_once_in_the_order_they_finish(h: Harness, tmp_path: Path) -> None:
-    suite = make_suite(tmp_path / "suite", [4, 0, 0, 0], bad=(2,))
+    # The slow one sleeps long enough that a cold worker (a Ray node's first task builds its
+    # process's context) still finishes the others first.
+    suite = make_suite(tmp_path / "suite", [12, 0, 0, 0], bad=(2,))
     with h.for_suite(suite) as ex:
         jobs = [TestJob(f"t-{i:02d}") for i in range(4)]
         done = list(ex.map(jobs, in_flight=4))
