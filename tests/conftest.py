@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.engine import Engine
 from gradebox.images import qualified
-from gradebox.sandbox._engine import Engine
 from gradebox.sandbox.docker import DockerSandbox
 from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION
 

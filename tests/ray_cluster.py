@@ -49,12 +49,17 @@ class LocalRay:
         self.workers, self.slots = workers, slots
         self.worker_env = worker_env or {}
         self.sessions: dict[str, int] = {}  # node name -> the session id of its processes
+        # The nodes' OCI state (containers, bundles): the cluster's own, so that what it left
+        # is told apart from what other runs on this machine hold.
+        self.oci_state = self.base / "oci"
+        self.left_at_stop: list[str] | None = None  # containers still there once gc ran
 
     def _env(self, name: str, extra: dict[str, str]) -> dict[str, str]:
         tmp = self.base / f"{name}-tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        return {**env, "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(tmp), **extra}
+        return {**env, "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(tmp),
+                "GRADEBOX_OCI_STATE": str(self.oci_state), **extra}  # fmt: skip
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:
         cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
@@ -137,8 +142,12 @@ class LocalRay:
         # still mounted): the harness stands for that machine's reboot, and its `gradebox gc`.
         for tmp in self.base.glob("*-tmp"):
             gc = [str(Path(sys.executable).with_name("gradebox")), "gc"]
-            subprocess.run(gc, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True,
-                           timeout=120, check=False)  # fmt: skip
+            env = {**os.environ, "TMPDIR": str(tmp), "GRADEBOX_OCI_STATE": str(self.oci_state)}
+            subprocess.run(gc, env=env, capture_output=True, timeout=120, check=False)
+        self.left_at_stop = [
+            p.name for folder in (self.oci_state / "runtime", self.oci_state / "bundles")
+            if folder.is_dir() for p in folder.iterdir()
+        ]  # fmt: skip
         unmount_below(self.base)
         remove_tree(self.base)
 

@@ -3,44 +3,34 @@
 Each line of a records file (JSONL) is graded in its own container and written to the output
 file the moment it is done, with the record kept whole: a grader that crashes marks its
 record ``error`` and loses nothing. An interrupted run resumes from its output file.
+
+Each record is a ``jobs.GradeJob``; an executor (``gradebox.executor``) runs them here or on a
+cluster, and this module writes what comes back the same way for both.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterator
+import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import Field, ValidationError
 
 from .errors import ConfigError
+from .executor import Executor, LocalExecutor
 from .graders.config import GraderConfig, ScriptGrader, load_grader
 from .graders.custom import grader_for_file
 from .graders.run import grader_fingerprint
+from .jobs import GradeJob, Record, Worker
 from .jsonl import JsonlWriter, digest, read_jsonl, rewrite_jsonl
-from .pool import Warm, WarmPool, imap_interruptible
-from .protocol import GraderResult, InlinePayload, Status
+from .protocol import GraderResult, Status
 from .sandbox.base import ImageSource, Sandbox
-
-if TYPE_CHECKING:
-    from .cluster import ClusterRun
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
 
 log = logging.getLogger("gradebox.batch")
-
-
-class Record(InlinePayload):
-    """One line of a records file: an agent's answer to one prompt (the inline-grader input,
-    plus the prompt's ``id``)."""
-
-    id: str
-
-    def payload(self) -> InlinePayload:
-        return InlinePayload.model_validate(self.model_dump(exclude={"id"}))
 
 
 class GradedRecord(Record):
@@ -150,11 +140,12 @@ def grade_records(
     retry_errors: bool = False,
     on_done: Callable[[GradedRecord], None] = lambda r: None,
     on_start: Callable[[int], None] = lambda done: None,
-    remote: ClusterRun | None = None,
+    executor: Executor | None = None,
 ) -> list[GradedRecord]:
     """Grade every record not yet in ``out`` (by content: a changed record or grader is graded
     again); append each as it finishes. Ctrl-C stops cleanly: containers removed, finished
-    records kept. ``remote``: each record is graded on a Ray cluster's node instead."""
+    records kept. ``executor``: where each record is graded (default: threads of this process
+    with containers started ahead; ``gradebox.cluster.RayExecutor``: a Ray cluster's nodes)."""
     grader_print = grader_fingerprint(grader)
     done = reusable(out, records, grader_print, retry_errors) if (out and resume) else {}
     if out and resume:
@@ -164,63 +155,29 @@ def grade_records(
     todo = [(n, r) for n, r in records if n not in done]
     on_start(len(records) - len(todo))
     sink = JsonlWriter(out) if out else None
-    if remote is not None:
-        stream = remote_grades(remote, grader, todo, workers)
-        spare: list[Warm] = []
-        pool = None
-    else:
-        # Every record runs the same grader on the same workspace: containers are started
-        # ahead for whichever record comes next, so each is ready when a slot frees.
-        pool = WarmPool(box, images, ahead=workers)
-        lock = threading.Lock()
-        spare = [pool.start(grader, workspace) for _ in range(min(workers, len(todo)))]
-        started = [len(spare)]  # one container per record, never more
-
-        def one(item: tuple[int, Record]) -> GraderResult:
-            with lock:
-                warm = spare.pop() if spare else None
-                if started[0] < len(todo):
-                    spare.append(pool.start(grader, workspace))  # a later record's, ahead
-                    started[0] += 1
-            if warm is None:
-                warm = pool.start(grader, workspace)
-            return warm.run(item[1].payload())
-
-        stream = (
-            (item, fut.result())
-            for item, fut in imap_interruptible(one, todo, workers, box=box, name="batch")
-        )
+    own = executor is None
+    if executor is None:
+        worker = Worker(box, images, secrets.token_hex(6), grader=grader, workspace=workspace,
+                        threads=workers)  # fmt: skip
+        executor = LocalExecutor(worker)
     try:
-        for (n, record), result in stream:
-            item = graded(n, record, result)
-            item.fingerprint = record_fingerprint(record, grader_print)
-            done[n] = item
+        for fin in executor.map([GradeJob(n, r) for n, r in todo], workers):
+            job = fin.job
+            assert isinstance(job, GradeJob)
+            result = fin.value
+            if result is None:  # a record no one could grade is an error, never a pass
+                result = GraderResult(name=grader.display_name(), type=grader.type,
+                                      status=Status.error, passed=False, score=0.0,
+                                      evidence=fin.error or "not run")  # fmt: skip
+            item = graded(job.line, job.record, result)
+            item.fingerprint = record_fingerprint(job.record, grader_print)
+            done[job.line] = item
             if sink:
                 sink.append(item)
             on_done(item)
     finally:
-        for warm in spare:
-            warm.discard()
-        if pool is not None:
-            pool.close()
+        if own:
+            executor.close()
         if sink:
             sink.close()
     return [done[n] for n, _ in records if n in done]
-
-
-def remote_grades(
-    remote: ClusterRun, grader: GraderConfig, todo: list[tuple[int, Record]], in_flight: int
-) -> Iterator[tuple[tuple[int, Record], GraderResult]]:
-    """Each record graded on some node of the cluster, as they finish; a record no node could
-    grade is an error (the reason in it), never a pass."""
-    records = dict(todo)
-    items = [("grade", n, r.model_dump(mode="json", by_alias=True)) for n, r in todo]
-    for done in remote.map(items, in_flight):
-        n = done.item[1]
-        if done.value is not None:
-            result = GraderResult.model_validate_json(done.value)
-        else:
-            result = GraderResult(name=grader.display_name(), type=grader.type,
-                                  status=Status.error, passed=False, score=0.0,
-                                  evidence=done.error or "not run")  # fmt: skip
-        yield (n, records[n]), result

@@ -18,14 +18,31 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .graders.assertion import DEFAULT_REQUIRED, aggregate
-from .host_targets import chat_messages, converse
-from .protocol import GraderResult, Message, Status
+from .graders.assertion import DEFAULT_REQUIRED, Assertion, aggregate
+from .host_targets import HostAnswer, chat_messages, converse
+from .protocol import GraderResult, Message, Payload, Status, TestResult
+from .suite import Test
 
-if TYPE_CHECKING:
-    from .runner import _TestRun
+
+class _TestRun(Protocol):
+    """What a conversation needs of its test's run (``lifecycle.TestRun``, which calls it)."""
+
+    run_: Any  # the suite's context: its target, suite and model hub
+    test: Test
+    sample: int
+    payload: Payload
+    result: TestResult
+
+    def grade_with(
+        self, payload: Payload, assertions: list[Assertion], ws: Path, *, warm: bool = False
+    ) -> list[GraderResult]: ...
+
+    def take_answer(self, answer: HostAnswer | str, started: float) -> bool: ...
+
+    def finish(self, status: Status, score: float, gates: list[str]) -> None: ...
+
 
 __all__ = ["run_conversation"]
 
@@ -47,7 +64,7 @@ def _graded(test_run: _TestRun, name: str, assertions: list[Any], ws: Path, *,
             history: list[dict[str, Any]], system: str | None, output: str,
             expected: Any = None) -> GraderResult:  # fmt: skip
     """One part of the conversation graded as a test of its own."""
-    from .graders.trace import summary_of, trace_of
+    from .graders.transcript import summary_of, trace_of
     from .protocol import TraceSummary
 
     shown = ([{"role": "system", "content": system}] if system else []) + history

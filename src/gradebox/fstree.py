@@ -16,13 +16,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["Folder", "chown_tree", "copy_tree", "remove_tree", "tree_usage", "walk_folders"]
+__all__ = [
+    "Folder",
+    "chown_tree",
+    "copy_tree",
+    "normalise_sub_path",
+    "remove_tree",
+    "tree_usage",
+    "walk_folders",
+]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -303,3 +312,20 @@ def _copy_file(src: int, name: bytes, out: int, mode: int) -> None:
             os.close(dst)
     finally:
         os.close(fd)
+
+
+def normalise_sub_path(value: str) -> str:
+    """Check what can be checked without the workspace: both slash styles, no absolute path,
+    no ``..`` that climbs out. Symlinks are checked on the host when the workspace is known."""
+    text = value.replace("\\", "/")
+    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
+        raise ValueError(f"{value!r} is absolute; sub_path must be relative to the workspace")
+    parts: list[str] = []
+    for part in PurePosixPath(text).parts:
+        if part == "..":
+            if not parts:
+                raise ValueError(f"{value!r} climbs out of the workspace with '..'")
+            parts.pop()
+        elif part not in (".", ""):
+            parts.append(part)
+    return "/".join(parts)

@@ -1,4 +1,4 @@
-"""Concurrency shared by run, batch and trials: one interruptible map, one warm pool.
+"""The local executor's concurrency (run, batch, trials): one interruptible map, one warm pool.
 
 ``imap_interruptible`` runs a function over items on a few threads and yields results as they
 finish. On Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` in the main thread) it cancels what is

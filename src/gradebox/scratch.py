@@ -11,12 +11,23 @@ import os
 import tempfile
 from pathlib import Path
 
-from .sandbox.labels import pid_alive
 from .workspace import remove_tree, unmount_below
 
-__all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch"]
+__all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch", "pid_alive"]
 
 TMP_PREFIX = "gradebox-"
+
+
+def pid_alive(pid: int) -> bool:
+    """Is the runner with this pid (on this host) still there? (Containers and scratch
+    folders are named or labelled after it.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 def collect_scratch(everything: bool = False) -> list[Path]:

@@ -7,6 +7,7 @@ on the host, or grader configurations run in containers).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -369,6 +370,12 @@ def _all(assertions: list[Assertion]) -> Iterator[Assertion]:
             yield from _all(a.children)
 
 
+# Other harnesses' formats: name -> (module, function) that maps a file of that format onto
+# this model. Imported by name when a file is in that format, as sandbox backends are: a format
+# builds on this module (``build_suite``), never the reverse.
+READERS = {"agentv": ("gradebox.formats.agentv", "load_agentv")}
+
+
 def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
     """Load and validate a suite file, its graders and its assertions. Runs nothing.
 
@@ -391,10 +398,9 @@ def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
     else:
         data, lines = load_yaml_file(path)
     kind = format or detect_format(path, data)
-    if kind == "agentv":
-        from .formats.agentv import load_agentv
-
-        return load_agentv(path, data, lines)
+    if kind in READERS:
+        module, name = READERS[kind]
+        return getattr(importlib.import_module(module), name)(path, data, lines)  # type: ignore[no-any-return]
     if kind not in (None, "gradebox"):
         raise ConfigError(f"unknown format {kind!r} (gradebox, agentv)", file=file)
     if not isinstance(data, dict):

@@ -12,30 +12,24 @@ over the prompts that have at least k trials.
 
 from __future__ import annotations
 
-import json
+import secrets
 from collections import defaultdict
 from math import comb
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from .batch import GradedRecord, Record
+from .batch import GradedRecord
 from .errors import ClusterError
-from .pool import imap_interruptible
+from .executor import Executor, LocalExecutor
+from .jobs import Record, TrialJob, Worker, run_target_once
 from .sandbox.base import Sandbox
-from .sandbox.hardening import run_as_ids
-from .scratch import new_scratch
-from .steps import run_in_workspace
-from .workspace import Workspace, remove_tree
-
-if TYPE_CHECKING:
-    from .cluster import ClusterRun
 
 __all__ = [
     "PromptStats",
     "TrialsReport",
     "pass_at_k",
     "pass_hat_k",
+    "run_target_once",
     "run_target_trials",
     "summarise_trials",
 ]
@@ -120,26 +114,6 @@ def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
     return TrialsReport(k=k, prompts=prompts, overall=overall)
 
 
-def run_target_once(record: Record, command: str, image_id: str, box: Sandbox) -> Record:
-    """One trial: ``command`` with the prompt on stdin, in a fresh, empty, size-limited
-    workspace; the record with its answer."""
-    scratch = new_scratch()
-    try:
-        ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
-        try:
-            text = record.input if isinstance(record.input, str) else json.dumps(record.input)
-            outcome = run_in_workspace(
-                command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
-                stdin=text.encode(),
-            )  # fmt: skip
-        finally:
-            ws.close()
-    finally:
-        remove_tree(scratch)
-    answer = outcome.stdout.decode("utf-8", errors="replace")
-    return record.model_copy(update={"output": answer})
-
-
 def trial_jobs(records: list[tuple[int, Record]], k: int) -> list[tuple[int, Record]]:
     """K numbered trials per prompt, in order."""
     return [(i, r) for i, r in enumerate((r for _, r in records for _ in range(k)), 1)]
@@ -153,27 +127,25 @@ def run_target_trials(
     box: Sandbox,
     *,
     workers: int,
-    remote: ClusterRun | None = None,
+    executor: Executor | None = None,
 ) -> list[tuple[int, Record]]:
-    """Run ``command`` K times per prompt (``run_target_once``); the answers become trials
-    (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``remote``: each trial
-    runs on a Ray cluster's node; a trial no node could run stops the command (ClusterError):
-    a trial that never ran is never graded as one."""
-    jobs = trial_jobs(records, k)
-    if remote is not None:
-        items = [("target", i, (r.model_dump(mode="json", by_alias=True), command, image_id))
-                 for i, r in jobs]  # fmt: skip
-        by_index = dict(jobs)
-        done: dict[int, Record] = {}
-        for fin in remote.map(items, workers):
-            i = fin.item[1]
+    """Run ``command`` K times per prompt (``jobs.run_target_once``); the answers become
+    trials (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``executor``: where
+    each trial runs (default: threads of this process); a trial that could not run stops the
+    command (ClusterError): a trial that never ran is never graded as one."""
+    jobs = [TrialJob(i, r, command, image_id) for i, r in trial_jobs(records, k)]
+    own = executor is None
+    if executor is None:
+        executor = LocalExecutor(Worker(box, None, secrets.token_hex(6), threads=workers))  # type: ignore[arg-type]
+    done: dict[int, Record] = {}
+    try:
+        for fin in executor.map(jobs, workers):
+            job = fin.job
+            assert isinstance(job, TrialJob)
             if fin.value is None:  # no answer is no trial: never graded as one
-                raise ClusterError(f"trial {i} of {by_index[i].id!r} could not run: {fin.error}")
-            done[i] = Record.model_validate(fin.value)
-        return [(i, done[i]) for i, _ in jobs]
-
-    def one(job: tuple[int, Record]) -> Record:
-        return run_target_once(job[1], command, image_id, box)
-
-    done = {job[0]: fut.result() for job, fut in imap_interruptible(one, jobs, workers, box=box)}
-    return [(i, done[i]) for i, _ in jobs]
+                raise ClusterError(f"{job} could not run: {fin.error}")
+            done[job.index] = fin.value
+    finally:
+        if own:
+            executor.close()
+    return [(j.index, done[j.index]) for j in jobs]

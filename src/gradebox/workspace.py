@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
 from .errors import WorkspaceError
-from .fstree import chown_tree, copy_tree, remove_tree, tree_usage
+from .fstree import chown_tree, copy_tree, normalise_sub_path, remove_tree, tree_usage
 
 __all__ = [
     "DEFAULT_DIFF_CAP",
@@ -99,7 +99,6 @@ def materialise_repo(
 ) -> None:  # fmt: skip
     """Place a local repository (the suite author's, next to the suite) at ``stage/where``:
     a clone checked out at ``ref`` when one is given, else a copy that follows no link."""
-    from .graders.config import normalise_sub_path
 
     try:
         rel = normalise_sub_path(where)

@@ -229,7 +229,7 @@ def test_payload_is_readable_by_the_sandbox_user_alone(tmp_path, workspace, box)
 
 
 def test_runner_proxy_settings_never_reach_a_grader(tmp_path, workspace, monkeypatch):
-    from gradebox.sandbox._engine import Engine
+    from gradebox.engine import Engine
     from gradebox.sandbox.docker import DockerSandbox
 
     config = tmp_path / "docker-config"
@@ -992,7 +992,7 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
 
 
 def test_without_an_init_of_its_own_docker_still_judges_output_as_printed(tmp_path, workspace):
-    from gradebox.sandbox._engine import Engine
+    from gradebox.engine import Engine
     from gradebox.sandbox.docker import DockerSandbox
 
     write(tmp_path / "g.py", "print('note[INFO  tini (7)] x')\n"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from gradebox.images import qualified
-from gradebox.sandbox.labels import LABEL_OWNER
-from gradebox.sandbox.oci import state_root
+from gradebox.sandbox.labels import LABEL_OWNER, parse_owner
 from tests.conftest import write
+from tests.executor_conformance import CHECKS, normalised
 from tests.ray_cluster import LocalRay
 
 pytestmark = pytest.mark.docker
@@ -74,15 +74,16 @@ def wait_for(predicate, timeout: float = 120):  # type: ignore[no-untyped-def]
     raise AssertionError("condition never held")
 
 
-def containers_left(engine) -> list[str]:  # type: ignore[no-untyped-def]
-    """Every gradebox container on this machine not owned by this pytest process."""
-    mine = f":{os.getpid()}"
+def containers_left(cluster: LocalRay, engine) -> list[str]:  # type: ignore[no-untyped-def]
+    """This cluster's containers still there, and no one else's (other runs share the
+    machine): its nodes keep their OCI state in a folder of the cluster's own, and a Docker
+    container is the cluster's when its owner is one of the cluster's processes."""
+    pids = set(cluster.pids())
     found = [c["Names"][0] for c in engine.containers({LABEL_OWNER: None})
-             if not c["Labels"][LABEL_OWNER].endswith(mine)]  # fmt: skip
-    for folder in (state_root() / "runtime", state_root() / "bundles"):
+             if (parse_owner(c["Labels"][LABEL_OWNER]) or ("", 0))[1] in pids]  # fmt: skip
+    for folder in (cluster.oci_state / "runtime", cluster.oci_state / "bundles"):
         if folder.is_dir():
-            names = [p.name for p in folder.iterdir() if p.name.startswith("gradebox-")]
-            found += [n for n in names if not n.startswith(f"gradebox-{os.getpid()}-")]
+            found += [p.name for p in folder.iterdir() if p.name.startswith("gradebox-")]
     return found
 
 
@@ -96,6 +97,79 @@ def cluster() -> LocalRay:  # type: ignore[misc]
     keys = {"JUDGE_KEY": "k-on-the-node"}  # set where `ray start` runs: keys never travel
     with LocalRay(workers=2, slots=2, worker_env={0: keys, 1: keys}) as c:
         yield c
+
+
+class RayHarness:
+    """The executor conformance checks' harness for ``RayExecutor``: this process is the
+    driver (as `gradebox run --ray` is), the cluster's nodes run the jobs."""
+
+    def __init__(self, cluster: LocalRay, engine) -> None:  # type: ignore[no-untyped-def]
+        from gradebox.cluster import RayCluster
+        from gradebox.sandbox import get_sandbox
+
+        self.cluster, self.engine = cluster, engine
+        self.ray = RayCluster(cluster.address)
+        self.box = get_sandbox()
+        self.images = self.box.images()
+
+    def for_suite(self, suite_file: Path):  # type: ignore[no-untyped-def]
+        from gradebox.cluster import start_suite
+        from gradebox.plan import plan_suite
+        from gradebox.suite import load_suite
+
+        suite = load_suite(suite_file)
+        plan = plan_suite(suite, self.images, set())
+        return start_suite(self.ray, suite, plan, sandbox="auto")
+
+    def for_grader(self, grader_file: Path, images: tuple[str, ...]):  # type: ignore[no-untyped-def]
+        from gradebox.cluster import start_grader
+
+        ids = {ref: self.images.resolve(ref) for ref in images}
+        return start_grader(self.ray, grader_file, ids, sandbox="auto")
+
+    def image_id(self, name: str) -> str:
+        return self.images.resolve(name)
+
+    def left(self) -> list[str]:
+        return containers_left(self.cluster, self.engine)
+
+    def close(self) -> None:
+        import ray
+
+        self.box.close()
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_driver(cluster, engine):  # type: ignore[no-untyped-def]
+    harness = RayHarness(cluster, engine)
+    yield harness
+    harness.close()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_ray_executor(check, ray_driver, tmp_path):  # type: ignore[no-untyped-def]
+    check(ray_driver, tmp_path)
+
+
+def test_results_are_the_same_locally_and_on_the_cluster(ray_driver, tmp_path):
+    """One suite run twice, on this machine's threads and on the cluster's nodes: every
+    result is the same but for when and where it ran."""
+    from gradebox.runner import RunOptions, run_suite
+    from gradebox.suite import load_suite
+
+    path = make_suite(tmp_path / "suite", 6, bad=(1, 4))
+    suite = load_suite(path)
+    local = run_suite(suite, ray_driver.box, ray_driver.images,
+                      RunOptions(out_dir=tmp_path / "local"))  # fmt: skip
+    with ray_driver.for_suite(path) as executor:
+        remote = run_suite(suite, ray_driver.box, ray_driver.images,
+                           RunOptions(out_dir=tmp_path / "ray"), executor=executor)  # fmt: skip
+    a, b = results(tmp_path / "local"), results(tmp_path / "ray")
+    assert len(a) == 6 and normalised(a) == normalised(b)
+    assert {r["node"] for r in b} - {None} and all(r.get("node") is None for r in a)
+    assert (local.passed, local.failed, local.errored) == (remote.passed, remote.failed,
+                                                           remote.errored) == (4, 2, 0)  # fmt: skip
 
 
 def test_fifty_tests_spread_over_both_workers_each_recorded_once(tmp_path, cluster, engine):
@@ -118,7 +192,7 @@ def test_fifty_tests_spread_over_both_workers_each_recorded_once(tmp_path, clust
     assert summary["passed"] == 48 and summary["workers"] == 4  # the cluster's slots
     cases = ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")
     assert len(list(cases)) == 50
-    assert containers_left(engine) == [] and scratch_left(cluster) == []
+    assert containers_left(cluster, engine) == [] and scratch_left(cluster) == []
 
 
 def test_filter_and_resume_on_the_cluster(tmp_path, cluster):
@@ -199,7 +273,7 @@ def test_ctrl_c_cancels_remote_work_and_leaves_nothing_on_any_node(tmp_path, clu
     proc = start("run", suite, "--ray", cluster.address, "--out", out)
     try:
         # Every slot busy: each node has graders sleeping in containers.
-        wait_for(lambda: len(containers_left(engine)) >= 4, timeout=120)
+        wait_for(lambda: len(containers_left(cluster, engine)) >= 4, timeout=120)
     except AssertionError:
         proc.kill()
         raise
@@ -210,7 +284,7 @@ def test_ctrl_c_cancels_remote_work_and_leaves_nothing_on_any_node(tmp_path, clu
     assert time.monotonic() - t < 60
     assert results(out) == []  # nothing finished, nothing recorded
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
-    assert containers_left(engine) == []
+    assert containers_left(cluster, engine) == []
     assert scratch_left(cluster) == []
 
 
@@ -234,7 +308,7 @@ def test_a_worker_killed_mid_run_loses_and_doubles_nothing(tmp_path, engine):
         survivor = {r["node"] for r in again}
         assert len(survivor) == 1 and all(r["status"] != "error" for r in got)
         assert "sending it again" in err
-        assert containers_left(engine) == []
+        assert containers_left(c, engine) == []
         # The lost machine's disk is its own; every live node is clean.
         assert [p for p in scratch_left(c) if "/w1-tmp/" not in p] == []
 
@@ -277,8 +351,9 @@ def test_a_node_joining_late_is_checked_and_a_run_left_without_nodes_stops(tmp_p
         assert kept and set(kept.values()) == {1}
         summary = json.loads((out / "summary.json").read_text())
         assert summary["not_run"] == 8 - len(kept)
-    # No node was left to sweep: the lost machines' own gc (the harness's) removes theirs.
-    assert containers_left(engine) == []
+    # No node was left to sweep: the lost machines' own gc (the harness's, as the cluster
+    # stopped) removed theirs.
+    assert c.left_at_stop == []
 
 
 @pytest.fixture
@@ -338,7 +413,7 @@ def test_nodes_with_other_images_no_engine_or_no_runtime_are_refused_before_anyt
         assert any("cannot reach the Docker engine" in line for line in lines)
         assert any("no OCI runtime '/nonexistent/runc'" in line for line in lines)
         assert "nothing ran" in p.stderr
-        assert results(out) == [] and containers_left(engine) == []
+        assert results(out) == [] and containers_left(c, engine) == []
         assert scratch_left(c) == []
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from gradebox.cluster.bundle import common_root, pack, unpack
 from gradebox.cluster.driver import suite_paths
-from gradebox.cluster.node import Job
+from gradebox.cluster.node import RunSpec
 from gradebox.errors import ClusterError
+from gradebox.jobs import GradeJob, Record, TestJob, TrialJob, decode, encode
 from gradebox.suite import load_suite
 from gradebox.workspace import remove_tree
 from tests.conftest import write
@@ -246,7 +247,26 @@ def test_the_portable_fingerprint_is_the_same_for_every_copy(tmp_path):
     assert a.fingerprint(ta, portable=True) != b.fingerprint(b.tests[0], portable=True)
 
 
-def test_a_job_travels_by_pickle(tmp_path):
-    job = Job(run_id="r1", kind="suite", bundle=None, entry="suite.yaml",
-              images={"python": "sha256:" + "0" * 64}, fingerprints={"a": "x"})  # fmt: skip
-    assert pickle.loads(pickle.dumps(job)) == job
+def test_a_run_and_its_jobs_travel_by_pickle(tmp_path):
+    spec = RunSpec(run_id="r1", kind="suite", bundle=None, entry="suite.yaml",
+                   images={"python": "sha256:" + "0" * 64}, fingerprints={"a": "x"})  # fmt: skip
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    record = Record(id="p1", input="q", output="a")
+    for job in (TestJob("t-01"), GradeJob(3, record), TrialJob(2, record, "echo hi", "sha256:0")):
+        assert pickle.loads(pickle.dumps(job)) == job
+
+
+def test_a_result_crosses_a_process_boundary_unchanged():
+    """What a node sends back (JSON text) is read back as the very result it encoded."""
+    from gradebox.protocol import GraderResult, Status, TestResult
+
+    record = Record(id="p1", input="q", output="a")
+    results = [
+        (TestJob("t"), TestResult(id="t", status=Status.passed, passed=True, score=1.0)),
+        (GradeJob(1, record), GraderResult(name="g", type="script", status=Status.failed,
+                                           passed=False, score=0.25, evidence="why")),
+        (TrialJob(1, record, "echo", "sha256:0"), record.model_copy(update={"output": "yes"})),
+    ]  # fmt: skip
+    for job, value in results:
+        back = decode(job, encode(job, value))
+        assert back == value and type(back) is type(value)

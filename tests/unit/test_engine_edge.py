@@ -13,8 +13,8 @@ import pytest
 import requests
 from requests.models import Response
 
+from gradebox.engine import Engine, _is_transient
 from gradebox.errors import EngineError
-from gradebox.sandbox._engine import Engine, _is_transient
 
 
 def api_error(status: int, text: str) -> docker.errors.APIError:

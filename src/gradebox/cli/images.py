@@ -10,8 +10,8 @@ from rich.table import Table
 
 from .. import images as img
 from .._types import format_bytes
+from ..engine import Engine
 from ..errors import ImageError
-from ..sandbox._engine import Engine
 from ..sandbox.rootfs import RootfsCache
 from ._common import JsonOpt, Output
 

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..sandbox._engine import Engine
-from ..sandbox.docker import collect_garbage
+from ..sandbox import collect_garbage
 from ..schemas import write_schemas
 from ..scratch import collect_scratch
 from ._common import JsonOpt, Output
@@ -25,14 +24,9 @@ def gc(
     A runner removes its containers on success, error, timeout and Ctrl-C; only a runner
     killed with SIGKILL leaves any. Those carry its host and pid, so gc knows them.
     """
-    from ..sandbox import oci
-
     out = Output(as_json)
-    # OCI containers first: their workspaces are mounts inside the scratch folders.
-    names = oci.collect_garbage(everything=everything)
-    removed = collect_garbage(Engine.connect(), everything=everything)
+    names = collect_garbage(everything=everything)  # every backend's, OCI first
     scratch = collect_scratch(everything=everything)
-    names += [c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12] for c in removed]
     if as_json:
         out.document({"containers": names, "scratch_dirs": [str(p) for p in scratch]})
     else:

@@ -142,7 +142,7 @@ def run(
                 output.info(f"[dim]ray: {remote.describe()}[/]")
             with progress:
                 summary = run_suite(suite, box, images, options, on_result=on_result,
-                                    on_start=on_start, remote=remote)  # fmt: skip
+                                    on_start=on_start, executor=remote)  # fmt: skip
     if summary.reused:
         output.info(f"reused {summary.reused} results of unchanged tests from {out_dir}")
     results = [

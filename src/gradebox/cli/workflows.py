@@ -42,7 +42,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..cluster import ClusterRun
+    from ..cluster import RayExecutor
 
 GraderOpt = Annotated[
     Path, typer.Option("--grader", "-g", help="A grader YAML, or a grader script (.py .sh .js).")
@@ -63,7 +63,7 @@ def _grade(
     out_file: Path | None = None,
     resume: bool = False,
     retry_errors: bool = False,
-    remote: ClusterRun | None = None,
+    remote: RayExecutor | None = None,
 ) -> list[GradedRecord]:
     """grade_records with a progress bar on stderr (records already in out_file count done)."""
     progress = Progress(
@@ -93,7 +93,7 @@ def _grade(
             retry_errors=retry_errors,
             on_start=start,
             on_done=lambda r: progress.advance(task),
-            remote=remote,
+            executor=remote,
         )
 
 
@@ -101,7 +101,7 @@ def _on_cluster(
     stack: ExitStack, out: Output, address: str, grader_file: Path, config: GraderConfig,
     images: ImageResolver, sandbox: str | None, privileges: set[str],
     workspace: Path | None = None, more_images: tuple[str, ...] = (),
-) -> tuple[ClusterRun, int]:  # fmt: skip
+) -> tuple[RayExecutor, int]:  # fmt: skip
     """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
     the cluster's slots (the default number in flight)."""
     from ..cluster import RayCluster, start_grader
@@ -252,7 +252,7 @@ def trials(
         if target:
             records = run_target_trials(
                 records, target, images.resolve(target_image), k, box, workers=n_workers,
-                remote=remote,
+                executor=remote,
             )  # fmt: skip
         graded = _grade(
             out,

@@ -1,11 +1,14 @@
-"""Gradebox on a Ray cluster: the tests of a suite (or the records of a batch) as Ray tasks
-on the nodes that offer a ``gradebox`` resource, each under that node's own sandbox.
+"""Gradebox on a Ray cluster: an executor (``gradebox.executor``) whose jobs (the tests of
+a suite, the records of a batch, trials) are Ray tasks on the nodes that offer a ``gradebox``
+resource, each run under that node's own sandbox by ``jobs.run_job``, as locally. It sits on
+top of the package and plugs into the seam: nothing below imports it.
 
 Example::
 
     cluster = RayCluster("auto")
-    run = start_suite(cluster, suite, plan, sandbox="auto")
-    summary = run_suite(suite, box, resolver, RunOptions(out_dir=out), remote=run)
+    with start_suite(cluster, suite, plan, sandbox="auto") as ray_executor:
+        summary = run_suite(suite, box, resolver, RunOptions(out_dir=out),
+                            executor=ray_executor)
 
 Ray is an optional extra (``pip install 'gradebox[ray]'``); nothing here imports it until a
 cluster is asked for.
@@ -17,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from .bundle import common_root
-from .driver import MAX_ATTEMPTS, ClusterRun, Finished, RayCluster, suite_paths
+from .driver import MAX_ATTEMPTS, RayCluster, RayExecutor, suite_paths
 
 __all__ = [
     "MAX_ATTEMPTS",
-    "ClusterRun",
-    "Finished",
     "RayCluster",
+    "RayExecutor",
     "start_grader",
     "start_suite",
 ]
@@ -38,7 +40,7 @@ def start_suite(
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     format: str | None = None,
     options: Any = None,
-) -> ClusterRun:
+) -> RayExecutor:
     """Send a suite to the cluster and check every node against the driver's plan."""
     paths = suite_paths(suite)
     root = common_root(paths)
@@ -62,7 +64,7 @@ def start_grader(
     sandbox: str,
     workspace: Path | None = None,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
-) -> ClusterRun:
+) -> RayExecutor:
     """Send one grader (``batch``, ``trials``) and its workspace to the cluster."""
     paths = [grader_file, *([workspace] if workspace else [])]
     root = common_root(paths)

@@ -1,5 +1,6 @@
-"""The driver's side of a cluster run: connect, check every node, send the work, take the
-results as they finish, clean up.
+"""The driver's side of a cluster run: connect, check every node, send the jobs, take the
+results as they finish, clean up. ``RayExecutor`` is ``gradebox.executor``'s interface on Ray:
+``run``, ``batch`` and ``trials`` hand it the same jobs they hand the local executor.
 
 Ray schedules: each test (or record) is a task that needs one ``gradebox`` resource, so a node
 runs as many at once as it offers. The driver only bounds how many are in flight, sends again
@@ -15,16 +16,17 @@ import secrets
 import socket
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError
+from ..executor import Done, Executor
+from ..jobs import Job, decode
 from .bundle import pack
-from .node import Job, node_op, run_item
+from .node import RunSpec, node_op, run_item
 
-__all__ = ["MAX_ATTEMPTS", "ClusterRun", "Finished", "RayCluster"]
+__all__ = ["MAX_ATTEMPTS", "RayCluster", "RayExecutor"]
 
 log = logging.getLogger("gradebox.cluster")
 
@@ -42,17 +44,6 @@ def _ray() -> Any:
             "--ray needs Ray on this machine and on every node: pip install 'gradebox[ray]'"
         ) from None
     return ray
-
-
-@dataclass
-class Finished:
-    """One item back from the cluster: the node's answer, or why there is none."""
-
-    item: Any
-    value: Any
-    error: str | None
-    node: str | None
-    attempts: int
 
 
 class RayCluster:
@@ -125,46 +116,40 @@ class RayCluster:
                         out.append((name, TimeoutError(f"did not answer within {timeout:.0f} s")))
         return out
 
-    def start(self, **fields: Any) -> ClusterRun:
-        """Put a job's files in the object store, then check every node (``ClusterRun``)."""
+    def start(self, **fields: Any) -> RayExecutor:
+        """Put a run's files in the object store, then check every node (``RayExecutor``)."""
         root, exclude = fields.pop("root"), fields.pop("exclude", ())
         bundle = self.ray.put(pack(root, exclude))
-        job = Job(run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle,
-                  **fields)  # fmt: skip
-        run = ClusterRun(self, job)
+        spec = RunSpec(run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle,
+                       **fields)  # fmt: skip
+        run = RayExecutor(self, spec)
         run.preflight()
         return run
 
 
-class ClusterRun:
-    """One job on the cluster: checked on every node, mapped over its items, swept."""
+class RayExecutor(Executor):
+    """One run on the cluster: checked on every node, its jobs mapped over the nodes, swept.
+    Each job runs on a node through ``jobs.run_job``, as a local one does."""
 
-    def __init__(self, cluster: RayCluster, job: Job) -> None:
-        self.cluster, self.job = cluster, job
+    remote = True
+
+    def __init__(self, cluster: RayCluster, spec: RunSpec) -> None:
+        self.cluster, self.spec = cluster, spec
         self.ray = cluster.ray
-        self.job_ref = self.ray.put(job)
+        self.run_id = spec.run_id
+        self.spec_ref = self.ray.put(spec)
         self.reports: list[dict[str, Any]] = []  # what each node said at the preflight
 
-    @property
-    def run_id(self) -> str:
-        return self.job.run_id
-
     def close(self) -> None:
-        """The job is over: sweep every node (its files, and what killed workers left)."""
+        """The run is over: sweep every node (its files, and what killed workers left)."""
         self.sweep()
 
-    def __enter__(self) -> ClusterRun:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def preflight(self) -> None:
-        """Refuse, before anything runs, every node that cannot run the job as planned:
+        """Refuse, before anything runs, every node that cannot run the jobs as planned:
         no engine or runtime, other image ids, another gradebox, another copy of a test."""
         problems = []
         for name, report in self.cluster.on_every_node(
-            PREFLIGHT_TIMEOUT, "preflight", self.job_ref
+            PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
         ):
             if isinstance(report, BaseException):
                 problems.append(f"node {name}: {_first_line(report)}")
@@ -189,20 +174,20 @@ class ClusterRun:
         kinds = ", ".join(f"{name} on {n}" for name, n in sorted(sandboxes.items()))
         return f"{len(self.reports)} nodes ({kinds}), {self.cluster.slots()} slots"
 
-    def map(self, items: Iterable[Any], in_flight: int) -> Iterator[Finished]:
-        """Each item on some node, at most ``in_flight`` at once, in the order they finish.
+    def map(self, jobs: Sequence[Job], in_flight: int) -> Iterator[Done]:
+        """Each job on some node, at most ``in_flight`` at once, in the order they finish.
 
-        An item whose node or worker died is sent again; an interruption (Ctrl-C) or an early
+        A job whose node or worker died is sent again; an interruption (Ctrl-C) or an early
         exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
-        todo = deque((item, 1) for item in items)
-        pending: dict[Any, tuple[Any, int]] = {}
+        todo = deque((job, 1) for job in jobs)
+        pending: dict[Any, tuple[Job, int]] = {}
         last = time.monotonic()
         try:
             while todo or pending:
                 while todo and len(pending) < max(1, in_flight):
                     item, attempt = todo.popleft()
-                    pending[self.cluster.item.remote(self.job_ref, item)] = (item, attempt)
+                    pending[self.cluster.item.remote(self.spec_ref, item)] = (item, attempt)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 if not ready:
                     if time.monotonic() - last > STALL_CHECK:
@@ -225,23 +210,23 @@ class ClusterRun:
             self.cancel(list(pending))
             raise
 
-    def _collect(self, ref: Any, item: Any, attempt: int) -> Finished | None:
-        """What came back; None: the node was lost and the item goes out again."""
+    def _collect(self, ref: Any, item: Job, attempt: int) -> Done | None:
+        """What came back; None: the node was lost and the job goes out again."""
         exceptions = self.ray.exceptions
         try:
             status, value, node = self.ray.get(ref)
         except exceptions.RayTaskError as exc:  # our code raised on the node: no retry
-            return Finished(item, None, f"on the cluster: {_first_line(exc)}", None, attempt)
+            return Done(item, None, f"on the cluster: {_first_line(exc)}", None, attempt)
         except exceptions.RayError as exc:  # the node or its worker died under it
             if attempt < MAX_ATTEMPTS:
                 log.warning("%s: its node was lost (%s); sending it again (attempt %d)",
                             item, type(exc).__name__, attempt + 1)  # fmt: skip
                 return None
             why = f"its node was lost {attempt} times ({type(exc).__name__}); not run again"
-            return Finished(item, None, why, None, attempt)
+            return Done(item, None, why, None, attempt)
         if status == "refused":
-            return Finished(item, None, value, node, attempt)
-        return Finished(item, value, None, node, attempt)
+            return Done(item, None, value, node, attempt)
+        return Done(item, decode(item, value), None, node, attempt)
 
     def cancel(self, refs: list[Any]) -> None:
         """Stop work in flight: first as Ctrl-C does inside the task (its containers are

@@ -1,12 +1,12 @@
 """What runs on a cluster node, inside a Ray worker process.
 
 A node keeps one ``_Context`` per process for the run at hand: the bundle unpacked once per
-node, the node's own sandbox (``auto`` picks oci or docker there), its image resolver, and the
-loaded suite (or grader). Building it checks the node: the same
+node, the node's own sandbox (``auto`` picks oci or docker there), its image resolver, and a
+``jobs.Worker`` over the loaded suite (or grader). Building it checks the node: the same
 gradebox, reachable engine and runtime, the driver's image ids, the same tests, the model keys.
-The preflight reports those checks; a node that joined later meets them at its first test,
-which is then refused. A test then
-runs exactly as it does locally (``runner._SuiteRun.run_test``).
+The preflight reports those checks; a node that joined later meets them at its first job,
+which is then refused. A job then runs exactly as it does locally: ``jobs.run_job``, the
+function the local executor's threads call.
 
 Files of a run live in ``$TMPDIR/gradebox-ray-RUN`` on each node (the bundle, staged
 templates); per-test scratch is named after the worker's pid, as locally. ``sweep`` removes
@@ -15,7 +15,6 @@ the run's folder and whatever killed workers left (``gradebox gc``'s rules).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import tempfile
@@ -25,10 +24,11 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import GradeboxError
+from ..jobs import Job, Worker, encode, run_job
 from ..workspace import remove_tree, unmount_below
 from .bundle import unpack
 
-__all__ = ["RUN_PREFIX", "Job", "node_op", "run_item", "run_dir"]
+__all__ = ["RUN_PREFIX", "RunSpec", "node_op", "run_dir", "run_item"]
 
 RUN_PREFIX = "gradebox-ray-"
 
@@ -38,11 +38,11 @@ def run_dir(run_id: str) -> Path:
 
 
 @dataclass(frozen=True)
-class Job:
-    """Everything a node needs for one run; put in the object store once."""
+class RunSpec:
+    """Everything a node needs for one run (its jobs aside); put in the object store once."""
 
     run_id: str
-    kind: str  # "suite": items are test ids; "grader": records to grade or targets to run
+    kind: str  # "suite": TestJobs; "grader": GradeJobs and TrialJobs
     bundle: Any  # ObjectRef of the packed files (bundle.pack)
     entry: str  # the suite or grader file, relative to the bundle
     images: dict[str, str]  # reference -> id the driver resolved (against its lock)
@@ -58,7 +58,7 @@ class Job:
 
 
 class NodeRefused(GradeboxError):
-    """This node cannot run the job as the driver planned it."""
+    """This node cannot run the run's jobs as the driver planned them."""
 
 
 _name: list[str] = []
@@ -80,29 +80,27 @@ def node_name() -> str:
 class _Context:
     """One run as this worker process sees it (see the module's docstring)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, spec: RunSpec) -> None:
         import ray
 
         from ..sandbox import get_sandbox
 
-        self.job, self.dir = job, run_dir(job.run_id)
-        if job.version != __version__:
+        self.spec, self.dir = spec, run_dir(spec.run_id)
+        if spec.version != __version__:
             raise NodeRefused(
-                f"runs gradebox {__version__}, the driver {job.version}: install the same "
+                f"runs gradebox {__version__}, the driver {spec.version}: install the same "
                 "version on every node"
             )
         # Only the first process of a node fetches the files from the object store.
-        self.root = unpack(lambda: ray.get(job.bundle), self.dir / "bundle")
-        self.state: Any = None
-        self.tests: dict[str, Any] = {}
-        self.grader: Any = None
-        self.problems: list[str] = []  # why this node may not run the job; [] when it may
-        self.box = get_sandbox(job.sandbox)  # the engine and runtime checks of this node
+        self.root = unpack(lambda: ray.get(spec.bundle), self.dir / "bundle")
+        self.worker: Worker | None = None
+        self.problems: list[str] = []  # why this node may not run the jobs; [] when it may
+        self.box = get_sandbox(spec.sandbox)  # the engine and runtime checks of this node
         try:
             # Not `locked` here: the driver enforced the lock when it planned, and this node
             # must hold the very ids the driver resolved (stricter): _same_images checks.
             self.images = self.box.images(
-                build_network="network" in job.allow, build="build" in job.allow
+                build_network="network" in spec.allow, build="build" in spec.allow
             )
             self._load()
         except BaseException:
@@ -112,38 +110,39 @@ class _Context:
     def _load(self) -> None:
         from ..plan import plan_suite
 
-        job = self.job
+        spec = self.spec
         self._same_images()
-        if job.kind == "suite":
-            from ..runner import _SuiteRun
+        if spec.kind == "suite":
             from ..suite import load_suite
 
-            suite = load_suite(self.root / job.entry, format=job.format)
-            plan_suite(suite, self.images, job.allow)  # type: ignore[arg-type]
-            self.tests = {t.id: t for t in suite.tests}
-            self.problems = _suite_problems(suite, self.tests, job.fingerprints)
+            suite = load_suite(self.root / spec.entry, format=spec.format)
+            plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
+            tests = {t.id: t for t in suite.tests}
+            self.problems = _suite_problems(suite, tests, spec.fingerprints)
             # Graders of one test run side by side, as they do locally.
-            self.state = _SuiteRun(
-                suite, self.box, self.images, job.run_id, workers=4, use_cache=job.use_cache,
-                model_calls=job.model_calls, references=job.references,
-                scratch=self.dir / f"stage-{os.getpid()}",
+            self.worker = Worker(
+                self.box, self.images, spec.run_id, suite=suite, threads=4,
+                use_cache=spec.use_cache, model_calls=spec.model_calls,
+                references=spec.references, scratch=self.dir / f"stage-{os.getpid()}",
             )  # fmt: skip
         else:
             from ..batch import load_grader_ref
 
-            self.grader = load_grader_ref(self.root / job.entry)
-            if job.workspace is not None:
-                self.workspace = self.root / job.workspace
+            grader = load_grader_ref(self.root / spec.entry)
+            if spec.workspace is not None:
+                workspace = self.root / spec.workspace
             else:
-                self.workspace = self.dir / "empty"
-                self.workspace.mkdir(exist_ok=True)
+                workspace = self.dir / "empty"
+                workspace.mkdir(exist_ok=True)
+            self.worker = Worker(self.box, self.images, spec.run_id, grader=grader,
+                                 workspace=workspace, threads=1)  # fmt: skip
 
     def _same_images(self) -> None:
         """Every image the driver planned must be the same bytes here. A grader's own
         Dockerfile is built on each node from the bundle (pinned by its inputs' hash)."""
         from ..errors import ImageError
 
-        for ref, wanted in sorted(self.job.images.items()):
+        for ref, wanted in sorted(self.spec.images.items()):
             if ref.startswith("build:"):
                 continue
             try:
@@ -158,31 +157,15 @@ class _Context:
                     "images load ARCHIVE` on this node"
                 )
 
-    def run(self, item: Any) -> Any:
-        job = self.job
+    def run(self, job: Job) -> str:
         if self.problems:  # a node that joined after the preflight is held to it here
             raise NodeRefused("; ".join(self.problems))
-        if job.kind == "suite":
-            return self.state.run_test(self.tests[item]).model_dump_json()
-        what, _n, payload = item
-        if what == "target":
-            from ..batch import Record
-            from ..trials import run_target_once
-
-            record, command, image_id = payload
-            answer = run_target_once(Record.model_validate(record), command, image_id, self.box)
-            return answer.model_dump(mode="json", by_alias=True)
-        from ..batch import Record
-        from ..graders.run import run_grader
-
-        record = Record.model_validate(payload)
-        result = run_grader(self.grader, record.payload(), self.workspace, self.box,
-                            images=self.images)  # fmt: skip
-        return result.model_dump_json()
+        assert self.worker is not None
+        return encode(job, run_job(self.worker, job))
 
     def close(self) -> None:
-        if self.state is not None:
-            self.state.close()
+        if self.worker is not None:
+            self.worker.close()
         self.box.close()
 
 
@@ -219,12 +202,12 @@ def _keys_used(suite: Any) -> set[str]:
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)
 
 
-def _context(job: Job) -> _Context:
-    ctx = _current.get(job.run_id)
+def _context(spec: RunSpec) -> _Context:
+    ctx = _current.get(spec.run_id)
     if ctx is None:
         for run_id in list(_current):  # a later run: the earlier one is over here
             _forget(run_id)
-        ctx = _current[job.run_id] = _Context(job)
+        ctx = _current[spec.run_id] = _Context(spec)
     return ctx
 
 
@@ -234,35 +217,35 @@ def _forget(run_id: str) -> None:
         ctx.close()
 
 
-def run_item(job: Job, item: Any) -> tuple[str, Any, str]:
-    """One test (or record) on this node: ``("ok", result, node)``, or ``("refused", why,
+def run_item(spec: RunSpec, job: Job) -> tuple[str, Any, str]:
+    """One job on this node: ``("ok", result as JSON text, node)``, or ``("refused", why,
     node)`` when this node cannot run it as the driver planned."""
     try:
         try:
-            return "ok", _context(job).run(item), node_name()
+            return "ok", _context(spec).run(job), node_name()
         except NodeRefused as exc:
             return "refused", f"node {node_name()}: {exc}", node_name()
         except GradeboxError as exc:  # e.g. the engine went away under a test
-            _forget(job.run_id)
+            _forget(spec.run_id)
             return "refused", f"node {node_name()}: {exc}", node_name()
     except KeyboardInterrupt:
         # Cancelled by the driver (Ctrl-C): kill this run's containers here, now.
-        _forget(job.run_id)
+        _forget(spec.run_id)
         raise
 
 
-def node_op(op: str, job: Job | None = None, run_id: str | None = None) -> dict[str, Any]:
-    """Work pinned to one node: ``preflight`` (may this node run the job?) and ``sweep``
+def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> dict[str, Any]:
+    """Work pinned to one node: ``preflight`` (may this node run the jobs?) and ``sweep``
     (remove the run's files and whatever killed workers left here)."""
     if op == "preflight":
-        assert job is not None
+        assert spec is not None
         report: dict[str, Any] = {"node": node_name(), "problems": []}
         try:
-            ctx = _context(job)
+            ctx = _context(spec)
             report["sandbox"] = ctx.box.name
             report["problems"] = ctx.problems
         except GradeboxError as exc:
-            _forget(job.run_id)
+            _forget(spec.run_id)
             report["problems"] = [str(exc)]
         return report
     if op == "sweep":
@@ -275,16 +258,12 @@ def node_op(op: str, job: Job | None = None, run_id: str | None = None) -> dict[
 def sweep(run_id: str) -> dict[str, Any]:
     """The run's folder on this node, then containers and scratch of workers that are gone
     (a cancelled or killed test's), by ``gradebox gc``'s rules: a live runner's are kept."""
-    from ..sandbox import oci
-    from ..sandbox._engine import Engine
-    from ..sandbox.docker import collect_garbage
+    from ..sandbox import collect_garbage
     from ..scratch import collect_scratch
 
     folder = run_dir(run_id)
-    removed: list[str] = []
-    removed += oci.collect_garbage()  # before the folders: their workspaces are mounts there
-    with contextlib.suppress(GradeboxError):  # no engine here: nothing of ours ran here
-        removed += [c["Id"][:12] for c in collect_garbage(Engine.connect(timeout=30))]
+    # Before the folders: the containers' workspaces are mounts there.
+    removed = collect_garbage(engine_timeout=30, need_engine=False)
     unmount_below(folder)
     remove_tree(folder)
     scratch = collect_scratch()

@@ -6,7 +6,6 @@ Everything after this module receives typed ``GraderConfig`` objects.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -23,6 +22,7 @@ from pydantic import (
 from .._types import Duration
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
+from ..fstree import normalise_sub_path
 from ..images import ImageBuild
 from ..sandbox.base import Limits, Security
 
@@ -52,23 +52,6 @@ def _not_reserved(key: str) -> str:
 
 
 EnvKey = Annotated[str, AfterValidator(_not_reserved)]
-
-
-def normalise_sub_path(value: str) -> str:
-    """Check what can be checked without the workspace: both slash styles, no absolute path,
-    no ``..`` that climbs out. Symlinks are checked on the host when the workspace is known."""
-    text = value.replace("\\", "/")
-    if text.startswith("/") or re.match(r"^[A-Za-z]:", text):
-        raise ValueError(f"{value!r} is absolute; sub_path must be relative to the workspace")
-    parts: list[str] = []
-    for part in PurePosixPath(text).parts:
-        if part == "..":
-            if not parts:
-                raise ValueError(f"{value!r} climbs out of the workspace with '..'")
-            parts.pop()
-        elif part not in (".", ""):
-            parts.append(part)
-    return "/".join(parts)
 
 
 class _GraderBase(BaseModel):

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import Trace
+from .transcript import Trace
 
 __all__ = ["SkillCall", "check_skills", "skill_calls"]
 

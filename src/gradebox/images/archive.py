@@ -13,8 +13,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from ..engine import Engine
 from ..errors import ImageError
-from ..sandbox._engine import Engine
 from .catalog import qualified
 from .lock import Lock, read_lock, verify
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engine import Engine, NotFound
 from ..errors import ImageError
-from ..sandbox._engine import Engine, NotFound
 from .apt import BASE_PACKAGES, _base_inputs, apt_mirror
 from .catalog import (
     BASE,

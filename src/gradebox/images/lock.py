@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine import Engine
 from ..errors import ImageError
-from ..sandbox._engine import Engine
 from .build import _current, status
 from .catalog import BASE, images_dir
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine import Engine, NotFound
 from ..errors import ImageError
-from ..sandbox._engine import Engine, NotFound
 from .catalog import LABEL_INPUTS, images_dir, input_hash, qualified, repo
 from .lock import Lock, lock_path, read_lock
 

@@ -114,7 +114,7 @@ def _text(content: Any) -> str:
 
 
 def _tool_calls(payload: Payload) -> str:
-    from ..graders.trace import trace_of
+    from ..graders.transcript import trace_of
 
     calls = trace_of(payload.messages).tool_calls
     if not calls:

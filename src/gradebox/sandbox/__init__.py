@@ -22,6 +22,7 @@ __all__ = [
     "SandboxSpec",
     "Security",
     "choose_backend",
+    "collect_garbage",
     "get_sandbox",
 ]
 
@@ -83,3 +84,25 @@ def _entry_point(name: str):  # type: ignore[no-untyped-def]
         if ep.name == name:
             return ep.load()
     return None
+
+
+def collect_garbage(
+    everything: bool = False, engine_timeout: float = 120.0, need_engine: bool = True
+) -> list[str]:
+    """Remove the containers of every backend whose runner is gone (or all, ``everything``):
+    the OCI runtime's first (their workspaces are mounts in scratch folders), then the Docker
+    engine's. Their names (an id where a container has none). ``need_engine=False``: no
+    engine reachable here is no error (nothing of ours ran on it)."""
+    from ..errors import GradeboxError
+    from . import oci
+    from ._engine import Engine
+    from .docker import collect_garbage as docker_garbage
+
+    removed = oci.collect_garbage(everything=everything)
+    try:
+        gone = docker_garbage(Engine.connect(timeout=engine_timeout), everything=everything)
+    except GradeboxError:
+        if need_engine:
+            raise
+        return removed
+    return removed + [c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12] for c in gone]

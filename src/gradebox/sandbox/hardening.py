@@ -1,7 +1,7 @@
 """Limits and security switches -> the Docker Engine's ``HostConfig``, as one pure function.
 
 Kept free of the docker package so that it is unit-tested without an engine, and so that the
-README's hardening table and this code can be read side by side.
+The hardening table (docs/security.md) and this code can be read side by side.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import os
 import re
 import socket
 
+from ..scratch import pid_alive
+
 __all__ = [
     "LABEL_OWNER",
     "LABEL_RUN",
@@ -28,17 +30,6 @@ def owner_labels(session: str) -> dict[str, str]:
 def parse_owner(value: str) -> tuple[str, int] | None:
     host, _, pid = value.rpartition(":")
     return (host, int(pid)) if host and pid.isdigit() else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Is the runner with this pid (on this host) still there?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
 
 
 def slug(name: str, limit: int = 40) -> str:

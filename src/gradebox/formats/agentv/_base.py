@@ -16,14 +16,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..._yaml import LineMap, load_yaml_file
+from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
 
 __all__ = [
     "Where",
     "dotenv",
     "interpolate_env",
-    "read_cases_file",
     "render",
     "resolve_path",
     "search_roots",
@@ -169,37 +168,6 @@ def resolve_path(rel: str, roots: list[Path]) -> Path | None:
 # Case files: YAML, JSON, JSONL, CSV.
 
 Case = tuple[Any, Where, tuple[str, ...]]
-
-
-def read_cases_file(path: Path) -> list[Case]:
-    """The raw cases a file holds, each with where it was written."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return _jsonl_cases(path)
-    if suffix == ".csv":
-        from .csv_cases import csv_cases
-
-        return csv_cases(path)
-    data, lines = load_yaml_file(path)
-    items = data.get("tests") if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        raise ConfigError("a case file holds a list of tests", file=str(path))
-    key = ("tests",) if isinstance(data, dict) else ()
-    return [(item, Where(path, lines), (*key, str(i))) for i, item in enumerate(items)]
-
-
-def _jsonl_cases(path: Path) -> list[Case]:
-    cases: list[Case] = []
-    text = path.read_text(encoding="utf-8")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"invalid JSON: {exc}", file=str(path), line=n) from None
-        cases.append((item, Where(path, Lines1(n)), ()))
-    return cases
 
 
 def csv_rows(path: Path) -> list[tuple[int, dict[str, str]]]:

@@ -15,13 +15,15 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import itertools
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 from ..._yaml import load_yaml_file
 from ...errors import ConfigError
-from ._base import Case, Where, interpolate_env, read_cases_file, render, resolve_path
+from ._base import Case, Lines1, Where, interpolate_env, render, resolve_path
+from .csv_cases import csv_cases
 from .environment import map_environment, map_workspace
 
 __all__ = ["Context", "build_tests", "gather_cases"]
@@ -628,3 +630,32 @@ def build_tests(cases: list[Case], prompts: list[Any], ctx: Context
             origins.append((str(cwhere.path), cwhere.lines, loc))
             settings.update(asked)
     return tests, origins, settings
+
+
+def read_cases_file(path: Path) -> list[Case]:
+    """The raw cases a file holds, each with where it was written."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _jsonl_cases(path)
+    if suffix == ".csv":
+        return csv_cases(path)
+    data, lines = load_yaml_file(path)
+    items = data.get("tests") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ConfigError("a case file holds a list of tests", file=str(path))
+    key = ("tests",) if isinstance(data, dict) else ()
+    return [(item, Where(path, lines), (*key, str(i))) for i, item in enumerate(items)]
+
+
+def _jsonl_cases(path: Path) -> list[Case]:
+    cases: list[Case] = []
+    text = path.read_text(encoding="utf-8")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(f"invalid JSON: {exc}", file=str(path), line=n) from None
+        cases.append((item, Where(path, Lines1(n)), ()))
+    return cases
