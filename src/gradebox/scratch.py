@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 from .sandbox.labels import pid_alive
-from .workspace import remove_tree, unmount_below
 
 __all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch"]
 
@@ -22,6 +21,8 @@ TMP_PREFIX = "gradebox-"
 def collect_scratch(everything: bool = False) -> list[Path]:
     """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
     runners that are gone; ``everything``: all of them, cluster runs' folders too."""
+    from .workspace import remove_tree, unmount_below
+
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
