@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from json.decoder import scanstring
 from pathlib import PurePosixPath
 
 __all__ = [
@@ -44,51 +45,77 @@ _VERSIONED = re.compile(r"^(python|node)[0-9.]*$")
 # One JSON string token (linear: no nested quantifier can backtrack) or one bracket.
 _STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 _SCAN = re.compile(_STRING + rb"|[{}\[\]]")
-_COLON = re.compile(rb"[ \t\r\n]*:")
-_VALUE = re.compile(rb"[ \t\r\n]*(" + _STRING + rb")")
-_LEAD = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*\{")
-_MAX_KEY = 256  # a longer key is none of ours; it is never decoded
+_WS = re.compile(r"[ \t\r\n]*")
+_DECODER = json.JSONDecoder()
 
 
 def top_level_strings(data: bytes, keys: tuple[str, ...]) -> dict[str, list[tuple[int, int]]]:
     """Where, in a JSON object's text, the top-level ``keys`` have string values: key ->
-    spans ``(start, end)`` of each value's token (a repeated key: every one, in order).
+    byte spans ``(start, end)`` of each value's token (a repeated key: every one, in order).
 
     Only members of the outermost object count: a key nested anywhere deeper, or text inside
     any string (an agent's answer quoting ``"workspace_path": ...``), is never one. Text that
-    is not a JSON object gives nothing. Linear in ``len(data)``."""
-    found: dict[str, list[tuple[int, int]]] = {}
-    lead = _LEAD.match(data)
-    if lead is None:
-        return found
-    depth = 1
-    pos = lead.end()
+    is not a JSON object gives nothing. Linear in ``len(data)``: members are walked here, and
+    each value is skipped by the json module's C scanner (a value nested deeper than it
+    recurses, by a bracket count)."""
+    text = data.decode("utf-8", "surrogateescape")  # every byte maps back as it was
     wanted = set(keys)
-    for m in _SCAN.finditer(data, pos):
-        token = m.group()
-        first = token[:1]
-        if first == b'"':
-            if depth != 1:
-                continue
-            colon = _COLON.match(data, m.end())
-            if colon is None or len(token) > _MAX_KEY:
-                continue  # a value, or a key too long to be ours
-            try:
-                key = json.loads(token)
-            except ValueError:
-                return {}
-            if key not in wanted:
-                continue
-            value = _VALUE.match(data, colon.end())
-            if value is not None:
-                found.setdefault(key, []).append(value.span(1))
-        elif first in (b"{", b"["):
+    found: dict[str, list[tuple[int, int]]] = {}
+    spans: list[tuple[str, int, int]] = []
+    i = _WS.match(text, 1 if text.startswith("\ufeff") else 0).end()
+    if text[i : i + 1] != "{":
+        return found
+    i = _WS.match(text, i + 1).end()
+    try:
+        while text[i : i + 1] == '"':
+            key, i = scanstring(text, i + 1)
+            i = _WS.match(text, i).end()
+            if text[i : i + 1] != ":":
+                return found
+            i = _WS.match(text, i + 1).end()
+            if text[i : i + 1] == '"':
+                start = i
+                _, i = scanstring(text, i + 1)
+                if key in wanted:
+                    spans.append((key, start, i))
+            else:
+                i = _skip_value(text, data, i)
+            i = _WS.match(text, i).end()
+            if text[i : i + 1] != ",":
+                break
+            i = _WS.match(text, i + 1).end()
+    except (ValueError, IndexError):
+        return found
+    # str indices -> byte offsets, in one pass over the text before the last span.
+    pos = offset = 0
+    for key, start, end in spans:
+        offset += len(text[pos:start].encode("utf-8", "surrogateescape"))
+        size = len(text[start:end].encode("utf-8", "surrogateescape"))
+        found.setdefault(key, []).append((offset, offset + size))
+        pos, offset = end, offset + size
+    return found
+
+
+def _skip_value(text: str, data: bytes, i: int) -> int:
+    """The end of the JSON value at ``i`` (not a string)."""
+    try:
+        return _DECODER.raw_decode(text, i)[1]
+    except RecursionError:
+        pass
+    # Nested deeper than the C scanner recurses: count brackets (strings skipped whole).
+    if text[i] not in "[{":
+        raise ValueError("not a value")
+    prefix = len(text[:i].encode("utf-8", "surrogateescape"))
+    depth = 0
+    for m in _SCAN.finditer(data, prefix):
+        first = m.group()[:1]
+        if first in (b"[", b"{"):
             depth += 1
-        else:
+        elif first in (b"]", b"}"):
             depth -= 1
             if depth == 0:
-                break
-    return found
+                return len(data[: m.end()].decode("utf-8", "surrogateescape"))
+    raise ValueError("unterminated value")
 
 
 def decode_string(data: bytes, span: tuple[int, int]) -> str | None:
