@@ -278,7 +278,7 @@ class Exec:
         else:
             self._enterable(self.cwd, user, "the current folder")
             mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
-            mounts += _masked_secrets(self.cwd, CONTAINER_GRADER_DIR)
+            mounts += _masked_secrets(self.cwd, CONTAINER_GRADER_DIR, self.scratch)
             workdir, here, there = CONTAINER_GRADER_DIR, self.cwd, CONTAINER_GRADER_DIR
         if workspace is not None:
             self._enterable(workspace, user, "the workspace")
@@ -511,8 +511,9 @@ def _copy_in(source: Path, dest: Path) -> bool:
     return True
 
 
-def _masked_secrets(folder: Path, target: str) -> list[Any]:
-    """``.env`` files at the top of a mounted folder, each covered by an empty file."""
+def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
+    """``.env`` files at the top of a mounted folder, each covered by an empty file (not
+    ``/dev/null``: mounts are ``nodev``)."""
     from ..sandbox.base import Mount
 
     try:
@@ -523,7 +524,12 @@ def _masked_secrets(folder: Path, target: str) -> list[Any]:
         ]
     except OSError:
         return []
-    return [Mount(Path("/dev/null"), f"{target}/{n}", read_only=True) for n in sorted(names)]
+    if not names:
+        return []
+    empty = scratch / "empty"
+    empty.touch(mode=0o444)
+    empty.chmod(0o444)
+    return [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(names)]
 
 
 def _translate(command: list[str], roots: list[tuple[Path, str]]) -> list[str]:
