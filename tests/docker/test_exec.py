@@ -278,3 +278,14 @@ def test_a_plaited_grader_spawned_by_its_absolute_path_prints_what_it_prints_bar
         out, err = proc.communicate(data, timeout=120)
         assert bare.returncode == 0 and bare.stdout, bare.stderr
         assert (proc.returncode, out) == (0, bare.stdout), err
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_example_prints_each_line_twice(backend):
+    script = Path(__file__).resolve().parents[2] / "examples" / "exec" / "run.sh"
+    p = subprocess.run([str(script)], capture_output=True, text=True,
+                       env=base_env(GRADEBOX_SANDBOX=backend), timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 6 and all(json.loads(line)["pass"] for line in lines), p.stdout
+    assert lines[0::2] == lines[1::2]
