@@ -289,3 +289,54 @@ def test_the_example_prints_each_line_twice(backend):
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 6 and all(json.loads(line)["pass"] for line in lines), p.stdout
     assert lines[0::2] == lines[1::2]
+
+
+PROXY_GRADER = """import json, os, sys
+from gradebox_target import info, invoke, ProxyError
+answers = [invoke(f"{sys.argv[1]}-{i}")["rawText"] for i in range(2)]
+try:
+    invoke(sys.argv[1])
+    third = "allowed"
+except ProxyError as exc:
+    third = exc.status
+keys = [k for k, v in os.environ.items() if "sk-judge" in v]
+print(json.dumps({"answers": answers, "third": third, "keys": keys, "max": info()["maxCalls"]}))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_target_gives_the_grader_its_own_proxy(engine, backend, grader_dir):
+    from tests.fake_models import FakeModel
+
+    (grader_dir / "g.py").write_text(PROXY_GRADER)
+    with FakeModel(default="judged") as fake:
+        (grader_dir / ".gradebox").mkdir()
+        (grader_dir / ".gradebox" / "targets.yaml").write_text(
+            f"targets:\n  - name: judge\n    provider: openai\n    model: m\n"
+            f"    base_url: {fake.base_url}\n    api_key_env: JUDGE_KEY\n"
+        )
+        env = base_env(JUDGE_KEY="sk-judge-key")
+        nonce = os.urandom(8).hex()  # the host's answer cache must not answer for the model
+        p = gbx(engine, backend, ["--target", "judge", "--max-calls", "2", "--", "python3",
+                                  "g.py", nonce], cwd=grader_dir, env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    seen = json.loads(p.stdout)
+    assert seen == {"answers": ["judged", "judged"], "third": 429, "keys": [], "max": 2}
+    assert len(fake.requests) == 2
+    assert all(h["authorization"] == "Bearer sk-judge-key" for h in fake.headers)
+
+
+def test_sigterm_removes_the_container(engine, grader_dir):
+    """A harness's own timeout sends SIGTERM: the command is killed, nothing is left."""
+    proc = subprocess.Popen(
+        [GRADEBOX, "exec", "--sandbox", "oci", "--", "sleep", "60"], cwd=grader_dir,
+        env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not leftovers_of(engine, proc.pid, running=True) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers_of(engine, proc.pid, running=True), "the container never started"
+    proc.send_signal(15)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err
+    assert leftovers_of(engine, proc.pid) == []
