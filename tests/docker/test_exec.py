@@ -340,3 +340,15 @@ def test_sigterm_removes_the_container(engine, grader_dir):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"interrupted" in err
     assert leftovers_of(engine, proc.pid) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workspace_closed_to_the_sandbox_user_is_given_as_a_private_copy(
+    engine, backend, grader_dir, ws
+):
+    """AgentV's workspace is a mkdtemp (0700): as root, uid 65534 could not enter it."""
+    ws.chmod(0o700)
+    p = gbx(engine, backend, ["--", "sh", "-c", "cat /workspace/answer.txt; touch /workspace/x"],
+            cwd=grader_dir, env=base_env(AGENTV_WORKSPACE_PATH=str(ws)))  # fmt: skip
+    assert p.returncode != 0 and p.stdout == b"42\n", p.stderr
+    assert b"Read-only file system" in p.stderr and not (ws / "x").exists()

@@ -204,6 +204,7 @@ class Exec:
         self.scratch: Path | None = None
         self.box: Any = None
         self.proxy: Any = None
+        self.copy: Any = None
 
     def run(self) -> int:
         try:
@@ -280,8 +281,11 @@ class Exec:
             mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
             mounts += _masked_secrets(self.cwd, CONTAINER_GRADER_DIR, self.scratch)
             workdir, here, there = CONTAINER_GRADER_DIR, self.cwd, CONTAINER_GRADER_DIR
-        if workspace is not None:
-            self._enterable(workspace, user, "the workspace")
+        ws_mount = workspace
+        if workspace is not None and not _enters(workspace, user):
+            # As `grade` does: a private copy the sandbox user owns (a root-owned 0700
+            # workspace, AgentV's mkdtemp, is closed to uid 65534).
+            ws_mount = self._private_copy(workspace, owner)
         command = _translate(
             opts.command,
             [(here, there)] + ([(workspace, CONTAINER_WORKSPACE)] if workspace is not None else []),
@@ -295,7 +299,7 @@ class Exec:
             image=image,
             command=command,
             inputs=inputs,
-            workspace=workspace,
+            workspace=ws_mount,
             workdir=workdir,
             mounts=mounts,
             env=env,
@@ -373,14 +377,23 @@ class Exec:
             )
 
     def _enterable(self, folder: Path, user: str, what: str) -> None:
-        from ..graders.spec import enterable
-
-        if not enterable(folder, user):
+        if not _enters(folder, user):
             raise ExecError(
                 f"{what} {folder} is closed to the sandbox user {user} (mode "
                 f"{folder.stat().st_mode & 0o777:o}); make it readable (chmod o+rx), or run "
                 "gradebox as its owner"
             )
+
+    def _private_copy(self, workspace: Path, owner: tuple[int, int]) -> Path:
+        from ..workspace import Workspace
+
+        assert self.scratch is not None
+        private = self.scratch / "workspace"
+        private.mkdir(mode=0o755)
+        if os.geteuid() == 0:
+            os.chown(private, *owner)
+        self.copy = Workspace.create(private, workspace, owner=owner)
+        return private
 
     def _sandbox(self) -> Any:
         from ..sandbox import choose_backend, get_sandbox
@@ -466,6 +479,8 @@ class Exec:
             self.proxy.close()
         if self.box is not None:
             self.box.close()
+        if self.copy is not None:
+            self.copy.close()
         if self.scratch is not None:
             from ..fstree import remove_tree
 
@@ -473,6 +488,12 @@ class Exec:
             if inputs.exists():
                 os.chmod(inputs, 0o700)  # ours to empty (sealed 0500 for the sandbox user)
             remove_tree(self.scratch)
+
+
+def _enters(folder: Path, user: str) -> bool:
+    from ..graders.spec import enterable
+
+    return enterable(folder, user)
 
 
 def _read_stdin() -> bytes:
