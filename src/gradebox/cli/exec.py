@@ -401,6 +401,12 @@ class Exec:
         name = choose_backend(self.opts.sandbox)
         if name == "host":
             raise ExecError("--sandbox host runs nothing in a sandbox; exec runs oci or docker")
+        if name == "oci":
+            from ..sandbox._shared import LazyEngine
+            from ..sandbox.oci import OciSandbox
+
+            # The engine is reached only if the image must be resolved or unpacked by it.
+            return OciSandbox(LazyEngine())
         return get_sandbox(name)
 
     def _image(self, command: list[str]) -> str:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from ._shared import BackgroundRemover, EngineImages, LazyEngine
+from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
 from .gate import ReportChannel, never_released, signal_of
@@ -101,8 +101,12 @@ class OciSandbox(EngineImages, Sandbox):
         why = oci_usable()
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
-        # Connected on first use: a run whose image is unpacked already never needs it.
-        self.engine = engine or LazyEngine()
+        if engine is None:
+            from . import _engine
+
+            engine = _engine.Engine.connect()
+        # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is.
+        self.engine = engine
         self.session = session or secrets.token_hex(4)
         self.runtime = runtime_binary()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
