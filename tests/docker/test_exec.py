@@ -352,3 +352,11 @@ def test_a_workspace_closed_to_the_sandbox_user_is_given_as_a_private_copy(
             cwd=grader_dir, env=base_env(AGENTV_WORKSPACE_PATH=str(ws)))  # fmt: skip
     assert p.returncode != 0 and p.stdout == b"42\n", p.stderr
     assert b"Read-only file system" in p.stderr and not (ws / "x").exists()
+
+
+def test_the_sdk_is_importable_and_node_commands_get_the_node_image(engine, grader_dir):
+    sdk = gbx(engine, "oci", ["--", "python3", "-c", "import gradebox.sdk, gradebox_target"],
+              cwd=grader_dir)  # fmt: skip
+    assert sdk.returncode == 0, sdk.stderr
+    node = gbx(engine, "oci", ["--", "node", "-e", "process.stdout.write('js')"], cwd=grader_dir)
+    assert (node.returncode, node.stdout) == (0, b"js"), node.stderr
