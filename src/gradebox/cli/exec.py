@@ -488,12 +488,12 @@ class Exec:
         if self.copy is not None:
             self.copy.close()
         if self.scratch is not None:
-            from ..fstree import remove_tree
+            import shutil
 
             inputs = self.scratch / "input"
             if inputs.exists():
                 os.chmod(inputs, 0o700)  # ours to empty (sealed 0500 for the sandbox user)
-            remove_tree(self.scratch)
+            shutil.rmtree(self.scratch, ignore_errors=True)  # written by us alone
 
 
 def _enters(folder: Path, user: str) -> bool:
