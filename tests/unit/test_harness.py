@@ -156,3 +156,13 @@ def test_exec_help_lists_the_exit_codes():
     top = subprocess.run([sys.executable, "-m", "gradebox", "--help"],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert "exec" in top.stdout
+
+
+def test_the_command_starts_at_the_first_word_that_is_not_ours():
+    from gradebox.cli.exec import parse
+
+    assert parse(["--timeout", "5s", "--", "python3", "x", "--", "y"]).command == [
+        "python3", "x", "--", "y"]  # fmt: skip
+    assert parse(["python3", "x", "--timeout", "1s"]).command == ["python3", "x", "--timeout", "1s"]
+    assert parse(["-e", "A", "--", "--weird"]).command == ["--weird"]
+    assert parse(["--timeout", "500ms", "sh"]).timeout == 0.5

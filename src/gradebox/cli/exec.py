@@ -134,14 +134,11 @@ def parse(argv: list[str]) -> Options:
         raise ExecError(message)
 
     parser.error = fail  # type: ignore[method-assign]
-    if "--" in argv:
-        cut = argv.index("--")
-        own, command = argv[:cut], argv[cut + 1 :]
-        ns = parser.parse_args(own)
-    else:
-        parser.add_argument("command", nargs=argparse.REMAINDER)
-        ns = parser.parse_args(argv)
-        command = ns.command
+    # Everything from the first word that is not one of ours is the command, `--` or not
+    # (a `--` later on is the command's own).
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not command:
         raise ExecError("no command given; usage: gradebox exec [OPTIONS] -- COMMAND [ARGS...]")
     from .._duration import parse_duration
