@@ -17,6 +17,10 @@ functional      a pytest grader over a 30-test project, 20 runs: warm container 
 peer            epicbox 1.1.0 (own venv) running the same trivial grader on the same image.
 memory          runner peak RSS on a 1,000-test suite vs a 100-test one (workspaces, diffs).
 cli             `gradebox --version`; `gradebox grade` end to end on a trivial grader vs bare.
+exec            `gradebox exec` and `gradebox grade` end to end (a process each, as a harness
+                runs them) on a trivial grader, on oci and docker, interleaved with the same
+                script bare in the rootfs; medians, and where each command's imports go
+                (`python -X importtime`, by top-level package). `--only exec` runs this alone.
 workspace       a target writing into a 200 MiB workspace: overlay over a staged template vs a
                 copy per test (GRADEBOX_WORKSPACE=copy).
 proxy           a script grader's model proxy: one call through it vs the same call straight to
@@ -299,6 +303,98 @@ def bench_cli(root: Path, n: int, rootfs: Path) -> dict[str, float]:
     }
 
 
+_PACKAGES = ("gradebox", "pydantic", "pydantic_core", "typer", "rich", "docker", "requests",
+             "yaml", "tenacity", "click", "urllib3")  # fmt: skip
+
+
+def _importtime(argv: list[str], cwd: Path, stdin: bytes) -> dict[str, float]:
+    """ms of imports for one run of ``argv`` (a Python program), by the package each module
+    belongs to (its own time: a package is charged what it costs, not what it imports)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=cwd, input=stdin,
+                       capture_output=True, check=False)  # fmt: skip
+    by: dict[str, float] = {}
+    for line in p.stderr.decode(errors="replace").splitlines():
+        if not line.startswith("import time:"):
+            continue
+        own, _, name = line[len("import time:") :].split("|")
+        if not own.strip().isdigit():  # the header
+            continue
+        top = name.strip().split(".")[0]
+        top = top if top in _PACKAGES else "stdlib"
+        by[top] = by.get(top, 0.0) + int(own) / 1000
+    by["total"] = sum(by.values())
+    return by
+
+
+def bench_exec(root: Path, n: int, rootfs: Path) -> dict[str, object]:
+    """`gradebox exec` and `gradebox grade` end to end, both backends, vs bare; interleaved."""
+    gradebox = str(Path(sys.executable).parent / "gradebox")
+    grader, ws = _script_grader(root)
+    folder = root / "grader"
+    folder.mkdir(mode=0o755)
+    (folder / "s.py").write_text(SCRIPT)
+    payload = Payload(output="The answer is 42.").to_wire()
+    (root / "p.json").write_bytes(payload)
+    runs = {
+        f"exec_{b}": [gradebox, "exec", "--sandbox", b, "--", "python3", "s.py"]
+        for b in ("oci", "docker")
+    }
+    runs |= {
+        f"grade_{b}": [gradebox, "grade", str(root / "g.yaml"), "-i", str(root / "p.json"),
+                       "-W", str(ws), "--sandbox", b]
+        for b in ("oci", "docker")
+    }  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in [*runs, "bare", "python"]}
+    for argv in runs.values():  # warm: images resolved, roots unpacked, caches filled
+        subprocess.run(argv, cwd=folder, input=payload, capture_output=True, check=True)
+    for _ in range(n):
+        times["bare"].append(bare_once(rootfs))
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times["python"].append(time.perf_counter() - t)
+        for key, argv in runs.items():
+            t = time.perf_counter()
+            p = subprocess.run(argv, cwd=folder, input=payload, capture_output=True)
+            times[key].append(time.perf_counter() - t)
+            assert p.returncode == 0 and (key.startswith("grade") or b'"pass": true' in p.stdout), (
+                key, p.stdout, p.stderr,
+            )  # fmt: skip
+    out: dict[str, object] = {k: ms(statistics.median(v)) for k, v in times.items()}
+    out["imports"] = {
+        "exec": _importtime(["-m", "gradebox", *runs["exec_oci"][1:]], folder, payload),
+        "grade": _importtime(["-m", "gradebox", *runs["grade_oci"][1:]], folder, payload),
+    }
+    return out
+
+
+def exec_rows(table: Table, ex: dict[str, object]) -> None:
+    bare = float(ex["bare"])  # type: ignore[arg-type]
+
+    def cell(key: str) -> str:
+        v = float(ex[key])  # type: ignore[arg-type]
+        return f"{v:.0f} ms (+{v - bare:.0f})"
+
+    for what in ("exec", "grade"):
+        table.add_row(
+            f"gradebox {what}, end to end (median)",
+            f"{bare:.0f} ms bare in rootfs",
+            cell(f"{what}_docker"),
+            cell(f"{what}_oci"),
+            "<= +100 ms (goal +60)",
+        )
+    imports = ex["imports"]
+    for what in ("exec", "grade"):
+        parts = imports[what]  # type: ignore[index]
+        top = sorted(((k, v) for k, v in parts.items() if k != "total"), key=lambda kv: -kv[1])
+        table.add_row(
+            f"  imports of {what} (oci)",
+            f"python start {float(ex['python']):.0f} ms",  # type: ignore[arg-type]
+            "",
+            f"{parts['total']:.0f} ms: " + ", ".join(f"{k} {v:.0f}" for k, v in top[:5]),
+            "no typer/rich/pydantic/docker" if what == "exec" else "",
+        )
+
+
 def bench_workspace(root: Path, n: int) -> dict[str, float]:
     tpl = root / "tpl"
     tpl.mkdir()
@@ -457,6 +553,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", choices=["exec"], help="run this section alone")
     args = parser.parse_args()
     q = args.quick
     r: dict[str, object] = {}
@@ -470,6 +567,17 @@ def main() -> None:
         return path
 
     rootfs = _rootfs()
+    if args.only == "exec":
+        ex = bench_exec(tmp(), 5 if q else 20, rootfs)
+        if args.json:
+            print(json.dumps(ex, indent=2))
+            return
+        table = Table(title="gradebox bench: exec (one run, this machine)")
+        for col in ("benchmark", "bare / baseline", "docker", "oci", "target (oci)"):
+            table.add_column(col)
+        exec_rows(table, ex)
+        Console().print(table)
+        return
     say("grade-cold…")
     r["cold"] = cold = {b: bench_cold(tmp(), 10 if q else 50, b, rootfs) for b in ("docker", "oci")}
     say("latency-warm…")
@@ -499,6 +607,8 @@ def main() -> None:
     r["peer"] = peer = bench_peer(tmp(), 10 if q else 50)
     say("cli…")
     r["cli"] = cli = bench_cli(tmp(), 5 if q else 20, rootfs)
+    say("exec…")
+    r["exec"] = ex = bench_exec(tmp(), 5 if q else 20, rootfs)
     say("workspace…")
     r["workspace"] = wsb = bench_workspace(tmp(), 5 if q else 20)
     say("memory…")
@@ -578,6 +688,7 @@ def main() -> None:
         f"{cli['grade_ms']:.0f} ms (+{cli['grade_ms'] - cli['grade_bare_ms']:.0f})",
         "<= +150 ms",
     )
+    exec_rows(table, ex)
     table.add_row(
         "target in a 200 MiB workspace, per test",
         f"{wsb['copy_ms_per_test']:.0f} ms copy",

@@ -11,8 +11,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from .workspace import remove_tree, unmount_below
-
 __all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch", "pid_alive"]
 
 TMP_PREFIX = "gradebox-"
@@ -33,6 +31,8 @@ def pid_alive(pid: int) -> bool:
 def collect_scratch(everything: bool = False) -> list[Path]:
     """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
     runners that are gone; ``everything``: all of them, cluster runs' folders too."""
+    from .workspace import remove_tree, unmount_below
+
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]

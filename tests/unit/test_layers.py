@@ -23,6 +23,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         [
             "_version",
             "_types",
+            "_duration",
             "errors",
             "_yaml",
             "jsonl",

@@ -1,7 +1,8 @@
 """The ``gradebox`` command (the app itself is in ``cli.app``).
 
-``main`` answers ``--version`` before importing anything else: a short command must not pay
-for typer, pydantic and the Docker SDK.
+``main`` answers ``--version`` and runs ``exec`` before importing anything else: a short
+command, and the hot path of every grader a harness runs through ``gradebox exec``, must not
+pay for typer, rich, pydantic and the Docker SDK.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ __all__ = ["main"]
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["exec"]:
+        from .exec import main as exec_main
+
+        sys.exit(exec_main(sys.argv[2:]))
     if sys.argv[1:] in (["--version"], ["-V"]):
         from .._version import __version__
 

@@ -80,6 +80,21 @@ for command in images_cmd.app.registered_commands:
 app.add_typer(images_cmd.app, name="images")
 
 
+@app.command(
+    "exec",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+    help="Run any harness's grader command in a hardened sandbox: gradebox exec -- CMD ARGS. "
+    "See `gradebox exec --help`.",
+)
+def exec_(ctx: typer.Context) -> None:
+    # `gradebox exec` is dispatched before this app loads (cli.main); this entry lists it in
+    # --help and serves callers of the app itself.
+    from .exec import main as exec_main
+
+    raise typer.Exit(exec_main(list(ctx.args)))
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"gradebox {__version__}")

@@ -18,11 +18,21 @@ from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE
 from ..jsonl import digest
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
-from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox, SandboxSpec
+from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox
 from ..sandbox.hardening import privileges_of, run_as, run_as_ids
 from ..scratch import new_scratch
 from ..workspace import Workspace, remove_tree
 from .config import GraderConfig, ProgramGrader
+from .spec import (
+    CONTAINER_GRADER_DIR,
+    CONTAINER_INPUT_DIR,
+    CONTAINER_WORKSPACE,
+    grader_spec,
+    input_folder,
+    seal_inputs,
+    workdir_in,
+)
+from .spec import enterable as _enterable
 from .verdict import judge
 
 if TYPE_CHECKING:
@@ -36,10 +46,6 @@ __all__ = [
     "prepare_grader",
     "run_grader",
 ]
-
-CONTAINER_WORKSPACE = "/workspace"
-CONTAINER_INPUT_DIR = "/run/gradebox"
-CONTAINER_GRADER_DIR = "/grader"
 
 
 def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None = None) -> str:
@@ -354,19 +360,6 @@ def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None
     return parent
 
 
-def _enterable(directory: Path, user: str) -> bool:
-    """Can the container user list and enter ``directory`` when it is bind-mounted?
-
-    Only the mounted directory's own mode matters (its parents stay on the host). A 0700
-    directory (``mktemp -d``) is closed to the unprivileged container user, so it is copied.
-    """
-    st = directory.stat()
-    uid = int(user.partition(":")[0])
-    if st.st_uid == uid:
-        return st.st_mode & 0o500 == 0o500
-    return st.st_mode & 0o005 == 0o005
-
-
 class PreparedGrader:
     """A grader whose container is ready before its payload exists; used once.
 
@@ -407,10 +400,7 @@ class PreparedGrader:
         self.user = run_as(grader.security)
         self.owner = run_as_ids(grader.security)
         # The payload: readable by the sandbox user alone (the scratch folder is 0700 too).
-        self.inputs = scratch / "input"
-        self.inputs.mkdir(mode=0o700)
-        if os.geteuid() == 0:
-            os.chown(self.inputs, *self.owner)
+        self.inputs = input_folder(scratch, self.owner)
         ws = self.workspace.resolve()
         # A private view, on a filesystem of its own, is made at release, when the workspace
         # is final (an overlay over it where the kernel allows, else a copy); its mount point
@@ -424,36 +414,29 @@ class PreparedGrader:
             ws = self.private
             warm = False
         command, used = build_command(grader)
-        mounts = [
-            Mount(ws, CONTAINER_WORKSPACE, read_only=grader.workspace == "ro"),
-            Mount(self.inputs, CONTAINER_INPUT_DIR, read_only=True),
-        ]
+        mounts: list[Mount] = []
         if grader.source_dir:
             mounts += source_mounts(
                 grader.source_dir, used, self.user, scratch,
                 folders=grader.dialect not in ("pytest", "node-test"),
                 keep_out=grader.declared_in,
             )  # fmt: skip
-        env = {
-            **grader.env,
-            "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE,
-            "EVALUATE_GRADER_INPUT": f"{CONTAINER_INPUT_DIR}/input.json",
-            "AGENTV_WORKSPACE_PATH": CONTAINER_WORKSPACE,
-            **(self.proxy.env() if self.proxy else {}),
-        }
-        spec = SandboxSpec(
+        spec = grader_spec(
             image=self.image_id,
             command=command,
-            workdir=str(PurePosixPath(CONTAINER_WORKSPACE) / (grader.sub_path or "")),
-            env=env,
-            mounts=tuple(mounts),
+            inputs=self.inputs,
+            workspace=ws,
+            workspace_ro=grader.workspace == "ro",
+            workdir=workdir_in(CONTAINER_WORKSPACE, grader.sub_path),
+            mounts=mounts,
+            env=grader.env,
+            proxy=self.proxy,
             timeout=grader.timeout,
             limits=grader.limits,
             security=grader.security,
             network=grader.network,
             labels=labels,
             name=grader.display_name(),
-            on_start=self.proxy.start_in if self.proxy else None,
         )
         return sandbox.prepare(spec, warm=warm)
 
@@ -474,11 +457,7 @@ class PreparedGrader:
                 )
             body = wire.to_wire()
             (self.inputs / "input.json").write_bytes(body)
-            for f in self.inputs.iterdir():
-                f.chmod(0o400)
-                if os.geteuid() == 0:
-                    os.chown(f, *self.owner)
-            os.chmod(self.inputs, 0o500)
+            seal_inputs(self.inputs, self.owner)
             if self.private is not None:
                 ours = os.stat(self.workspace).st_uid == self.owner[0]
                 self.copy = Workspace.create(

@@ -11,10 +11,12 @@ import importlib
 import logging
 import os
 
-from .base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security, registered
+from ._shared import LazyEngine
+from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
 
 __all__ = [
     "BACKENDS",
+    "LazyEngine",
     "Limits",
     "Mount",
     "RunOutcome",
@@ -35,6 +37,15 @@ BACKENDS = {
     "host": "gradebox.sandbox.host",
 }
 CHOICES = ("auto", *BACKENDS)
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # The pydantic models load on first use (see ``base``): `gradebox exec` never needs them.
+    if name in ("Limits", "Security"):
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def choose_backend(name: str | None = None) -> str:

@@ -10,7 +10,27 @@ from typing import Any
 
 from .base import ImageSource
 
-__all__ = ["BackgroundRemover", "EngineImages"]
+__all__ = ["BackgroundRemover", "EngineImages", "LazyEngine"]
+
+
+class LazyEngine:
+    """An ``Engine`` connected on first use (importing the Docker SDK and reaching the engine
+    cost more than a whole run of the OCI backend on an unpacked image). Raises what
+    ``Engine.connect`` raises, at that first use."""
+
+    def __init__(self) -> None:
+        self._engine: Any = None
+        self._mutex = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        with self._mutex:
+            if self._engine is None:
+                from ._engine import Engine
+
+                self._engine = Engine.connect()
+        return getattr(self._engine, name)
 
 
 class EngineImages:

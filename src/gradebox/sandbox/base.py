@@ -13,11 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
 
-from .._types import Bytes
+if TYPE_CHECKING:
+    from .models import Limits, Security
 
 __all__ = [
     "ImageSource",
@@ -31,38 +32,6 @@ __all__ = [
     "register_sandbox",
     "registered",
 ]
-
-
-class Limits(BaseModel):
-    """Resource limits of one grader container. Every default is documented in the README."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    memory: Bytes = Field(default=1 << 30, description="RAM; swap is disabled (memory = memswap)")
-    cpus: float = Field(default=1.0, gt=0, description="CPU cores (fractional allowed)")
-    pids: int = Field(default=256, ge=8, description="processes and threads in the container")
-    output: Bytes = Field(default=1 << 20, description="cap on each of stdout and stderr")
-    file_size: Bytes = Field(default=256 << 20, description="largest file a process may write")
-    open_files: int = Field(default=1024, ge=16, description="open file descriptors per process")
-    tmpfs: Bytes = Field(default=64 << 20, description="size of each writable tmpfs (/tmp, HOME)")
-
-
-class Security(BaseModel):
-    """Hardening switches; the defaults are the locked-down setting."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    read_only_root: bool = Field(default=True, description="root filesystem mounted read-only")
-    user: str | None = Field(
-        default=None,
-        description="uid[:gid] to run as; default 65534:65534 (nobody), or the invoking "
-        "user's uid:gid when gradebox itself runs as non-root",
-    )
-    capabilities: list[str] = Field(
-        default_factory=list, description="capabilities added back after dropping ALL"
-    )
-    no_new_privileges: bool = True
-    init: bool = Field(default=True, description="an init as PID 1 that reaps zombies")
 
 
 def default_user() -> str:
@@ -89,8 +58,9 @@ class SandboxSpec:
     mounts: tuple[Mount, ...] = ()
     stdin: bytes | None = None
     timeout: float = 60.0
-    limits: Limits = field(default_factory=Limits)
-    security: Security = field(default_factory=Security)
+    # The validated models (``Limits``, ``Security``), or the plain defaults they share.
+    limits: Limits | LimitValues = DEFAULT_LIMITS
+    security: Security | SecurityValues = DEFAULT_SECURITY
     network: str = "none"
     labels: dict[str, str] = field(default_factory=dict)
     name: str = "grader"
@@ -228,6 +198,15 @@ class Sandbox(ABC):
 
 
 _BACKENDS: dict[str, Callable[[], Sandbox]] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # The pydantic models load on first use: the hot path of `gradebox exec` never needs them.
+    if name in ("Limits", "Security"):
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:

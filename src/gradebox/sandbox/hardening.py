@@ -6,9 +6,14 @@ The hardening table (docs/security.md) and this code can be read side by side.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
-from .base import Limits, Mount, Security, default_user
+from .base import Mount, default_user
+from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
+
+if TYPE_CHECKING:
+    from .models import Limits, Security
 from .seccomp import seccomp_json
 
 __all__ = [
@@ -42,9 +47,9 @@ PRIVILEGES = {
 
 
 def privileges_of(
-    security: Security | None,
+    security: Security | SecurityValues | None,
     network: str = "none",
-    limits: Limits | None = None,
+    limits: Limits | LimitValues | None = None,
     image: object = None,
 ) -> list[str]:
     """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes.
@@ -52,7 +57,7 @@ def privileges_of(
     asked: list[str] = []
     if image is not None and not isinstance(image, str):
         asked.append("build")
-    sec = security or Security()
+    sec = security or DEFAULT_SECURITY
     if sec.user is not None and sec.user.partition(":")[0].strip() in ("0", "root"):
         asked.append("root")
     if sec.capabilities:
@@ -64,27 +69,26 @@ def privileges_of(
     if not sec.no_new_privileges:
         asked.append("privilege-escalation")
     if limits is not None:
-        default = Limits()
-        for key in Limits.model_fields:
-            if float(getattr(limits, key)) > float(getattr(default, key)):
+        for key in (f.name for f in fields(LimitValues)):
+            if float(getattr(limits, key)) > float(getattr(DEFAULT_LIMITS, key)):
                 asked.append("limits")
                 break
     return asked
 
 
-def run_as(security: Security) -> str:
+def run_as(security: Security | SecurityValues) -> str:
     return security.user or default_user()
 
 
-def run_as_ids(security: Security | None = None) -> tuple[int, int]:
+def run_as_ids(security: Security | SecurityValues | None = None) -> tuple[int, int]:
     """``run_as`` as numbers: the owner the host gives files the sandbox user must write."""
-    uid, _, gid = run_as(security or Security()).partition(":")
+    uid, _, gid = run_as(security or DEFAULT_SECURITY).partition(":")
     return int(uid), int(gid or uid)
 
 
 def host_config(
-    limits: Limits,
-    security: Security,
+    limits: Limits | LimitValues,
+    security: Security | SecurityValues,
     network: str,
     mounts: tuple[Mount, ...],
     *,

@@ -39,9 +39,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from . import _engine
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
@@ -51,6 +51,9 @@ from .init import init_binary, sealed_init
 from .labels import pid_alive, slug
 from .oci_config import MOUNT_POINTS, runtime_config
 from .rootfs import RootfsCache
+
+if TYPE_CHECKING:
+    from . import _engine
 
 __all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
 
@@ -98,7 +101,12 @@ class OciSandbox(EngineImages, Sandbox):
         why = oci_usable()
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
-        self.engine = engine or _engine.Engine.connect()
+        if engine is None:
+            from . import _engine
+
+            engine = _engine.Engine.connect()
+        # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is.
+        self.engine = engine
         self.session = session or secrets.token_hex(4)
         self.runtime = runtime_binary()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1

@@ -16,9 +16,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EngineError
-from ._engine import Engine
+
+if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
+    from ._engine import Engine
 
 __all__ = ["RootfsCache", "cache_dir"]
 

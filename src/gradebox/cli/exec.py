@@ -1,0 +1,598 @@
+"""``gradebox exec``: run any harness's grader command in a fresh, hardened sandbox.
+
+The harness keeps its protocol: stdin in, stdout and stderr out byte for byte, the command's
+exit code as ours. Only paths change: the current folder is mounted read-only as the working
+directory, the workspace read-only at /workspace, and every place the harness names them
+(see ``gradebox.harness``) is rewritten to the sandbox's paths.
+
+This is the hot path of every sandboxed grader: it is dispatched by ``gradebox.cli.main``
+before typer, rich and pydantic exist, and it imports only the standard library, the spec
+builder grade uses (``graders.spec``) and the backend it runs on. The Docker SDK loads only
+when the docker backend runs, or an image must be resolved or unpacked by the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HELP", "main"]
+
+EXIT_USAGE = 125  # exec itself failed: bad flag, no image, no engine; nothing ran
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_NOT_FOUND = 127  # as a shell: the command is not in the image
+EXIT_KILLED = 137  # 128 + SIGKILL: out of memory, or stopped for flooding stdout
+STDIN_CAP = 256 << 20
+INPUT_CAP = 64 << 20  # EVALUATE_GRADER_INPUT and output_path files copied in
+
+HELP = """\
+Run COMMAND in a fresh, hardened sandbox, as `gradebox grade` runs a grader: the same
+image pinning, limits, hardening; no network (loopback only), a read-only root, a non-root
+user. Prefix a harness's grader command with it:
+  command: [gradebox, exec, --, python3, graders/check.py]
+
+stdin is passed to COMMAND; its stdout and stderr come back byte for byte (each capped at
+1 MiB; a cut is said on stderr). The current folder is mounted read-only as the working
+directory (only that folder; its .env files masked). The workspace (--workspace, else
+$EVALUATE_WORKSPACE or $AGENTV_WORKSPACE_PATH, else the stdin payload's workspace_path) is
+mounted read-only at /workspace, and each of those is rewritten to /workspace. The files
+named by $EVALUATE_GRADER_INPUT and the payload's output_path are copied in, and those names
+rewritten. The environment passes LANG, LANGUAGE, LC_*, TZ, NO_COLOR, FORCE_COLOR, TERM and
+what --env names; nothing else of the host's.
+
+Exit codes: COMMAND's own; 124 timed out; 137 killed (out of memory, or stdout over its
+cap); 127 COMMAND not found in the image; 125 exec itself failed (a bad flag, no image, no
+engine; one line on stderr); 130 interrupted.
+"""
+
+
+@dataclass
+class Options:
+    command: list[str]
+    image: str | None = None
+    workspace: str | None = None
+    timeout: float = 60.0
+    sandbox: str | None = None
+    allow: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    target: str | None = None
+    max_calls: int = 50
+    locked: bool | None = None
+
+
+class ExecError(Exception):
+    """exec's own failure: one line, exit 125."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gradebox exec",
+        usage="gradebox exec [OPTIONS] -- COMMAND [ARGS...]",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=True,
+    )
+    p.add_argument(
+        "--image",
+        help="image name (python, node, shell) or a pinned reference; "
+        "default: chosen from COMMAND (python3 -> python, node/bun -> node, "
+        "sh/bash -> shell, else python)",
+    )
+    p.add_argument("--workspace", "-W", metavar="DIR", help="the workspace, mounted read-only")
+    p.add_argument("--timeout", default="60s", help="e.g. 500ms, 30s, 2m (default 60s)")
+    p.add_argument(
+        "--sandbox",
+        help="auto (default: oci where usable, else docker), oci, docker; "
+        "default $GRADEBOX_SANDBOX",
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="PRIVILEGE",
+        help="relax hardening (repeatable): network, writable-root, root",
+    )
+    p.add_argument(
+        "--env",
+        "-e",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="pass this variable (from the host, or with this value); repeatable",
+    )
+    p.add_argument(
+        "--target",
+        metavar="NAME",
+        help="give COMMAND a model proxy to this target "
+        "(from .gradebox/targets.yaml or .agentv/, found from the current folder up)",
+    )
+    p.add_argument(
+        "--max-calls",
+        type=int,
+        default=50,
+        metavar="N",
+        help="model calls the proxy lets through (default 50)",
+    )
+    p.add_argument(
+        "--locked",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse images not in images.lock.json (default: on when CI=true)",
+    )
+    return p
+
+
+def parse(argv: list[str]) -> Options:
+    parser = _parser()
+
+    def fail(message: str) -> Any:
+        raise ExecError(message)
+
+    parser.error = fail  # type: ignore[method-assign]
+    # Everything from the first word that is not one of ours is the command, `--` or not
+    # (a `--` later on is the command's own).
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if not command:
+        raise ExecError("no command given; usage: gradebox exec [OPTIONS] -- COMMAND [ARGS...]")
+    from .._duration import parse_duration
+
+    try:
+        timeout = parse_duration(ns.timeout)
+    except ValueError as exc:
+        raise ExecError(f"--timeout: {exc}") from None
+    if ns.max_calls < 1:
+        raise ExecError("--max-calls: must be at least 1")
+    return Options(
+        command=list(command),
+        image=ns.image,
+        workspace=ns.workspace,
+        timeout=timeout,
+        sandbox=ns.sandbox,
+        allow=ns.allow,
+        env=ns.env,
+        target=ns.target,
+        max_calls=ns.max_calls,
+        locked=ns.locked,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``gradebox exec ARGV``; returns the exit code (see ``HELP``)."""
+    argv = sys.argv[2:] if argv is None else argv
+
+    def _term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # the same cleanup as Ctrl-C: the container goes
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        opts = parse(argv)
+        return Exec(opts).run()
+    except KeyboardInterrupt:
+        sys.stderr.write("gradebox exec: interrupted; the sandbox was removed\n")
+        return 130
+    except ExecError as exc:
+        return _own_failure(str(exc))
+    except Exception as exc:  # noqa: BLE001 - every failure of ours is one line, never a trace
+        from ..errors import GradeboxError
+
+        if not isinstance(exc, GradeboxError | OSError) or os.environ.get("GRADEBOX_DEBUG"):
+            raise
+        return _own_failure(str(exc))
+
+
+def _own_failure(message: str) -> int:
+    sys.stderr.write(f"gradebox exec: error: {message}\n")
+    return EXIT_USAGE
+
+
+class Exec:
+    """One ``gradebox exec`` run: read what the harness gave, build the spec, run, report."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.cwd = Path.cwd().resolve()
+        self.scratch: Path | None = None
+        self.box: Any = None
+        self.proxy: Any = None
+        self.copy: Any = None
+
+    def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self._clean()
+
+    def _run(self) -> int:
+        from ..graders.spec import (
+            CONTAINER_GRADER_DIR,
+            CONTAINER_INPUT_DIR,
+            CONTAINER_WORKSPACE,
+            grader_spec,
+            input_folder,
+            seal_inputs,
+        )
+        from ..harness import decode_string, rewrite_top_level, top_level_strings
+        from ..sandbox.base import Mount
+        from ..sandbox.hardening import run_as, run_as_ids
+        from ..scratch import new_scratch
+
+        opts = self.opts
+        security, network = self._privileges()
+        user, owner = run_as(security), run_as_ids(security)
+        self._refuse_wide(self.cwd)
+        env = self._env()
+        stdin = _read_stdin()
+
+        # The workspace: the flag, else the harness's variables, else the payload.
+        host_env = os.environ
+        spans = top_level_strings(stdin, ("workspace_path", "output_path")) if stdin else {}
+        ws_text = (
+            opts.workspace
+            or host_env.get("EVALUATE_WORKSPACE")
+            or host_env.get("AGENTV_WORKSPACE_PATH")
+        )
+        ws_spans = spans.get("workspace_path", [])
+        if not ws_text and ws_spans:
+            ws_text = decode_string(stdin, ws_spans[-1])  # the last one wins, as in JSON.parse
+        workspace = self._directory(ws_text, "the workspace") if ws_text else None
+        if workspace is not None:
+            self._refuse_wide(workspace)
+
+        self.scratch = new_scratch()
+        inputs = input_folder(self.scratch, owner)
+        new: dict[tuple[int, int], str] = {}
+        if workspace is not None:
+            new.update(dict.fromkeys(ws_spans, CONTAINER_WORKSPACE))
+        for span in spans.get("output_path", []):
+            host = decode_string(stdin, span)
+            if host and _copy_in(Path(host), inputs / "output.json"):
+                new[span] = f"{CONTAINER_INPUT_DIR}/output.json"
+        if new:
+            stdin = rewrite_top_level(stdin, new)
+        grader_input = False
+        if host_env.get("EVALUATE_GRADER_INPUT"):
+            source = Path(host_env["EVALUATE_GRADER_INPUT"])
+            if not _copy_in(source, inputs / "input.json"):
+                raise ExecError(
+                    f"EVALUATE_GRADER_INPUT={source} is not a readable file (at most "
+                    f"{INPUT_CAP >> 20} MiB)"
+                )
+            grader_input = True
+        seal_inputs(inputs, owner)
+
+        # Where the command runs: the current folder, read-only; inside the workspace, the
+        # workspace's own mount (Vally runs a grader in the workspace or its sub_path).
+        mounts: list[Mount] = []
+        if workspace is not None and (workspace == self.cwd or workspace in self.cwd.parents):
+            workdir = str(Path(CONTAINER_WORKSPACE) / self.cwd.relative_to(workspace))
+            here, there = workspace, CONTAINER_WORKSPACE
+        else:
+            self._enterable(self.cwd, user, "the current folder")
+            mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
+            mounts += _masked_secrets(self.cwd, CONTAINER_GRADER_DIR, self.scratch)
+            workdir, here, there = CONTAINER_GRADER_DIR, self.cwd, CONTAINER_GRADER_DIR
+        ws_mount = workspace
+        if workspace is not None and not _enters(workspace, user):
+            # As `grade` does: a private copy the sandbox user owns (a root-owned 0700
+            # workspace, AgentV's mkdtemp, is closed to uid 65534).
+            ws_mount = self._private_copy(workspace, owner)
+        command = _translate(
+            opts.command,
+            [(here, there)] + ([(workspace, CONTAINER_WORKSPACE)] if workspace is not None else []),
+        )
+
+        self.box = self._sandbox()
+        image = self._image(command)
+        if opts.target:
+            self.proxy = self._proxy()
+        spec = grader_spec(
+            image=image,
+            command=command,
+            inputs=inputs,
+            workspace=ws_mount,
+            workdir=workdir,
+            mounts=mounts,
+            env=env,
+            grader_input=grader_input,
+            proxy=self.proxy,
+            timeout=opts.timeout,
+            security=security,
+            network=network,
+            labels={"gradebox.exec": "1"},
+            name=Path(opts.command[0]).name or "exec",
+        )
+        outcome = self.box.run(replace(spec, stdin=stdin))
+        return self._report(outcome, spec)
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _privileges(self) -> tuple[Any, str]:
+        from ..sandbox.defaults import DEFAULT_SECURITY
+        from ..sandbox.hardening import PRIVILEGES
+
+        security, network = DEFAULT_SECURITY, "none"
+        for name in self.opts.allow:
+            if name == "network":
+                network = "bridge"
+            elif name == "writable-root":
+                security = replace(security, read_only_root=False)
+            elif name == "root":
+                security = replace(security, user="0:0")
+            elif name in PRIVILEGES:
+                raise ExecError(f"--allow {name}: exec has no setting that it relaxes")
+            else:
+                raise ExecError(
+                    f"--allow: unknown privilege {name!r}; exec knows network, writable-root, root"
+                )
+        return security, network
+
+    def _env(self) -> dict[str, str]:
+        from ..harness import passed_env
+
+        env = passed_env(os.environ)
+        reserved = ("EVALUATE_WORKSPACE", "EVALUATE_GRADER_INPUT")
+        for item in self.opts.env:
+            name, eq, value = item.partition("=")
+            if not name or "\0" in item:
+                raise ExecError(f"--env {item!r}: expected NAME or NAME=VALUE")
+            if name.upper() in reserved:
+                raise ExecError(
+                    f"--env {name}: reserved name: {name.upper()} is set by gradebox for every "
+                    "grader (from the harness's own value, rewritten); remove this flag"
+                )
+            if eq:
+                env[name] = value
+            elif name in os.environ:
+                env[name] = os.environ[name]
+        return env
+
+    def _directory(self, text: str, what: str) -> Path:
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            path = self.cwd / path
+        path = path.resolve()
+        if not path.is_dir():
+            raise ExecError(f"{what} {text} is not a directory")
+        return path
+
+    def _refuse_wide(self, folder: Path) -> None:
+        try:
+            home = Path.home().resolve()
+        except (RuntimeError, OSError):
+            home = None
+        if folder == Path("/") or folder == home:
+            raise ExecError(
+                f"{folder} is the filesystem root or your home folder: it is never mounted; "
+                "run from the grader's own folder"
+            )
+
+    def _enterable(self, folder: Path, user: str, what: str) -> None:
+        if not _enters(folder, user):
+            raise ExecError(
+                f"{what} {folder} is closed to the sandbox user {user} (mode "
+                f"{folder.stat().st_mode & 0o777:o}); make it readable (chmod o+rx), or run "
+                "gradebox as its owner"
+            )
+
+    def _private_copy(self, workspace: Path, owner: tuple[int, int]) -> Path:
+        from ..workspace import Workspace
+
+        assert self.scratch is not None
+        private = self.scratch / "workspace"
+        private.mkdir(mode=0o755)
+        if os.geteuid() == 0:
+            os.chown(private, *owner)
+        self.copy = Workspace.create(private, workspace, owner=owner)
+        return private
+
+    def _sandbox(self) -> Any:
+        from ..sandbox import LazyEngine, choose_backend, get_sandbox
+
+        name = choose_backend(self.opts.sandbox)
+        if name == "host":
+            raise ExecError("--sandbox host runs nothing in a sandbox; exec runs oci or docker")
+        if name == "oci":
+            from ..sandbox.oci import OciSandbox
+
+            # The engine is reached only if the image must be resolved or unpacked by it.
+            return OciSandbox(LazyEngine())
+        return get_sandbox(name)
+
+    def _image(self, command: list[str]) -> str:
+        """The image id: a short name's is the lock's (its root filesystem already unpacked:
+        no engine at all); anything else goes through the backend's resolver."""
+        from ..harness import image_for
+        from ..images.catalog import DEFAULT_IMAGE, qualified
+
+        name = self.opts.image or image_for(command[0], _shebang(self.cwd, command[0]))
+        name = name or DEFAULT_IMAGE
+        locked = self.opts.locked
+        if locked is None:
+            locked = os.environ.get("CI", "").lower() == "true"
+        if qualified(name) != name:  # a short name: the lock knows it
+            iid = _locked_id(name)
+            if iid is not None:
+                return iid
+            if locked:
+                raise ExecError(
+                    f"image {name!r} is not in images.lock.json (--locked); run "
+                    f"`gradebox images build {name}` then `gradebox images lock`"
+                )
+        return str(self.box.images(locked=locked).resolve(name))
+
+    def _proxy(self) -> Any:
+        from ..llm import ModelHub, load_targets
+        from ..llm.proxy import TargetProxy
+
+        hub = ModelHub(load_targets(self.cwd))
+        target = hub.targets.get(self.opts.target, file=None, field="--target")
+        return TargetProxy(hub, target, max_calls=self.opts.max_calls)
+
+    def _report(self, outcome: Any, spec: Any) -> int:
+        out, err = sys.stdout.buffer, sys.stderr.buffer
+        out.write(outcome.stdout)
+        out.flush()
+        err.write(outcome.stderr)
+        cap = int(spec.limits.output)
+        notes = []
+        if outcome.stderr_dropped:
+            notes.append(
+                f"stderr: its first {outcome.stderr_dropped} bytes were dropped "
+                f"(the last {cap} are kept)"
+            )
+        code: int
+        if outcome.start_error:
+            missing = "command not found" in outcome.start_error or "no such executable" in (
+                outcome.start_error
+            )
+            notes.append(outcome.start_error)
+            code = EXIT_NOT_FOUND if missing else EXIT_USAGE
+        elif outcome.timed_out:
+            notes.append(f"timed out after {self.opts.timeout:g}s; the sandbox was killed")
+            code = EXIT_TIMEOUT
+        elif outcome.oom_killed:
+            notes.append(f"killed: out of memory (limit {int(spec.limits.memory) >> 20} MiB)")
+            code = EXIT_KILLED
+        elif outcome.stdout_dropped:
+            notes.append(
+                f"stdout cut at {cap} bytes ({outcome.stdout_dropped} more dropped); "
+                "the command was stopped"
+            )
+            code = EXIT_KILLED
+        elif outcome.exit_code is None:
+            notes.append("the command did not exit; the sandbox was killed")
+            code = EXIT_USAGE
+        else:
+            code = int(outcome.exit_code)
+        for note in notes:
+            err.write(f"gradebox exec: {note}\n".encode())
+        err.flush()
+        return code
+
+    def _clean(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+        if self.box is not None:
+            self.box.close()
+        if self.copy is not None:
+            self.copy.close()
+        if self.scratch is not None:
+            import shutil
+
+            inputs = self.scratch / "input"
+            if inputs.exists():
+                os.chmod(inputs, 0o700)  # ours to empty (sealed 0500 for the sandbox user)
+            shutil.rmtree(self.scratch, ignore_errors=True)  # written by us alone
+
+
+def _enters(folder: Path, user: str) -> bool:
+    from ..graders.spec import enterable
+
+    return enterable(folder, user)
+
+
+def _read_stdin() -> bytes:
+    """All of stdin (nothing when it is a terminal, or closed); at most ``STDIN_CAP``."""
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return b""
+        data = sys.stdin.buffer.read(STDIN_CAP + 1)
+    except (OSError, ValueError):
+        return b""
+    if len(data) > STDIN_CAP:
+        raise ExecError(f"stdin is over {STDIN_CAP >> 20} MiB")
+    return data
+
+
+def _copy_in(source: Path, dest: Path) -> bool:
+    """Copy a regular file the harness named into the payload folder (bounded)."""
+    import stat
+
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO never blocks
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(INPUT_CAP + 1)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if len(data) > INPUT_CAP:
+        return False
+    dest.write_bytes(data)
+    return True
+
+
+def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
+    """``.env`` files at the top of a mounted folder, each covered by an empty file (not
+    ``/dev/null``: mounts are ``nodev``)."""
+    from ..sandbox.base import Mount
+
+    try:
+        names = [
+            e.name
+            for e in os.scandir(folder)
+            if (e.name == ".env" or e.name.startswith(".env.")) and e.is_file()
+        ]
+    except OSError:
+        return []
+    if not names:
+        return []
+    empty = scratch / "empty"
+    empty.touch(mode=0o444)
+    empty.chmod(0o444)
+    return [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(names)]
+
+
+def _translate(command: list[str], roots: list[tuple[Path, str]]) -> list[str]:
+    """Absolute host paths under a mounted folder -> the same file's path in the sandbox
+    (plaited runs a grader by its absolute path); everything else as it was."""
+    out = []
+    for arg in command:
+        new = arg
+        if arg.startswith("/") and "\0" not in arg:
+            path = Path(os.path.normpath(arg))
+            for host, there in roots:
+                if path == host or host in path.parents:
+                    rel = path.relative_to(host).as_posix()
+                    new = there if rel == "." else f"{there}/{rel}"
+                    break
+        out.append(new)
+    return out
+
+
+def _shebang(cwd: Path, program: str) -> bytes | None:
+    if "/" not in program:
+        return None
+    try:
+        with open(cwd / program, "rb") as f:
+            return f.read(256)
+    except OSError:
+        return None
+
+
+def _locked_id(name: str) -> str | None:
+    """The id ``images/images.lock.json`` pins ``name`` to; None without a lock or entry."""
+    import json
+
+    from ..errors import ImageError
+    from ..images.catalog import images_dir
+
+    try:
+        path = images_dir() / "images.lock.json"
+        entry = json.loads(path.read_text(encoding="utf-8"))["images"][name]
+        iid = entry["id"]
+    except (ImageError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return iid if isinstance(iid, str) and iid.startswith("sha256:") else None

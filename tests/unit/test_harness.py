@@ -1,0 +1,168 @@
+"""The pure half of `gradebox exec`: what a harness names, found and rewritten (harness.py),
+the spec both `grade` and `exec` build (graders/spec.py), and the lean hot path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import pytest
+
+from gradebox.graders.spec import grader_spec
+from gradebox.harness import (
+    decode_string,
+    image_for,
+    passed_env,
+    rewrite_top_level,
+    top_level_strings,
+)
+from gradebox.sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY
+
+
+def rewrite(data: bytes, key: str, value: str) -> bytes:
+    spans = top_level_strings(data, (key,)).get(key, [])
+    return rewrite_top_level(data, dict.fromkeys(spans, value))
+
+
+def test_only_the_top_level_value_is_rewritten_and_every_other_byte_stays():
+    data = (
+        b'{\n  "output": "my \\"workspace_path\\": \\"/etc\\"",\n'
+        b'  "metadata": {"workspace_path": "/nested"},\n'
+        b'  "list": [{"workspace_path": "/in-list"}, "workspace_path"],\n'
+        b'  "workspace_path" :  "/tmp/ws\\u0031",\n  "n": 1.5e3\n}\n'
+    )
+    out = rewrite(data, "workspace_path", "/workspace")
+    assert out == data.replace(b'"/tmp/ws\\u0031"', b'"/workspace"')
+    loaded = json.loads(out)
+    assert loaded["workspace_path"] == "/workspace"
+    assert loaded["metadata"] == {"workspace_path": "/nested"}
+    assert loaded["output"] == json.loads(data)["output"]
+
+
+def test_the_value_is_decoded_as_json_and_a_repeated_key_is_rewritten_everywhere():
+    data = b'{"workspace_path": "/a", "x": 1, "workspace_path": "/b\\/c"}'
+    spans = top_level_strings(data, ("workspace_path",))["workspace_path"]
+    assert [decode_string(data, s) for s in spans] == ["/a", "/b/c"]
+    assert json.loads(rewrite(data, "workspace_path", "/w")) == {"workspace_path": "/w", "x": 1}
+
+
+def test_an_escaped_key_is_the_same_key():
+    data = b'{"workspace\\u005fpath": "/ws"}'
+    assert json.loads(rewrite(data, "workspace_path", "/w")) == {"workspace_path": "/w"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"not json", b'["workspace_path", "/x"]', b'"workspace_path"',
+     b'{"workspace_path": null}', b'{"a": {"workspace_path": "/x"}}', b'{"workspace_path": 3}',
+     b'{"a": [1, 2 "workspace_path": "/x"}', b'{"workspace_path" "/x"}'],
+)  # fmt: skip
+def test_nothing_else_is_ever_touched(data):
+    assert rewrite(data, "workspace_path", "/w") == data
+
+
+def test_a_bom_and_whitespace_before_the_object_are_fine():
+    data = b'\xef\xbb\xbf \n{"workspace_path": "/ws"}'
+    assert rewrite(data, "workspace_path", "/w") == b'\xef\xbb\xbf \n{"workspace_path": "/w"}'
+
+
+def test_the_scan_is_linear_on_hostile_input():
+    # An agent's answer of 6 MiB of quotes, backslashes and brackets, and deep nesting.
+    hostile = json.dumps({"output": '\\"[{' * (1 << 20), "workspace_path": "/ws"}).encode()
+    deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b', "workspace_path": "/ws"}'
+    for data in (hostile, deep):
+        t = time.perf_counter()
+        out = rewrite(data, "workspace_path", "/w")
+        assert time.perf_counter() - t < 5.0  # linear: well under a second unloaded
+        assert out.endswith(b'"workspace_path": "/w"}')
+
+
+def test_the_environment_passes_only_the_allow_list():
+    host = {"LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "OPENAI_API_KEY": "sk-x",
+            "AWS_SECRET_ACCESS_KEY": "y", "PATH": "/host/bin", "HOME": "/root",
+            "AGENTV_PROVIDER_PROXY_TOKEN": "t", "PYTHONPATH": "/host"}  # fmt: skip
+    assert passed_env(host) == {"LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC"}
+
+
+@pytest.mark.parametrize(
+    ("program", "shebang", "image"),
+    [("python3", None, "python"), ("/usr/bin/python3.11", None, "python"), ("uv", None, "python"),
+     ("node", None, "node"), ("bun", None, "node"), ("npx", None, "node"), ("tsx", None, "node"),
+     ("bash", None, "shell"), ("sh", None, "shell"),
+     ("./grader.py", b"#!/usr/bin/env python3\nimport x", "python"),
+     ("./g.mjs", b"#!/usr/bin/env -S node --no-warnings\n", "node"),
+     ("./g.sh", b"#!/bin/bash\n", "shell"), ("./x", b"\x7fELF", None), ("ruby", None, None)],
+)  # fmt: skip
+def test_the_image_follows_the_command(program, shebang, image):
+    assert image_for(program, shebang) == image
+
+
+def test_grade_and_exec_build_one_spec(tmp_path):
+    """The variables naming the workspace and the payload override whatever env says."""
+    spec = grader_spec(
+        image="sha256:" + "0" * 64, command=["true"], inputs=tmp_path, workspace=tmp_path,
+        env={"EVALUATE_WORKSPACE": "/elsewhere", "AGENTV_WORKSPACE_PATH": "/x", "K": "v"},
+    )  # fmt: skip
+    assert spec.env == {"EVALUATE_WORKSPACE": "/workspace", "AGENTV_WORKSPACE_PATH": "/workspace",
+                        "EVALUATE_GRADER_INPUT": "/run/gradebox/input.json", "K": "v"}  # fmt: skip
+    mounts = [(m.target, m.read_only) for m in spec.mounts]
+    assert mounts == [("/workspace", True), ("/run/gradebox", True)]
+    assert spec.limits is DEFAULT_LIMITS and spec.security is DEFAULT_SECURITY
+
+
+def test_the_plain_defaults_are_the_models_defaults():
+    from gradebox.sandbox import Limits, Security
+
+    limits, security = Limits(), Security()
+    assert {k: getattr(limits, k) for k in asdict(DEFAULT_LIMITS)} == asdict(DEFAULT_LIMITS)
+    assert {k: getattr(security, k) for k in asdict(DEFAULT_SECURITY)} == {
+        **asdict(DEFAULT_SECURITY),
+        "capabilities": [],
+    }
+
+
+def test_the_hot_path_loads_no_heavy_package():
+    code = (
+        "import sys\n"
+        "import gradebox.cli.exec, gradebox.harness, gradebox.graders.spec, gradebox.sandbox.oci\n"
+        "import gradebox.sandbox.oci_config, gradebox.images.catalog, gradebox.scratch\n"
+        "heavy = [m for m in ('pydantic', 'typer', 'rich', 'docker', 'requests', 'yaml', "
+        "'tenacity') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_exec_flags_fail_with_one_line_and_125():
+    for argv in (["--bogus", "--", "true"], [], ["--timeout", "30", "--", "true"],
+                 ["--env", "EVALUATE_GRADER_INPUT=/x", "--", "true"],
+                 ["--allow", "everything", "--", "true"]):  # fmt: skip
+        p = subprocess.run([sys.executable, "-m", "gradebox", "exec", *argv],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+        assert p.returncode == 125, (argv, p.stderr)
+        assert p.stderr.count("\n") == 1 and p.stderr.startswith("gradebox exec: error: "), p.stderr
+        assert p.stdout == ""
+
+
+def test_exec_help_lists_the_exit_codes():
+    p = subprocess.run([sys.executable, "-m", "gradebox", "exec", "--help"],
+                       capture_output=True, text=True, check=True)  # fmt: skip
+    for text in ("124", "137", "125", "127", "--workspace", "--target", "--max-calls"):
+        assert text in p.stdout
+    top = subprocess.run([sys.executable, "-m", "gradebox", "--help"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert "exec" in top.stdout
+
+
+def test_the_command_starts_at_the_first_word_that_is_not_ours():
+    from gradebox.cli.exec import parse
+
+    assert parse(["--timeout", "5s", "--", "python3", "x", "--", "y"]).command == [
+        "python3", "x", "--", "y"]  # fmt: skip
+    assert parse(["python3", "x", "--timeout", "1s"]).command == ["python3", "x", "--timeout", "1s"]
+    assert parse(["-e", "A", "--", "--weird"]).command == ["--weird"]
+    assert parse(["--timeout", "500ms", "sh"]).timeout == 0.5
