@@ -178,7 +178,8 @@ class RootfsCache:
 
     def _rmtree(self, path: Path) -> None:
         """Remove an entry: its files belong to subordinate ids for a non-root runner."""
-        if self.mapping is None:
+        mine = os.geteuid() != 0 and path.name.split("-u")[-1] == str(os.getuid())
+        if self.mapping is None and not mine:
             shutil.rmtree(path, ignore_errors=True)
         elif path.exists():
             userns.run(["rm", "-rf", "--", str(path)], mapping=self.mapping)
