@@ -9,7 +9,13 @@ already the unprivileged run: these tests say so and pass nothing off as run.
 The subset (kept small: the whole suite must stay well under 15 minutes): every conformance
 check on both backends, cold (the warm variants differ only in when the container starts);
 every seccomp family probe; the attack battery's limits, isolation and private-file tests on
-both backends; every model-proxy test on both backends.
+both backends; the model-proxy tests on both backends (not the suite-level LLM tests, which
+run nothing the proxy tests do not).
+
+Left out, because it does not hold without root (docs/non-root.md says so):
+``test_an_rw_grader_cannot_fill_the_host_disk``. A ``workspace: rw`` grader's private copy is
+size-limited by a tmpfs only root can mount; without root it is a plain copy on the host's
+disk, bounded per file by ``limits.file_size`` only.
 """
 
 from __future__ import annotations
@@ -35,10 +41,10 @@ SUBSET = [
     (
         "tests/docker/test_adversarial.py",
         "timeout or sigterm or fork_bomb or 3_gib or gigabyte or loopback or uid_cap "
-        "or readable_by_the_sandbox_user or fill_the_host_disk or quota or pid1 "
+        "or readable_by_the_sandbox_user or quota or pid1 "
         "or forges or unwritable",
     ),
-    ("tests/docker/test_llm.py", None),
+    ("tests/docker/test_llm.py", "proxy or proxies or sdk or queued"),
 ]
 
 
