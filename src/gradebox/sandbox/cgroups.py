@@ -83,20 +83,21 @@ def v2_delegated() -> Path | None:
     except (OSError, StopIteration):
         return None
     here = ROOT / rel.lstrip("/")
-    # systemd delegates user@<uid>.service; processes sit in a leaf below it.
-    for folder in (here.parent, here.parent.parent):
+    # systemd delegates user@<uid>.service, whose processes sit in leaves below it: the
+    # highest folder of this user's is the one to make a subtree in (it holds no process).
+    found = None
+    for folder in here.parents:
+        if folder == ROOT or ROOT not in folder.parents:
+            break
         try:
-            wanted = {"memory", "pids"}
             ctl = set((folder / "cgroup.controllers").read_text().split())
-            if (
-                wanted <= ctl
-                and folder.stat().st_uid == os.getuid()
-                and os.access(folder / "cgroup.subtree_control", os.W_OK)
-            ):
-                return folder
+            if not ({"memory", "pids"} <= ctl and folder.stat().st_uid == os.getuid()
+                    and os.access(folder / "cgroup.subtree_control", os.W_OK)):  # fmt: skip
+                break
         except OSError:
-            continue
-    return None
+            break
+        found = folder
+    return found
 
 
 # Run as root in the helper container, with the host's /sys/fs/cgroup at /cg: make
