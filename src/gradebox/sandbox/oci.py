@@ -155,6 +155,7 @@ class OciSandbox(EngineImages, Sandbox):
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
         self.mapping = userns.id_map() if os.geteuid() != 0 else None  # rootless
+        self.holder = userns.Holder(self.mapping) if self.mapping is not None else None
         self.session = session or secrets.token_hex(4)
         self.runtime = runtime_binary()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
@@ -273,6 +274,8 @@ class OciSandbox(EngineImages, Sandbox):
             handle.discard()
         for handle in live:
             self._delete(handle.cid, handle.bundle)
+        if self.holder is not None:
+            self.holder.close()
         if self._docker is not None:
             self._docker.close()
 
@@ -307,8 +310,9 @@ class OciPrepared(Prepared):
             if box._closed or self._disposed:
                 raise SandboxClosed()
             try:
-                self.proc = userns.spawn(
-                    argv, box.mapping, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                popen = box.holder.popen if box.holder is not None else subprocess.Popen
+                self.proc = popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                 )  # fmt: skip
             except (OSError, GradeboxError) as exc:
@@ -362,7 +366,8 @@ class OciPrepared(Prepared):
             if self.proc is not None and self.proc.poll() is not None:
                 break
             time.sleep(0.005)
-        raise GradeboxError("the container did not start")
+        why = _runtime_error(self.bundle / "runtime.log")
+        raise GradeboxError("the container did not start" + (f": {why}" if why else ""))
 
     def _run(self, stdin: bytes) -> RunOutcome:
         proc, spec, channel = self.proc, self.spec, self.channel

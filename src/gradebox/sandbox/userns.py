@@ -25,13 +25,24 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import GradeboxError
 
-__all__ = ["IdMap", "id_map", "listen", "missing", "prerequisite", "run", "spawn", "subordinate"]
+__all__ = [
+    "IdMap",
+    "id_map",
+    "listen",
+    "missing",
+    "prerequisite",
+    "run",
+    "spawn",
+    "subordinate",
+    "Holder",
+]
 
 SPAN = 65536  # ids 0..65535 inside: every id a Debian image uses, nobody (65534) included
 
@@ -210,6 +221,44 @@ def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = No
         proc.wait()
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class Holder:
+    """One user namespace kept for a sandbox's containers, held by an idle child: a command
+    runs as its root through ``nsenter`` (a few ms), not a fresh namespace each (a Python
+    child and two mapping helpers: ~25 ms). Like Docker's ``userns-remap``, the containers
+    share the user namespace, each in its own pid, mount, network, ipc and uts namespaces.
+    The holder reads its stdin and ends when it closes: at ``close``, or when we die."""
+
+    def __init__(self, mapping: IdMap) -> None:
+        self.mapping = mapping
+        self.nsenter = shutil.which("nsenter")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """``argv`` as root of the held namespace (a fresh one without ``nsenter``)."""
+        if self.nsenter is None:
+            return spawn(argv, self.mapping, **popen)
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = spawn(["/bin/sh", "-c", "read _"], self.mapping,
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            pid = self._proc.pid
+        return subprocess.Popen([self.nsenter, "-U", "-t", str(pid), "--", *argv], **popen)
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def listen(pid: int, port: int) -> socket.socket:
