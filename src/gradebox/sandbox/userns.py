@@ -11,10 +11,13 @@ and for the root filesystem cache, so that files keep one owner everywhere:
   (``newuidmap``/``newgidmap``, package ``uidmap``): the image's root is a subordinate id, so
   the grader owns nothing of the image, as under root.
 
-``run`` runs a command as root of such a namespace (unpacking an image with its owners,
-removing what it unpacked); ``listen`` opens a listening socket inside a container's own
-network namespace (the model proxy): U owns the container's user namespace, so a
-single-threaded child of U may join it, then its network namespace.
+``runc`` runs as root of such a namespace (``Holder``: one per sandbox), so that what it does
+as root (the container's pipes and exec FIFO handed to the container's root, mounts, cgroup
+files) works, with no privilege on the host. ``run`` runs a command as root of a fresh one
+(unpacking an image with its owners, removing what it unpacked, ``runc delete``); ``listen``
+opens a listening socket inside a container's own network namespace (the model proxy): U
+owns the user namespace, so a single-threaded child of U may join it, then the container's
+network namespace.
 """
 
 from __future__ import annotations
