@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The base image is bootstrapped with debootstrap from the host's apt mirror (no registry).
+# Not root: mmdebstrap --mode=unshare builds it (the prerequisite line: docs/non-root.md).
 images: $(STAMP)
-	@command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || \
+	@[ "$$(id -u)" != 0 ] || command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null)
 	$(BIN)/gradebox images build
 	[ -f images/images.lock.json ] || $(BIN)/gradebox images lock
@@ -27,7 +28,11 @@ demo: images
 	$(BIN)/gradebox run examples/quickstart/suite.yaml --out gradebox-runs/demo; \
 	  rc=$$?; [ $$rc -le 1 ] || exit $$rc
 
+# As root, the tests also run a subset again as an unprivileged docker-group user they create
+# (tests/docker/test_nonroot.py): that user's rootless runc maps ids with newuidmap (uidmap).
 test: images
+	@[ "$$(id -u)" != 0 ] || command -v newuidmap >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq uidmap >/dev/null)
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)

@@ -26,6 +26,10 @@ workspace       a target writing into a 200 MiB workspace: overlay over a staged
 proxy           a script grader's model proxy: one call through it vs the same call straight to
                 the (scripted, loopback) model server, medians; and calls/s through one proxy
                 with 8 clients at once.
+nonroot         cold (median of N) and throughput (graders/s at 4 workers) on oci and docker, as
+                root and as an unprivileged docker-group user ($GRADEBOX_BENCH_USER, default
+                gbxtest; made by tests/docker/test_nonroot.py), side by side. Alone:
+                `python bench/run.py --rows nonroot`.
 ray             `gradebox run` locally vs `--ray` on a local cluster (a head and worker nodes,
                 each its own processes): the per-test dispatch overhead (200 tests with built-in
                 assertions only, one at a time: the gap between results less the test's own
@@ -102,7 +106,7 @@ def _script_grader(root: Path) -> tuple[object, Path]:
     return load_grader(root / "g.yaml"), root / "ws"
 
 
-def bench_cold(root: Path, n: int, backend: str, rootfs: Path) -> dict[str, float]:
+def bench_cold(root: Path, n: int, backend: str, rootfs: Path | None) -> dict[str, float]:
     """Fresh container per grader vs bare, interleaved so that drift hits both alike."""
     grader, ws = _script_grader(root)
     payload = Payload(output="The answer is 42.")
@@ -111,11 +115,12 @@ def bench_cold(root: Path, n: int, backend: str, rootfs: Path) -> dict[str, floa
         images = box.images()
         run_grader(grader, payload, ws, box, images=images)  # type: ignore[arg-type]
         for _ in range(n):
-            bare.append(bare_once(rootfs))
+            if rootfs is not None:
+                bare.append(bare_once(rootfs))
             t = time.perf_counter()
             assert run_grader(grader, payload, ws, box, images=images).passed  # type: ignore[arg-type]
             boxed.append(time.perf_counter() - t)
-    return {"bare": statistics.median(bare), "boxed": statistics.median(boxed)}
+    return {"bare": statistics.median(bare) if bare else 0.0, "boxed": statistics.median(boxed)}
 
 
 def bench_warm(root: Path, n: int, backend: str, rootfs: Path) -> dict[str, float]:
@@ -163,6 +168,51 @@ def bench_throughput(root: Path, n: int, workers: int, backend: str) -> float:
         rate = n / (time.perf_counter() - t)
     assert all(g.pass_ for g in graded)
     return rate
+
+
+def bench_part(root: Path, n: int) -> dict[str, float]:
+    """This user's cold median (ms) and graders/s at 4 workers, on oci and docker."""
+    out: dict[str, float] = {}
+    for b in ("oci", "docker"):
+        sub = root / b
+        sub.mkdir()
+        out[f"{b}_cold_ms"] = ms(bench_cold(sub, n, b, None)["boxed"])
+        out[f"{b}_per_s"] = bench_throughput(sub, 4 * n, 4, b)
+    return out
+
+
+def bench_nonroot(root: Path, n: int) -> dict[str, dict[str, float]]:
+    """``bench_part`` as root, then as the unprivileged user (a subprocess of this script)."""
+    import pwd
+
+    user = os.environ.get("GRADEBOX_BENCH_USER", "gbxtest")
+    here = Path(__file__).resolve()
+    venv = Path(f"/tmp/gradebox-test-venv-{user}/bin/python")
+    python = venv if venv.exists() else Path(sys.executable)
+    env = [f"{k}={v}" for k, v in os.environ.items() if k.startswith("GRADEBOX_IMAGE")]
+    out = {"root": bench_part(root, n)}
+    done = subprocess.run(
+        ["runuser", "-u", user, "--", "env", "-i", *env, f"HOME={pwd.getpwnam(user).pw_dir}",
+         "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", str(python), str(here),
+         "--part", str(n)],
+        capture_output=True, text=True, cwd=here.parents[1], check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the unprivileged part failed:\n{done.stderr[-2000:]}")
+    out["user"] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def nonroot_rows(table: Table, nr: dict[str, dict[str, float]]) -> None:
+    r, u = nr["root"], nr["user"]
+    for b in ("oci", "docker"):
+        table.add_row(
+            f"{b}: cold (median) / graders/s at 4w",
+            "root vs docker-group user",
+            f"root {r[f'{b}_cold_ms']:.0f} ms, {r[f'{b}_per_s']:.1f}/s",
+            f"user {u[f'{b}_cold_ms']:.0f} ms, {u[f'{b}_per_s']:.1f}/s",
+            "user on oci, near root",
+        )
 
 
 class _HostImages:
@@ -554,7 +604,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", choices=["exec"], help="run this section alone")
+    parser.add_argument("--rows", choices=["all", "nonroot"], default="all")
+    parser.add_argument("--part", type=int, help=argparse.SUPPRESS)  # bench_nonroot's child
     args = parser.parse_args()
+    if args.part:
+        with tempfile.TemporaryDirectory(prefix="gradebox-bench-") as where:
+            print(json.dumps(bench_part(Path(where), args.part)))
+        return
     q = args.quick
     r: dict[str, object] = {}
 
@@ -566,6 +622,18 @@ def main() -> None:
         path.mkdir()
         return path
 
+    if args.rows == "nonroot":
+        say("nonroot…")
+        nr = bench_nonroot(tmp(), 10 if q else 30)
+        if args.json:
+            print(json.dumps(nr, indent=2))
+            return
+        table = Table(title="gradebox bench: root vs a docker-group user (one run)")
+        for col in ("benchmark", "who", "root", "user", "target"):
+            table.add_column(col)
+        nonroot_rows(table, nr)
+        Console().print(table)
+        return
     rootfs = _rootfs()
     if args.only == "exec":
         ex = bench_exec(tmp(), 5 if q else 20, rootfs)
@@ -617,6 +685,8 @@ def main() -> None:
     r["proxy"] = px = bench_proxy(50 if q else 300)
     say("ray…")
     r["ray"] = ray = bench_ray(tmp(), 40 if q else 200)
+    say("nonroot…")
+    r["nonroot"] = nr = bench_nonroot(tmp(), 10 if q else 30)
 
     if args.json:
         print(json.dumps(r, indent=2, default=str))
@@ -724,6 +794,7 @@ def main() -> None:
         f"Ray: {ray['ray1_tests_per_s']:.1f}/s on 1 node, {ray['ray2_tests_per_s']:.1f}/s on 2",
         "report (2 cores)",
     )
+    nonroot_rows(table, nr)
     Console().print(table)
     best = tp["oci"]["best_workers"]
     Console().print(

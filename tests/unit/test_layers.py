@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "protocol",
             "sdk",
             "verify",
+            "subids",
         ],
     ),  # fmt: skip
     ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)

@@ -107,14 +107,15 @@ def wanted_sandbox(name: str | None, suite_default: str | None = None) -> str:
 
 def open_sandbox(out: Output, name: str | None, suite_default: str | None = None) -> Any:
     """The sandbox a command runs on, said on stderr when it was chosen for the user."""
-    from ..sandbox import choose_backend, get_sandbox
+    from ..sandbox import auto_reason, choose_backend, get_sandbox
 
     wanted = wanted_sandbox(name, suite_default)
-    chosen = choose_backend(wanted)
-    box = get_sandbox(chosen)
     if wanted == "auto":
-        out.info(f"[dim]sandbox: {chosen}[/]")
-    return box
+        chosen, why = auto_reason()
+        out.info(f"[dim]sandbox: {chosen} ({why})[/]")
+    else:
+        chosen = choose_backend(wanted)
+    return get_sandbox(chosen)
 
 
 def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:

@@ -74,7 +74,11 @@ def status(engine: Engine, names: Iterable[str] | None = None) -> list[ImageStat
 
 
 def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str:
-    """debootstrap a minimal Debian into a temp dir and import it as ``gradebox/base``."""
+    """Bootstrap a minimal Debian from the machine's mirror and import it as ``gradebox/base``:
+    debootstrap as root (as ever), else mmdebstrap in its ``unshare`` mode, which builds as
+    root of a user namespace of the user's subordinate ids: no root needed."""
+    if os.geteuid() != 0:
+        return _bootstrap_unshared(engine, say)
     mirror = apt_mirror()
     tool = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
     if not Path(tool).exists():
@@ -82,8 +86,6 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
             "debootstrap is needed to build the base image without a registry: "
             "apt-get install debootstrap (or run `make images`, which installs it)"
         )
-    if os.geteuid() != 0:
-        raise ImageError("debootstrap needs root to build the base image; run as root")
     with tempfile.TemporaryDirectory(prefix="gradebox-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
@@ -113,6 +115,46 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
             'CMD ["/bin/bash"]',
         ]
         engine.import_image(str(tar_path), f"{repo()}/{BASE}", TAG, changes)
+    return str(engine.image(qualified(BASE))["Id"])
+
+
+def _base_changes(mirror: object) -> list[str]:
+    return [
+        f"LABEL {LABEL_INPUTS}={_base_inputs(mirror)}",  # type: ignore[arg-type]
+        f"LABEL {LABEL_IMAGE}={BASE}",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        'CMD ["/bin/bash"]',
+    ]
+
+
+def _bootstrap_unshared(engine: Engine, say: Callable[[str], None]) -> str:
+    """``bootstrap_base`` for a non-root user: mmdebstrap --mode=unshare writes the tarball."""
+    from .. import subids as userns
+
+    mirror = apt_mirror()
+    tool = shutil.which("mmdebstrap")
+    why = "no mmdebstrap" if tool is None else userns.missing()
+    if why:
+        raise ImageError(
+            f"building the base image without root needs mmdebstrap and subordinate ids "
+            f"({why}); once, as root: {userns.prerequisite()}"
+        )
+    assert tool is not None
+    with tempfile.TemporaryDirectory(prefix="gradebox-rootfs-") as tmp:
+        tar_path = Path(tmp) / "rootfs.tar"
+        say(f"bootstrapping Debian {mirror.suite} from {mirror.uri} (mmdebstrap, unshare)")
+        cmd = [
+            tool, "--mode=unshare", "--variant=minbase", "--quiet",
+            f"--include={','.join(BASE_PACKAGES)}",
+            # As debootstrap leaves it: no package lists, no downloaded packages.
+            "--customize-hook=rm -rf $1/var/lib/apt/lists/* $1/var/cache/apt/archives/*.deb",
+            mirror.suite, str(tar_path), mirror.uri,
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+            raise ImageError(f"mmdebstrap failed (exit {proc.returncode}):\n{tail}")
+        engine.import_image(str(tar_path), f"{repo()}/{BASE}", TAG, _base_changes(mirror))
     return str(engine.image(qualified(BASE))["Id"])
 
 

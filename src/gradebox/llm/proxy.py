@@ -2,7 +2,8 @@
 
 For each run of a grader with ``target: {max_calls: N}``, gradebox starts an HTTP server with a
 fresh bearer token and binds it *inside the grader container's network namespace*, on
-``127.0.0.1:47100``. The container keeps no network of its own (loopback only): it reaches the
+``127.0.0.1:47100`` (for every backend and user: ``sandbox/door.py``). The container keeps no
+network of its own (loopback only): it reaches the
 proxy and nothing else, neither the host's ports, nor the internet, nor another grader's proxy
 (which lives on that other container's loopback). The model call itself is made by the host,
 through the run's ``ModelHub``, with a key the container never sees.
@@ -24,10 +25,8 @@ in the grader's result, failed ones included.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hmac
 import json
-import os
 import secrets
 import socket
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 
 from ..errors import GradeboxError
 from ..protocol import Usage
+from ..sandbox.base import Started
 from .client import Cancelled, ModelError, ModelHub
 from .targets import ModelTarget
 
@@ -45,42 +45,6 @@ PROXY_PORT = 47100
 MAX_BODY = 1 << 20
 MAX_CONNECTIONS = 8  # served at once, per proxy: each holds one host thread
 IDLE_TIMEOUT = 30  # seconds a connection may keep silent before it is dropped
-_CLONE_NEWNET = 0x40000000
-
-
-def listen_in_netns(pid: int, port: int) -> socket.socket:
-    """A listening TCP socket on 127.0.0.1:``port`` of the network namespace of ``pid``.
-
-    ``setns`` applies to the calling thread only, so a thread of its own joins the namespace,
-    makes the socket and ends; the socket stays in that namespace wherever it is served from.
-    """
-    found: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-            try:
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err))
-            finally:
-                os.close(fd)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", port))
-            sock.listen(64)
-            found["sock"] = sock
-        except OSError as exc:
-            found["error"] = exc
-
-    thread = threading.Thread(target=work, name="proxy-netns")
-    thread.start()
-    thread.join()
-    if "error" in found:
-        raise GradeboxError(f"cannot open the model proxy in the grader's network: "
-                            f"{found['error']}")  # fmt: skip
-    return found["sock"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -171,9 +135,9 @@ class TargetProxy:
             out[f"{prefix}_TOKEN"] = self.token
         return out
 
-    def start_in(self, pid: int) -> None:
-        """Serve on the loopback of the container whose init process is ``pid``."""
-        self.serve(listen_in_netns(pid, PROXY_PORT))
+    def start_in(self, started: Started) -> None:
+        """Serve on the loopback of the container just started (``SandboxSpec.on_start``)."""
+        self.serve(started.listen(PROXY_PORT))
 
     def serve(self, sock: socket.socket) -> None:
         self._server = _Server(sock, self)

@@ -23,6 +23,7 @@ __all__ = [
     "Sandbox",
     "SandboxSpec",
     "Security",
+    "auto_reason",
     "choose_backend",
     "collect_garbage",
     "get_sandbox",
@@ -49,18 +50,30 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
 
 def choose_backend(name: str | None = None) -> str:
-    """The backend a command runs on: ``name``, else ``$GRADEBOX_SANDBOX``, else ``auto``;
-    ``auto`` is ``oci`` where a runtime is usable here, else ``docker``."""
+    """The backend a command runs on: ``name``, else ``$GRADEBOX_SANDBOX``, else ``auto``.
+
+    ``auto`` is the fastest backend that keeps every promise here: ``oci`` where the OCI
+    runtime can run with every limit (as root; or rootless, in a user namespace, where this
+    user has cgroups for the limits: see docs/non-root.md), else ``docker``. It logs which
+    and why (``auto_reason``)."""
     wanted = (name or os.environ.get("GRADEBOX_SANDBOX") or "auto").strip().lower()
     if wanted != "auto":
         return wanted
+    chosen, why = auto_reason()
+    log.info("sandbox: %s (%s)", chosen, why)
+    return chosen
+
+
+def auto_reason() -> tuple[str, str]:
+    """What ``auto`` picks on this machine for this user, and why."""
     from .oci import oci_usable
 
     why = oci_usable()
     if why is None:
-        return "oci"
-    log.info("sandbox: docker (%s)", why)
-    return "docker"
+        if os.geteuid() == 0:
+            return "oci", "runc as root: the fastest backend, every limit kept"
+        return "oci", "runc rootless, in a user namespace, limits in this user's cgroups"
+    return "docker", f"the OCI backend cannot keep every promise here: {why}"
 
 
 def get_sandbox(name: str | None = None) -> Sandbox:

@@ -9,6 +9,7 @@ pass the conformance checks in ``gradebox.sandbox.self_check``.
 from __future__ import annotations
 
 import os
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,9 +65,19 @@ class SandboxSpec:
     network: str = "none"
     labels: dict[str, str] = field(default_factory=dict)
     name: str = "grader"
-    # Called with the host pid of the container's first process once it runs and before the
-    # command is released: the model proxy binds inside the container's network namespace.
-    on_start: Callable[[int], None] | None = field(default=None, compare=False, repr=False)
+    # Called once the container runs and before the command is released, with a ``Started``:
+    # the model proxy listens on the container's own loopback.
+    on_start: Callable[[Started], None] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Started:
+    """What ``SandboxSpec.on_start`` is given: the host pid of the container's first process,
+    and ``listen(port)``, a listening socket on 127.0.0.1:port of the container's own network
+    namespace (made however this backend and this user can: see ``door.py``)."""
+
+    pid: int
+    listen: Callable[[int], socket.socket]
 
 
 @dataclass

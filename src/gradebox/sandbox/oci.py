@@ -19,6 +19,13 @@ second runtime call). Where that cgroup cannot be made (cgroup v2), ``runc run -
 ``/run/gradebox``), and every container id carries the runner's pid, so ``gradebox gc`` finds
 and removes what a SIGKILLed runner left.
 
+Without root it runs rootless (runc's own rootless mode): each container in a user namespace
+of the runner's (``userns.py``: the grader keeps the runner's uid, every other id is a
+subordinate one), on a root filesystem unpacked in that namespace, with its limits in cgroups
+the runner owns (``cgroups.py``: a v2 delegated subtree, or on cgroup v1 a subtree the engine
+makes once per boot). Where no limit can be enforced, the backend is not usable
+(``oci_usable`` says why) and ``auto`` runs Docker instead. See docs/non-root.md.
+
 Specs this backend does not run itself (a network beyond loopback, a writable root) go to the
 Docker backend; their ``Prepared.backend`` says so.
 """
@@ -34,6 +41,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -42,15 +50,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, GradeboxError, SandboxClosed
+from . import cgroups, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
-from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, register_sandbox
+from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
+from .door import listen_in_netns
 from .gate import ReportChannel, never_released, signal_of
 from .hardening import HOME
 from .init import init_binary, sealed_init
 from .labels import pid_alive, slug
 from .oci_config import MOUNT_POINTS, runtime_config
-from .rootfs import RootfsCache
+from .rootfs import RootfsCache, cache_dir
 
 if TYPE_CHECKING:
     from . import _engine
@@ -60,12 +70,21 @@ __all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
 log = logging.getLogger("gradebox.sandbox")
 
 ID_PREFIX = "gradebox-"
-CGROUP_PARENT = "gradebox"
+CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner
 MEMCG_ROOT = Path("/sys/fs/cgroup/memory")
 
 
 def state_root() -> Path:
-    return Path(os.environ.get("GRADEBOX_OCI_STATE", "/run/gradebox"))
+    """``$GRADEBOX_OCI_STATE``, else ``/run/gradebox`` for root, else
+    ``$XDG_RUNTIME_DIR/gradebox`` (or ``<cache>/run``) for anyone else."""
+    if os.environ.get("GRADEBOX_OCI_STATE"):
+        return Path(os.environ["GRADEBOX_OCI_STATE"])
+    if os.geteuid() == 0:
+        return Path("/run/gradebox")
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and Path(runtime).is_dir() and Path(runtime).stat().st_uid == os.getuid():
+        return Path(runtime) / "gradebox"
+    return cache_dir() / "run"
 
 
 def runtime_binary() -> str:
@@ -73,16 +92,57 @@ def runtime_binary() -> str:
     return os.environ.get("GRADEBOX_RUNTIME", "runc")
 
 
-def oci_usable() -> str | None:
-    """None when this host can run the OCI backend, else why not (for ``auto``)."""
-    if os.geteuid() != 0:
-        return "the OCI backend needs root (rootless runtimes are not supported yet)"
+_delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
+
+
+def oci_usable(engine: _engine.Engine | None = None) -> str | None:
+    """None when this host can run the OCI backend (keeping every limit), else why not (for
+    ``auto``). For a non-root user on cgroup v1 this may ask the engine, once per boot, for the
+    cgroup subtree rootless containers need (``cgroups.delegate_v1``)."""
     if shutil.which(runtime_binary()) is None:
         return f"no OCI runtime {runtime_binary()!r} on PATH"
     if init_binary() is None:
         return "no static init (docker-init or tini-static) on PATH"
     if not Path("/sys/fs/cgroup").is_dir():
         return "no cgroup filesystem"
+    if os.geteuid() == 0:
+        return None
+    why = userns.missing()
+    if why:
+        return (f"rootless containers need subordinate ids: {why} (once, as root: "
+                f"{userns.prerequisite()})")  # fmt: skip
+    return rootless_cgroups(engine)
+
+
+def rootless_cgroups(engine: _engine.Engine | None = None) -> str | None:
+    """None when this user has cgroups for its containers' limits (made through the engine
+    if need be), else why not."""
+    if cgroups.v2_delegated() is not None:
+        return None
+    if (Path("/sys/fs/cgroup") / "cgroup.controllers").exists():
+        return (
+            "cgroup v2 without a delegated subtree for this user: limits could not be "
+            "enforced (systemd: Delegate=yes for user@.service)"
+        )
+    if cgroups.v1_delegated() is None:
+        return None
+    uid = os.getuid()
+    if uid not in _delegation:
+        try:
+            from ..images.catalog import BASE, qualified
+
+            if engine is None:
+                from . import _engine
+
+                engine = _engine.Engine.connect()
+            cgroups.delegate_v1(engine, qualified(BASE))
+            _delegation[uid] = cgroups.v1_delegated()
+        except GradeboxError as exc:
+            _delegation[uid] = str(exc)
+    why = _delegation[uid]
+    if why:
+        return (f"cgroup v1 and no cgroup subtree of this user's ({why}): limits could not be "
+                "enforced without root")  # fmt: skip
     return None
 
 
@@ -98,15 +158,18 @@ class OciSandbox(EngineImages, Sandbox):
     """
 
     def __init__(self, engine: _engine.Engine | None = None, session: str | None = None) -> None:
-        why = oci_usable()
-        if why:
-            raise EngineError(f"OCI backend unavailable: {why}")
         if engine is None:
             from . import _engine
 
             engine = _engine.Engine.connect()
-        # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is.
+        # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is
+        # (nor, as root, does the check below reach it).
         self.engine = engine
+        why = oci_usable(self.engine)
+        if why:
+            raise EngineError(f"OCI backend unavailable: {why}")
+        self.mapping = userns.id_map() if os.geteuid() != 0 else None  # rootless
+        self.holder = userns.Holder(self.mapping) if self.mapping is not None else None
         self.session = session or secrets.token_hex(4)
         self.runtime = runtime_binary()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
@@ -115,7 +178,14 @@ class OciSandbox(EngineImages, Sandbox):
         self.bundles = root / "bundles"
         for path in (self.state, self.bundles):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS, open_points=("/tmp", HOME))
+        self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS,
+                                 open_points=("/tmp", HOME), mapping=self.mapping)  # fmt: skip
+        # cgroup v2, delegated to a non-root user: the containers' cgroups go under it.
+        v2 = cgroups.v2_delegated() if self.mapping is not None else None
+        self.cgroup_parent = (
+            "/" + str((v2 / CGROUP_PARENT).relative_to("/sys/fs/cgroup")) if v2 else
+            f"/{CGROUP_PARENT}"
+        )  # fmt: skip
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -158,7 +228,7 @@ class OciSandbox(EngineImages, Sandbox):
         channel = ReportChannel(bundle)
         config = runtime_config(
             spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
-            cgroup=f"/{CGROUP_PARENT}/{cid}" + ("/c" if memcg else ""), report=channel.path,
+            cgroup=f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else ""), report=channel.path,
         )  # fmt: skip
         (bundle / "config.json").write_text(json.dumps(config))
         handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel)
@@ -181,7 +251,7 @@ class OciSandbox(EngineImages, Sandbox):
 
     def _delete(self, cid: str, bundle: Path) -> None:
         if (self.state / cid).exists():  # kept (--keep), or its runtime was killed
-            delete_container(self.runtime, self.state, cid)
+            delete_container(self.runtime, self.state, cid, self.mapping)
         shutil.rmtree(bundle, ignore_errors=True)
         memcg = MEMCG_ROOT / CGROUP_PARENT / cid
         if memcg.exists():
@@ -218,6 +288,8 @@ class OciSandbox(EngineImages, Sandbox):
             handle.discard()
         for handle in live:
             self._delete(handle.cid, handle.bundle)
+        if self.holder is not None:
+            self.holder.close()
         if self._docker is not None:
             self._docker.close()
 
@@ -245,17 +317,19 @@ class OciPrepared(Prepared):
                 "--log-format", "json", "run", *(() if self.memcg else ("--keep",)),
                 "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
+
         # Under the lock: close() may have run between prepare() and here, and nothing may
         # start after it (it would outlive the run).
         with box._lock:
             if box._closed or self._disposed:
                 raise SandboxClosed()
             try:
-                self.proc = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    start_new_session=True, close_fds=True,
+                popen = box.holder.popen if box.holder is not None else subprocess.Popen
+                self.proc = popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                 )  # fmt: skip
-            except OSError as exc:
+            except (OSError, GradeboxError) as exc:
                 self.start_error = f"cannot run {box.runtime}: {exc.strerror or exc}"
 
     def kill(self) -> None:
@@ -266,10 +340,8 @@ class OciPrepared(Prepared):
         except (OSError, ValueError):
             # Not started yet, or already gone: make sure the runtime itself is gone too.
             if self.proc is not None and self.proc.poll() is None:
-                subprocess.run(
-                    [self.box.runtime, "--root", str(self.box.state), "kill", "--all", self.cid,
-                     "KILL"], capture_output=True, timeout=30,
-                )  # fmt: skip
+                _runtime_call([self.box.runtime, "--root", str(self.box.state), "kill", "--all",
+                               self.cid, "KILL"], self.box.mapping, timeout=30)  # fmt: skip
 
     def execute(self, stdin: bytes | None = None) -> RunOutcome:
         if self._used:
@@ -282,13 +354,20 @@ class OciPrepared(Prepared):
                 return RunOutcome(exit_code=None, start_error=self.start_error)
             if self.spec.on_start is not None:
                 try:
-                    self.spec.on_start(self._wait_pid())
+                    self.spec.on_start(Started(self._wait_pid(), self._listen))
                 except (GradeboxError, OSError, ValueError) as exc:
                     self.kill()
                     return RunOutcome(exit_code=None, start_error=f"before release: {exc}")
             return self._run(stdin or b"")
         finally:
             self.discard()
+
+    def _listen(self, port: int) -> socket.socket:
+        """A socket on the container's loopback (``door.py``)."""
+        pid = self._wait_pid()
+        if self.box.mapping is not None:
+            return userns.listen(pid, port)
+        return listen_in_netns(pid, port)
 
     def _wait_pid(self, timeout: float = 30.0) -> int:
         """The container's first process, once the runtime has written it down."""
@@ -301,7 +380,8 @@ class OciPrepared(Prepared):
             if self.proc is not None and self.proc.poll() is not None:
                 break
             time.sleep(0.005)
-        raise GradeboxError("the container did not start")
+        why = _runtime_error(self.bundle / "runtime.log")
+        raise GradeboxError("the container did not start" + (f": {why}" if why else ""))
 
     def _run(self, stdin: bytes) -> RunOutcome:
         proc, spec, channel = self.proc, self.spec, self.channel
@@ -331,7 +411,7 @@ class OciPrepared(Prepared):
         if start_error is None and code and not report.started:
             start_error = _runtime_error(self.bundle / "runtime.log") or never_released(code)
         oom = code == 137 and bool(report.signalled) and not timed_out
-        oom = oom and _oom_killed(self.cid, self.memcg)
+        oom = oom and _oom_killed(self.cid, self.memcg, self.box.cgroup_parent)
         return RunOutcome(
             exit_code=None if timed_out else code,
             stdout=bytes(out.stdout),
@@ -453,7 +533,7 @@ def _runtime_error(log_file: Path) -> str | None:
     return None
 
 
-def _oom_killed(cid: str, memcg: Path | None) -> bool:
+def _oom_killed(cid: str, memcg: Path | None, parent: str = f"/{CGROUP_PARENT}") -> bool:
     """Did the OOM killer strike (in our memory cgroup, else the container's own, v1 or v2)?"""
     if memcg is not None:
         # The kill is counted in the container's own cgroup, gone with it; ours remembers
@@ -463,7 +543,7 @@ def _oom_killed(cid: str, memcg: Path | None) -> bool:
         peak = _read_int(memcg / "memory.max_usage_in_bytes")
         return limit > 0 and peak >= limit - (1 << 20)
     v1 = MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
-    v2 = Path("/sys/fs/cgroup") / CGROUP_PARENT / cid / "memory.events"
+    v2 = Path("/sys/fs/cgroup") / parent.lstrip("/") / cid / "memory.events"
     return any(_counter(path, "oom_kill") > 0 for path in (v1, v2))
 
 
@@ -541,12 +621,20 @@ def _counter(path: Path, key: str) -> int:
     return 0
 
 
-def delete_container(runtime: str, state: Path, cid: str) -> None:
+def _runtime_call(argv: list[str], mapping: userns.IdMap | None, timeout: float) -> None:
+    """Run the runtime once more (kill, delete), in the user namespace it ran in."""
+    if mapping is None:
+        subprocess.run(argv, capture_output=True, timeout=timeout)
+    else:
+        userns.run(argv, mapping=mapping, timeout=timeout)
+
+
+def delete_container(runtime: str, state: Path, cid: str,
+                     mapping: userns.IdMap | None = None) -> None:  # fmt: skip
     """Force-delete a container (kills what still runs, removes its cgroups and state)."""
     try:
-        subprocess.run([runtime, "--root", str(state), "delete", "--force", cid],
-                       capture_output=True, timeout=60)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        _runtime_call([runtime, "--root", str(state), "delete", "--force", cid], mapping, 60)
+    except (OSError, GradeboxError, subprocess.TimeoutExpired) as exc:
         log.warning("could not delete container %s: %s", cid, exc)
 
 
@@ -561,6 +649,7 @@ def collect_garbage(everything: bool = False) -> list[str]:
     root = state_root()
     state, bundles = root / "runtime", root / "bundles"
     runtime = runtime_binary()
+    mapping = userns.id_map() if os.geteuid() != 0 else None
     names: set[str] = set()
     for folder in (state, bundles, MEMCG_ROOT / CGROUP_PARENT):
         if folder.is_dir():
@@ -570,7 +659,7 @@ def collect_garbage(everything: bool = False) -> list[str]:
         pid = _owner_pid(cid)
         if everything or pid is None or not pid_alive(pid):
             if shutil.which(runtime) and (state / cid).exists():
-                delete_container(runtime, state, cid)
+                delete_container(runtime, state, cid, mapping)
             shutil.rmtree(bundles / cid, ignore_errors=True)
             _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
             removed.append(cid)

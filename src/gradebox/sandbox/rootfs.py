@@ -5,20 +5,28 @@ The OCI backend runs graders on the very image ids the Docker backend uses (lock
 cache, ``CACHE/rootfs/<id>``, atomically (unpacked beside it, then renamed into place, under a
 lock, so concurrent runs unpack it once and never see half of it). Containers bind it
 read-only; nothing ever writes into it.
+
+A non-root runner unpacks it as root of its user namespace (``userns.py``, the mapping its
+containers use), so that the image's owners are kept, shifted into its subordinate ids. Device
+nodes cannot be made there; they are left out (every container gets a ``/dev`` tmpfs of its own
+anyway). Such entries are named ``<id>-u<uid>``, never mixed up with root's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError
+from . import userns
 
 if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
     from ._engine import Engine
@@ -52,8 +60,10 @@ class RootfsCache:
 
     def __init__(self, engine: Engine | None, root: Path | None = None,
                  mount_points: tuple[str, ...] = (),
-                 open_points: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 open_points: tuple[str, ...] = (),
+                 mapping: userns.IdMap | None = None) -> None:  # fmt: skip
         self.engine = engine
+        self.mapping = mapping  # unpack in a user namespace with this mapping (non-root)
         self.root = (root or cache_dir()) / "rootfs"
         self.mount_points = mount_points
         # The runtime gives a tmpfs the mode of the directory it covers: these must be 1777.
@@ -64,7 +74,7 @@ class RootfsCache:
         digest = image_id.removeprefix("sha256:")
         if not digest.isalnum():
             raise EngineError(f"not an image id: {image_id!r}")
-        return self.root / digest
+        return self.root / (f"{digest}-u{os.getuid()}" if self.mapping else digest)
 
     def path_for(self, image_id: str) -> Path:
         if image_id in self._known:
@@ -83,6 +93,9 @@ class RootfsCache:
         if self.engine is None:
             raise EngineError(f"image {image_id[:19]} is not unpacked and there is no engine")
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:12]}-", dir=self.root))
+        if self.mapping is not None:
+            self._unpack_in_userns(image_id, tmp, final)
+            return
         try:
             # tar (run as a program, like git) keeps owners, modes, links and device nodes.
             with subprocess.Popen(
@@ -116,6 +129,64 @@ class RootfsCache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
+    def _unpack_in_userns(self, image_id: str, tmp: Path, final: Path) -> None:
+        """``_unpack``, as root of the user namespace (see the module's docstring)."""
+        assert self.engine is not None and self.mapping is not None
+        script = (
+            'set -e; d="$1"; id="$2"; shift 2; tar -x --numeric-owner --anchored --exclude="dev/*" '
+            '--exclude="./dev/*" -C "$d"; chmod 755 "$d"\n'
+            'for p in "$@"; do case "$p" in +*) p="${p#+}"; o=1;; *) o=;; esac\n'
+            '  [ -e "$d$p" ] || [ -L "$d$p" ] || mkdir -p "$d$p"\n'
+            '  if [ -n "$o" ] && [ -d "$d$p" ] && [ ! -L "$d$p" ]; then chmod 1777 "$d$p"; fi\n'
+            'done\n'
+            'i="$d/sbin/gradebox-init"; [ -e "$i" ] || [ -L "$i" ] || '
+            '{ mkdir -p "$d/sbin"; : > "$i"; }\n'
+            'printf "%s\\n" "$id" > "$d/.gradebox-complete"\n'
+        )  # fmt: skip
+        points = [("+" if p in self.open_points else "") + p for p in self.mount_points]
+        read_end, write_end = os.pipe()
+        done: dict[str, object] = {}
+
+        def unpack() -> None:
+            try:
+                done["proc"] = userns.run(["/bin/sh", "-c", script, "unpack", str(tmp), image_id,
+                                           *points],
+                                          stdin=read_end, mapping=self.mapping)  # fmt: skip
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+                done["error"] = exc
+
+        worker = threading.Thread(target=unpack, name="gradebox-unpack")
+        worker.start()
+        try:
+            # BrokenPipeError: tar ended early, and says why.
+            with open(write_end, "wb", closefd=True) as sink, contextlib.suppress(BrokenPipeError):
+                self.engine.export_image(image_id, sink.write)
+        finally:
+            worker.join()
+            os.close(read_end)
+        try:
+            if "error" in done:
+                raise done["error"]  # type: ignore[misc]
+            proc = done["proc"]
+            assert isinstance(proc, subprocess.CompletedProcess)
+            if proc.returncode != 0:
+                err = proc.stderr.decode(errors="replace")[-300:]
+                raise EngineError(f"unpacking {image_id[:19]} failed: {err}")
+            if final.exists():  # a half-made leftover of a killed unpacker
+                self._rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            self._rmtree(tmp)
+            raise
+
+    def _rmtree(self, path: Path) -> None:
+        """Remove an entry: its files belong to subordinate ids for a non-root runner."""
+        mine = os.geteuid() != 0 and path.name.split("-u")[-1] == str(os.getuid())
+        if self.mapping is None and not mine:
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            userns.run(["rm", "-rf", "--", str(path)], mapping=self.mapping)
+
     def entries(self) -> list[Entry]:
         out = []
         if not self.root.is_dir():
@@ -131,7 +202,7 @@ class RootfsCache:
         final = self._dir(image_id)
         with open(self.root / f"{final.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            shutil.rmtree(final, ignore_errors=True)
+            self._rmtree(final)
         self._known.pop(image_id, None)
 
 

@@ -1,0 +1,241 @@
+"""User namespaces for a runner that is not root: the id mapping, and work done inside it.
+
+A non-root runner (uid U, gid G) runs OCI containers in a user namespace of its own, the way
+rootless runc and rootless Podman do. The mapping (``id_map``) is the same for every container
+and for the root filesystem cache, so that files keep one owner everywhere:
+
+- the grader runs as U:G inside (``base.default_user`` for a non-root runner), which is U:G on
+  the host: the files the runner gives it (0700 folders of U) are its own, and what it writes
+  into a ``workspace: rw`` copy is U's to delete, as with the Docker backend;
+- every other id from 0 to 65535 comes from U's ``/etc/subuid`` and ``/etc/subgid`` ranges
+  (``newuidmap``/``newgidmap``, package ``uidmap``): the image's root is a subordinate id, so
+  the grader owns nothing of the image, as under root.
+
+``runc`` runs as root of such a namespace (``Holder``: one per sandbox), so that what it does
+as root (the container's pipes and exec FIFO handed to the container's root, mounts, cgroup
+files) works, with no privilege on the host. ``run`` runs a command as root of a fresh one
+(unpacking an image with its owners, removing what it unpacked, ``runc delete``); ``listen``
+opens a listening socket inside a container's own network namespace (the model proxy): U
+owns the user namespace, so a single-threaded child of U may join it, then the container's
+network namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import GradeboxError
+from ..subids import SPAN, missing, prerequisite, subordinate
+
+__all__ = [
+    "IdMap",
+    "id_map",
+    "listen",
+    "missing",
+    "prerequisite",
+    "run",
+    "spawn",
+    "subordinate",
+    "Holder",
+]
+
+
+@dataclass(frozen=True)
+class IdMap:
+    """Inside -> outside ranges, as the OCI config's ``uidMappings`` take them."""
+
+    uids: tuple[tuple[int, int, int], ...]
+    gids: tuple[tuple[int, int, int], ...]
+
+    def oci(self) -> dict[str, list[dict[str, int]]]:
+        def rows(ranges: tuple[tuple[int, int, int], ...]) -> list[dict[str, int]]:
+            return [{"containerID": c, "hostID": h, "size": n} for c, h, n in ranges]
+
+        return {"uidMappings": rows(self.uids), "gidMappings": rows(self.gids)}
+
+
+def _ranges(own: int, start: int) -> tuple[tuple[int, int, int], ...]:
+    """``own`` -> itself, every other id below SPAN -> the subordinate range from ``start``."""
+    if own >= SPAN:
+        return ((0, start, SPAN - 1), (own, own, 1))
+    out = []
+    if own > 0:
+        out.append((0, start, own))
+    out.append((own, own, 1))
+    if own < SPAN - 1:
+        out.append((own + 1, start + own, SPAN - 1 - own))
+    return tuple(out)
+
+
+def id_map() -> IdMap | None:
+    """The mapping for this (non-root) user, or None when the prerequisites are missing
+    (``missing()`` says which)."""
+    if missing():
+        return None
+    uid, gid = os.getuid(), os.getgid()
+    su = subordinate("/etc/subuid", uid)
+    sg = subordinate("/etc/subgid", uid)
+    assert su is not None and sg is not None
+    return IdMap(_ranges(uid, su[0]), _ranges(gid, sg[0]))
+
+
+# Children run with ``python3 -I -S``: nothing from the environment is imported, and the
+# process is single-threaded, which joining a user namespace requires.
+_ENTER = """
+import ctypes, os, sys
+ctl, ack = int(sys.argv[1]), int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:
+    sys.exit("unshare(CLONE_NEWUSER): " + os.strerror(ctypes.get_errno()))
+os.write(ack, b"u"); os.close(ack)
+if os.read(ctl, 1) != b"m":
+    sys.exit("the id mapping failed")
+os.close(ctl)
+os.setresgid(0, 0, 0); os.setgroups([]); os.setresuid(0, 0, 0)
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+
+_JOIN = """
+import ctypes, os, socket, sys
+pid, port, back = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+for fd, kind, what in ((user, 0x10000000, "user"), (net, 0x40000000, "network")):
+    if libc.setns(fd, kind) != 0:
+        sys.exit(f"cannot join the grader's {what} namespace: " + os.strerror(ctypes.get_errno()))
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("127.0.0.1", port))
+sock.listen(64)
+socket.send_fds(socket.socket(fileno=back), [b"s"], [sock.fileno()])
+"""
+
+
+def spawn(argv: list[str], mapping: IdMap | None, **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **popen)``, as root of a new user namespace with ``mapping``
+    (plainly when ``mapping`` is None). Returns once the ids are mapped."""
+    if mapping is None:
+        return subprocess.Popen(argv, **popen)
+    ctl_r, ctl_w = os.pipe()  # parent -> child: "m" once mapped
+    ack_r, ack_w = os.pipe()  # child -> parent: "u" once unshared
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _ENTER, str(ctl_r), str(ack_w), *argv],
+            pass_fds=(ctl_r, ack_w), **popen,
+        )  # fmt: skip
+    finally:
+        os.close(ctl_r)
+        os.close(ack_w)
+    err = ""
+    try:
+        with os.fdopen(ack_r, "rb") as ack:
+            ready = ack.read(1) == b"u"
+        if ready:
+            for tool, ranges in (("newuidmap", mapping.uids), ("newgidmap", mapping.gids)):
+                args = [str(x) for r in ranges for x in r]
+                done = subprocess.run([tool, str(proc.pid), *args], capture_output=True,
+                                      text=True, timeout=30)  # fmt: skip
+                if done.returncode != 0:
+                    err = f"{tool}: {done.stderr.strip() or done.returncode}"
+                    break
+        else:
+            err = "the child could not make a user namespace"
+        with os.fdopen(ctl_w, "wb") as ctl:
+            ctl.write(b"x" if err else b"m")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if err:
+        proc.kill()
+        proc.wait()
+        raise GradeboxError(f"cannot map ids ({err}); once, as root: {prerequisite()}")
+    return proc
+
+
+def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = None,
+        timeout: float = 3600) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    """Run ``argv`` as root of a new user namespace with ``mapping`` (default ``id_map()``),
+    its stdin from the fd ``stdin`` (default: none); its stdout and stderr captured."""
+    mapping = mapping or id_map()
+    if mapping is None:
+        raise GradeboxError(f"cannot map ids: {missing()}; once, as root: {prerequisite()}")
+    proc = spawn(argv, mapping, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class Holder:
+    """One user namespace kept for a sandbox's containers, held by an idle child: a command
+    runs as its root through ``nsenter`` (a few ms), not a fresh namespace each (a Python
+    child and two mapping helpers: ~25 ms). Like Docker's ``userns-remap``, the containers
+    share the user namespace, each in its own pid, mount, network, ipc and uts namespaces.
+    The holder reads its stdin and ends when it closes: at ``close``, or when we die."""
+
+    def __init__(self, mapping: IdMap) -> None:
+        self.mapping = mapping
+        self.nsenter = shutil.which("nsenter")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """``argv`` as root of the held namespace (a fresh one without ``nsenter``)."""
+        if self.nsenter is None:
+            return spawn(argv, self.mapping, **popen)
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = spawn(["/bin/sh", "-c", "read _"], self.mapping,
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            pid = self._proc.pid
+        return subprocess.Popen([self.nsenter, "-U", "-t", str(pid), "--", *argv], **popen)
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def listen(pid: int, port: int) -> socket.socket:
+    """A listening TCP socket on 127.0.0.1:``port`` in the network namespace of ``pid``, a
+    process of a container in a user namespace this user owns (made by a child that joins
+    both namespaces and hands the socket back)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", _JOIN, str(pid), str(port),
+                 str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        if proc.returncode != 0:
+            why = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            raise GradeboxError(f"cannot open the model proxy in the grader's network: {why[0]}")
+        ours.settimeout(5)
+        _msg, fds, _flags, _addr = socket.recv_fds(ours, 1, 1)
+    if not fds:
+        raise GradeboxError("cannot open the model proxy in the grader's network: no socket")
+    return socket.socket(fileno=fds[0])
