@@ -10,6 +10,7 @@ import pytest
 
 from gradebox import images as img
 from gradebox.errors import ImageError
+from gradebox.images.catalog import qualified
 from gradebox.graders import load_grader, run_grader
 from gradebox.protocol import Payload, Status
 from tests.conftest import write
@@ -24,7 +25,7 @@ def images_dir(tmp_path, monkeypatch, engine):
     monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(folder))
     yield folder
     with contextlib.suppress(Exception):
-        engine.api.remove_image("gradebox/gbtest:latest", force=True)
+        engine.api.remove_image(qualified("gbtest"), force=True)
 
 
 def test_build_lock_verify_and_a_tampered_image(images_dir, engine, shell_image, tmp_path):
@@ -39,7 +40,7 @@ def test_build_lock_verify_and_a_tampered_image(images_dir, engine, shell_image,
     assert resolver.resolve("gbtest") == lock.images["gbtest"].id
 
     # Another image tagged under the locked name.
-    engine.tag(shell_image, "gradebox/gbtest", "latest")
+    engine.tag(shell_image, *qualified("gbtest").split(":"))
     assert "the lock says" in img.verify(engine, lock)["gbtest"]
     cli = subprocess.run(
         [sys.executable, "-m", "gradebox", "images", "verify"], capture_output=True, text=True

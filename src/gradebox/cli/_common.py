@@ -110,12 +110,15 @@ def open_sandbox(out: Output, name: str | None, suite_default: str | None = None
     from ..sandbox import auto_reason, choose_backend, get_sandbox
 
     wanted = wanted_sandbox(name, suite_default)
+    why = None
     if wanted == "auto":
         chosen, why = auto_reason()
-        out.info(f"[dim]sandbox: {chosen} ({why})[/]")
     else:
         chosen = choose_backend(wanted)
-    return get_sandbox(chosen)
+    box = get_sandbox(chosen)
+    if why is not None:  # said once it opened: a sandbox that cannot open is one error line
+        out.info(f"[dim]sandbox: {chosen} ({why})[/]")
+    return box
 
 
 def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:
