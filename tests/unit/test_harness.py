@@ -80,6 +80,23 @@ def test_the_scan_is_linear_on_hostile_input():
         assert out.endswith(b'"workspace_path": "/w"}')
 
 
+def test_the_scan_is_linear_on_stdin_that_is_not_json():
+    # Not a harness's payload but raw stdin: a value nested past the C scanner's depth, then
+    # a string that never ends (each later quote was a fresh scan to the end: 160 KB took
+    # two minutes), or thousands of deep values (each re-encoded all text before it).
+    unterminated = b'{"a": ' + b"[" * 3000 + b'"' + b'\\"' * 80_000
+    deep = b"[" * 1500 + b"]" * 1500
+    many = b"{" + b",".join(b'"k%d": %s' % (i, deep) for i in range(3000))
+    many += b', "workspace_path": "/ws"}'
+    for data, found in (
+        (unterminated, {}),
+        (many, {"workspace_path": [(len(many) - 6, len(many) - 1)]}),
+    ):
+        t = time.perf_counter()
+        assert top_level_strings(data, ("workspace_path",)) == found
+        assert time.perf_counter() - t < 5.0  # linear: under a second unloaded
+
+
 def test_the_environment_passes_only_the_allow_list():
     host = {"LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "OPENAI_API_KEY": "sk-x",
             "AWS_SECRET_ACCESS_KEY": "y", "PATH": "/host/bin", "HOME": "/root",
