@@ -42,9 +42,11 @@ IMAGE_OF = {
 }
 _VERSIONED = re.compile(r"^(python|node)[0-9.]*$")
 
-# One JSON string token (linear: no nested quantifier can backtrack) or one bracket.
-_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
-_SCAN = re.compile(_STRING + rb"|[{}\[\]]")
+# One JSON string token (linear: no nested quantifier can backtrack), else a quote that
+# starts no string (unterminated: the scan stops there, never retries at each later quote),
+# else one bracket.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_SCAN = re.compile(_STRING + r'|"|[{}\[\]]')
 _WS = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
 
@@ -79,7 +81,7 @@ def top_level_strings(data: bytes, keys: tuple[str, ...]) -> dict[str, list[tupl
                 if key in wanted:
                     spans.append((key, start, i))
             else:
-                i = _skip_value(text, data, i)
+                i = _skip_value(text, i)
             i = _WS.match(text, i).end()
             if text[i : i + 1] != ",":
                 break
@@ -96,25 +98,27 @@ def top_level_strings(data: bytes, keys: tuple[str, ...]) -> dict[str, list[tupl
     return found
 
 
-def _skip_value(text: str, data: bytes, i: int) -> int:
+def _skip_value(text: str, i: int) -> int:
     """The end of the JSON value at ``i`` (not a string)."""
     try:
         return _DECODER.raw_decode(text, i)[1]
     except RecursionError:
         pass
-    # Nested deeper than the C scanner recurses: count brackets (strings skipped whole).
+    # Nested deeper than the C scanner recurses: count brackets (strings skipped whole), on
+    # the text itself (no re-encoding of what precedes it: one pass per value).
     if text[i] not in "[{":
         raise ValueError("not a value")
-    prefix = len(text[:i].encode("utf-8", "surrogateescape"))
     depth = 0
-    for m in _SCAN.finditer(data, prefix):
-        first = m.group()[:1]
-        if first in (b"[", b"{"):
+    for m in _SCAN.finditer(text, i):
+        token = m.group()
+        if token == '"':
+            raise ValueError("unterminated string")
+        if token[0] in "[{":
             depth += 1
-        elif first in (b"]", b"}"):
+        elif token[0] in "]}":
             depth -= 1
             if depth == 0:
-                return len(data[: m.end()].decode("utf-8", "surrogateescape"))
+                return m.end()
     raise ValueError("unterminated value")
 
 

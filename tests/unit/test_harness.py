@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,23 @@ def test_the_scan_is_linear_on_hostile_input():
         out = rewrite(data, "workspace_path", "/w")
         assert time.perf_counter() - t < 5.0  # linear: well under a second unloaded
         assert out.endswith(b'"workspace_path": "/w"}')
+
+
+def test_the_scan_is_linear_on_stdin_that_is_not_json():
+    # Not a harness's payload but raw stdin: a value nested past the C scanner's depth, then
+    # a string that never ends (each later quote was a fresh scan to the end: 160 KB took
+    # two minutes), or thousands of deep values (each re-encoded all text before it).
+    unterminated = b'{"a": ' + b"[" * 3000 + b'"' + b'\\"' * 80_000
+    deep = b"[" * 1500 + b"]" * 1500
+    many = b"{" + b",".join(b'"k%d": %s' % (i, deep) for i in range(1000))
+    many += b', "workspace_path": "/ws"}'
+    for data, found in (
+        (unterminated, {}),
+        (many, {"workspace_path": [(len(many) - 6, len(many) - 1)]}),
+    ):
+        t = time.perf_counter()
+        assert top_level_strings(data, ("workspace_path",)) == found
+        assert time.perf_counter() - t < 5.0  # linear: under a second unloaded
 
 
 def test_the_environment_passes_only_the_allow_list():
@@ -166,3 +184,47 @@ def test_the_command_starts_at_the_first_word_that_is_not_ours():
     assert parse(["python3", "x", "--timeout", "1s"]).command == ["python3", "x", "--timeout", "1s"]
     assert parse(["-e", "A", "--", "--weird"]).command == ["--weird"]
     assert parse(["--timeout", "500ms", "sh"]).timeout == 0.5
+
+
+def test_exec_never_opens_a_fifo_or_a_device_it_was_pointed_at(tmp_path):
+    # The command's first word in a workspace (Vally runs graders there): an agent's FIFO
+    # blocked exec forever before any timeout; a device was opened (as root) before a check.
+    import os
+    import threading
+
+    from gradebox.cli.exec import _copy_in, _shebang
+
+    os.mkfifo(tmp_path / "check.sh")
+    (tmp_path / "tty").symlink_to("/dev/zero")
+    found: list[object] = []
+    worker = threading.Thread(
+        target=lambda: found.extend(
+            [
+                _shebang(tmp_path, "./check.sh"),
+                _shebang(tmp_path, "./tty"),
+                _copy_in(tmp_path / "check.sh", tmp_path / "out"),
+                _copy_in(tmp_path / "tty", tmp_path / "out"),
+            ]
+        ),  # fmt: skip
+        daemon=True,
+    )
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "exec blocked on a FIFO it was pointed at"
+    assert found == [None, None, False, False]
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "g.py").write_bytes(b"#!/usr/bin/env node\n")
+    assert _shebang(tmp_path, "./g.py") == b"#!/usr/bin/env node\n"
+
+
+def test_exec_refuses_a_folder_above_the_home_folder(tmp_path, monkeypatch):
+    from gradebox.cli.exec import Exec, ExecError, Options
+
+    home = tmp_path / "home" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    box = Exec(Options(command=["true"]))
+    for folder in (Path("/"), home, home.parent, tmp_path):
+        with pytest.raises(ExecError, match="above it"):
+            box._refuse_wide(folder)
+    box._refuse_wide(home / "evals")  # below it: fine

@@ -367,10 +367,11 @@ class Exec:
             home = Path.home().resolve()
         except (RuntimeError, OSError):
             home = None
-        if folder == Path("/") or folder == home:
+        if folder == Path("/") or (home is not None and (folder == home or folder in home.parents)):
+            # A folder above the home folder holds it (/home: every user's).
             raise ExecError(
-                f"{folder} is the filesystem root or your home folder: it is never mounted; "
-                "run from the grader's own folder"
+                f"{folder} is the filesystem root, your home folder or a folder above it: it "
+                "is never mounted; run from the grader's own folder"
             )
 
     def _enterable(self, folder: Path, user: str, what: str) -> None:
@@ -511,24 +512,33 @@ def _read_stdin() -> bytes:
     return data
 
 
-def _copy_in(source: Path, dest: Path) -> bool:
-    """Copy a regular file the harness named into the payload folder (bounded)."""
+def _read_regular(path: Path, cap: int) -> bytes | None:
+    """At most ``cap + 1`` bytes of ``path`` if it is a regular file, else None. Anything
+    else is never opened for reading (a FIFO would block, a device's open can act: a
+    workspace file an agent made a FIFO, or a link to /dev/watchdog, as exec's first word)."""
     import stat
 
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO never blocks
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(INPUT_CAP + 1)
+            return f.read(cap + 1)
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    if len(data) > INPUT_CAP:
+
+
+def _copy_in(source: Path, dest: Path) -> bool:
+    """Copy a regular file the harness named into the payload folder (bounded)."""
+    data = _read_regular(source, INPUT_CAP)
+    if data is None or len(data) > INPUT_CAP:
         return False
     dest.write_bytes(data)
     return True
@@ -575,11 +585,8 @@ def _translate(command: list[str], roots: list[tuple[Path, str]]) -> list[str]:
 def _shebang(cwd: Path, program: str) -> bytes | None:
     if "/" not in program:
         return None
-    try:
-        with open(cwd / program, "rb") as f:
-            return f.read(256)
-    except OSError:
-        return None
+    data = _read_regular(cwd / program, 256)
+    return None if data is None else data[:256]
 
 
 def _locked_id(name: str) -> str | None:
