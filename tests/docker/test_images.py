@@ -10,8 +10,8 @@ import pytest
 
 from gradebox import images as img
 from gradebox.errors import ImageError
-from gradebox.images.catalog import qualified
 from gradebox.graders import load_grader, run_grader
+from gradebox.images.catalog import qualified
 from gradebox.protocol import Payload, Status
 from tests.conftest import write
 

@@ -9,8 +9,10 @@ already the unprivileged run: these tests say so and pass nothing off as run.
 The subset (kept small: the whole suite must stay well under 15 minutes): every conformance
 check on both backends, cold (the warm variants differ only in when the container starts);
 every seccomp family probe; the attack battery's limits, isolation and private-file tests on
-both backends; the model-proxy tests on both backends (not the suite-level LLM tests, which
-run nothing the proxy tests do not).
+both backends; the model-proxy tests on both backends (the proxy and nothing else reached,
+the SDKs through it, two graders' proxies apart; not the flood and queue tests, whose proxy
+is the same code as root's, nor the suite-level LLM tests, which run nothing the proxy tests
+do not).
 
 Left out, because it does not hold without root (docs/non-root.md says so):
 ``test_an_rw_grader_cannot_fill_the_host_disk``. A ``workspace: rw`` grader's private copy is
@@ -44,7 +46,7 @@ SUBSET = [
         "or readable_by_the_sandbox_user or quota or pid1 "
         "or forges or unwritable",
     ),
-    ("tests/docker/test_llm.py", "proxy or proxies or sdk or queued"),
+    ("tests/docker/test_llm.py", "reaches_its_proxy or sdk or apart"),
 ]
 
 
