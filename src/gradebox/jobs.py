@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .graders.config import GraderConfig
 from .lifecycle import SuiteContext
 from .pool import Warm, WarmPool
-from .protocol import GraderResult, InlinePayload, TestResult, Usage
-from .sandbox.base import ImageSource, Sandbox
+from .protocol import GraderResult, InlinePayload, Status, TestResult, Usage
+from .sandbox.base import ImageSource, RunOutcome, Sandbox
 from .sandbox.hardening import run_as_ids
 from .scratch import new_scratch
 from .steps import run_in_workspace
@@ -54,9 +54,14 @@ class Record(InlinePayload):
     plus the prompt's ``id``)."""
 
     id: str
+    target_error: str | None = Field(
+        default=None,
+        description="set by `trials --target`: why the target's answer is not graded (it timed "
+        "out, was killed or failed); the trial is then an error, never graded as an answer",
+    )
 
     def payload(self) -> InlinePayload:
-        return InlinePayload.model_validate(self.model_dump(exclude={"id"}))
+        return InlinePayload.model_validate(self.model_dump(exclude={"id", "target_error"}))
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class TrialJob:
     record: Record
     command: str
     image_id: str
+    timeout: float = 300.0
 
     def __str__(self) -> str:
         return f"trial {self.index} of {self.record.id!r}"
@@ -163,6 +169,14 @@ class Worker:
         return self.warm.start(self.grader, self.workspace)
 
     def grade(self, record: Record) -> GraderResult:
+        if record.target_error is not None:
+            # As plaited's trials: a target that did not finish gave no answer to grade (what
+            # it printed before a timeout could pass a grader it never earned).
+            assert self.grader is not None
+            return GraderResult(
+                name=self.grader.display_name(), type=self.grader.type, status=Status.error,
+                passed=False, score=0.0, evidence=f"no answer to grade: {record.target_error}",
+            )  # fmt: skip
         with self._lock:
             warm = self._spare.pop() if self._spare else None
             if self._started < self._coming:
@@ -200,13 +214,16 @@ def run_job(worker: Worker, job: Job) -> TestResult | GraderResult | Record:
             raise TypeError("a GradeJob needs a worker built with a grader")
         return worker.grade(job.record)
     if isinstance(job, TrialJob):
-        return run_target_once(job.record, job.command, job.image_id, worker.box)
+        return run_target_once(job.record, job.command, job.image_id, worker.box,
+                               timeout=job.timeout)  # fmt: skip
     raise TypeError(f"not a job: {job!r}")
 
 
-def run_target_once(record: Record, command: str, image_id: str, box: Sandbox) -> Record:
+def run_target_once(
+    record: Record, command: str, image_id: str, box: Sandbox, *, timeout: float = 300.0
+) -> Record:
     """One trial: ``command`` with the prompt on stdin, in a fresh, empty, size-limited
-    workspace; the record with its answer."""
+    workspace; the record with its answer, or with why it has none (``target_error``)."""
     scratch = new_scratch()
     try:
         ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
@@ -214,14 +231,29 @@ def run_target_once(record: Record, command: str, image_id: str, box: Sandbox) -
             text = record.input if isinstance(record.input, str) else json.dumps(record.input)
             outcome = run_in_workspace(
                 command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
-                stdin=text.encode(),
+                stdin=text.encode(), timeout=timeout,
             )  # fmt: skip
         finally:
             ws.close()
     finally:
         remove_tree(scratch)
     answer = outcome.stdout.decode("utf-8", errors="replace")
-    return record.model_copy(update={"output": answer})
+    return record.model_copy(update={"output": answer, "target_error": _failure(outcome)})
+
+
+def _failure(outcome: RunOutcome) -> str | None:
+    """Why a target's run gave no answer to grade; None when it finished (exit 0)."""
+    if outcome.start_error:
+        return f"the target did not start: {outcome.start_error}"
+    if outcome.timed_out:
+        return "the target timed out"
+    if outcome.oom_killed:
+        return "the target was killed: out of memory"
+    if outcome.stdout_dropped:
+        return "the target's output passed its cap and was cut"
+    if outcome.exit_code != 0:
+        return f"the target exited with {outcome.exit_code}"
+    return None
 
 
 _RESULT: dict[type, type[BaseModel]] = {

@@ -128,12 +128,13 @@ def run_target_trials(
     *,
     workers: int,
     executor: Executor | None = None,
+    timeout: float = 300.0,
 ) -> list[tuple[int, Record]]:
     """Run ``command`` K times per prompt (``jobs.run_target_once``); the answers become
     trials (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``executor``: where
     each trial runs (default: threads of this process); a trial that could not run stops the
     command (ClusterError): a trial that never ran is never graded as one."""
-    jobs = [TrialJob(i, r, command, image_id) for i, r in trial_jobs(records, k)]
+    jobs = [TrialJob(i, r, command, image_id, timeout) for i, r in trial_jobs(records, k)]
     own = executor is None
     if executor is None:
         executor = LocalExecutor(Worker(box, None, secrets.token_hex(6), threads=workers))  # type: ignore[arg-type]

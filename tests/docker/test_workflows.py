@@ -116,6 +116,20 @@ def test_trials_with_a_target(tmp_path):
     assert (prompts["never"]["n"], prompts["never"]["c"]) == (2, 0)
 
 
+@pytest.mark.parametrize("target", ["cat; exit 3", "cat; kill -9 $$", "cat; sleep 30"])
+def test_a_trial_whose_target_did_not_finish_is_never_graded(tmp_path, target):
+    """The answer it printed would pass (it holds the hint), but the target failed, was killed
+    or timed out: the trial is an error, as plaited counts it, never a pass."""
+    src = records(tmp_path / "p.jsonl", [{"id": "echo", "input": "hello", "hint": "hello"}])
+    p = gradebox(
+        "trials", src, "-g", INLINE / "hint-grader.py", "-k", "1", "--target", target,
+        "--target-timeout", "3s", "--json",
+    )  # fmt: skip
+    assert p.returncode in (0, 1, 3), p.stderr
+    prompt = json.loads(p.stdout)["prompts"][0]
+    assert (prompt["n"], prompt["c"]) == (1, 0)
+
+
 def test_calibrate_reproducible_and_rescored(tmp_path):
     src = records(
         tmp_path / "r.jsonl",

@@ -218,6 +218,15 @@ def trials(
         str | None, typer.Option("--target", help="Run this command K times per prompt instead.")
     ] = None,
     target_image: Annotated[str, typer.Option(help="Image for --target.")] = "python",
+    target_timeout: Annotated[
+        float,
+        typer.Option(
+            parser=_duration_option,
+            metavar="DURATION",
+            help="Time for each --target run, e.g. 90s (a trial that does not "
+            "finish, or fails, is an error, never graded).",
+        ),
+    ] = "300s",  # type: ignore[assignment]
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Graded trials.")] = None,
     workers: WorkersOpt = None,
     locked: LockedOpt = None,
@@ -252,7 +261,7 @@ def trials(
         if target:
             records = run_target_trials(
                 records, target, images.resolve(target_image), k, box, workers=n_workers,
-                executor=remote,
+                executor=remote, timeout=target_timeout,
             )  # fmt: skip
         graded = _grade(
             out,
@@ -411,3 +420,12 @@ def assert_(
     if result.status is Status.error:
         raise typer.Exit(3)
     raise typer.Exit(0 if result.score >= 0.5 else 1)
+
+
+def _duration_option(value: str) -> float:
+    from .._duration import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
