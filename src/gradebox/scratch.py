@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["TMP_PREFIX", "collect_scratch", "new_scratch", "pid_alive"]
+__all__ = ["TMP_PREFIX", "collect_scratch", "left_by", "new_scratch", "pid_alive"]
 
 TMP_PREFIX = "gradebox-"
 
@@ -28,9 +28,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def collect_scratch(everything: bool = False) -> list[Path]:
+def left_by(pid: int | None, everything: bool = False, owner: int | None = None) -> bool:
+    """Is what the runner ``pid`` made (None: no pid in its name) to be collected? Yes when
+    the runner is gone, or ``everything``; with ``owner``, only that runner's, gone or not
+    (its watchdog's sweep: it knows the runner died, perhaps as a zombie not yet reaped)."""
+    if owner is not None:
+        return pid == owner
+    return everything or pid is None or not pid_alive(pid)
+
+
+def collect_scratch(everything: bool = False, owner: int | None = None) -> list[Path]:
     """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
-    runners that are gone; ``everything``: all of them, cluster runs' folders too."""
+    runners that are gone; ``everything``: all of them, cluster runs' folders too; ``owner``:
+    only that runner's."""
     from .workspace import remove_tree, unmount_below
 
     removed = []
@@ -40,7 +50,9 @@ def collect_scratch(everything: bool = False) -> list[Path]:
             continue
         # A cluster run's folder on a node (gradebox-ray-RUN) is the driver's to sweep; one
         # left by a driver that was killed goes with --all.
-        if everything or (pid.isdigit() and not pid_alive(int(pid))):
+        if (pid.isdigit() or everything) and left_by(
+            int(pid) if pid.isdigit() else None, everything, owner
+        ):
             unmount_below(path)
             remove_tree(path)
             removed.append(path)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -340,6 +341,33 @@ def test_sigterm_removes_the_container(engine, grader_dir):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"interrupted" in err
     assert leftovers_of(engine, proc.pid) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigkill_leaves_nothing_running(engine, backend, grader_dir):
+    """A harness's hard timeout (SIGKILL) gives exec no chance to clean up: its watchdog
+    removes the container, which would otherwise run on past the timeout exec enforces, and
+    its scratch folder, at once, not at the next `gradebox gc`."""
+    proc = subprocess.Popen(
+        [GRADEBOX, "exec", "--sandbox", backend, "--timeout", "600s", "--", "sleep", "600"],
+        cwd=grader_dir, env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not leftovers_of(engine, proc.pid, running=True) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers_of(engine, proc.pid, running=True), "the container never started"
+    scratch = list(Path(tempfile.gettempdir()).glob(f"gradebox-{proc.pid}-*"))
+    assert scratch, "exec made no scratch folder (the test would prove nothing)"
+    proc.kill()
+    proc.communicate(timeout=30)  # the watchdog holds none of our pipes: EOF comes at once
+    deadline = time.monotonic() + 60
+    while (leftovers_of(engine, proc.pid) or any(p.exists() for p in scratch)) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert leftovers_of(engine, proc.pid) == []
+    assert not any(p.exists() for p in scratch)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

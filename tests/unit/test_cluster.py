@@ -88,6 +88,24 @@ def test_gc_all_removes_a_killed_drivers_run_folders(tmp_path, monkeypatch):
     assert not (tmp_path / "gradebox-ray-0123abcd").exists()
 
 
+def test_a_watchdogs_sweep_takes_its_runners_folders_alone(tmp_path, monkeypatch):
+    """The watchdog of a killed runner (perhaps a zombie, still 'alive') sweeps only that
+    runner's leftovers: not a live neighbour's, not another dead runner's, not a cluster's."""
+    import os
+    import tempfile
+
+    from gradebox.scratch import collect_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine, live = tmp_path / f"gradebox-{os.getpid()}-a", tmp_path / f"gradebox-{os.getppid()}-b"
+    dead, ray = tmp_path / "gradebox-999999999-c", tmp_path / "gradebox-ray-0123abcd"
+    for folder in (mine, live, dead, ray):
+        write(folder / "f", "1\n")
+    assert collect_scratch(owner=os.getpid()) == [mine]
+    assert not mine.exists() and live.exists() and dead.exists() and ray.exists()
+    assert collect_scratch(owner=os.getpid(), everything=True) == []
+
+
 def test_a_bundle_over_its_limit_is_refused_naming_the_folder(tmp_path):
     write(tmp_path / "big" / "blob", "x" * 4096)
     with pytest.raises(ClusterError, match=r"big: the files a cluster job needs pass"):

@@ -3,6 +3,10 @@
 ``main`` answers ``--version`` and runs ``exec`` before importing anything else: a short
 command, and the hot path of every grader a harness runs through ``gradebox exec``, must not
 pay for typer, rich, pydantic and the Docker SDK.
+
+Every command that starts containers first forks its watchdog (``sandbox/watchdog.py``): if
+the command is killed with SIGKILL, what it started is removed at once, not at the next
+``gradebox gc``.
 """
 
 from __future__ import annotations
@@ -12,16 +16,29 @@ import sys
 __all__ = ["main"]
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["exec"]:
-        from .exec import main as exec_main
+# The commands that start containers (and so have something to leave behind).
+SANDBOXED = frozenset({"exec", "grade", "run", "batch", "trials", "calibrate", "validate-refs"})
 
-        sys.exit(exec_main(sys.argv[2:]))
+
+def main() -> None:
     if sys.argv[1:] in (["--version"], ["-V"]):
         from .._version import __version__
 
         sys.stdout.write(f"gradebox {__version__}\n")
         return
-    from .app import main as run
+    dismiss = None
+    if sys.argv[1:2] and sys.argv[1] in SANDBOXED and "--help" not in sys.argv:
+        from ..sandbox.watchdog import watch
 
-    run()
+        dismiss = watch()
+    try:
+        if sys.argv[1:2] == ["exec"]:
+            from .exec import main as exec_main
+
+            sys.exit(exec_main(sys.argv[2:]))
+        from .app import main as run
+
+        run()
+    finally:
+        if dismiss is not None:
+            dismiss()

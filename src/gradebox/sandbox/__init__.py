@@ -111,9 +111,11 @@ def _entry_point(name: str):  # type: ignore[no-untyped-def]
 
 
 def collect_garbage(
-    everything: bool = False, engine_timeout: float = 120.0, need_engine: bool = True
-) -> list[str]:
-    """Remove the containers of every backend whose runner is gone (or all, ``everything``):
+    everything: bool = False, engine_timeout: float = 120.0, need_engine: bool = True,
+    owner: int | None = None,
+) -> list[str]:  # fmt: skip
+    """Remove the containers of every backend whose runner is gone (or all, ``everything``;
+    only the runner ``owner``'s, gone or not, with ``owner``):
     the OCI runtime's first (their workspaces are mounts in scratch folders), then the Docker
     engine's. Their names (an id where a container has none). ``need_engine=False``: no
     engine reachable here is no error (nothing of ours ran on it)."""
@@ -122,9 +124,10 @@ def collect_garbage(
     from ._engine import Engine
     from .docker import collect_garbage as docker_garbage
 
-    removed = oci.collect_garbage(everything=everything)
+    removed = oci.collect_garbage(everything=everything, owner=owner)
     try:
-        gone = docker_garbage(Engine.connect(timeout=engine_timeout), everything=everything)
+        engine = Engine.connect(timeout=engine_timeout)
+        gone = docker_garbage(engine, everything=everything, owner=owner)
     except GradeboxError:
         if need_engine:
             raise

@@ -28,7 +28,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from ..scratch import new_scratch
+from ..scratch import left_by, new_scratch
 from . import _engine
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
@@ -44,7 +44,7 @@ from .gate import (
 )
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init
-from .labels import LABEL_SESSION, owner_labels, pid_alive, slug
+from .labels import LABEL_SESSION, owner_labels, slug
 
 __all__ = ["DockerSandbox"]
 
@@ -405,8 +405,11 @@ def _hang_up(sock_io: Any, raw: socket.socket) -> None:
             closeable.close()
 
 
-def collect_garbage(engine: _engine.Engine, everything: bool = False) -> list[dict[str, Any]]:
-    """Remove gradebox containers whose runner is gone (or all of them, with ``everything``).
+def collect_garbage(
+    engine: _engine.Engine, everything: bool = False, owner: int | None = None
+) -> list[dict[str, Any]]:
+    """Remove gradebox containers whose runner is gone (or all of them, with ``everything``;
+    only the runner ``owner``'s of this host, gone or not, with ``owner``).
 
     A runner killed with SIGKILL cannot clean up after itself; its containers carry its host
     name and pid, which is how a later ``gradebox gc`` knows they are orphans.
@@ -416,9 +419,12 @@ def collect_garbage(engine: _engine.Engine, everything: bool = False) -> list[di
     removed = []
     host = socket.gethostname()
     for c in engine.containers({LABEL_SESSION: None}):
-        owner = parse_owner(c.get("Labels", {}).get(LABEL_OWNER, ""))
-        orphan = owner is None or (owner[0] == host and not pid_alive(owner[1]))
-        if everything or orphan:
+        made_by = parse_owner(c.get("Labels", {}).get(LABEL_OWNER, ""))
+        if made_by is not None and made_by[0] != host:  # another host's runner: --all only
+            collect = everything and owner is None
+        else:
+            collect = left_by(made_by[1] if made_by else None, everything, owner)
+        if collect:
             engine.kill(c["Id"])
             if engine.remove(c["Id"]):
                 removed.append(c)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, GradeboxError, SandboxClosed
+from ..scratch import left_by
 from . import cgroups, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
@@ -58,7 +59,7 @@ from .door import listen_in_netns
 from .gate import ReportChannel, never_released, signal_of
 from .hardening import HOME
 from .init import init_binary, sealed_init
-from .labels import pid_alive, slug
+from .labels import slug
 from .oci_config import MOUNT_POINTS, runtime_config
 from .rootfs import RootfsCache, cache_dir
 
@@ -644,8 +645,9 @@ def _owner_pid(cid: str) -> int | None:
     return int(pid) if cid.startswith(ID_PREFIX) and pid.isdigit() else None
 
 
-def collect_garbage(everything: bool = False) -> list[str]:
-    """Delete containers and bundles whose runner is gone (or all, with ``everything``)."""
+def collect_garbage(everything: bool = False, owner: int | None = None) -> list[str]:
+    """Delete containers and bundles whose runner is gone (or all, with ``everything``; only
+    the runner ``owner``'s, gone or not, with ``owner``)."""
     root = state_root()
     state, bundles = root / "runtime", root / "bundles"
     runtime = runtime_binary()
@@ -656,8 +658,7 @@ def collect_garbage(everything: bool = False) -> list[str]:
             names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
     removed = []
     for cid in sorted(names):
-        pid = _owner_pid(cid)
-        if everything or pid is None or not pid_alive(pid):
+        if left_by(_owner_pid(cid), everything, owner):
             if shutil.which(runtime) and (state / cid).exists():
                 delete_container(runtime, state, cid, mapping)
             shutil.rmtree(bundles / cid, ignore_errors=True)

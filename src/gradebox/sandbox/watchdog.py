@@ -1,0 +1,95 @@
+"""The runner's watchdog: what a runner killed with SIGKILL started does not outlive it.
+
+A runner removes its containers on success, error, timeout, SIGTERM and Ctrl-C; SIGKILL
+(a harness's hard timeout, a CI job cancelled, the OOM killer) leaves it no chance. Its
+containers would go on running, past the timeout only the runner enforces, until a later
+``gradebox gc``. So the ``gradebox`` command forks a small watcher first: it holds the read end
+of a pipe whose write end only the runner holds. A runner that ends normally says so on the
+pipe and the watcher exits; end of file without that word means the runner died, and the
+watcher removes that runner's containers (every backend's) and scratch folders, as
+``gradebox gc`` would, at once.
+
+The watcher is a fork, not a new interpreter (no import cost, ~1 ms), made before any thread,
+in a session of its own (a harness that kills our process group leaves it to do its work),
+with none of the runner's files open (a harness waiting for our stdout to close is not kept
+waiting).
+
+Must not: touch another runner's leftovers; outlive the runner by more than its sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+
+__all__ = ["watch"]
+
+DISMISSED = b"."
+
+
+def watch() -> Callable[[], None]:
+    """Fork the watcher of this process; returns the call that dismisses it (a normal end).
+    Where no watcher can be made, the dismissal does nothing and ``gradebox gc`` remains."""
+    owner = os.getpid()
+    try:
+        read_fd, write_fd = os.pipe()  # both close-on-exec: no runtime we start holds them
+    except OSError:
+        return _nothing
+    try:
+        child = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return _nothing
+    if child == 0:  # the watcher
+        try:
+            _watch(read_fd, write_fd, owner)
+        finally:
+            os._exit(0)  # never the runner's atexit handlers or finally blocks
+    os.close(read_fd)
+
+    def dismiss() -> None:
+        with contextlib.suppress(OSError):
+            os.write(write_fd, DISMISSED)
+            os.close(write_fd)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(child, 0)  # it exits as soon as it reads the word
+
+    return dismiss
+
+
+def _nothing() -> None:
+    return None
+
+
+def _watch(read_fd: int, write_fd: int, owner: int) -> None:
+    os.close(write_fd)
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, read_fd)
+    os.closerange(read_fd + 1, 1 << 16)
+    try:
+        said = os.read(read_fd, 1)
+    except OSError:
+        said = b""
+    if said == DISMISSED:
+        return
+    _sweep(owner)
+
+
+def _sweep(owner: int) -> None:
+    """Remove what the runner ``owner`` left: containers first (their mounts live in the
+    scratch folders), then the folders."""
+    from ..scratch import collect_scratch
+    from . import collect_garbage
+
+    with contextlib.suppress(Exception):
+        collect_garbage(engine_timeout=30, need_engine=False, owner=owner)
+    with contextlib.suppress(Exception):
+        collect_scratch(owner=owner)
