@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from pathlib import Path
 
 from ..errors import GradeboxError
@@ -126,7 +125,7 @@ def delegate_v1(engine: object, image: str) -> None:
 
     assert isinstance(engine, Engine)
     uid, gid = os.getuid(), os.getgid()
-    name = f"gradebox-cgroups-{uid}-{secrets.token_hex(3)}"
+    name = f"gradebox-cgroups-{uid}-{os.urandom(3).hex()}"
     try:
         cid = engine.create(
             lambda: name, image=image, command=["/bin/sh", "-c", _DELEGATE],
