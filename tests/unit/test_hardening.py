@@ -95,5 +95,9 @@ def test_the_init_is_sealed_execute_only_once_per_content(tmp_path, monkeypatch)
     assert sealed_init(tini) == sealed and os.stat(sealed).st_ino == again  # reused
     os.chmod(sealed, 0o755)  # someone loosened it: it is sealed again
     assert stat.S_IMODE(os.stat(sealed_init(tini)).st_mode) == 0o111
+    tini.write_bytes(b"\x7fELF a newer tini")  # an upgrade: a copy of its own
+    os.utime(tini, ns=(1, 1))
+    newer = sealed_init(tini)
+    assert newer is not None and newer != sealed and newer.read_bytes() == b"\x7fELF a newer tini"
     monkeypatch.setenv("GRADEBOX_CACHE", str(tini / "not-a-folder"))
     assert sealed_init(tini) is None  # no copy can be made: the caller falls back

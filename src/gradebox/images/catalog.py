@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -63,6 +62,8 @@ def qualified(name: str) -> str:
 
 def input_hash(folder: Path, base_id: str) -> str:
     """sha256 over every file in ``folder`` (path and bytes) and the base image id."""
+    import hashlib  # here: loading OpenSSL costs `exec`'s hot path ~4 ms, and only builds hash
+
     h = hashlib.sha256()
     h.update(base_id.encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

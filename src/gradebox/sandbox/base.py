@@ -9,7 +9,6 @@ pass the conformance checks in ``gradebox.sandbox.self_check``.
 from __future__ import annotations
 
 import os
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
 
 if TYPE_CHECKING:
+    import socket
+
     from .models import Limits, Security
 
 __all__ = [

@@ -40,7 +40,6 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -63,6 +62,8 @@ from .oci_config import MOUNT_POINTS, runtime_config
 from .rootfs import RootfsCache, cache_dir
 
 if TYPE_CHECKING:
+    import socket
+
     from . import _engine
 
 __all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
