@@ -21,24 +21,43 @@ SANDBOXED = frozenset({"exec", "grade", "run", "batch", "trials", "calibrate", "
 
 
 def main() -> None:
-    if sys.argv[1:] in (["--version"], ["-V"]):
+    argv = sys.argv[1:]
+    if argv in (["--version"], ["-V"]):
         from .._version import __version__
 
         sys.stdout.write(f"gradebox {__version__}\n")
         return
+    ours = argv[: argv.index("--")] if "--" in argv else argv  # after --: the command's own
     dismiss = None
-    if sys.argv[1:2] and sys.argv[1] in SANDBOXED and "--help" not in sys.argv:
+    if ours and ours[0] in SANDBOXED and "--help" not in ours and "-h" not in ours[:2]:
         from ..sandbox.watchdog import watch
 
         dismiss = watch()
     try:
-        if sys.argv[1:2] == ["exec"]:
+        if argv[:1] == ["exec"]:
             from .exec import main as exec_main
 
-            sys.exit(exec_main(sys.argv[2:]))
-        from .app import main as run
+            code = exec_main(argv[1:])
+        else:
+            from .app import main as run
 
-        run()
+            run()
+            return
     finally:
         if dismiss is not None:
             dismiss()
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """End ``exec`` without the interpreter's teardown (freeing every module: ~10-20 ms on
+    the hot path of each grader a harness runs). Everything is already closed and removed;
+    the only atexit handlers are the sandboxes' ``close``, already called."""
+    import contextlib
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        # A harness that closed its end of the pipe: there is nothing more to say.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
