@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..scratch import pid_alive
+from ..scratch import pid_alive, pid_in
 
 __all__ = [
     "LABEL_OWNER",
@@ -30,7 +30,8 @@ def owner_labels(session: str) -> dict[str, str]:
 
 def parse_owner(value: str) -> tuple[str, int] | None:
     host, _, pid = value.rpartition(":")
-    return (host, int(pid)) if host and pid.isdigit() else None
+    number = pid_in(pid)
+    return (host, number) if host and number is not None else None
 
 
 def slug(name: str, limit: int = 40) -> str:

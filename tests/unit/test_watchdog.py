@@ -1,0 +1,93 @@
+"""The runner's watchdog (sandbox/watchdog.py) and the sweep it shares with `gradebox gc`:
+what it takes, what it must leave alone, and which commands get one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gradebox.scratch import collect_scratch
+from gradebox.workspace import unmount_below
+from tests.conftest import write
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+
+
+def _mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").open())
+
+
+@needs_root
+def test_a_link_named_like_a_runners_folder_unmounts_nothing_it_points_at(tmp_path, monkeypatch):
+    """Another local user links /tmp/gradebox-<pid>-x to any folder: the sweep (as root, the
+    watchdog of a killed runner or `gradebox gc`) must not detach the mounts below its target."""
+    tmp, target = tmp_path / "tmp", tmp_path / "target"
+    (target / "m").mkdir(parents=True)
+    tmp.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "gbx-test", str(target / "m")],
+                   check=True)  # fmt: skip
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        pid = os.getpid()
+        (tmp / f"gradebox-{pid}-evil").symlink_to(target)
+        (tmp / "gradebox-999999999-evil").symlink_to(target)
+        collect_scratch(owner=pid)
+        collect_scratch()
+        collect_scratch(everything=True)
+        assert _mounted(target / "m")
+        unmount_below(tmp / f"gradebox-{pid}-evil")  # itself follows no link either
+        assert _mounted(target / "m")
+    finally:
+        subprocess.run(["umount", "-l", str(target / "m")], check=False)
+
+
+def test_a_link_or_someone_elses_folder_is_not_the_watchdogs(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid = os.getpid()
+    write(tmp_path / "elsewhere" / "f", "1\n")
+    (tmp_path / f"gradebox-{pid}-link").symlink_to(tmp_path / "elsewhere")
+    write(tmp_path / f"gradebox-{pid}-mine" / "f", "1\n")
+    theirs = tmp_path / f"gradebox-{pid}-theirs"
+    write(theirs / "f", "1\n")
+    if os.geteuid() == 0:  # another user's folder named like ours
+        os.chown(theirs, 1001, 1001)
+    else:
+        os.rename(theirs, tmp_path / "not-ours")
+        theirs = tmp_path / "not-ours"
+    assert collect_scratch(owner=pid) == [tmp_path / f"gradebox-{pid}-mine"]
+    assert (tmp_path / "elsewhere" / "f").exists() and (theirs / "f").exists()
+
+
+def test_names_no_runner_of_ours_makes_neither_break_the_sweep_nor_are_taken(tmp_path, monkeypatch):
+    """Digits that are not ASCII ('²' is a digit to str.isdigit, not to int; '١٢٣' is 123 to
+    int) and leading zeros are no pid gradebox writes: such a folder, which any local user
+    may make, neither stops the sweep of the others nor is taken for runner 123's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid = os.getpid()
+    odd = [tmp_path / f"gradebox-{p}-x" for p in ("²", "\u0661\u0662\u0663", f"0{pid}")]
+    mine = tmp_path / f"gradebox-{pid}-mine"
+    for folder in (*odd, mine):
+        write(folder / "f", "1\n")
+    assert collect_scratch(owner=pid) == [mine]
+    assert all(p.exists() for p in odd)
+    dead = tmp_path / "gradebox-999999999-dead"
+    write(dead / "f", "1\n")
+    assert collect_scratch() == [dead]  # gc: no ValueError from '²'
+    assert all(p.exists() for p in odd)
+
+
+def test_container_owners_are_ascii_pids_without_leading_zeros():
+    from gradebox.sandbox.labels import parse_owner
+    from gradebox.sandbox.oci import _owner_pid
+
+    assert parse_owner("h:123") == ("h", 123)
+    assert parse_owner("h:²") is None
+    assert parse_owner("h:0123") is None
+    assert parse_owner("h:\u0661\u0662\u0663") is None
+    assert _owner_pid("gradebox-123-s-n") == 123
+    assert _owner_pid("gradebox-²-s-n") is None
+    assert _owner_pid("gradebox-0123-s-n") is None
