@@ -3,6 +3,7 @@ what it takes, what it must leave alone, and which commands get one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -91,3 +92,47 @@ def test_container_owners_are_ascii_pids_without_leading_zeros():
     assert _owner_pid("gradebox-123-s-n") == 123
     assert _owner_pid("gradebox-²-s-n") is None
     assert _owner_pid("gradebox-0123-s-n") is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "--", "sleep", "60"],
+        ["--debug", "exec", "--", "sleep", "60"],  # a root option before the command
+        ["-v", "grade", "g", "--submission", "s"],
+        ["--verbose", "--debug", "run", "suite.yaml"],
+        ["exec", "--", "python", "grader.py", "--help"],  # the grader's --help, not ours
+        ["run", "suite.yaml", "--", "--help"],
+    ],
+)
+def test_every_container_starting_command_gets_its_watchdog(argv, monkeypatch):
+    import sys
+
+    import gradebox.cli.app
+    import gradebox.cli.exec
+    import gradebox.sandbox.watchdog
+    from gradebox import cli
+
+    watched, dismissed = [], []
+    monkeypatch.setattr(gradebox.sandbox.watchdog, "watch",
+                        lambda: watched.append(1) or (lambda: dismissed.append(1)))  # fmt: skip
+    monkeypatch.setattr(gradebox.cli.exec, "main", lambda args: 0)
+    monkeypatch.setattr(gradebox.cli.app, "main", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["gradebox", *argv])
+    with pytest.raises(SystemExit) if argv[0] == "exec" else contextlib.nullcontext():
+        cli.main()
+    assert watched == [1] and dismissed == [1]
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["gc"], ["--debug", "gc"], ["images", "ls"]])
+def test_commands_that_start_no_container_get_no_watchdog(argv, monkeypatch):
+    import sys
+
+    import gradebox.cli.app
+    import gradebox.sandbox.watchdog
+    from gradebox import cli
+
+    monkeypatch.setattr(gradebox.sandbox.watchdog, "watch", lambda: pytest.fail("watched"))
+    monkeypatch.setattr(gradebox.cli.app, "main", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["gradebox", *argv])
+    cli.main()

@@ -27,7 +27,7 @@ def main() -> None:
         sys.stdout.write(f"gradebox {__version__}\n")
         return
     dismiss = None
-    if sys.argv[1:2] and sys.argv[1] in SANDBOXED and "--help" not in sys.argv:
+    if _command(sys.argv[1:]) in SANDBOXED:  # --help too: a fork (~1 ms), dismissed at once
         from ..sandbox.watchdog import watch
 
         dismiss = watch()
@@ -42,3 +42,14 @@ def main() -> None:
     finally:
         if dismiss is not None:
             dismiss()
+
+
+def _command(args: list[str]) -> str | None:
+    """The command ``args`` name: the first word that is no option (the root's options,
+    ``--debug`` and ``-v``, take no value, and may come before it)."""
+    for arg in args:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
