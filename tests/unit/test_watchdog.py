@@ -136,3 +136,48 @@ def test_commands_that_start_no_container_get_no_watchdog(argv, monkeypatch):
     monkeypatch.setattr(gradebox.cli.app, "main", lambda: None)
     monkeypatch.setattr(sys, "argv", ["gradebox", *argv])
     cli.main()
+
+
+class _Engine:
+    def __init__(self, containers: list[dict]) -> None:
+        self.listed, self.removed = containers, []
+
+    def containers(self, filters: dict) -> list[dict]:
+        return [c for c in self.listed if c["Id"] not in self.removed]
+
+    def kill(self, cid: str) -> None:
+        pass
+
+    def remove(self, cid: str) -> bool:
+        self.removed.append(cid)
+        return True
+
+
+def test_a_pid_is_a_runners_only_in_its_pid_namespace():
+    """Two runners in containers sharing the host's name (--network host) and its engine may
+    both be pid 7: the watchdog of the one killed must not remove the live other's
+    containers, and gc must not judge the other's pid by a namespace it is not in."""
+    import socket
+
+    from gradebox.sandbox.docker import collect_garbage
+    from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION, owner_labels
+
+    labels = owner_labels("s")
+    ours = labels[LABEL_OWNER]
+    assert set(labels) > {LABEL_SESSION, LABEL_OWNER}  # and the pid namespace it is read in
+
+    def made(cid: str, **extra: str) -> dict:
+        return {"Id": cid, "Labels": {**labels, **extra}}
+
+    host = socket.gethostname()
+    pidns = next(k for k in labels if k not in (LABEL_SESSION, LABEL_OWNER))
+    engine = _Engine([made("mine"), made("neighbour", **{pidns: "1"}),
+                      made("dead-neighbour", **{pidns: "1", LABEL_OWNER: f"{host}:999999999"}),
+                      made("old", **{pidns: ""})])  # fmt: skip
+    assert ours == f"{host}:{os.getpid()}"
+    collect_garbage(engine, owner=os.getpid())  # type: ignore[arg-type]
+    assert engine.removed == ["mine", "old"]
+    collect_garbage(engine)  # type: ignore[arg-type]
+    assert engine.removed == ["mine", "old"]  # the dead neighbour's pid is no pid here
+    collect_garbage(engine, everything=True)  # type: ignore[arg-type]
+    assert sorted(engine.removed) == ["dead-neighbour", "mine", "neighbour", "old"]

@@ -9,10 +9,12 @@ from ..scratch import pid_alive, pid_in
 
 __all__ = [
     "LABEL_OWNER",
+    "LABEL_PIDNS",
     "LABEL_RUN",
     "LABEL_SESSION",
     "owner_labels",
     "parse_owner",
+    "pid_namespace",
     "pid_alive",
     "slug",
 ]
@@ -20,12 +22,28 @@ __all__ = [
 LABEL_RUN = "gradebox.run"
 LABEL_SESSION = "gradebox.session"
 LABEL_OWNER = "gradebox.owner"  # "host:pid" of the runner process, for `gradebox gc`
+# The pid namespace that pid is a pid in: runners in containers that share the host's name
+# (--network host) and engine may have the same pid (7, say), and a pid says nothing of a
+# namespace it is not in (the watchdog and gc leave such containers to `gc --all`).
+LABEL_PIDNS = "gradebox.pidns"
 
 
 def owner_labels(session: str) -> dict[str, str]:
     import socket  # here: `gradebox exec` on oci needs no label, and socket costs ~5 ms
 
-    return {LABEL_SESSION: session, LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
+    return {
+        LABEL_SESSION: session,
+        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
+        LABEL_PIDNS: pid_namespace(),
+    }
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (its inode), "" where /proc does not say."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
 
 def parse_owner(value: str) -> tuple[str, int] | None:
