@@ -8,10 +8,11 @@ workspaces mounted inside them first).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["TMP_PREFIX", "collect_scratch", "left_by", "new_scratch", "pid_alive"]
+__all__ = ["TMP_PREFIX", "collect_scratch", "left_by", "new_scratch", "pid_alive", "pid_in"]
 
 TMP_PREFIX = "gradebox-"
 
@@ -26,6 +27,15 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # alive, someone else's
         return True
     return True
+
+
+def pid_in(text: str) -> int | None:
+    """The runner pid a name or label holds, as gradebox writes it (ASCII digits, no leading
+    zero), else None: '²' is a digit to ``str.isdigit`` but no ``int``, '\u0661\u0662\u0663' is
+    123 to ``int`` and '0123' too, and none of them is a name any runner of ours made."""
+    if text.isascii() and text.isdigit() and not text.startswith("0"):
+        return int(text)
+    return None
 
 
 def left_by(pid: int | None, everything: bool = False, owner: int | None = None) -> bool:
@@ -44,15 +54,25 @@ def collect_scratch(everything: bool = False, owner: int | None = None) -> list[
     from .workspace import remove_tree, unmount_below
 
     removed = []
+    me = os.geteuid()
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
-        pid = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
-        if not path.is_dir() or not (pid.isdigit() or pid == "ray"):
+        word = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
+        pid = pid_in(word)
+        if pid is None and word != "ray":
+            continue
+        # Only a folder, never a link: any local user may put /tmp/gradebox-<pid>-x -> /mnt
+        # there, and unmounting "below" it as root would detach what is mounted at its
+        # target. And only ours (mkdtemp made it), but for root's `gc`, which sweeps every
+        # user's; the watchdog's sweep takes its runner's own folders alone.
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (st.st_uid != me and (owner is not None or me != 0)):
             continue
         # A cluster run's folder on a node (gradebox-ray-RUN) is the driver's to sweep; one
         # left by a driver that was killed goes with --all.
-        if (pid.isdigit() or everything) and left_by(
-            int(pid) if pid.isdigit() else None, everything, owner
-        ):
+        if (pid is not None or everything) and left_by(pid, everything, owner):
             unmount_below(path)
             remove_tree(path)
             removed.append(path)

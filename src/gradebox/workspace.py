@@ -149,7 +149,7 @@ class Quota:
 
 
 _MS_NOSUID, _MS_NODEV = 2, 4
-_MNT_DETACH = 2
+_MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
 _libc: ctypes.CDLL | None = None
 
 
@@ -202,12 +202,14 @@ def _mount_overlay(lower: Path, layer: Path, merged: Path, owner: tuple[int, int
 
 
 def _unmount(path: Path) -> None:
-    _lib().umount2(str(path).encode(), _MNT_DETACH)
+    _lib().umount2(str(path).encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW)
 
 
 def unmount_below(root: Path) -> None:
-    """Detach every mount at or below ``root`` (workspaces a killed runner left mounted)."""
-    prefix = str(root.resolve())
+    """Detach every mount at or below ``root`` (workspaces a killed runner left mounted).
+    ``root`` itself is not followed if it is a link: what is mounted at a link's target is not
+    below the link (a link planted in /tmp by another user must not unmount the host)."""
+    prefix = str(Path(root).parent.resolve() / Path(root).name)
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:

@@ -27,9 +27,8 @@ def main() -> None:
 
         sys.stdout.write(f"gradebox {__version__}\n")
         return
-    ours = argv[: argv.index("--")] if "--" in argv else argv  # after --: the command's own
     dismiss = None
-    if ours and ours[0] in SANDBOXED and "--help" not in ours and "-h" not in ours[:2]:
+    if _command(argv) in SANDBOXED:  # --help too: a fork (~1 ms), dismissed at once
         from ..sandbox.watchdog import watch
 
         dismiss = watch()
@@ -61,3 +60,14 @@ def _exit_now(code: int) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
+
+
+def _command(args: list[str]) -> str | None:
+    """The command ``args`` name: the first word that is no option (the root's options,
+    ``--debug`` and ``-v``, take no value, and may come before it)."""
+    for arg in args:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None

@@ -414,13 +414,17 @@ def collect_garbage(
     A runner killed with SIGKILL cannot clean up after itself; its containers carry its host
     name and pid, which is how a later ``gradebox gc`` knows they are orphans.
     """
-    from .labels import LABEL_OWNER, parse_owner
+    from .labels import LABEL_OWNER, LABEL_PIDNS, parse_owner, pid_namespace
 
     removed = []
-    host = socket.gethostname()
+    host, pidns = socket.gethostname(), pid_namespace()
     for c in engine.containers({LABEL_SESSION: None}):
-        made_by = parse_owner(c.get("Labels", {}).get(LABEL_OWNER, ""))
-        if made_by is not None and made_by[0] != host:  # another host's runner: --all only
+        labels = c.get("Labels") or {}
+        made_by = parse_owner(labels.get(LABEL_OWNER, ""))
+        elsewhere = made_by is not None and (
+            made_by[0] != host or labels.get(LABEL_PIDNS, pidns) not in ("", pidns)
+        )
+        if elsewhere:  # another host's runner, or another pid namespace's: --all only
             collect = everything and owner is None
         else:
             collect = left_by(made_by[1] if made_by else None, everything, owner)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import re
 
-from ..scratch import pid_alive
+from ..scratch import pid_alive, pid_in
 
 __all__ = [
     "LABEL_OWNER",
+    "LABEL_PIDNS",
     "LABEL_RUN",
     "LABEL_SESSION",
     "owner_labels",
     "parse_owner",
+    "pid_namespace",
     "pid_alive",
     "slug",
 ]
@@ -20,17 +22,34 @@ __all__ = [
 LABEL_RUN = "gradebox.run"
 LABEL_SESSION = "gradebox.session"
 LABEL_OWNER = "gradebox.owner"  # "host:pid" of the runner process, for `gradebox gc`
+# The pid namespace that pid is a pid in: runners in containers that share the host's name
+# (--network host) and engine may have the same pid (7, say), and a pid says nothing of a
+# namespace it is not in (the watchdog and gc leave such containers to `gc --all`).
+LABEL_PIDNS = "gradebox.pidns"
 
 
 def owner_labels(session: str) -> dict[str, str]:
     import socket  # here: `gradebox exec` on oci needs no label, and socket costs ~5 ms
 
-    return {LABEL_SESSION: session, LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
+    return {
+        LABEL_SESSION: session,
+        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
+        LABEL_PIDNS: pid_namespace(),
+    }
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (its inode), "" where /proc does not say."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
 
 def parse_owner(value: str) -> tuple[str, int] | None:
     host, _, pid = value.rpartition(":")
-    return (host, int(pid)) if host and pid.isdigit() else None
+    number = pid_in(pid)
+    return (host, number) if host and number is not None else None
 
 
 def slug(name: str, limit: int = 40) -> str:

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from ..scratch import left_by
+from ..scratch import left_by, pid_in
 from . import cgroups, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
@@ -642,7 +642,7 @@ def delete_container(runtime: str, state: Path, cid: str,
 def _owner_pid(cid: str) -> int | None:
     rest = cid.removeprefix(ID_PREFIX)
     pid = rest.split("-", 1)[0]
-    return int(pid) if cid.startswith(ID_PREFIX) and pid.isdigit() else None
+    return pid_in(pid) if cid.startswith(ID_PREFIX) else None
 
 
 def collect_garbage(everything: bool = False, owner: int | None = None) -> list[str]:

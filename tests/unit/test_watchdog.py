@@ -1,0 +1,188 @@
+"""The runner's watchdog (sandbox/watchdog.py) and the sweep it shares with `gradebox gc`:
+what it takes, what it must leave alone, and which commands get one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gradebox.scratch import collect_scratch
+from gradebox.workspace import unmount_below
+from tests.conftest import write
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+
+
+def _mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").open())
+
+
+@needs_root
+def test_a_link_named_like_a_runners_folder_unmounts_nothing_it_points_at(tmp_path, monkeypatch):
+    """Another local user links /tmp/gradebox-<pid>-x to any folder: the sweep (as root, the
+    watchdog of a killed runner or `gradebox gc`) must not detach the mounts below its target."""
+    tmp, target = tmp_path / "tmp", tmp_path / "target"
+    (target / "m").mkdir(parents=True)
+    tmp.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "gbx-test", str(target / "m")],
+                   check=True)  # fmt: skip
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        pid = os.getpid()
+        (tmp / f"gradebox-{pid}-evil").symlink_to(target)
+        (tmp / "gradebox-999999999-evil").symlink_to(target)
+        collect_scratch(owner=pid)
+        collect_scratch()
+        collect_scratch(everything=True)
+        assert _mounted(target / "m")
+        unmount_below(tmp / f"gradebox-{pid}-evil")  # itself follows no link either
+        assert _mounted(target / "m")
+    finally:
+        subprocess.run(["umount", "-l", str(target / "m")], check=False)
+
+
+def test_a_link_or_someone_elses_folder_is_not_the_watchdogs(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid = os.getpid()
+    write(tmp_path / "elsewhere" / "f", "1\n")
+    (tmp_path / f"gradebox-{pid}-link").symlink_to(tmp_path / "elsewhere")
+    write(tmp_path / f"gradebox-{pid}-mine" / "f", "1\n")
+    theirs = tmp_path / f"gradebox-{pid}-theirs"
+    write(theirs / "f", "1\n")
+    if os.geteuid() == 0:  # another user's folder named like ours
+        os.chown(theirs, 1001, 1001)
+    else:
+        os.rename(theirs, tmp_path / "not-ours")
+        theirs = tmp_path / "not-ours"
+    assert collect_scratch(owner=pid) == [tmp_path / f"gradebox-{pid}-mine"]
+    assert (tmp_path / "elsewhere" / "f").exists() and (theirs / "f").exists()
+
+
+def test_names_no_runner_of_ours_makes_neither_break_the_sweep_nor_are_taken(tmp_path, monkeypatch):
+    """Digits that are not ASCII ('²' is a digit to str.isdigit, not to int; '١٢٣' is 123 to
+    int) and leading zeros are no pid gradebox writes: such a folder, which any local user
+    may make, neither stops the sweep of the others nor is taken for runner 123's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid = os.getpid()
+    odd = [tmp_path / f"gradebox-{p}-x" for p in ("²", "\u0661\u0662\u0663", f"0{pid}")]
+    mine = tmp_path / f"gradebox-{pid}-mine"
+    for folder in (*odd, mine):
+        write(folder / "f", "1\n")
+    assert collect_scratch(owner=pid) == [mine]
+    assert all(p.exists() for p in odd)
+    dead = tmp_path / "gradebox-999999999-dead"
+    write(dead / "f", "1\n")
+    assert collect_scratch() == [dead]  # gc: no ValueError from '²'
+    assert all(p.exists() for p in odd)
+
+
+def test_container_owners_are_ascii_pids_without_leading_zeros():
+    from gradebox.sandbox.labels import parse_owner
+    from gradebox.sandbox.oci import _owner_pid
+
+    assert parse_owner("h:123") == ("h", 123)
+    assert parse_owner("h:²") is None
+    assert parse_owner("h:0123") is None
+    assert parse_owner("h:\u0661\u0662\u0663") is None
+    assert _owner_pid("gradebox-123-s-n") == 123
+    assert _owner_pid("gradebox-²-s-n") is None
+    assert _owner_pid("gradebox-0123-s-n") is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "--", "sleep", "60"],
+        ["--debug", "exec", "--", "sleep", "60"],  # a root option before the command
+        ["-v", "grade", "g", "--submission", "s"],
+        ["--verbose", "--debug", "run", "suite.yaml"],
+        ["exec", "--", "python", "grader.py", "--help"],  # the grader's --help, not ours
+        ["run", "suite.yaml", "--", "--help"],
+    ],
+)
+def test_every_container_starting_command_gets_its_watchdog(argv, monkeypatch):
+    import sys
+
+    import gradebox.cli.app
+    import gradebox.cli.exec
+    import gradebox.sandbox.watchdog
+    from gradebox import cli
+
+    watched, dismissed = [], []
+    monkeypatch.setattr(gradebox.sandbox.watchdog, "watch",
+                        lambda: watched.append(1) or (lambda: dismissed.append(1)))  # fmt: skip
+    monkeypatch.setattr(gradebox.cli.exec, "main", lambda args: 0)
+    monkeypatch.setattr(gradebox.cli.app, "main", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["gradebox", *argv])
+
+    def exit_now(code: int) -> None:  # exec ends with os._exit: not in the test's process
+        raise SystemExit(code)
+
+    monkeypatch.setattr(cli, "_exit_now", exit_now)
+    with pytest.raises(SystemExit) if argv[0] == "exec" else contextlib.nullcontext():
+        cli.main()
+    assert watched == [1] and dismissed == [1]
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["gc"], ["--debug", "gc"], ["images", "ls"]])
+def test_commands_that_start_no_container_get_no_watchdog(argv, monkeypatch):
+    import sys
+
+    import gradebox.cli.app
+    import gradebox.sandbox.watchdog
+    from gradebox import cli
+
+    monkeypatch.setattr(gradebox.sandbox.watchdog, "watch", lambda: pytest.fail("watched"))
+    monkeypatch.setattr(gradebox.cli.app, "main", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["gradebox", *argv])
+    cli.main()
+
+
+class _Engine:
+    def __init__(self, containers: list[dict]) -> None:
+        self.listed, self.removed = containers, []
+
+    def containers(self, filters: dict) -> list[dict]:
+        return [c for c in self.listed if c["Id"] not in self.removed]
+
+    def kill(self, cid: str) -> None:
+        pass
+
+    def remove(self, cid: str) -> bool:
+        self.removed.append(cid)
+        return True
+
+
+def test_a_pid_is_a_runners_only_in_its_pid_namespace():
+    """Two runners in containers sharing the host's name (--network host) and its engine may
+    both be pid 7: the watchdog of the one killed must not remove the live other's
+    containers, and gc must not judge the other's pid by a namespace it is not in."""
+    import socket
+
+    from gradebox.sandbox.docker import collect_garbage
+    from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION, owner_labels
+
+    labels = owner_labels("s")
+    ours = labels[LABEL_OWNER]
+    assert set(labels) > {LABEL_SESSION, LABEL_OWNER}  # and the pid namespace it is read in
+
+    def made(cid: str, **extra: str) -> dict:
+        return {"Id": cid, "Labels": {**labels, **extra}}
+
+    host = socket.gethostname()
+    pidns = next(k for k in labels if k not in (LABEL_SESSION, LABEL_OWNER))
+    engine = _Engine([made("mine"), made("neighbour", **{pidns: "1"}),
+                      made("dead-neighbour", **{pidns: "1", LABEL_OWNER: f"{host}:999999999"}),
+                      made("old", **{pidns: ""})])  # fmt: skip
+    assert ours == f"{host}:{os.getpid()}"
+    collect_garbage(engine, owner=os.getpid())  # type: ignore[arg-type]
+    assert engine.removed == ["mine", "old"]
+    collect_garbage(engine)  # type: ignore[arg-type]
+    assert engine.removed == ["mine", "old"]  # the dead neighbour's pid is no pid here
+    collect_garbage(engine, everything=True)  # type: ignore[arg-type]
+    assert sorted(engine.removed) == ["dead-neighbour", "mine", "neighbour", "old"]
