@@ -4,10 +4,12 @@ from the runs, by AgentV's strategies (its ``trials.ts``). Pure logic.
 The score is the best run's (``pass_any``, the default), the lowest (``pass_all``), the mean
 (``mean``) or the lower bound of the mean's 95% confidence interval (``confidence_interval``);
 the test passes when that score reaches its threshold (without one: ``pass_any`` when a run
-passed, the others when every run passed). The best-scoring run stands for the test (its
-graders and answer); ``trials`` lists every run. ``pass_any`` is an error only when every run
-errored, the others when any did. Each run has a fresh workspace and its own sample index, so
-a model target is asked again (the response cache keys each sample on its own).
+passed, the others when every run passed). A run that errored or failed a required gate
+counts with a score of 0, whatever its graders' weighted score: it earned none. The
+best-scoring run stands for the test (its graders and answer); ``trials`` lists every run.
+``pass_any`` is an error only when every run errored, the others when any did. Each run has a
+fresh workspace and its own sample index, so a model target is asked again (the response
+cache keys each sample on its own).
 """
 
 from __future__ import annotations
@@ -38,12 +40,30 @@ def _score(scores: list[float], strategy: str) -> float:
     return min(1.0, max(0.0, mean - margin))
 
 
+def earned(run: TestResult) -> float:
+    """The score a run counts with: 0 when it gave no verdict (an error keeps the weighted
+    score of the graders that did answer) or failed a required gate (a gate fails the run
+    whatever its weighted score), else its score."""
+    if run.status is Status.error or run.gates_failed:
+        return 0.0
+    return run.score
+
+
 def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
     """One result for the runs of one test."""
-    best = max(range(len(runs)), key=lambda i: (runs[i].score, -i))
+    scores = [earned(r) for r in runs]
+    best = max(
+        range(len(runs)),
+        key=lambda i: (
+            scores[i],
+            runs[i].status is Status.passed,
+            runs[i].status is not Status.error,
+            -i,
+        ),
+    )
     result = runs[best].model_copy(deep=True)
     statuses = [r.status for r in runs]
-    result.score = round(_score([r.score for r in runs], strategy), 6)
+    result.score = round(_score(scores, strategy), 6)
     threshold = result.threshold
     if strategy == "pass_any":
         errored = all(s is Status.error for s in statuses)

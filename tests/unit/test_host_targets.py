@@ -294,3 +294,23 @@ def test_the_earlier_repeat_object_and_a_count_out_of_range(tmp_path):
     path.write_text("evaluate_options: {repeat: 0}\ntests:\n  - {id: a, vars: {}}\n")
     with pytest.raises(ConfigError, match="repeat is a whole number from 1 to 100"):
         load_suite(path)
+
+
+@pytest.mark.parametrize("strategy", ["pass_any", "pass_all", "mean", "confidence_interval"])
+def test_a_repeated_run_that_errored_or_failed_a_gate_never_lends_its_score(strategy):
+    """An errored run keeps the weighted score of the graders that did answer (an after_each
+    that failed, a grader the agent made crash), and a run that failed a required gate keeps
+    its weighted score too: neither is a score the test earned, so neither may lift the
+    repeated test over its threshold."""
+    from gradebox.protocol import Status, TestResult
+    from gradebox.repeat import best_of
+
+    errored = TestResult(id="t", status=Status.error, passed=False, score=1.0, threshold=0.8,
+                         error="after_each: exit 1")  # fmt: skip
+    gated = TestResult(id="t", status=Status.failed, passed=False, score=0.95, threshold=0.8,
+                       gates_failed=["pytest scored 0.00 < required 0.8"])  # fmt: skip
+    failed = TestResult(id="t", status=Status.failed, passed=False, score=0.5, threshold=0.8)
+    for runs in ([errored, failed], [gated, failed], [failed, gated, errored]):
+        result = best_of(runs, strategy)
+        assert result.status is not Status.passed and not result.passed, (runs, result)
+        assert result.score <= 0.5
