@@ -291,7 +291,16 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
-_PLAIN = json.JSONDecoder()
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's, not JSON: no other reader (an
+    agent's answer checked by ``is-json``, AgentV's ``JSON.parse``) takes them as JSON."""
+    raise ValueError(f"{name} is not JSON")
+
+
+# Found in free text (contains-json): repeated keys allowed, as JSON.parse allows them.
+_PLAIN = json.JSONDecoder(parse_constant=_no_constant)
 _SAFE_RECURSION = 10_000
 
 

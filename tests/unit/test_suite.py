@@ -175,3 +175,46 @@ def test_default_workers_follow_the_measured_setting(monkeypatch):
     assert default_workers() == 3
     monkeypatch.delenv("GRADEBOX_WORKERS")
     assert default_workers() >= 2
+
+
+@pytest.mark.parametrize("answer", ["NaN", "Infinity", "-Infinity", '{"a": NaN}', "[1, Infinity]"])
+def test_is_json_is_json_as_every_other_parser_reads_it(answer):
+    # Python's json reads NaN and Infinity; JSON (and AgentV's JSON.parse) does not: an answer
+    # of "NaN" is no JSON, and must not pass is-json (nor fail not-is-json).
+    assert BuiltinAssertion(type="is-json").evaluate(answer).status is Status.failed
+    assert BuiltinAssertion(type="not-is-json").evaluate(answer).status is Status.passed
+    if answer.startswith(("{", "[")):
+        found = BuiltinAssertion(type="contains-json").evaluate(f"here: {answer}")
+        assert found.status is Status.failed
+
+
+@pytest.mark.parametrize("kind", ["is-json", "not-is-json", "contains-json"])
+def test_a_json_schema_given_to_is_json_is_refused_not_dropped(tmp_path, kind):
+    # promptfoo's is-json takes a JSON schema as its value: silently dropped, any JSON at all
+    # would pass a check its author meant to hold the answer to a shape.
+    from gradebox.errors import UnsupportedFeature
+
+    path = write(
+        tmp_path / "suite.yaml",
+        f"name: s\ntests:\n  - id: t\n    output: '{{}}'\n    assert:\n      - type: {kind}\n"
+        "        value: {type: object, required: [answer]}\n",
+    )
+    with pytest.raises(UnsupportedFeature, match="schema"):
+        load_suite(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [("contains", ""), ("icontains", ""), ("not-contains", ""), ("starts-with", " "),
+     ("ends-with", ""), ("contains-all", []), ("icontains-all", []), ("not-contains-any", []),
+     ("contains-any", ["x", ""])],
+)  # fmt: skip
+def test_a_builtin_that_every_answer_holds_is_refused(tmp_path, kind, value):
+    # `contains: "{{ answer }}"` with a var that rendered to nothing, a CSV cell left empty,
+    # `contains-all: []`: every answer holds it (negated: none), so it would pass any agent.
+    with pytest.raises(ValueError, match="empty value holds for every answer"):
+        BuiltinAssertion(type=kind, value=value)
+    path = write(tmp_path / "suite.yaml", "name: s\ntests:\n  - id: t\n    output: x\n"
+                 f"    assert: [{{type: {kind}, value: {value!r}}}]\n")  # fmt: skip
+    with pytest.raises(ConfigError, match="empty value"):
+        load_suite(path)

@@ -339,6 +339,13 @@ def compile_assertion(
         return _verifier(body, score, ctx, loc)
     if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
         body = _promptfoo_extras(body, score, keep={"threshold"} if not is_builtin(kind) else set())
+    schema = body.get("value") not in (None, "")
+    if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
+        raise UnsupportedFeature(
+            f"a JSON schema given to {kind}", "the schema would not be checked, and any JSON "
+            "would pass; check the answer's shape with a script grader (or field-accuracy)",
+            file=ctx.file, line=ctx.lines.get((*loc, "value")), field=".".join((*loc, "value")),
+        )  # fmt: skip
     if is_builtin(kind):
         check = validate(BuiltinAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)

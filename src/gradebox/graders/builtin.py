@@ -20,6 +20,15 @@ __all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin"]
 
 _NEEDS_LIST = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
 _NO_VALUE = {"is-json", "contains-json"}
+_HOLDS_FOR_ANY = {"contains", "icontains", "starts-with", "ends-with"} | _NEEDS_LIST
+
+
+def _empty(value: Any, strip: bool = False) -> bool:
+    """An empty string (``strip``: or only whitespace, which starts-with and ends-with drop),
+    an empty list, or a list holding one."""
+    if isinstance(value, list):
+        return not value or any(_empty(v) for v in value)
+    return isinstance(value, str) and not (value.strip() if strip else value)
 
 
 def _text(value: Any) -> str:
@@ -49,9 +58,14 @@ def _find_json(output: str) -> bool:
     return bool(found)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _is_json(output: str) -> bool:
+    """JSON as JSON.parse reads it: Python's ``NaN`` and ``Infinity`` are not."""
     try:
-        json.loads(output)
+        json.loads(output, parse_constant=_not_json)
         return True
     except (ValueError, RecursionError):
         return False
@@ -104,6 +118,10 @@ class BuiltinAssertion(BaseModel):
             raise ValueError(f"{self.type} needs a list in 'value'")
         if base not in _NO_VALUE and base not in _NEEDS_LIST and self.value is None:
             raise ValueError(f"{self.type} needs a 'value'")
+        if base in _HOLDS_FOR_ANY and _empty(self.value, base.endswith("-with")):
+            # Held by every answer (or, negated, by none): a var that rendered to nothing, a
+            # CSV cell left empty; a check that cannot fail is no check.
+            raise ValueError(f"{self.type} with an empty value holds for every answer")
         if base == "regex":
             unknown = set(self.flags or "") - set(_FLAGS)
             if unknown:
