@@ -218,3 +218,17 @@ def test_a_builtin_that_every_answer_holds_is_refused(tmp_path, kind, value):
                  f"    assert: [{{type: {kind}, value: {value!r}}}]\n")  # fmt: skip
     with pytest.raises(ConfigError, match="empty value"):
         load_suite(path)
+
+
+@pytest.mark.parametrize("weight", [".nan", ".inf", "-1"])
+def test_a_weight_is_a_finite_number(tmp_path, weight):
+    # A NaN weight is neither > 0 nor < 0: the failing child of an assert-set weighed by it
+    # went unseen ("every child of nonzero weight passed") and the test passed with score NaN.
+    path = write(
+        tmp_path / "suite.yaml",
+        "name: s\ntests:\n  - id: t\n    output: wrong\n    assert:\n      - type: assert-set\n"
+        f"        assert:\n          - {{type: contains, value: right, weight: {weight}}}\n"
+        "          - {type: contains, value: wrong}\n",
+    )
+    with pytest.raises(ConfigError, match="weight must be a finite number >= 0"):
+        load_suite(path)

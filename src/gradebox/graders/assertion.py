@@ -17,6 +17,7 @@ graders run in containers (program, script, custom assertions) and ``assert-set`
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -281,11 +282,19 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
+def _weight_ok(weight: Any) -> bool:
+    """A finite number >= 0: a NaN weight (YAML's ``.nan``) passes ``< 0`` and ``> 0`` alike,
+    so a failing child of an assert-set weighed by it went unseen, and the score was NaN."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        return False
+    return math.isfinite(weight) and weight >= 0
+
+
 def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
     name = entry.get("name", entry.get("metric"))
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
-        raise _fail(ctx, (*loc, "weight"), "weight must be a number >= 0")
+    if not _weight_ok(weight):
+        raise _fail(ctx, (*loc, "weight"), "weight must be a finite number >= 0")
     negate = entry.get("negate", False)
     if not isinstance(negate, bool):
         raise _fail(ctx, (*loc, "negate"), "negate must be true or false")
@@ -552,8 +561,8 @@ def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list
             if not isinstance(text, str) or not text.strip():
                 raise _fail(ctx, here, "a rubric item needs its text in 'outcome' (or "
                             "score_ranges)")  # fmt: skip
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
-                raise _fail(ctx, (*here, "weight"), "weight must be a number >= 0")
+            if not _weight_ok(weight):
+                raise _fail(ctx, (*here, "weight"), "weight must be a finite number >= 0")
             out.append(RubricItem(text=text.strip(), weight=float(weight),
                                   required=bool(item.get("required") or item.get("min_score")),
                                   id=str(item["id"]) if "id" in item else None))  # fmt: skip
