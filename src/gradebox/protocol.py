@@ -421,7 +421,8 @@ def parse_grader_output(
 
     Rules: scores are clamped to [0, 1] and NaN is 0; a missing ``pass`` means
     ``score >= pass_score`` (0.5; AgentV's script graders: 0.8); a missing ``score`` follows
-    ``pass`` (1 or 0); with neither, the share of passing checks/assertions is the score.
+    ``pass`` (1 or 0); with neither, the share of passing checks/assertions is the score (a
+    check with only a score passes at ``pass_score`` too).
 
     Raises ``OutputShapeError`` when ``data`` matches no known shape.
     """
@@ -445,7 +446,7 @@ def parse_grader_output(
     checks = [
         Check(
             text=c.text,
-            passed=_check_passed(c),
+            passed=_check_passed(c, pass_score),
             score=clamp_score(c.score),
             evidence=c.evidence or c.reason,
         )
@@ -479,13 +480,15 @@ def _sub_result(index: int, item: Any) -> _GraderCheck:
     return check
 
 
-def _check_passed(check: _GraderCheck) -> bool:
+def _check_passed(check: _GraderCheck, pass_score: float = 0.5) -> bool:
+    """A check's own verdict; with only a score, it passes where its grader's result would
+    (AgentV's script graders: 0.8), never at a lower bar than the result itself."""
     if check.pass_ is not None:
         return check.pass_
     if check.passed is not None:
         return check.passed
     score = clamp_score(check.score)
-    return score is not None and score >= 0.5
+    return score is not None and score >= pass_score - 1e-9
 
 
 # --------------------------------------------------------------------------------------------

@@ -188,3 +188,13 @@ def test_objects_in_hostile_text_cost_a_bounded_parse_or_give_up():
         assert json_objects_in(text, arrays=True, first=True), text
     for text in ("[" * 100_000, "{ not json }", "[x]"):
         assert json_objects_in(text, arrays=True, first=True) == [], text
+
+
+def test_a_check_with_only_a_score_passes_at_the_graders_own_pass_score():
+    # AgentV's script graders pass at 0.8: a result of checks that each scored 0.6 is no pass
+    # there (AgentV reads such a check as failed), never a 1.0 from "every check passed".
+    data = {"assertions": [{"text": "a", "score": 0.6}, {"text": "b", "score": 0.6}]}
+    passed, score, _, checks, _ = parse_grader_output(data, pass_score=0.8)
+    assert (passed, score) == (False, 0.0) and not any(c.passed for c in checks)
+    passed, score, _, checks, _ = parse_grader_output(data)  # our own 0.5
+    assert (passed, score) == (True, 1.0) and all(c.passed for c in checks)
