@@ -49,7 +49,11 @@ class LocalHarness:
         return images.resolve(name)
 
     def left(self) -> list[str]:
-        """OCI containers and bundles of this process still there, and Docker ones."""
+        """OCI containers and bundles of this process still there, and Docker ones, once the
+        sandboxes' background removal is done (an executor's end is not its sandbox's: the
+        run closes that, and removal goes on off the critical path until then)."""
+        for box in self.boxes:
+            box.leftovers()  # waits for the background removal
         mine = f"gradebox-{os.getpid()}-"
         found = []
         for folder in (state_root() / "runtime", state_root() / "bundles"):
