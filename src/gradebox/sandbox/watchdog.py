@@ -14,7 +14,8 @@ in a session of its own (a harness that kills our process group leaves it to do 
 with none of the runner's files open (a harness waiting for our stdout to close is not kept
 waiting).
 
-Must not: touch another runner's leftovers; outlive the runner by more than its sweep.
+Must not: touch another runner's leftovers; outlive the runner by more than its sweeps
+(a few seconds).
 """
 
 from __future__ import annotations
@@ -85,13 +86,22 @@ def _watch(read_fd: int, write_fd: int, owner: int) -> None:
     _sweep(owner)
 
 
+# Seconds between sweeps: a call the runner had in flight when it died (an engine's create,
+# a `runc run` not yet started) may still land a moment later, and its container with it.
+SWEEPS = (0.0, 1.0, 3.0)
+
+
 def _sweep(owner: int) -> None:
     """Remove what the runner ``owner`` left: containers first (their mounts live in the
-    scratch folders), then the folders."""
+    scratch folders), then the folders; again after a while, for what was still landing."""
+    import time
+
     from ..scratch import collect_scratch
     from . import collect_garbage
 
-    with contextlib.suppress(Exception):
-        collect_garbage(engine_timeout=30, need_engine=False, owner=owner)
-    with contextlib.suppress(Exception):
-        collect_scratch(owner=owner)
+    for pause in SWEEPS:
+        time.sleep(pause)
+        with contextlib.suppress(Exception):
+            collect_garbage(engine_timeout=30, need_engine=False, owner=owner)
+        with contextlib.suppress(Exception):
+            collect_scratch(owner=owner)
