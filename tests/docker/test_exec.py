@@ -348,8 +348,11 @@ def test_sigkill_leaves_nothing_running(engine, backend, grader_dir):
     """A harness's hard timeout (SIGKILL) gives exec no chance to clean up: its watchdog
     removes the container, which would otherwise run on past the timeout exec enforces, and
     its scratch folder, at once, not at the next `gradebox gc`."""
+    # `python -m gradebox`: test_nonroot runs this test again as a docker-group user, whose
+    # venv has no `gradebox` script.
     proc = subprocess.Popen(
-        [GRADEBOX, "exec", "--sandbox", backend, "--timeout", "600s", "--", "sleep", "600"],
+        [sys.executable, "-m", "gradebox", "exec", "--sandbox", backend, "--timeout", "600s",
+         "--", "sleep", "600"],
         cwd=grader_dir, env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # fmt: skip

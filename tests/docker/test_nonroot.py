@@ -12,7 +12,8 @@ every seccomp family probe; the attack battery's limits, isolation and private-f
 both backends; the model-proxy tests on both backends (the proxy and nothing else reached,
 the SDKs through it, two graders' proxies apart; not the flood and queue tests, whose proxy
 is the same code as root's, nor the suite-level LLM tests, which run nothing the proxy tests
-do not).
+do not); the SIGKILLed `exec` whose watchdog sweeps (its user's own containers and
+folders only, on both backends).
 
 Left out, because it does not hold without root (docs/non-root.md says so):
 ``test_an_rw_grader_cannot_fill_the_host_disk``. A ``workspace: rw`` grader's private copy is
@@ -47,6 +48,7 @@ SUBSET = [
         "or forges or unwritable",
     ),
     ("tests/docker/test_llm.py", "reaches_its_proxy or sdk or apart"),
+    ("tests/docker/test_exec.py", "sigkill"),  # the watchdog's sweep, rootless and via docker
 ]
 
 
