@@ -48,6 +48,7 @@ __all__ = [
     "clean_text",
     "clean_value",
     "json_objects_in",
+    "parses_as_json",
     "load_untrusted_json",
     "parse_grader_output",
 ]
@@ -301,6 +302,18 @@ def _no_constant(name: str) -> Any:
 
 # Found in free text (contains-json): repeated keys allowed, as JSON.parse allows them.
 _PLAIN = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def parses_as_json(text: str) -> bool:
+    """Is ``text`` one JSON document, as JSON.parse reads it (no NaN or Infinity, repeated
+    keys allowed)? The ``is-json`` check of an agent's answer."""
+    try:
+        _PLAIN.decode(text)
+        return True
+    except (ValueError, RecursionError):
+        return False
+
+
 _SAFE_RECURSION = 10_000
 
 

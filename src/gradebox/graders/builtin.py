@@ -14,7 +14,7 @@ from typing import Any
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..protocol import GraderResult, Status, json_objects_in
+from ..protocol import GraderResult, Status, json_objects_in, parses_as_json
 
 __all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin"]
 
@@ -58,19 +58,6 @@ def _find_json(output: str) -> bool:
     return bool(found)
 
 
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _is_json(output: str) -> bool:
-    """JSON as JSON.parse reads it: Python's ``NaN`` and ``Infinity`` are not."""
-    try:
-        json.loads(output, parse_constant=_not_json)
-        return True
-    except (ValueError, RecursionError):
-        return False
-
-
 BUILTINS = {
     "contains": lambda out, v: _text(v) in out,
     "icontains": lambda out, v: _text(v).lower() in out.lower(),
@@ -83,7 +70,7 @@ BUILTINS = {
     "starts-with": lambda out, v: out.strip().startswith(_text(v).strip()),
     "ends-with": lambda out, v: out.strip().endswith(_text(v).strip()),
     "regex": lambda out, v: _search(_text(v), out),
-    "is-json": lambda out, v: _is_json(out),
+    "is-json": lambda out, v: parses_as_json(out),
     "contains-json": lambda out, v: _find_json(out),
 }
 
