@@ -188,6 +188,16 @@ def test_is_json_is_json_as_every_other_parser_reads_it(answer):
         assert found.status is Status.failed
 
 
+@pytest.mark.parametrize(
+    "answer", ["[" * 200_000, "[" * 50_000 + "]" * 50_000, '{"a": "' + "\\" * 300_000]
+)
+def test_is_json_on_a_hostile_answer_is_a_verdict_never_a_crash(answer):
+    # Nesting past the interpreter's recursion limit, or an unterminated 600 KB string: the
+    # agent's answer decides is-json's verdict, never the run's fate.
+    assert BuiltinAssertion(type="is-json").evaluate(answer).status is Status.failed
+    assert BuiltinAssertion(type="not-is-json").evaluate(answer).status is Status.passed
+
+
 @pytest.mark.parametrize("kind", ["is-json", "not-is-json", "contains-json"])
 def test_a_json_schema_given_to_is_json_is_refused_not_dropped(tmp_path, kind):
     # promptfoo's is-json takes a JSON schema as its value: silently dropped, any JSON at all
