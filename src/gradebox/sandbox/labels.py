@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..scratch import pid_alive, pid_in
+from ..scratch import pid_in
 
 __all__ = [
     "LABEL_OWNER",
@@ -15,7 +15,6 @@ __all__ = [
     "owner_labels",
     "parse_owner",
     "pid_namespace",
-    "pid_alive",
     "slug",
 ]
 
