@@ -614,3 +614,48 @@ def test_a_sparse_file_is_read_by_its_data_not_its_holes(tmp_path):
     base.discard()
     assert "Binary files /dev/null and b/huge differ" in diff
     assert "Binary files a/kept and b/kept differ" in diff
+
+
+def _as_nobody_if_root(work) -> bool:  # type: ignore[no-untyped-def]
+    """Run ``work()`` as an unprivileged uid (65534 when this is root: forked and dropped)."""
+    if os.geteuid() != 0:
+        return bool(work())
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os._exit(0 if work() else 1)
+        finally:
+            os._exit(2)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def test_remove_tree_without_root_takes_folders_its_owner_closed():
+    """Without root, the sealed input folder (0500, its file 0400) kept every scratch folder of
+    a run, and an agent running as the runner's uid could keep its workspace copy on the
+    host with a 000 folder: remove_tree gives the owner rwx back first, through no link."""
+    from gradebox.fstree import remove_tree
+
+    # In /tmp itself: the test's own temp folder is closed to uid 65534.
+    base = Path(tempfile.mkdtemp(prefix="gbx-rt-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    root, outside = base / "gradebox-scratch", base / "outside"
+    write(root / "input" / "input.json", "{}")
+    write(root / "ws" / "a" / "b" / "c.txt", "x")
+    write(outside / "keep.txt", "keep")
+    (root / "ws" / "link").symlink_to(outside)
+    (root / "input" / "input.json").chmod(0o400)
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", "-h", "65534:65534", str(base)], check=True)
+    for folder, mode in ((root / "input", 0o500), (root / "ws" / "a", 0o000),
+                         (outside, 0o500), (root, 0o500)):  # fmt: skip
+        folder.chmod(mode)
+    try:
+        assert _as_nobody_if_root(lambda: remove_tree(root) or True)
+        assert not os.path.lexists(root)  # seen from here: the child may see less
+        assert (outside / "keep.txt").read_text() == "keep"
+        assert outside.stat().st_mode & 0o777 == 0o500  # the link's target was not opened up
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        subprocess.run(["rm", "-rf", str(base)], check=False)
