@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# An editable install writes no bytecode, and where PYTHONDONTWRITEBYTECODE is set (this
+# machine's CI) Python never caches it: every `gradebox` call would compile its own modules
+# again (~25 ms of `gradebox exec`'s ~40 ms of imports). Compiled here as a wheel install does.
+COMPILE = $(BIN)/python -m compileall -q src/gradebox
 
 .PHONY: install images demo test test-fast bench lint schemas clean
 
@@ -11,6 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,ray]'
+	$(COMPILE)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,6 +38,7 @@ demo: images
 test: images
 	@[ "$$(id -u)" != 0 ] || command -v newuidmap >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq uidmap >/dev/null)
+	$(COMPILE)
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)
@@ -45,6 +51,7 @@ bench/.venv-epicbox/.installed:
 	touch $@
 
 bench: images bench/.venv-epicbox/.installed
+	$(COMPILE)
 	$(BIN)/python bench/run.py
 
 lint: $(STAMP)

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -394,11 +395,14 @@ def bench_exec(root: Path, n: int, rootfs: Path) -> dict[str, object]:
                        "-W", str(ws), "--sandbox", b]
         for b in ("oci", "docker")
     }  # fmt: skip
-    times: dict[str, list[float]] = {k: [] for k in [*runs, "bare", "python"]}
+    floors = _runtime_floors(root, rootfs, payload)
+    times: dict[str, list[float]] = {k: [] for k in [*runs, *floors, "bare", "python"]}
     for argv in runs.values():  # warm: images resolved, roots unpacked, caches filled
         subprocess.run(argv, cwd=folder, input=payload, capture_output=True, check=True)
     for _ in range(n):
         times["bare"].append(bare_once(rootfs))
+        for key, once in floors.items():
+            times[key].append(once())
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         times["python"].append(time.perf_counter() - t)
@@ -417,6 +421,54 @@ def bench_exec(root: Path, n: int, rootfs: Path) -> dict[str, object]:
     return out
 
 
+def _runtime_floors(root: Path, rootfs: Path, payload: bytes) -> dict[str, Callable[[], float]]:
+    """What each runtime costs alone, with nothing of ours around it: the floor under any
+    client. runc: `runc run` of the same script in the same root filesystem, with runc's own
+    default config (`runc spec`: namespaces, its masks; no seccomp, no limits). The engine:
+    create, start, wait and remove of the same image through its API (network none), the
+    script without stdin (attaching is a client's choice; its cost is ours)."""
+    import docker
+
+    floors: dict[str, Callable[[], float]] = {}
+    api = docker.from_env().api
+    with get_sandbox("docker") as box:
+        image = str(box.resolve_image(qualified("python")))
+    quiet = 'import json, sys; print(json.dumps({"pass": True}))'
+
+    def engine_once() -> float:
+        t = time.perf_counter()
+        host = api.create_host_config(network_mode="none")
+        c = api.create_container(image, ["python3", "-c", quiet], host_config=host)
+        api.start(c["Id"])
+        api.wait(c["Id"])
+        api.remove_container(c["Id"], force=True)
+        return time.perf_counter() - t
+
+    floors["floor_docker"] = engine_once
+    if os.geteuid() != 0:  # runc alone, as a user, needs a rootless config: not measured
+        return floors
+    bundle, state = root / "runc-floor", root / "runc-state"
+    bundle.mkdir()
+    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"] |= {"terminal": False, "args": ["python3", "-c", SCRIPT]}
+    config["root"] = {"path": str(rootfs), "readonly": True}
+    (bundle / "config.json").write_text(json.dumps(config))
+    counter = iter(range(1_000_000))
+
+    def runc_once() -> float:
+        argv = ["runc", "--root", str(state), "run", "--bundle", str(bundle),
+                f"gradebox-bench-floor-{os.getpid()}-{next(counter)}"]  # fmt: skip
+        t = time.perf_counter()
+        out = subprocess.run(argv, input=payload, capture_output=True, check=True)
+        elapsed = time.perf_counter() - t
+        assert b'"pass": true' in out.stdout, out
+        return elapsed
+
+    floors["floor_oci"] = runc_once
+    return floors
+
+
 def exec_rows(table: Table, ex: dict[str, object]) -> None:
     bare = float(ex["bare"])  # type: ignore[arg-type]
 
@@ -424,6 +476,13 @@ def exec_rows(table: Table, ex: dict[str, object]) -> None:
         v = float(ex[key])  # type: ignore[arg-type]
         return f"{v:.0f} ms (+{v - bare:.0f})"
 
+    table.add_row(
+        "  the runtime alone, same script (median)",
+        "the floor under any client",
+        cell("floor_docker") if "floor_docker" in ex else "",
+        cell("floor_oci") if "floor_oci" in ex else "not measured (not root)",
+        "",
+    )
     for what in ("exec", "grade"):
         table.add_row(
             f"gradebox {what}, end to end (median)",

@@ -24,6 +24,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_version",
             "_types",
             "_duration",
+            "_log",
             "errors",
             "_yaml",
             "jsonl",

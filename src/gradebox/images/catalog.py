@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from pathlib import Path
 
+from .._log import LazyLogger
 from ..errors import ImageError
 
-log = logging.getLogger("gradebox.images")
+log = LazyLogger("gradebox.images")  # logging loads on first use: not on exec's path
 
 REPO = "gradebox"
 """The default repository images are built under (``gradebox/python:latest``)."""

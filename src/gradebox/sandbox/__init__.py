@@ -8,9 +8,9 @@ register under the ``gradebox.sandboxes`` entry-point group.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 
+from .._log import LazyLogger
 from ._shared import LazyEngine
 from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
 
@@ -29,7 +29,7 @@ __all__ = [
     "get_sandbox",
 ]
 
-log = logging.getLogger("gradebox.sandbox")
+log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
 # Known backends by name -> the module that registers it, imported only when asked for.
 BACKENDS = {

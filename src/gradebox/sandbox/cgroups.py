@@ -17,15 +17,15 @@ Rootless runc puts a container's limits (memory, pids, CPU) in cgroups its user 
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
+from .._log import LazyLogger
 from ..errors import GradeboxError
 
 __all__ = ["delegate_v1", "parent_name", "v1_delegated", "v1_hierarchies", "v2_delegated"]
 
-log = logging.getLogger("gradebox.sandbox")
+log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
 ROOT = Path("/sys/fs/cgroup")
 

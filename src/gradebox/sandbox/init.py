@@ -16,18 +16,18 @@ Must not: write anywhere but its own folder of the cache; change the host's tini
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import stat
 import threading
 from pathlib import Path
 
+from .._log import LazyLogger
 from .rootfs import cache_dir
 
 __all__ = ["INIT_PATH", "init_binary", "sealed_init"]
 
-log = logging.getLogger("gradebox.sandbox")
+log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
 INIT_PATH = "/sbin/gradebox-init"
 """Where the sealed tini is bound, read-only, as the container's PID 1."""

@@ -35,7 +35,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import logging
 import os
 import selectors
 import shutil
@@ -47,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._log import LazyLogger
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..scratch import left_by, pid_in
 from . import cgroups, userns
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
 
-log = logging.getLogger("gradebox.sandbox")
+log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner

@@ -14,7 +14,7 @@ Docker 20.10's default profile, and why:
   how the grader ended) or another process of the run;
 - ``socket``: only the families a program on a loopback-only network uses (Unix, IPv4, IPv6,
   netlink for its own addresses), not the dozens of others (vsock, AF_ALG...);
-- only the native 64-bit ABIs (x86_64, aarch64): a 32-bit call (``int 0x80``) would reach
+- only the host's own 64-bit ABI (x86_64 or aarch64): a 32-bit call (``int 0x80``) would reach
   the kernel's compat entry points, where the socket family check (``socketcall``) and others
   cannot be made; such a call is refused outright;
 - no ``modify_ldt``, ``name_to_handle_at``, ``fanotify_*``, NUMA policy, ``adjtimex``.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ARCHITECTURES",
     "DENIED_SYSCALLS",
     "SOCKET_FAMILIES",
+    "native_architectures",
     "seccomp_json",
     "seccomp_profile",
 ]
@@ -176,6 +178,21 @@ _CLONE_NEW_MASK = (
     | 0x40000000  # CLONE_NEWNET
 )
 ARCHITECTURES = ("SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64")
+_MACHINES = {
+    "x86_64": "SCMP_ARCH_X86_64",
+    "aarch64": "SCMP_ARCH_AARCH64",
+    "arm64": "SCMP_ARCH_AARCH64",
+}
+
+
+def native_architectures() -> list[str]:
+    """The host's own ABI alone: a process here cannot make the other's calls, and naming it
+    doubles the filter the runtime compiles for every container (~2.5 ms of each runc start).
+    A machine we do not know gets both, as before."""
+    arch = _MACHINES.get(os.uname().machine)
+    return [arch] if arch else list(ARCHITECTURES)
+
+
 _EPERM, _ENOSYS = 1, 38
 
 
@@ -203,7 +220,7 @@ def _profile() -> str:
     profile = {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": _EPERM,
-        "architectures": list(ARCHITECTURES),
+        "architectures": native_architectures(),
         "syscalls": rules,
     }
     return json.dumps(profile, separators=(",", ":"))
