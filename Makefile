@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # An editable install writes no bytecode, and where PYTHONDONTWRITEBYTECODE is set (this
 # machine's CI) Python never caches it: every `gradebox` call would compile its own modules
-# again (~25 ms of `gradebox exec`'s ~40 ms of imports). Compiled here as a wheel install does.
+# again (~25 ms of each `gradebox exec`). Compiled here, as installing a wheel does.
 COMPILE = $(BIN)/python -m compileall -q src/gradebox
 
 .PHONY: install images demo test test-fast bench lint schemas clean

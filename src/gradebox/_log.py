@@ -1,6 +1,6 @@
 """A logger that imports :mod:`logging` when it is first used.
 
-``logging`` (with the ``traceback``, ``string`` and ``weakref`` it pulls in) costs ~4 ms to
+``logging`` (with the ``traceback``, ``string`` and ``weakref`` it pulls in) costs ~3 ms to
 import, and the modules on ``gradebox exec``'s hot path log only when something goes wrong:
 they hold one of these instead of ``logging.getLogger(name)``.
 """
