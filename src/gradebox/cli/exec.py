@@ -53,6 +53,8 @@ engine; one line on stderr); 130 interrupted.
 
 @dataclass
 class Options:
+    """What the command line asked for (see ``HELP``)."""
+
     command: list[str]
     image: str | None = None
     workspace: str | None = None

@@ -44,6 +44,8 @@ def default_user() -> str:
 
 @dataclass(frozen=True)
 class Mount:
+    """A host path bound into the container at ``target`` (read-only unless said)."""
+
     source: Path
     target: str
     read_only: bool = True

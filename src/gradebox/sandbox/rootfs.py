@@ -44,6 +44,8 @@ def cache_dir() -> Path:
 
 @dataclass
 class Entry:
+    """One unpacked root filesystem in the cache."""
+
     image_id: str
     path: Path
     size: int
