@@ -13,10 +13,8 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import docker.errors
-import requests.exceptions
 from tenacity import (
     before_sleep_log,
     retry,
@@ -25,9 +23,14 @@ from tenacity import (
     wait_exponential,
 )
 
-import docker
-
 from .errors import EngineError, EngineUnavailable, ImageError
+
+if TYPE_CHECKING:
+    import docker
+
+# The Docker SDK (with requests and urllib3: ~100 ms to import) loads when an engine is
+# connected, not when a module that names an Engine or catches NotFound is imported: a grader
+# file, a suite or `gradebox grade` on oci never reach the engine.
 
 __all__ = ["Engine", "NotFound"]
 
@@ -40,6 +43,9 @@ class NotFound(EngineError):
 
 
 def _is_transient(exc: BaseException) -> bool:
+    import docker.errors
+    import requests.exceptions
+
     # Connection resets and 5xx answers happen when the engine is busy (many parallel creates
     # on 2 cores) or restarting; a 409 on create means our generated name collided, and each
     # attempt generates a fresh one. 4xx other than 409 are our mistakes and are not retried.
@@ -81,20 +87,33 @@ def _engine_call(what: str, bounded: bool = True) -> Callable[[Callable[..., T]]
                     with self.slots:
                         return retried(self, *args, **kwargs)
                 return retried(self, *args, **kwargs)
-            except docker.errors.ImageNotFound as exc:
-                raise ImageError(f"image not found: {exc.explanation}") from None
-            except docker.errors.NotFound as exc:
-                raise NotFound(f"docker {what}: {exc.explanation}") from None
-            except docker.errors.APIError as exc:
-                raise EngineError(f"docker {what} failed: {exc.explanation or exc}") from None
-            except requests.exceptions.RequestException as exc:
-                raise EngineError(f"docker {what}: engine connection failed: {exc}") from None
-            except docker.errors.DockerException as exc:
-                raise EngineError(f"docker {what} failed: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - the engine's own are translated, the rest re-raised
+                ours = _translated(what, exc)
+                if ours is exc:
+                    raise
+                raise ours from None
 
         return wrapper
 
     return deco
+
+
+def _translated(what: str, exc: Exception) -> Exception:
+    """The gradebox error for an SDK or connection error; any other exception as it was."""
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return ImageError(f"image not found: {exc.explanation}")
+    if isinstance(exc, docker.errors.NotFound):
+        return NotFound(f"docker {what}: {exc.explanation}")
+    if isinstance(exc, docker.errors.APIError):
+        return EngineError(f"docker {what} failed: {exc.explanation or exc}")
+    if isinstance(exc, requests.exceptions.RequestException):
+        return EngineError(f"docker {what}: engine connection failed: {exc}")
+    if isinstance(exc, docker.errors.DockerException):
+        return EngineError(f"docker {what} failed: {exc}")
+    return exc
 
 
 def default_engine_calls() -> int:
@@ -120,6 +139,10 @@ class Engine:
 
     @classmethod
     def connect(cls, timeout: float = 120.0) -> Engine:
+        import requests.exceptions
+
+        import docker
+
         where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         try:
             client = docker.from_env(timeout=int(timeout))
@@ -158,6 +181,9 @@ class Engine:
 
     def kill(self, container: str) -> None:
         """SIGKILL the container's PID 1; the kernel then kills every process in its namespace."""
+        import docker.errors
+        import requests.exceptions
+
         try:
             self.api.kill(container, signal="SIGKILL")
         except (docker.errors.APIError, requests.exceptions.RequestException) as exc:

@@ -148,7 +148,7 @@ def test_the_hot_path_loads_no_heavy_package():
         "import gradebox.cli.exec, gradebox.harness, gradebox.graders.spec, gradebox.sandbox.oci\n"
         "import gradebox.sandbox.oci_config, gradebox.images.catalog, gradebox.scratch\n"
         "heavy = [m for m in ('pydantic', 'typer', 'rich', 'docker', 'requests', 'yaml', "
-        "'tenacity') if m in sys.modules]\n"
+        "'tenacity', 'logging') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
