@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +87,14 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def loaded_by(modules: list[str], watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` a fresh interpreter has loaded once it imported ``modules``."""
+    listed = f"print([m for m in {watched!r} if m in sys.modules])"
+    code = f"import sys\nimport {', '.join(modules)}\n{listed}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return list(ast.literal_eval(out.stdout.strip()))
 
 
 def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
