@@ -288,6 +288,34 @@ def test_ctrl_c_cancels_remote_work_and_leaves_nothing_on_any_node(tmp_path, clu
     assert scratch_left(cluster) == []
 
 
+def _owner_pid(name: str) -> int:
+    return int(name.lstrip("/").split("-")[1])
+
+
+def test_a_worker_process_killed_with_sigkill_leaves_nothing_of_its_own(tmp_path, cluster, engine):
+    """A worker's watchdog (a new interpreter: a Ray worker runs threads) removes what the
+    worker started the moment it dies; else its graders sleep on, past the timeout only the
+    worker enforced, until the run's end sweeps them."""
+    suite = make_suite(tmp_path / "suite", 4, sleep=60)
+    proc = start("run", suite, "--ray", cluster.address, "--out", tmp_path / "out")
+    try:
+        wait_for(lambda: len(containers_left(cluster, engine)) >= 2, timeout=120)
+        owners = {_owner_pid(n) for n in containers_left(cluster, engine)}
+        for pid in owners:
+            os.kill(pid, signal.SIGKILL)
+        t = time.monotonic()
+        wait_for(lambda: not {_owner_pid(n) for n in containers_left(cluster, engine)} & owners,
+                 timeout=20)  # fmt: skip
+        assert time.monotonic() - t < 10
+        theirs = tuple(f"/gradebox-{pid}-" for pid in owners)
+        wait_for(lambda: not [p for p in scratch_left(cluster) if any(t in p for t in theirs)],
+                 timeout=10)  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    assert containers_left(cluster, engine) == []
+
+
 def test_a_worker_killed_mid_run_loses_and_doubles_nothing(tmp_path, engine):
     suite = make_suite(tmp_path / "suite", 16, sleep=2, bad=(3,))
     out = tmp_path / "out"

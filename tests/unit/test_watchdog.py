@@ -186,3 +186,42 @@ def test_a_pid_is_a_runners_only_in_its_pid_namespace():
     assert engine.removed == ["mine", "old"]  # the dead neighbour's pid is no pid here
     collect_garbage(engine, everything=True)  # type: ignore[arg-type]
     assert sorted(engine.removed) == ["dead-neighbour", "mine", "neighbour", "old"]
+
+
+_WORKER = """
+import os, sys, threading, time
+from pathlib import Path
+from gradebox.sandbox.watchdog import watch_from_outside
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a process with threads
+mine = Path(sys.argv[1]) / f"gradebox-{os.getpid()}-test"
+(mine / "inside").mkdir(parents=True)
+dismiss = watch_from_outside()
+if sys.argv[2] == "dismiss":
+    dismiss()
+print(mine, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("dismissed", [False, True], ids=["killed", "dismissed"])
+def test_a_watcher_started_from_outside_sweeps_a_killed_worker_only(tmp_path, dismissed):
+    """A Ray worker runs threads, so its watchdog is a new interpreter, not a fork: a worker
+    killed with SIGKILL has its scratch removed at once; one that dismissed it keeps it."""
+    import signal
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, str(tmp_path), "dismiss" if dismissed else "keep"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    mine = Path(proc.stdout.readline().strip())
+    assert mine.is_dir()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # Swept at once (and again after 1 s and 3 s); a dismissed watcher never sweeps.
+    deadline = time.monotonic() + (4.5 if dismissed else 15)
+    while mine.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mine.exists() == dismissed

@@ -85,6 +85,7 @@ class _Context:
 
         from ..sandbox import get_sandbox
 
+        _watched()
         self.spec, self.dir = spec, run_dir(spec.run_id)
         if spec.version != __version__:
             raise NodeRefused(
@@ -200,6 +201,18 @@ def _keys_used(suite: Any) -> set[str]:
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)
+_watcher: list[object] = []  # this worker process's watchdog, started with its first context
+
+
+def _watched() -> None:
+    """A worker killed with SIGKILL (Ray kills a job's workers, a node is lost, the OOM
+    killer) leaves no container running and no scratch: its watchdog removes them at once, as
+    a command's does. Never dismissed: when the worker ends, whatever is still its own is
+    left over by definition."""
+    if not _watcher:
+        from ..sandbox.watchdog import watch_from_outside
+
+        _watcher.append(watch_from_outside())
 
 
 def _context(spec: RunSpec) -> _Context:

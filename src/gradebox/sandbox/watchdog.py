@@ -12,7 +12,9 @@ watcher removes that runner's containers (every backend's) and scratch folders, 
 The watcher is a fork, not a new interpreter (no import cost, ~1 ms), made before any thread,
 in a session of its own (a harness that kills our process group leaves it to do its work),
 with none of the runner's files open (a harness waiting for our stdout to close is not kept
-waiting).
+waiting). A process that already runs threads (a Ray worker: gRPC's, Ray's own) cannot fork
+one safely (a lock another thread held stays held in the child), so ``watch_from_outside``
+starts the same watcher as a new interpreter (~100 ms, once per worker process).
 
 Must not: touch another runner's leftovers; outlive the runner by more than its sweeps
 (a few seconds).
@@ -25,7 +27,7 @@ import os
 import signal
 from collections.abc import Callable
 
-__all__ = ["watch"]
+__all__ = ["watch", "watch_from_outside"]
 
 DISMISSED = b"."
 
@@ -63,6 +65,37 @@ def watch() -> Callable[[], None]:
     return dismiss
 
 
+def watch_from_outside() -> Callable[[], None]:
+    """``watch`` for a process that runs threads: the watcher is a new interpreter
+    (``python -m gradebox.sandbox.watchdog OWNER FD``) holding the pipe's read end."""
+    import subprocess
+    import sys
+
+    owner = os.getpid()
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:
+        return _nothing
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "gradebox.sandbox.watchdog", str(owner), str(read_fd)],
+            pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        os.close(write_fd)
+        return _nothing
+    finally:
+        os.close(read_fd)
+
+    def dismiss() -> None:
+        with contextlib.suppress(OSError):
+            os.write(write_fd, DISMISSED)
+            os.close(write_fd)
+
+    return dismiss
+
+
 def _nothing() -> None:
     return None
 
@@ -70,13 +103,18 @@ def _nothing() -> None:
 def _watch(read_fd: int, write_fd: int, owner: int) -> None:
     os.close(write_fd)
     os.setsid()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, 1 << 16)
+    _await(read_fd, owner)
+
+
+def _await(read_fd: int, owner: int) -> None:
+    """Wait for the runner's word or its end; sweep what it left if it died."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         said = os.read(read_fd, 1)
     except OSError:
@@ -105,3 +143,9 @@ def _sweep(owner: int) -> None:
             collect_garbage(engine_timeout=30, need_engine=False, owner=owner)
         with contextlib.suppress(Exception):
             collect_scratch(owner=owner)
+
+
+if __name__ == "__main__":  # watch_from_outside's watcher: OWNER FD
+    import sys
+
+    _await(int(sys.argv[2]), owner=int(sys.argv[1]))
