@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     import docker
 
 # The Docker SDK (with requests and urllib3: ~100 ms to import) loads when an engine is
-# connected, not when a module that names an Engine or catches NotFound is imported: a grader
-# file, a suite or `gradebox grade` on oci never reach the engine.
+# connected, not when a module that names an Engine or catches NotFound is imported (loading
+# a grader file or a suite, `import gradebox`); a command that resolves an image name through
+# the engine (grade, run, validate) still loads it then.
 
 __all__ = ["Engine", "NotFound"]
 

@@ -225,3 +225,35 @@ def test_a_watcher_started_from_outside_sweeps_a_killed_worker_only(tmp_path, di
     while mine.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert mine.exists() == dismissed
+
+
+_NODE_WORKER = """
+import os, sys
+from pathlib import Path
+from gradebox.cluster import node
+node._watched()
+node._watched()  # once per process
+mine = Path(sys.argv[1]) / f"gradebox-{os.getpid()}-test"
+(mine / "inside").mkdir(parents=True)
+print(mine, flush=True)
+if sys.argv[2] == "ends":
+    sys.exit(0)  # exit handlers run: the watcher is dismissed
+os._exit(0)  # as a killed worker: no handler runs
+"""
+
+
+@pytest.mark.parametrize("how", ["ends", "vanishes"])
+def test_a_ray_workers_watcher_is_dismissed_only_by_a_normal_end(tmp_path, how):
+    """A worker that ends normally sweeps nothing (its sandboxes closed first); one that
+    vanishes without its exit handlers (SIGKILL, os._exit) is swept."""
+    import sys
+    import time
+
+    out = subprocess.run([sys.executable, "-c", _NODE_WORKER, str(tmp_path), how],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    mine = Path(out.stdout.strip())
+    deadline = time.monotonic() + (4.5 if how == "ends" else 15)
+    while mine.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mine.exists() == (how == "ends")

@@ -487,12 +487,11 @@ class Exec:
         if self.copy is not None:
             self.copy.close()
         if self.scratch is not None:
-            import shutil
+            from ..fstree import remove_tree
 
-            inputs = self.scratch / "input"
-            if inputs.exists():
-                os.chmod(inputs, 0o700)  # ours to empty (sealed 0500 for the sandbox user)
-            shutil.rmtree(self.scratch, ignore_errors=True)  # written by us alone
+            # The sealed input folder (0500) and a private copy of the agent's workspace are
+            # in it: remove_tree opens what its owner closed, and follows no link.
+            remove_tree(self.scratch)
 
 
 def _enters(folder: Path, user: str) -> bool:

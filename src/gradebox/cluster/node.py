@@ -15,6 +15,8 @@ the run's folder and whatever killed workers left (``gradebox gc``'s rules).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import socket
 import tempfile
@@ -201,18 +203,18 @@ def _keys_used(suite: Any) -> set[str]:
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)
-_watcher: list[object] = []  # this worker process's watchdog, started with its first context
 
 
+@functools.cache
 def _watched() -> None:
     """A worker killed with SIGKILL (Ray kills a job's workers, a node is lost, the OOM
-    killer) leaves no container running and no scratch: its watchdog removes them at once, as
-    a command's does. Never dismissed: when the worker ends, whatever is still its own is
-    left over by definition."""
-    if not _watcher:
-        from ..sandbox.watchdog import watch_from_outside
+    killer) leaves no container running and no scratch: its watchdog, started once per
+    worker process, removes them at once, as a command's does. A worker whose interpreter
+    ends normally dismisses it last (exit handlers run last-registered first: its sandboxes'
+    ``close`` has removed their containers by then), so no sweep runs for nothing."""
+    from ..sandbox.watchdog import watch_from_outside
 
-        _watcher.append(watch_from_outside())
+    atexit.register(watch_from_outside())
 
 
 def _context(spec: RunSpec) -> _Context:

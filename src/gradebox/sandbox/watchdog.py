@@ -52,17 +52,7 @@ def watch() -> Callable[[], None]:
         finally:
             os._exit(0)  # never the runner's atexit handlers or finally blocks
     os.close(read_fd)
-
-    def dismiss() -> None:
-        with contextlib.suppress(OSError):
-            os.write(write_fd, DISMISSED)
-            os.close(write_fd)
-        with contextlib.suppress(ChildProcessError, OSError):
-            # It exits as soon as it reads the word; not waited for (~2 ms on the hot path of
-            # `exec`): the runner ends next, and init reaps it.
-            os.waitpid(child, os.WNOHANG)
-
-    return dismiss
+    return _dismissal(write_fd, child)
 
 
 def watch_from_outside() -> Callable[[], None]:
@@ -87,11 +77,21 @@ def watch_from_outside() -> Callable[[], None]:
         return _nothing
     finally:
         os.close(read_fd)
+    return _dismissal(write_fd)
+
+
+def _dismissal(write_fd: int, child: int | None = None) -> Callable[[], None]:
+    """The runner's word to its watcher: it ended normally, there is nothing to sweep."""
 
     def dismiss() -> None:
         with contextlib.suppress(OSError):
             os.write(write_fd, DISMISSED)
             os.close(write_fd)
+        if child is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                # It exits as soon as it reads the word; not waited for (~2 ms on the hot
+                # path of `exec`): the runner ends next, and init reaps it.
+                os.waitpid(child, os.WNOHANG)
 
     return dismiss
 
