@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +61,10 @@ DEFAULT_REQUIRED = 0.8
 """The gate of ``required: true`` when no ``min_score`` is given (AgentV's default)."""
 
 _MODIFIERS = ("name", "metric", "weight", "negate", "required", "min_score")
+
+GRADER_TARGET: ContextVar[str | None] = ContextVar("agentv_grader_target", default=None)
+"""AgentV's ``--grader-target NAME``: the judge of every LLM grader of the AgentV files loaded
+meanwhile, whatever they name (``formats.agentv.chosen_target`` sets it)."""
 
 # Names other harnesses use that need what this release does not have: a clear refusal
 # naming the line beats a silently dropped check.
@@ -778,6 +783,8 @@ def _llm(
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
     name = body.get("target", body.get("provider"))
+    if ctx.flavor == "agentv" and GRADER_TARGET.get():
+        name = GRADER_TARGET.get()
     where = (*loc, "target") if "target" in body else (
         (*loc, "provider") if "provider" in body else loc)  # fmt: skip
     target: ModelTarget | None = None

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from ..._yaml import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
-from ...graders.assertion import DEFAULT_REQUIRED
+from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
 from ...suite import Suite, SuiteFile, build_suite
 from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
@@ -41,14 +41,22 @@ from .providers import CHOSEN_TARGET, resolve_target
 __all__ = ["PASS_THRESHOLD", "chosen_target", "load_agentv", "release_of", "render"]
 
 @contextmanager
-def chosen_target(name: str | None) -> Iterator[None]:
-    """Load AgentV files with ``name`` as their target (``--target NAME``): it picks one of a
-    file's ``execution.targets``, which without it are refused by name (a matrix is one run
-    per target)."""
+def chosen_target(name: str | None, grader: str | None = None) -> Iterator[None]:
+    """Load AgentV files with ``name`` as their target (AgentV's ``--target NAME``; it picks
+    one of a file's ``execution.targets``, which without it are refused by name: a matrix is
+    one run per target) and ``grader`` as every LLM grader's judge (``--grader-target``).
+
+    Example::
+
+        with chosen_target("llm", grader="azure"):
+            suite = load_suite(Path("evals/benchmark.eval.yaml"))
+    """
     token = CHOSEN_TARGET.set(name)
+    judge = GRADER_TARGET.set(grader)
     try:
         yield
     finally:
+        GRADER_TARGET.reset(judge)
         CHOSEN_TARGET.reset(token)
 
 
