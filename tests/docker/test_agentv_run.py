@@ -258,3 +258,44 @@ def test_agentv_example_with_a_model_target_runs_unchanged(tmp_path, agentv_chec
     assert results["starts-with-prefix"].score == 0.5 and results["required-gate"].score == 0
     assert p.returncode == 1, p.stdout + p.stderr
     assert all(h["api-key"] == "k" for h in fake.headers)
+
+
+# AgentV v4.42.4's constructs (tests/fixtures/agentv/v4: each verdict worked out in the eval
+# file's comments from v4's ToolTrajectoryGrader, SkillTriggerGrader and CompositeGrader), the
+# composite's code-grader aggregator run in the sandbox on its members' results.
+V4 = ROOT / "tests" / "fixtures" / "agentv" / "v4"
+V4_VERDICTS = {
+    "any-order-good": ("passed", 1.0, [("passed", 1.0)]),
+    "any-order-bad": ("failed", 0.5, [("failed", 0.5)]),
+    "in-order-good": ("passed", 1.0, [("passed", 1.0)]),
+    "in-order-bad": ("failed", 0.0, [("failed", 0.0)]),
+    "args-partial-good": ("failed", 0.0, [("failed", 0.0)]),
+    "exact-good": ("passed", 1.0, [("passed", 1.0)]),
+    "exact-bad": ("failed", 0.25, [("failed", 0.25)]),
+    "skill-good": ("passed", 1.0, [("passed", 1.0), ("passed", 1.0)]),
+    "skill-bad": ("failed", 0.0, [("failed", 0.0), ("failed", 0.0)]),
+    "weighted-good": ("passed", 1.0, [("passed", 1.0)]),
+    "weighted-bad": ("failed", 0.375, [("failed", 0.375)]),
+    "threshold-good": ("passed", 1.0, [("passed", 1.0)]),
+    "threshold-bad": ("failed", 0.333, [("failed", 0.333)]),
+    "code-aggregator-good": ("passed", 1.0, [("passed", 1.0)]),
+    "code-aggregator-bad": ("failed", 0.0, [("failed", 0.0)]),
+}
+
+
+def test_v4_constructs_give_v4s_verdicts(tmp_path, box, engine):
+    results = _run(V4 / "evals" / "v4.eval.yaml", tmp_path / "out", box, engine)
+    got = {
+        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
+                                                for g in r.graders])
+        for k, r in results.items()
+    }  # fmt: skip
+    assert got == V4_VERDICTS, {
+        k: (r.error, [g.evidence for g in r.graders])
+        for k, r in results.items()
+        if got[k] != V4_VERDICTS.get(k)
+    }
+    # The aggregator ran in a container and read the members' results; they are kept under it.
+    (gate,) = results["code-aggregator-bad"].graders
+    assert [c.name for c in gate.children] == ["order", "says"]
+    assert gate.image is not None and gate.backend is not None
