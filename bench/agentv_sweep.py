@@ -218,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="an AgentV checkout, a folder or a .tar.gz")
     parser.add_argument("--quiet", action="store_true", help="leave out the LOADS lines")
-    parser.add_argument("--swap", metavar="NAME",
-                        help="load files refused for their target again with this one")
+    parser.add_argument(
+        "--swap", metavar="NAME", help="load files refused for their target again with this one"
+    )
     args = parser.parse_args(argv)
     with checkout(args.path.resolve()) as root:
         outcomes = sweep(root, args.swap)

@@ -482,13 +482,15 @@ def _composite(
                     "spelling)")  # fmt: skip
     members = body.get(key)
     if not isinstance(members, list) or not members:
-        raise _fail(ctx, (*loc, key), "a composite needs a non-empty 'assertions' list")
+        raise _fail(ctx, (*loc, key) if key in body else loc,
+                    "a composite needs a non-empty 'assertions' list")  # fmt: skip
     agg = body.get("aggregator")
     kind = agg.get("type") if isinstance(agg, dict) else None
     if isinstance(kind, str) and kind not in ("weighted_average", "threshold"):
         kind = kind.replace("_", "-")
     if kind not in _AGGREGATORS:
-        raise _fail(ctx, (*loc, "aggregator"), "a composite needs aggregator: {type: "
+        raise _fail(ctx, (*loc, "aggregator") if "aggregator" in body else loc,
+                    "a composite needs aggregator: {type: "
                     "weighted_average | threshold | code-grader | llm-grader}")  # fmt: skip
     assert isinstance(agg, dict)
     aloc = (*loc, "aggregator")

@@ -40,6 +40,7 @@ from .providers import CHOSEN_TARGET, resolve_target
 
 __all__ = ["PASS_THRESHOLD", "chosen_target", "load_agentv", "release_of", "render"]
 
+
 @contextmanager
 def chosen_target(name: str | None, grader: str | None = None) -> Iterator[None]:
     """Load AgentV files with ``name`` as their target (AgentV's ``--target NAME``; it picks
@@ -111,9 +112,8 @@ _V4_SHAPE = {"assertions", "execution", "target", "input", "evaluators", "prepro
 
 
 def release_of(data: dict[str, Any]) -> str:
-    """``"5.x"`` or ``"v4"``: which AgentV release's eval file this is, by its shape (its top
-    level, else its first inline test); a file that shows neither is taken as v4's, the
-    release package managers install."""
+    """``"5.x"``, ``"v4"`` or ``"either"``: which AgentV release's eval file this is, by its
+    shape (its top level, else its first inline test)."""
     tests = data.get("tests")
     first = tests[0] if isinstance(tests, list) and tests and isinstance(tests[0], dict) else {}
     for keys in (set(data), set(first)):
@@ -121,7 +121,7 @@ def release_of(data: dict[str, Any]) -> str:
             return "5.x"
         if keys & _V4_SHAPE:
             return "v4"
-    return "v4"
+    return "either"
 
 
 def _check_top(data: dict[str, Any], where: Where) -> None:
@@ -129,9 +129,15 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
     for key in data:
         if key in _REMOVED and release == "5.x":
             raise where.error((key,), f"AgentV removed top-level {key!r}: {_REMOVED[key]}")
-        if key in _REMOVED:  # a v4 file: v4 never had it either
+        if key in _REMOVED and release == "v4":  # v4 never had it either
             raise where.error((key,), f"{key!r} is not a top-level field of an AgentV v4 "
                               "eval file (v4's validator rejects it too)")  # fmt: skip
+        if key in _REMOVED:
+            raise where.error(
+                (key,),
+                f"{key!r} is not a top-level field of an AgentV eval "
+                f"file: v4 never had it, and 5.x removed it ({_REMOVED[key]})",
+            )
         if key not in _TOP_KEYS:
             raise where.error((key,), "not a top-level field of an AgentV eval file (AgentV "
                               "rejects it too; check its spelling)")  # fmt: skip
