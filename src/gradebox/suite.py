@@ -342,7 +342,9 @@ class Suite:
                 where = self.root if portable else None
                 parts += [grader_fingerprint(a.grader, where), a.config]
             elif isinstance(a, AssertSet):
-                parts.append(a.threshold)
+                parts.append(a.threshold)  # its program is among _all's
+                if a.aggregator != "weighted":  # (the existing sets' keys unchanged)
+                    parts.append(a.aggregator)
             else:
                 parts.append(a.describe())
         template = self.template_dir(test.workspace)
@@ -368,6 +370,8 @@ def _all(assertions: list[Assertion]) -> Iterator[Assertion]:
         yield a
         if isinstance(a, AssertSet):
             yield from _all(a.children)
+            if a.program is not None:
+                yield a.program
 
 
 # Other harnesses' formats: name -> (module, function) that maps a file of that format onto

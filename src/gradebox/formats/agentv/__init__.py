@@ -141,6 +141,12 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
         if key not in _TOP_KEYS:
             raise where.error((key,), "not a top-level field of an AgentV eval file (AgentV "
                               "rejects it too; check its spelling)")  # fmt: skip
+    if data.get("evaluators"):
+        # v4's validator knows it, and its parser reads suite-level graders from assertions
+        # only: these would silently grade nothing.
+        raise where.error(("evaluators",), "top-level evaluators are never run by AgentV v4 "
+                          "(it reads suite-level graders from assertions); rename it "
+                          "assertions")  # fmt: skip
     options = data.get("evaluate_options")
     if options is not None:
         if not isinstance(options, dict):
