@@ -212,14 +212,15 @@ def test_composite_kinds_compile(tmp_path):
         "      - name: w\n        type: composite\n"
         "        aggregator: {type: weighted_average, weights: {x: 3}}\n"
         "        assertions:\n          - {name: x, type: contains, value: hi, weight: 9}\n"
-        "          - {name: y, type: contains, value: yo}\n",
+        "          - {name: y, type: contains, value: yo, weight: 5}\n",
     )
     code, weighted = load_suite(path).tests[0].assertions
     assert isinstance(code, AssertSet) and isinstance(code.program, GraderAssertion)
     # the aggregator is a leaf (planned, its image resolved) that runs after the others
     assert list(leaves([code]))[-1] is code.program and list(aggregated([code])) == [code]
     assert isinstance(weighted, AssertSet) and weighted.threshold == 0.8
-    assert [c.weight for c in weighted.children] == [3.0, 1.0]  # the aggregator's, not 9
+    # the aggregator's weight by name, else 1: a member's own weight is not used (v4)
+    assert [c.weight for c in weighted.children] == [3.0, 1.0]
 
 
 def test_an_llm_aggregator_fills_in_the_results(tmp_path, monkeypatch):
