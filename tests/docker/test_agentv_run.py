@@ -299,3 +299,41 @@ def test_v4_constructs_give_v4s_verdicts(tmp_path, box, engine):
     (gate,) = results["code-aggregator-bad"].graders
     assert [c.name for c in gate.children] == ["order", "says"]
     assert gate.image is not None and gate.backend is not None
+
+
+def test_a_v4_llm_aggregator_judges_the_members_results(tmp_path, box, engine, monkeypatch):
+    # CompositeGrader.runLlmAggregator: the members' results fill {{EVALUATOR_RESULTS_JSON}} of
+    # the default prompt; the judge's score is the composite's, passing at 0.8
+    monkeypatch.setenv("GB_JUDGE_KEY", "sk-judge")
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+
+    def answer(body: dict) -> str:
+        score = 0.2 if "snow" in json.dumps(body) else 0.9
+        return json.dumps({"score": score, "checks": [], "reasoning": "judged"})
+
+    with FakeModel(default=answer) as fake:
+        write(
+            tmp_path / ".agentv" / "providers.yaml",
+            f"- id: openai\n  label: judge\n  base_url: '{fake.base_url}'\n"
+            "  api_key: '{{ env.GB_JUDGE_KEY }}'\n  model: x\n"
+            "- {id: mock, label: agent, response: It is sunny., grader_target: judge}\n",
+        )
+        members = (
+            "        assertions:\n          - {{name: sunny, type: contains, value: sunny}}\n"
+            "          - {{name: {0}, type: contains, value: {0}}}\n"
+        )
+        path = write(
+            tmp_path / "evals" / "agg.eval.yaml",
+            "execution: {target: agent}\ntests:\n"
+            + "".join(f"  - id: {w}\n    input: Weather?\n    assertions:\n      - name: panel\n"
+                      "        type: composite\n        aggregator: {type: llm-grader}\n"
+                      + members.format(w) for w in ("rain", "snow")),
+        )  # fmt: skip
+        results = _run(path, tmp_path / "out", box, engine)
+    got = {k: (r.status.value, round(r.score, 3)) for k, r in results.items()}
+    assert got == {"rain": ("passed", 0.9), "snow": ("failed", 0.2)}, {
+        k: [g.evidence for g in r.graders] for k, r in results.items()
+    }
+    prompt = next(p for p in fake.prompts if "snow" in p)
+    assert "Review the following evaluation results" in prompt
+    assert '"sunny"' in prompt and '"verdict": "fail"' in prompt  # snow's member failed

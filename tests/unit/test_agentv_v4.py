@@ -341,3 +341,20 @@ def test_a_discovered_provider_is_a_cli_command_and_a_log_reader_refused(tmp_pat
     with pytest.raises(UnsupportedFeature) as info:
         load_suite(path)
     assert info.value.feature == "the copilot-log provider"
+
+
+def test_an_llm_grader_inside_a_composite_loads_the_model_targets(tmp_path):
+    # else the run has no model hub, and the grader fails when it is called
+    write(tmp_path / ".agentv" / "targets.yaml",
+          "targets:\n  - {name: judge, provider: openai, model: m}\n")  # fmt: skip
+    cases = (
+        (
+            "{name: j, type: llm-grader, target: judge, prompt: p}",
+            "{type: threshold, threshold: 1}",
+        ),  # noqa: E501
+        ("{name: c, type: contains, value: x}", "{type: llm-grader}"),
+    )
+    for i, (member, aggregator) in enumerate(cases):
+        body = (V4_TEST + "    assertions:\n      - name: c\n        type: composite\n"
+                f"        aggregator: {aggregator}\n        assertions: [{member}]\n")  # fmt: skip
+        assert load_suite(_eval(tmp_path, body, f"evals/c{i}.eval.yaml")).targets is not None
