@@ -494,6 +494,13 @@ def _composite(
                     "weighted_average | threshold | code-grader | llm-grader}")  # fmt: skip
     assert isinstance(agg, dict)
     aloc = (*loc, "aggregator")
+    for i, member in enumerate(members):
+        if isinstance(member, dict) and member.get("negate") is True:
+            # v4 negates a grader in its orchestrator, never a composite's member: honouring
+            # it would give verdicts v4 does not, ignoring it a check the user did not write.
+            raise _fail(ctx, (*loc, key, str(i), "negate"), "AgentV v4 ignores negate on "
+                        "a composite's member; negate the composite, or move the member "
+                        "out")  # fmt: skip
     children = [compile_assertion(m, ctx, (*loc, key, str(i)), depth=depth + 1)
                 for i, m in enumerate(members)]  # fmt: skip
     if kind == "weighted_average":
