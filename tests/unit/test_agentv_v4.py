@@ -190,10 +190,12 @@ def test_release_is_told_by_shape_and_a_v4_user_is_never_told_of_a_removal(tmp_p
         ("{type: tool-trajectory, mode: sideways, expected: []}", "mode"),
         ("{type: skill-trigger}", "skill"),
         ("{type: composite, aggregator: {type: threshold, threshold: 1},"
-         " assertions: [{type: contains, value: x, negate: true}]}", "negate"),
-        ("{type: composite, assertions: [{type: contains, value: x}]}", "aggregator"),
+         " assertions: [{name: n, type: contains, value: x, negate: true}]}", "negate"),
+        ("{type: composite, aggregator: {type: threshold, threshold: 1},"
+         " assertions: [{type: contains, value: x}]}", "needs a name"),
+        ("{type: composite, assertions: [{name: n, type: contains, value: x}]}", "aggregator"),
         ("{type: composite, aggregator: {type: threshold, threshold: 2},"
-         " assertions: [{type: contains, value: x}]}", "threshold"),
+         " assertions: [{name: n, type: contains, value: x}]}", "threshold"),
     ],
 )  # fmt: skip
 def test_a_v4_check_written_wrong_is_an_error_naming_it_never_a_removal(tmp_path, assertion, loc):

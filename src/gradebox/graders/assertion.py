@@ -495,6 +495,12 @@ def _composite(
     assert isinstance(agg, dict)
     aloc = (*loc, "aggregator")
     for i, member in enumerate(members):
+        name = member.get("name", member.get("metric")) if isinstance(member, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            # v4 skips a member without a name (its results are keyed by name): it would
+            # silently grade nothing.
+            raise _fail(ctx, (*loc, key, str(i)), "a composite's member needs a name "
+                        "(AgentV v4 skips one without)")  # fmt: skip
         if isinstance(member, dict) and member.get("negate") is True:
             # v4 negates a grader in its orchestrator, never a composite's member: honouring
             # it would give verdicts v4 does not, ignoring it a check the user did not write.
