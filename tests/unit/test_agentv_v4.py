@@ -362,3 +362,15 @@ def test_an_llm_grader_inside_a_composite_loads_the_model_targets(tmp_path):
         body = (V4_TEST + "    assertions:\n      - name: c\n        type: composite\n"
                 f"        aggregator: {aggregator}\n        assertions: [{member}]\n")  # fmt: skip
         assert load_suite(_eval(tmp_path, body, f"evals/c{i}.eval.yaml")).targets is not None
+
+
+def test_v4_trials_repeat_every_test(tmp_path):
+    # config-loader.ts extractTrialsConfig; trials.ts: pass_at_k scores the best trial
+    path = _eval(tmp_path, "execution:\n  trials: {count: 3, strategy: mean}\n" + V4_TEST)
+    case = load_suite(path).tests[0].case
+    assert (case.repeat, case.repeat_strategy) == (3, "mean")
+    path = _eval(tmp_path, "execution:\n  trials: {count: 2}\n" + V4_TEST, "evals/k.eval.yaml")
+    case = load_suite(path).tests[0].case
+    assert (case.repeat, case.repeat_strategy) == (2, "pass_any")
+    bad = _eval(tmp_path, "execution:\n  trials: {count: 0}\n" + V4_TEST, "evals/b.eval.yaml")
+    assert _error(bad).field == "execution.trials.count"

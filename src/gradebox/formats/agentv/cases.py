@@ -486,7 +486,29 @@ def _repeat(item: dict[str, Any], ctx: Context) -> tuple[int, str]:
             return int(value["count"]), str(value.get("strategy") or "pass_any")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value, "pass_any"
-    return 1, "pass_any"
+    return _v4_trials(ctx)
+
+
+# v4's trial strategies (trials.ts aggregateTrials): pass_at_k scores the best trial.
+_V4_TRIALS = {"pass_at_k": "pass_any", "mean": "mean", "confidence_interval": "confidence_interval"}
+
+
+def _v4_trials(ctx: Context) -> tuple[int, str]:
+    """v4's ``execution.trials: {count, strategy, cost_limit_usd}`` (``extractTrialsConfig``):
+    every test runs ``count`` times (``cost_limit_usd`` is not enforced, as ``budget_usd``)."""
+    execution = ctx.data.get("execution")
+    trials = execution.get("trials") if isinstance(execution, dict) else None
+    if trials is None:
+        return 1, "pass_any"
+    loc = ("execution", "trials")
+    count = trials.get("count") if isinstance(trials, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+        raise ctx.where.error((*loc, "count"), "trials.count is a whole number from 1 to 100")
+    strategy = trials.get("strategy") or "pass_at_k"
+    if strategy not in _V4_TRIALS:
+        raise ctx.where.error((*loc, "strategy"), "trials.strategy is pass_at_k, mean or "
+                              "confidence_interval")  # fmt: skip
+    return count, _V4_TRIALS[strategy]
 
 
 def build_test(
