@@ -374,3 +374,17 @@ def test_v4_trials_repeat_every_test(tmp_path):
     assert (case.repeat, case.repeat_strategy) == (2, "pass_any")
     bad = _eval(tmp_path, "execution:\n  trials: {count: 0}\n" + V4_TEST, "evals/b.eval.yaml")
     assert _error(bad).field == "execution.trials.count"
+
+
+def test_v4_test_evaluators_and_execution_workers(tmp_path):
+    path = _eval(
+        tmp_path,
+        "execution: {target: m, workers: 3}\n"
+        + V4_TEST.replace(
+            "    criteria: says hi\n", "    evaluators: [{type: contains, value: hi}]\n"
+        ),
+    )
+    suite = load_suite(path)
+    assert suite.spec.defaults.workers == 3
+    (check,) = suite.tests[0].assertions
+    assert isinstance(check, HostAssertion)

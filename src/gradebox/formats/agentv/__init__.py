@@ -307,7 +307,7 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
         "defaults": {
             # AgentV: the file's threshold is every test's (default 0.8).
             "threshold": threshold if isinstance(threshold, int | float) else PASS_THRESHOLD,
-            "workers": options.get("max_concurrency"),
+            "workers": options.get("max_concurrency", execution.get("workers")),  # v4: the latter
             "grader": defaults.get("grader"),
             "image": settings.get("image", docker.get("image")),
             "limits": settings.get("limits", docker.get("limits")),

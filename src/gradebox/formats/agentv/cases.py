@@ -35,7 +35,7 @@ TEST_KEYS = {
     "on_dependency_failure", "mode", "turns", "aggregation", "on_turn_failure", "window_size",
     # read from the earlier form too
     "input_messages", "expected_output", "expected_messages", "expected_outcome", "assertions",
-    "rubrics", "note",
+    "rubrics", "note", "evaluators",
 }  # fmt: skip
 _GLOB = re.compile(r"[*?{\[]")
 
@@ -571,6 +571,8 @@ def build_test(
     criteria = render(item.get("criteria", item.get("expected_outcome")), variables)
     asserts = list(item.get("assert", item.get("assertions")) or [])
     asserts += list(execution.get("evaluators") or execution.get("assert") or [])
+    if not asserts:  # v4's deprecated spelling, read last (parseGraders)
+        asserts = list(item.get("evaluators") or [])
     if rubrics:  # AgentV v4 (parseInlineRubrics): one rubric grader, before the others
         asserts = [{"type": "llm-rubric", "value": rubrics}, *asserts]
     suite_asserts = ctx.data.get("assert", ctx.data.get("assertions"))
