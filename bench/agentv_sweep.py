@@ -14,8 +14,8 @@ taken as they are named) from the example's folder, the parent of its ``evals/``
     BROKEN   <file>  <why>
 
 then a summary. With ``--swap NAME``, a file refused only for its target (an agent that cannot
-run here: an SDK, a session-log reader, a coding-agent CLI as the judge, a matrix of targets)
-is loaded again as a user would run it, with ``--target`` (the first of a matrix, else NAME)
+run here: an SDK, a session-log reader, a batching command, a coding-agent CLI as the judge, a
+matrix of targets) is loaded again as a user would run it, with ``--target`` (the first of a matrix, else NAME)
 and ``--grader-target NAME``, and counted apart: ``LOADS ... (swapped: ...)``.
 
 The same rule reads AgentV 5.x checkouts and v4's (v4.42.4's ``EVAL.yaml`` files included).
@@ -120,7 +120,9 @@ def sweep_one(path: Path, root: Path) -> Outcome:
 
 
 # Refusals that are about the agent (or judge) only: another target would run the file.
-_TARGET_ONLY = re.compile(r"provider as the judge$|^the \S+ provider$|^several targets")
+_TARGET_ONLY = re.compile(
+    r"provider as the judge$|^the \S+ provider$|^several targets|^a batching provider"
+)
 
 
 def swapped(path: Path, root: Path, outcome: Outcome, name: str) -> Outcome:

@@ -341,6 +341,12 @@ def test_a_discovered_provider_is_a_cli_command_and_a_log_reader_refused(tmp_pat
         path = _eval(tmp_path, body, f"evals/{name}.eval.yaml")
         target = load_suite(path).spec.target
         assert (target.provider, target.command) == ("cli", command)
+    write(tmp_path / "evals" / ".agentv" / "targets.yaml", "targets:\n  - {name: b, provider: cli,"
+          " provider_batching: true, command: 'run {OUTPUT_FILE}'}\n")  # fmt: skip
+    path = _eval(tmp_path, "execution: {target: b}\n" + V4_TEST, "evals/b.eval.yaml")
+    with pytest.raises(UnsupportedFeature) as batching:
+        load_suite(path)
+    assert batching.value.field == "targets.0.provider_batching"
     path = _eval(tmp_path, "execution: {target: log}\n" + V4_TEST, "evals/log.eval.yaml")
     with pytest.raises(UnsupportedFeature) as info:
         load_suite(path)

@@ -197,6 +197,13 @@ def _target(
     kind = agentv_kind(entry)
     label = agentv_label(entry) or kind
     at = (*loc, "provider" if "provider" in entry else "id")
+    if config.get("provider_batching") is True or config.get("providerBatching") is True:
+        raise where.refuse(
+            (*loc, "provider_batching"), "a batching provider (provider_batching)",
+            "it answers every test in one call (JSONL keyed by test id); gradebox calls the "
+            "target once per test, so its answer would be graded as each test's: give a "
+            "command that answers one test",
+        )  # fmt: skip
     if kind == "cli":
         return _cli(config, where, loc, base, timeout, suite_env, label)
     if kind in MODEL_KINDS:
