@@ -1,6 +1,6 @@
 """Sweep an AgentV checkout: does every eval file load here as it is written?
 
-    .venv/bin/python bench/agentv_sweep.py PATH [--verbose]
+    .venv/bin/python bench/agentv_sweep.py PATH [--quiet] [--swap NAME]
 
 PATH is an AgentV checkout (its ``examples/`` is swept), any folder of eval files, or a
 ``.tar.gz`` of a checkout (unpacked to a temporary folder first). Eval files are found by
@@ -13,7 +13,15 @@ taken as they are named) from the example's folder, the parent of its ``evals/``
     REFUSED  <file>  <feature>: <what to do instead>
     BROKEN   <file>  <why>
 
-then a summary. REFUSED is a refusal gradebox means (an ``UnsupportedFeature``, or a privilege
+then a summary. With ``--swap NAME``, a file refused only for its target (an agent that cannot
+run here: an SDK, a session-log reader, a batching command, a coding-agent CLI as the judge, a
+matrix of targets) is loaded again as a user would run it, with ``--target`` (the first of a
+matrix, else NAME) and ``--grader-target NAME``, and counted apart: ``LOADS ... (swapped:
+...)``.
+
+The same rule reads AgentV 5.x checkouts and v4's (v4.42.4's ``EVAL.yaml`` files included).
+
+REFUSED is a refusal gradebox means (an ``UnsupportedFeature``, or a privilege
 the file asks for that ``--allow`` must grant: one line naming the feature and the fix);
 anything else that stops a file, a traceback included, is BROKEN. A file that loads may still
 need what this machine lacks (``preflight``: model keys and endpoints, a coding agent's program
@@ -35,7 +43,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradebox._yaml import load_yaml_file
 from gradebox.errors import ConfigError, ConfigErrors, NotAllowed, UnsupportedFeature
+from gradebox.formats.agentv import chosen_target
 from gradebox.plan import plan_suite
 from gradebox.preflight import preflight
 from gradebox.suite import Suite, load_suite
@@ -51,6 +61,7 @@ class Outcome:
     why: str = ""
     feature: str = ""
     needs: tuple[str, ...] = ()
+    swapped: str = ""
 
 
 class _AnyImage:
@@ -109,6 +120,30 @@ def sweep_one(path: Path, root: Path) -> Outcome:
         return Outcome(rel, "BROKEN", f"{type(exc).__name__}: {exc}")
 
 
+# Refusals that are about the agent (or judge) only: another target would run the file.
+_TARGET_ONLY = re.compile(
+    r"provider as the judge$|^the \S+ provider$|^several targets|^a batching provider"
+)
+
+
+def swapped(path: Path, root: Path, outcome: Outcome, name: str) -> Outcome:
+    """``outcome`` again with the target swapped (see the module docstring), when that is
+    all that stopped it."""
+    if outcome.kind != "REFUSED" or not _TARGET_ONLY.search(outcome.feature):
+        return outcome
+    target = name
+    if outcome.feature.startswith("several targets"):
+        data = load_yaml_file(path)[0]
+        first = ((data.get("execution") or {}).get("targets") or [name])[0]
+        target = first.get("name", name) if isinstance(first, dict) else str(first)
+    with chosen_target(target, grader=name):
+        again = sweep_one(path, root)
+    if again.kind == "LOADS":
+        again.swapped = f"--target {target} --grader-target {name}"
+        return again
+    return outcome
+
+
 def _needs(suite: Suite) -> tuple[str, ...]:
     """What ``run`` would ask of this machine first: unset variables, programs, models."""
     try:
@@ -129,11 +164,15 @@ def _needs(suite: Suite) -> tuple[str, ...]:
     return ()
 
 
-def sweep(root: Path) -> list[Outcome]:
+def sweep(root: Path, swap: str | None = None) -> list[Outcome]:
     if (root / "examples").is_dir() and (root / "packages").is_dir():
         root = root / "examples"
     base = root.parent if root.name == "examples" else root
-    return [sweep_one(p, base) for p in eval_files(root)]
+    outcomes = []
+    for path in eval_files(root):
+        outcome = sweep_one(path, base)
+        outcomes.append(swapped(path, base, outcome, swap) if swap else outcome)
+    return outcomes
 
 
 @contextlib.contextmanager
@@ -154,11 +193,14 @@ def report(outcomes: list[Outcome], verbose: bool = True) -> str:
     for o in outcomes:
         if verbose or o.kind != "LOADS":
             needs = f"  (needs {', '.join(o.needs)})" if o.needs else ""
-            lines.append(f"{o.kind:8} {o.file}" + (f"  {o.why}" if o.why else "") + needs)
+            swap = f"  (swapped: {o.swapped})" if o.swapped else ""
+            lines.append(f"{o.kind:8} {o.file}" + (f"  {o.why}" if o.why else "") + swap + needs)
     counts = Counter(o.kind for o in outcomes)
     features = Counter(o.feature for o in outcomes if o.kind == "REFUSED")
+    swaps = sum(bool(o.swapped) for o in outcomes)
     lines.append(
-        f"{len(outcomes)} eval files: {counts['LOADS']} load, {counts['REFUSED']} refused, "
+        f"{len(outcomes)} eval files: {counts['LOADS']} load ({counts['LOADS'] - swaps} as "
+        f"written, {swaps} with the target swapped), {counts['REFUSED']} refused, "
         f"{counts['BROKEN']} broken"
     )
     for feature, n in features.most_common():
@@ -179,9 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="an AgentV checkout, a folder or a .tar.gz")
     parser.add_argument("--quiet", action="store_true", help="leave out the LOADS lines")
+    parser.add_argument(
+        "--swap", metavar="NAME", help="load files refused for their target again with this one"
+    )
     args = parser.parse_args(argv)
     with checkout(args.path.resolve()) as root:
-        outcomes = sweep(root)
+        outcomes = sweep(root, args.swap)
     print(report(outcomes, verbose=not args.quiet))
     return 1 if any(o.kind == "BROKEN" for o in outcomes) else 0
 

@@ -11,6 +11,8 @@ summaries (``gradebox.runner``).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import subprocess
@@ -19,15 +21,18 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import GradeboxError, SandboxClosed, WorkspaceError
 from .fstree import copy_tree
 from .graders.assertion import (
     Assertion,
+    AssertSet,
     GraderAssertion,
     HostAssertion,
     LlmGraderAssertion,
     aggregate,
+    aggregated,
     fold,
     leaves,
 )
@@ -38,7 +43,16 @@ from .images import DEFAULT_IMAGE
 from .llm.client import ModelHub
 from .llm.runtime import LlmRuntime
 from .pool import Warm, WarmPool
-from .protocol import GraderResult, Message, Payload, Status, TestResult, TraceSummary, Usage
+from .protocol import (
+    AggregatorInput,
+    GraderResult,
+    Message,
+    Payload,
+    Status,
+    TestResult,
+    TraceSummary,
+    Usage,
+)
 from .sandbox.base import ImageSource, Limits, Sandbox
 from .sandbox.hardening import run_as_ids
 from .sandbox.labels import LABEL_RUN
@@ -479,10 +493,14 @@ class TestRun:
         containers, LLM graders through the hub); ``warm``: use the containers started ahead
         for the test's own assertions."""
         run = self.run_
-        slots: list[GraderResult | Future[GraderResult]] = []
+        slots: list[GraderResult | Future[GraderResult] | None] = []
         flat = list(leaves(assertions))
         runtime = LlmRuntime(run.models, run.box, run.image_for, run.suite.root, self.labels, ws)
+        later = {id(s.program) for s in aggregated(assertions)}
         for idx, assertion in enumerate(flat):
+            if id(assertion) in later:  # an aggregator: it runs on its children's results
+                slots.append(None)
+                continue
             if isinstance(assertion, HostAssertion):
                 slots.append(assertion.evaluate(payload))
                 continue
@@ -513,8 +531,56 @@ class TestRun:
         done = {
             id(a): s if isinstance(s, GraderResult) else s.result()
             for a, s in zip(flat, slots, strict=True)
+            if s is not None
         }
+        index = {id(a): i for i, a in enumerate(flat)}
+        for group in aggregated(assertions):  # innermost first
+            assert group.program is not None
+            started = self.warm.pop(index[id(group.program)], None) if warm else None
+            done[id(group.program)] = self._aggregate(group, done, payload, ws, runtime, started)
         return [fold(a, done) for a in assertions]
+
+    def _aggregate(
+        self, group: AssertSet, done: dict[int, GraderResult], payload: Payload, ws: Path,
+        runtime: LlmRuntime, started: Any,
+    ) -> GraderResult:  # fmt: skip
+        """A composite's aggregator over its children's results (AgentV v4's
+        ``CompositeGrader.aggregate``): a program in the sandbox reads them on stdin, an LLM
+        grader in its prompt. A child with no verdict leaves the set with none: not run."""
+        run, program = self.run_, group.program
+        children = [fold(c, done) for c in group.children]
+        if any(r.status is Status.error for r in children):
+            if started is not None:
+                started.discard()
+            return GraderResult(name=group.display_name(), type="assert-set", status=Status.error,
+                                passed=False, score=0.0,
+                                evidence="a child assertion gave no verdict")  # fmt: skip
+        results = {r.name: _v4_score(r) for r in children}
+        if isinstance(program, LlmGraderAssertion):
+            text = json.dumps(results, indent=2, ensure_ascii=False)
+            prompt = (program.llm.prompt or "").replace("{{EVALUATOR_RESULTS_JSON}}", text)
+            llm = dataclasses.replace(program.llm, prompt=prompt)
+            return llm.grade(payload, runtime, program.display_name())
+        assert isinstance(program, GraderAssertion)
+        body = AggregatorInput(results=results)
+        if started is not None:
+            return started.run(body)
+        return run_grader(
+            program.grader, body, ws, run.box, images=run.images, labels=self.labels,
+            file=str(run.suite.path), models=run.models,
+        )  # fmt: skip
+
+
+def _v4_score(result: GraderResult) -> dict[str, Any]:
+    """A result as AgentV v4's ``EvaluationScore`` (what its aggregators read)."""
+    checks = [{"text": c.text, "passed": c.passed, **({"evidence": c.evidence} if c.evidence
+                                                      else {})} for c in result.checks]  # fmt: skip
+    if not checks and result.evidence:
+        checks = [{"text": result.evidence, "passed": result.passed}]
+    return {
+        "score": result.score, "verdict": "pass" if result.passed else "fail",
+        "assertions": checks, "expectedAspectCount": len(checks) or 1,
+    }  # fmt: skip
 
 
 def _payload_of(test: Test, root: Path) -> Payload:

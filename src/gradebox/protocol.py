@@ -28,6 +28,7 @@ from pydantic import (
 
 __all__ = [
     "LARGE_OUTPUT_CHARS",
+    "AggregatorInput",
     "Check",
     "GraderOutput",
     "GraderResult",
@@ -163,6 +164,25 @@ class InlinePayload(_Open):
         return json.dumps(
             self.model_dump(mode="json", exclude_none=True), ensure_ascii=False
         ).encode()
+
+
+class AggregatorInput(BaseModel):
+    """What a composite's code-grader aggregator reads on stdin (AgentV v4's
+    ``runCodeAggregator``): ``{"results": {member name: {score, verdict, assertions}}}``.
+
+    Example::
+
+        AggregatorInput(results={"safety": {"score": 1.0, "verdict": "pass", "assertions": []}})
+    """
+
+    results: dict[str, Any]
+    # Set by the grader runner as for any payload; never sent: v4's aggregator reads results.
+    workspace_path: str | None = None
+    output: str | None = None
+    output_path: str | None = None
+
+    def to_wire(self) -> bytes:
+        return json.dumps({"results": self.results}, ensure_ascii=False).encode()
 
 
 class InlineResult(BaseModel):

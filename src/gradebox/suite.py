@@ -342,7 +342,9 @@ class Suite:
                 where = self.root if portable else None
                 parts += [grader_fingerprint(a.grader, where), a.config]
             elif isinstance(a, AssertSet):
-                parts.append(a.threshold)
+                parts.append(a.threshold)  # its program is among _all's
+                if a.aggregator != "weighted":  # (the existing sets' keys unchanged)
+                    parts.append(a.aggregator)
             else:
                 parts.append(a.describe())
         template = self.template_dir(test.workspace)
@@ -368,6 +370,8 @@ def _all(assertions: list[Assertion]) -> Iterator[Assertion]:
         yield a
         if isinstance(a, AssertSet):
             yield from _all(a.children)
+            if a.program is not None:
+                yield a.program
 
 
 # Other harnesses' formats: name -> (module, function) that maps a file of that format onto
@@ -519,6 +523,9 @@ def build_suite(
     return suite
 
 
+_LLM_AGGREGATORS = ("llm-grader", "llm_grader")
+
+
 def _needs_models(spec: SuiteFile) -> bool:
     """Any LLM grader, plain-string rubric or script grader with a model proxy: the model
     targets are then loaded (from .gradebox/ and .agentv/ above the suite)."""
@@ -529,7 +536,11 @@ def _needs_models(spec: SuiteFile) -> bool:
         if isinstance(entry, dict):
             if str(entry.get("type", "")) in LLM_TYPES or "target" in entry:
                 return True
-            return any(wants(c) for c in entry.get("assert") or [])
+            aggregator = entry.get("aggregator")  # AgentV v4's composite: an LLM aggregator
+            if isinstance(aggregator, dict) and aggregator.get("type") in _LLM_AGGREGATORS:
+                return True
+            members = (entry.get(k) for k in ("assert", "assertions", "evaluators"))
+            return any(wants(c) for m in members if isinstance(m, list) for c in m)
         return False
 
     if spec.target is not None and spec.target.provider == "model":

@@ -258,3 +258,82 @@ def test_agentv_example_with_a_model_target_runs_unchanged(tmp_path, agentv_chec
     assert results["starts-with-prefix"].score == 0.5 and results["required-gate"].score == 0
     assert p.returncode == 1, p.stdout + p.stderr
     assert all(h["api-key"] == "k" for h in fake.headers)
+
+
+# AgentV v4.42.4's constructs (tests/fixtures/agentv/v4: each verdict worked out in the eval
+# file's comments from v4's ToolTrajectoryGrader, SkillTriggerGrader and CompositeGrader), the
+# composite's code-grader aggregator run in the sandbox on its members' results.
+V4 = ROOT / "tests" / "fixtures" / "agentv" / "v4"
+V4_VERDICTS = {
+    "any-order-good": ("passed", 1.0, [("passed", 1.0)]),
+    "any-order-bad": ("failed", 0.5, [("failed", 0.5)]),
+    "in-order-good": ("passed", 1.0, [("passed", 1.0)]),
+    "in-order-bad": ("failed", 0.0, [("failed", 0.0)]),
+    "args-partial-good": ("failed", 0.0, [("failed", 0.0)]),
+    "exact-good": ("passed", 1.0, [("passed", 1.0)]),
+    "exact-bad": ("failed", 0.25, [("failed", 0.25)]),
+    "skill-good": ("passed", 1.0, [("passed", 1.0), ("passed", 1.0)]),
+    "skill-bad": ("failed", 0.0, [("failed", 0.0), ("failed", 0.0)]),
+    "weighted-good": ("passed", 1.0, [("passed", 1.0)]),
+    "weighted-bad": ("failed", 0.375, [("failed", 0.375)]),
+    "threshold-good": ("passed", 1.0, [("passed", 1.0)]),
+    "threshold-bad": ("failed", 0.333, [("failed", 0.333)]),
+    "code-aggregator-good": ("passed", 1.0, [("passed", 1.0)]),
+    "code-aggregator-bad": ("failed", 0.0, [("failed", 0.0)]),
+}
+
+
+def test_v4_constructs_give_v4s_verdicts(tmp_path, box, engine):
+    results = _run(V4 / "evals" / "v4.eval.yaml", tmp_path / "out", box, engine)
+    got = {
+        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
+                                                for g in r.graders])
+        for k, r in results.items()
+    }  # fmt: skip
+    assert got == V4_VERDICTS, {
+        k: (r.error, [g.evidence for g in r.graders])
+        for k, r in results.items()
+        if got[k] != V4_VERDICTS.get(k)
+    }
+    # The aggregator ran in a container and read the members' results; they are kept under it.
+    (gate,) = results["code-aggregator-bad"].graders
+    assert [c.name for c in gate.children] == ["order", "says"]
+    assert gate.image is not None and gate.backend is not None
+
+
+def test_a_v4_llm_aggregator_judges_the_members_results(tmp_path, box, engine, monkeypatch):
+    # CompositeGrader.runLlmAggregator: the members' results fill {{EVALUATOR_RESULTS_JSON}} of
+    # the default prompt; the judge's score is the composite's, passing at 0.8
+    monkeypatch.setenv("GB_JUDGE_KEY", "sk-judge")
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+
+    def answer(body: dict) -> str:
+        score = 0.2 if "snow" in json.dumps(body) else 0.9
+        return json.dumps({"score": score, "checks": [], "reasoning": "judged"})
+
+    with FakeModel(default=answer) as fake:
+        write(
+            tmp_path / ".agentv" / "providers.yaml",
+            f"- id: openai\n  label: judge\n  base_url: '{fake.base_url}'\n"
+            "  api_key: '{{ env.GB_JUDGE_KEY }}'\n  model: x\n"
+            "- {id: mock, label: agent, response: It is sunny., grader_target: judge}\n",
+        )
+        members = (
+            "        assertions:\n          - {{name: sunny, type: contains, value: sunny}}\n"
+            "          - {{name: {0}, type: contains, value: {0}}}\n"
+        )
+        path = write(
+            tmp_path / "evals" / "agg.eval.yaml",
+            "execution: {target: agent}\ntests:\n"
+            + "".join(f"  - id: {w}\n    input: Weather?\n    assertions:\n      - name: panel\n"
+                      "        type: composite\n        aggregator: {type: llm-grader}\n"
+                      + members.format(w) for w in ("rain", "snow")),
+        )  # fmt: skip
+        results = _run(path, tmp_path / "out", box, engine)
+    got = {k: (r.status.value, round(r.score, 3)) for k, r in results.items()}
+    assert got == {"rain": ("passed", 0.9), "snow": ("failed", 0.2)}, {
+        k: [g.evidence for g in r.graders] for k, r in results.items()
+    }
+    prompt = next(p for p in fake.prompts if "snow" in p)
+    assert "Review the following evaluation results" in prompt
+    assert '"sunny"' in prompt and '"verdict": "fail"' in prompt  # snow's member failed

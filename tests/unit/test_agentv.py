@@ -102,10 +102,11 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
     ("body", "line", "field", "words", "feature"),
     [
         (
+            # v4's kinds run with v4's semantics: written wrong, they are the file's error
             "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: skill-trigger\n",
             5,
-            "tests.0.assert.0.type",
-            "use skill-used",
+            "tests.0.assert.0.skill",
+            "required field is missing",
             None,
         ),
         ("prompt: x\ntests:\n  - id: a\n    vars: {}\n", 1, "prompt", "check its spelling", None),
@@ -127,8 +128,8 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
         (
             "tests:\n  - id: a\n    vars: {}\n    assert:\n      - type: composite\n",
             5,
-            "tests.0.assert.0.type",
-            "assert-set",
+            "tests.0.assert.0",
+            "a composite needs a non-empty 'assertions' list",
             None,
         ),
         (

@@ -12,7 +12,9 @@ Every assertion takes the same modifiers, whatever runs it:
   fails when this assertion scores below its gate, whatever the others score.
 
 Kinds: host-side checks (built-ins over the answer, trace checks over what the agent did),
-graders run in containers (program, script, custom assertions) and ``assert-set`` groups.
+graders run in containers (program, script, custom assertions) and ``assert-set`` groups
+(AgentV v4's ``composite`` is one, whose aggregator may be one more program or LLM grader,
+run once its children have results).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +41,7 @@ from .custom import CustomAssertion
 from .fields import FieldAccuracy
 from .run import project_folder
 from .trace import TRACE_TYPES, TraceAssertion
+from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
 
 __all__ = [
     "DEFAULT_REQUIRED",
@@ -46,6 +51,7 @@ __all__ = [
     "GraderAssertion",
     "HostAssertion",
     "aggregate",
+    "aggregated",
     "compile_assertion",
     "fold",
     "leaves",
@@ -55,6 +61,10 @@ DEFAULT_REQUIRED = 0.8
 """The gate of ``required: true`` when no ``min_score`` is given (AgentV's default)."""
 
 _MODIFIERS = ("name", "metric", "weight", "negate", "required", "min_score")
+
+GRADER_TARGET: ContextVar[str | None] = ContextVar("agentv_grader_target", default=None)
+"""AgentV's ``--grader-target NAME``: the judge of every LLM grader of the AgentV files loaded
+meanwhile, whatever they name (``formats.agentv.chosen_target`` sets it)."""
 
 # Names other harnesses use that need what this release does not have: a clear refusal
 # naming the line beats a silently dropped check.
@@ -69,14 +79,9 @@ _LATER = {
     "python": "inline Python runs in AgentV's own process; use a script grader",
     "webhook": "graders have no network; use a script grader",
 }
-# AgentV's own validator rejects these, with its migration hint.
-_RETIRED = {
-    "skill-trigger": "'skill-trigger' was removed from AgentV; use skill-used (or "
-    "not-skill-used) with value: <skill>",
-    "tool-trajectory": "'tool-trajectory' was removed from AgentV; use trajectory:tool-used, "
-    "trajectory:tool-sequence or trajectory:tool-args-match",
-    "composite": "'composite' is retired; use type: assert-set",
-}
+# AgentV v4's kinds (5.x replaced them: skill-used, trajectory:*, assert-set), run with v4's
+# semantics whichever release wrote the file.
+_V4_CHECKS = {"tool-trajectory": ToolTrajectory, "skill-trigger": SkillTrigger}
 
 
 @dataclass(kw_only=True)
@@ -100,7 +105,7 @@ class Scoring:
 class HostAssertion(Scoring):
     """Evaluated on the host: a built-in over the answer, or a check over the trace."""
 
-    check: BuiltinAssertion | TraceAssertion | FieldAccuracy
+    check: BuiltinAssertion | TraceAssertion | FieldAccuracy | ToolTrajectory | SkillTrigger
 
     def display_name(self) -> str:
         return self.name or self.check.display_name()
@@ -128,10 +133,17 @@ class GraderAssertion(Scoring):
 @dataclass(kw_only=True)
 class AssertSet(Scoring):
     """``type: assert-set``: one weighted score over its children. Without ``threshold`` it
-    passes when every child of nonzero weight passes; with one, when the score reaches it."""
+    passes when every child of nonzero weight passes; with one, when the score reaches it.
+
+    AgentV v4's ``composite`` is one too: ``weighted_average`` (weighted, at 0.8),
+    ``threshold`` (``aggregator="count"``: the share of children that passed, against
+    ``threshold``), or a ``program`` (a code-grader or LLM grader given the children's results,
+    whose result is the set's)."""
 
     children: list[Assertion]
     threshold: float | None = None
+    aggregator: Literal["weighted", "count"] = "weighted"
+    program: GraderAssertion | LlmGraderAssertion | None = None
 
     def display_name(self) -> str:
         return self.name or "assert-set"
@@ -156,12 +168,25 @@ Leaf = HostAssertion | GraderAssertion | LlmGraderAssertion
 
 
 def leaves(assertions: list[Assertion]) -> Iterator[Leaf]:
-    """Every assertion that runs, depth first (the children of sets in place of the set)."""
+    """Every assertion that runs, depth first (the children of sets in place of the set, then
+    the set's aggregator program, if it has one: it runs after them, see ``aggregated``)."""
     for a in assertions:
         if isinstance(a, AssertSet):
             yield from leaves(a.children)
+            if a.program is not None:
+                yield a.program
         else:
             yield a
+
+
+def aggregated(assertions: list[Assertion]) -> Iterator[AssertSet]:
+    """The sets whose result comes from an aggregator program, innermost first (a set's
+    program reads its children's results, so an inner set's program runs before)."""
+    for a in assertions:
+        if isinstance(a, AssertSet):
+            yield from aggregated(a.children)
+            if a.program is not None:
+                yield a
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,13 +215,24 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
     if not isinstance(a, AssertSet):
         return _gated(results[id(a)], a)
     children = [fold(c, results) for c in a.children]
+    if a.program is not None:  # its aggregator's result (an error when a child gave none)
+        own = results[id(a.program)].model_copy(update={"children": children})
+        own.name, own.type = a.display_name(), "assert-set"
+        return _gated(own, a)
     weights = [c.weight for c in a.children]
     total = sum(weights)
     score = (
         sum(r.score * w for r, w in zip(children, weights, strict=True)) / total if total else 0.0
     )
+    if a.aggregator == "count":  # v4's runThreshold: the share of children that passed
+        score = sum(r.passed for r in children) / len(children)
     if any(r.status is Status.error for r in children):
         status, evidence = Status.error, "a child assertion gave no verdict"
+    elif a.aggregator == "count":
+        ok = score >= (a.threshold or 0.0) - 1e-9
+        status = Status.passed if ok else Status.failed
+        evidence = (f"{sum(r.passed for r in children)}/{len(children)} passed (threshold "
+                    f"{a.threshold:g})")  # fmt: skip
     elif a.threshold is not None:
         ok = score >= a.threshold - 1e-9
         status = Status.passed if ok else Status.failed
@@ -335,8 +371,11 @@ def compile_assertion(
             f"assertion type {kind!r}", _LATER[kind], file=ctx.file,
             line=ctx.lines.get((*loc, "type")), field=".".join((*loc, "type")),
         )  # fmt: skip
-    if kind in _RETIRED:
-        raise _fail(ctx, (*loc, "type"), _RETIRED[kind])
+    if kind in _V4_CHECKS:
+        check = validate(_V4_CHECKS[kind], body, file=ctx.file, lines=ctx.lines, prefix=loc)
+        return HostAssertion(check=check, **score)
+    if kind == "composite":
+        return _composite(body, score, ctx, loc, depth)
     if kind == "field-accuracy":
         check = validate(FieldAccuracy, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
@@ -423,6 +462,90 @@ def _assert_set(
             child = {**child, "config": {**shared, **(child.get("config") or {})}}
         compiled.append(compile_assertion(child, ctx, (*loc, "assert", str(i)), depth=depth + 1))
     return AssertSet(children=compiled, threshold=threshold, **score)
+
+
+_AGGREGATORS = ("weighted_average", "threshold", "code-grader", "llm-grader")
+_PLAIN = {"name": None, "weight": 1.0, "negate": False, "required": None}
+
+
+def _composite(
+    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...],
+    depth: int,
+) -> AssertSet:  # fmt: skip
+    """AgentV v4's ``composite`` (``loaders/grader-parser.ts``, ``graders/composite.ts``)."""
+    if depth >= 8:
+        raise _fail(ctx, loc, "composite nested deeper than 8 levels")
+    key = next((k for k in ("assertions", "assert", "evaluators") if k in body), "assertions")
+    unknown = set(body) - {"type", "aggregator", key}
+    if unknown:
+        raise _fail(ctx, (*loc, sorted(unknown)[0]), "unknown field of a composite (check its "
+                    "spelling)")  # fmt: skip
+    members = body.get(key)
+    if not isinstance(members, list) or not members:
+        raise _fail(ctx, (*loc, key) if key in body else loc,
+                    "a composite needs a non-empty 'assertions' list")  # fmt: skip
+    agg = body.get("aggregator")
+    kind = agg.get("type") if isinstance(agg, dict) else None
+    if isinstance(kind, str) and kind not in ("weighted_average", "threshold"):
+        kind = kind.replace("_", "-")
+    if kind not in _AGGREGATORS:
+        raise _fail(ctx, (*loc, "aggregator") if "aggregator" in body else loc,
+                    "a composite needs aggregator: {type: "
+                    "weighted_average | threshold | code-grader | llm-grader}")  # fmt: skip
+    assert isinstance(agg, dict)
+    aloc = (*loc, "aggregator")
+    for i, member in enumerate(members):
+        name = member.get("name", member.get("metric")) if isinstance(member, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            # v4 skips a member without a name (its results are keyed by name): it would
+            # silently grade nothing.
+            raise _fail(ctx, (*loc, key, str(i)), "a composite's member needs a name "
+                        "(AgentV v4 skips one without)")  # fmt: skip
+        if isinstance(member, dict) and member.get("negate") is True:
+            # v4 negates a grader in its orchestrator, never a composite's member: honouring
+            # it would give verdicts v4 does not, ignoring it a check the user did not write.
+            raise _fail(ctx, (*loc, key, str(i), "negate"), "AgentV v4 ignores negate on "
+                        "a composite's member; negate the composite, or move the member "
+                        "out")  # fmt: skip
+    children = [compile_assertion(m, ctx, (*loc, key, str(i)), depth=depth + 1)
+                for i, m in enumerate(members)]  # fmt: skip
+    if kind == "weighted_average":
+        weights = agg.get("weights") or {}
+        if not isinstance(weights, dict) or not all(_weight_ok(w) for w in weights.values()):
+            raise _fail(ctx, (*aloc, "weights"), "weights maps a member's name to a number >= 0")
+        for child in children:  # v4 weighs a member by the aggregator's weights alone
+            child.weight = float(weights.get(child.name, 1.0))
+        return AssertSet(children=children, threshold=V4_PASS, **score)
+    if kind == "threshold":
+        value = agg.get("threshold")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise _fail(ctx, (*aloc, "threshold"), "threshold must be a number from 0 to 1")
+        return AssertSet(children=children, threshold=float(value), aggregator="count", **score)
+    program: GraderAssertion | LlmGraderAssertion
+    if kind == "code-grader":
+        path = agg.get("path", agg.get("command"))
+        argv = shlex.split(path) if isinstance(path, str) else path
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise _fail(ctx, (*aloc, "path"), "a code-grader aggregator needs path: the "
+                        "command that runs it")  # fmt: skip
+        # One more script grader, run in the sandbox; the children's results on its stdin.
+        program = _grader({"type": "code-grader", "command": argv, "pass_score": V4_PASS},
+                          dict(_PLAIN), ctx, aloc)  # fmt: skip
+    else:
+        prompt = agg.get("prompt", _AGGREGATOR_PROMPT)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise _fail(ctx, (*aloc, "prompt"), "prompt is text or file://...")
+        # An LLM grader whose {{EVALUATOR_RESULTS_JSON}} is filled in when the results exist.
+        program = _llm({"type": "llm-grader", "prompt": prompt}, dict(_PLAIN), ctx, aloc)
+    return AssertSet(children=children, program=program, **score)
+
+
+_AGGREGATOR_PROMPT = """Review the following evaluation results:
+{{EVALUATOR_RESULTS_JSON}}
+
+Decide the final score and verdict based on all grader results.
+Return a JSON object with: score (0.0-1.0), verdict (pass/fail), and reasoning."""
+"""v4's ``DEFAULT_COMPOSITE_AGGREGATOR_PROMPT``."""
 
 
 _SCRIPT_FIELDS = set(ScriptGrader.model_fields) - {"weight"}
@@ -675,6 +798,8 @@ def _llm(
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
     name = body.get("target", body.get("provider"))
+    if ctx.flavor == "agentv" and GRADER_TARGET.get():
+        name = GRADER_TARGET.get()
     where = (*loc, "target") if "target" in body else (
         (*loc, "provider") if "provider" in body else loc)  # fmt: skip
     target: ModelTarget | None = None

@@ -22,6 +22,7 @@ class ToolCall:
     args: Any = None
     output: Any = None
     error: bool = False
+    duration_ms: float | None = None  # as reported (AgentV's durationMs): latency bounds
 
 
 @dataclass
@@ -51,9 +52,12 @@ def _tool_call(raw: Any) -> ToolCall | None:
     if args is None:
         args = function.get("arguments")
     status = str(raw.get("status") or "").lower()
+    duration = next((raw[k] for k in ("duration_ms", "durationMs") if k in raw), None)
+    if isinstance(duration, bool) or not isinstance(duration, int | float):
+        duration = None
     return ToolCall(
         name=name, args=_arguments(args), output=raw.get("output"),
-        error=status in ("error", "failed") or bool(raw.get("error")),
+        error=status in ("error", "failed") or bool(raw.get("error")), duration_ms=duration,
     )  # fmt: skip
 
 

@@ -1,12 +1,15 @@
 """AgentV eval files, read as they are written, mapped onto our suite model.
 
-Today's form (``prompts``, ``providers``, ``tests[].vars``, ``assert``, ``environment``,
-``default_test``, ``scenarios``, datasets) and the earlier one (``assertions``,
+Today's form (5.x: ``prompts``, ``providers``, ``tests[].vars``, ``assert``, ``environment``,
+``default_test``, ``scenarios``, datasets) and the stable release's (v4.42.4: ``assertions``,
 ``type: code-grader``, ``target:`` naming an entry of ``.agentv/targets.yaml``, ``workspace``
-with ``template``, ``repos`` and ``hooks``) are both read. A field is accepted when AgentV's own
-validator accepts it (``validation/eval-validator.ts``): fields that only describe a suite
-(``governance``, ``tags``, ``author``...) are kept in its metadata, and only a field AgentV
-rejects is called a mistake.
+with ``template``, ``repos``, ``hooks`` and ``docker``, top-level ``input`` and
+``preprocessors``, ``tool-trajectory``, ``skill-trigger``, ``composite``) are both read, each
+with its own release's semantics. Which release wrote a file is told by its shape
+(``release_of``), so that a message never tells a v4 user that a v4 field was removed. A
+field is accepted when AgentV's own validator accepts it (``validation/eval-validator.ts``):
+fields that only describe a suite (``governance``, ``tags``, ``author``...) are kept in its
+metadata, and only a field AgentV rejects is called a mistake.
 
 What has no equivalent here is refused with one line (``UnsupportedFeature``) naming the file,
 line and field and what to do instead, never dropped: lifecycle extensions that are JavaScript
@@ -19,6 +22,8 @@ Modules: ``_base`` (errors, interpolation, AgentV's file lookup), ``providers`` 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +31,35 @@ from pydantic import ValidationError
 
 from ..._yaml import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
-from ...graders.assertion import DEFAULT_REQUIRED
+from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
 from ...suite import Suite, SuiteFile, build_suite
 from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
-from .environment import map_environment, map_workspace
-from .providers import resolve_target
+from .environment import map_environment, map_workspace, workspace_docker
+from .providers import CHOSEN_TARGET, resolve_target
 
-__all__ = ["PASS_THRESHOLD", "load_agentv", "render"]
+__all__ = ["PASS_THRESHOLD", "chosen_target", "load_agentv", "release_of", "render"]
+
+
+@contextmanager
+def chosen_target(name: str | None, grader: str | None = None) -> Iterator[None]:
+    """Load AgentV files with ``name`` as their target (AgentV's ``--target NAME``; it picks
+    one of a file's ``execution.targets``, which without it are refused by name: a matrix is
+    one run per target) and ``grader`` as every LLM grader's judge (``--grader-target``).
+
+    Example::
+
+        with chosen_target("llm", grader="azure"):
+            suite = load_suite(Path("evals/benchmark.eval.yaml"))
+    """
+    token = CHOSEN_TARGET.set(name)
+    judge = GRADER_TARGET.set(grader)
+    try:
+        yield
+    finally:
+        GRADER_TARGET.reset(judge)
+        CHOSEN_TARGET.reset(token)
+
 
 PASS_THRESHOLD = DEFAULT_REQUIRED
 """AgentV's default: a test passes when its weighted score reaches 0.8."""
@@ -45,8 +71,9 @@ _TOP_KEYS = {
     "execution", "timeout_seconds", "evaluate_options", "threshold", "default_test", "assert",
     "scenarios", "derived_metrics", "output_path", "env", "nunjucks_filters", "extensions",
     "workspace", "metadata", "governance",
-    # the earlier form
-    "target", "evalcases", "assertions", "suite", "dataset",
+    # v4 (KNOWN_TOP_LEVEL_FIELDS of v4.42.4's eval-validator.ts), and earlier
+    "target", "evalcases", "assertions", "suite", "dataset", "input", "evaluators",
+    "preprocessors",
 }  # fmt: skip
 _DESCRIPTIVE = ("category", "version", "author", "license", "requires", "governance",
                 "derived_metrics", "output_path")  # fmt: skip
@@ -56,7 +83,6 @@ _REMOVED = {
     "imports": "use tests: file://... for case files, scenarios: [file://...] for scenarios",
     "expected_output": "put reference answers in default_test.vars.expected_output or "
                        "tests[].vars.expected_output",
-    "input": "write the prompt in top-level prompts and row data in tests[].vars",
     "workers": "use evaluate_options.max_concurrency",
     "model": "put model inside providers[].config",
     "policy": "use evaluate_options.repeat, timeout_seconds and threshold",
@@ -67,7 +93,6 @@ _REMOVED = {
     "early_exit": "use evaluate_options.repeat",
     "budget_usd": "use evaluate_options.budget_usd",
     "on_run_complete": "use extensions with an afterAll hook",
-    "preprocessors": "use default_test.options.transform",
     "graders": "a grader is a provider: list it in providers and name it in defaults.grader",
     "providerPromptMap": "use providers",
     "provider_prompt_map": "use providers",
@@ -78,13 +103,50 @@ _EVALUATE_OPTIONS = {"budget_usd", "max_concurrency", "cache", "delay", "generat
                      "repeat", "timeout_ms", "max_eval_time_ms", "filter_range"}  # fmt: skip
 
 
+# What only one release writes (v4.42.4's KNOWN_TOP_LEVEL_FIELDS and test fields; 5.x's).
+_V5_SHAPE = {"prompts", "providers", "default_test", "scenarios", "evaluate_options",
+             "environment", "derived_metrics", "extensions", "nunjucks_filters", "assert",
+             "vars"}  # fmt: skip
+_V4_SHAPE = {"assertions", "execution", "target", "input", "evaluators", "preprocessors",
+             "criteria", "eval_cases", "evalcases", "expected_output"}  # fmt: skip
+
+
+def release_of(data: dict[str, Any]) -> str:
+    """``"5.x"``, ``"v4"`` or ``"either"``: which AgentV release's eval file this is, by its
+    shape (its top level, else its first inline test)."""
+    tests = data.get("tests")
+    first = tests[0] if isinstance(tests, list) and tests and isinstance(tests[0], dict) else {}
+    for keys in (set(data), set(first)):
+        if keys & _V5_SHAPE and not keys & _V4_SHAPE:
+            return "5.x"
+        if keys & _V4_SHAPE:
+            return "v4"
+    return "either"
+
+
 def _check_top(data: dict[str, Any], where: Where) -> None:
+    release = release_of(data)
     for key in data:
-        if key in _REMOVED:
+        if key in _REMOVED and release == "5.x":
             raise where.error((key,), f"AgentV removed top-level {key!r}: {_REMOVED[key]}")
+        if key in _REMOVED and release == "v4":  # v4 never had it either
+            raise where.error((key,), f"{key!r} is not a top-level field of an AgentV v4 "
+                              "eval file (v4's validator rejects it too)")  # fmt: skip
+        if key in _REMOVED:
+            raise where.error(
+                (key,),
+                f"{key!r} is not a top-level field of an AgentV eval "
+                f"file: v4 never had it, and 5.x removed it ({_REMOVED[key]})",
+            )
         if key not in _TOP_KEYS:
             raise where.error((key,), "not a top-level field of an AgentV eval file (AgentV "
                               "rejects it too; check its spelling)")  # fmt: skip
+    if data.get("evaluators"):
+        # v4's validator knows it, and its parser reads suite-level graders from assertions
+        # only: these would silently grade nothing.
+        raise where.error(("evaluators",), "top-level evaluators are never run by AgentV v4 "
+                          "(it reads suite-level graders from assertions); rename it "
+                          "assertions")  # fmt: skip
     options = data.get("evaluate_options")
     if options is not None:
         if not isinstance(options, dict):
@@ -209,6 +271,7 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
     target = resolve_target(data, where, base, env, roots)
 
     workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)
+    docker = workspace_docker(data.get("workspace"), where, ("workspace",), base, env)
     environment, settings = map_environment(data.get("environment"), where, ("environment",),
                                             base, env, base)  # fmt: skip
     if environment is not None:
@@ -244,11 +307,14 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
         "defaults": {
             # AgentV: the file's threshold is every test's (default 0.8).
             "threshold": threshold if isinstance(threshold, int | float) else PASS_THRESHOLD,
-            "workers": options.get("max_concurrency"),
+            "workers": options.get("max_concurrency", execution.get("workers")),  # v4: the latter
             "grader": defaults.get("grader"),
-            "image": settings.get("image"),
-            "limits": settings.get("limits"),
+            "image": settings.get("image", docker.get("image")),
+            "limits": settings.get("limits", docker.get("limits")),
+            "timeout": docker.get("timeout"),
         },
+        # v4's top-level preprocessors: every LLM grader's (each may give its own)
+        "preprocessors": _preprocessors(data, where),
         "tests": tests,
     }
     try:
@@ -257,6 +323,17 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
         raise _locate(exc, origins, where) from None
     return build_suite(path, suite_file, lines, flavor="agentv", origins=origins,
                        top=(str(where.path), where.lines), search_roots=tuple(roots))  # fmt: skip
+
+
+def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:
+    value = data.get("preprocessors")
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in value
+    ):  # fmt: skip
+        raise where.error(("preprocessors",), "preprocessors are [{type, command}]")
+    return value
 
 
 def _conversations_need_a_host_target(tests: list[dict[str, Any]], target: dict[str, Any] | None,

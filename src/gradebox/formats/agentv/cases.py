@@ -35,7 +35,7 @@ TEST_KEYS = {
     "on_dependency_failure", "mode", "turns", "aggregation", "on_turn_failure", "window_size",
     # read from the earlier form too
     "input_messages", "expected_output", "expected_messages", "expected_outcome", "assertions",
-    "rubrics", "note",
+    "rubrics", "note", "evaluators",
 }  # fmt: skip
 _GLOB = re.compile(r"[*?{\[]")
 
@@ -486,7 +486,29 @@ def _repeat(item: dict[str, Any], ctx: Context) -> tuple[int, str]:
             return int(value["count"]), str(value.get("strategy") or "pass_any")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value, "pass_any"
-    return 1, "pass_any"
+    return _v4_trials(ctx)
+
+
+# v4's trial strategies (trials.ts aggregateTrials): pass_at_k scores the best trial.
+_V4_TRIALS = {"pass_at_k": "pass_any", "mean": "mean", "confidence_interval": "confidence_interval"}
+
+
+def _v4_trials(ctx: Context) -> tuple[int, str]:
+    """v4's ``execution.trials: {count, strategy, cost_limit_usd}`` (``extractTrialsConfig``):
+    every test runs ``count`` times (``cost_limit_usd`` is not enforced, as ``budget_usd``)."""
+    execution = ctx.data.get("execution")
+    trials = execution.get("trials") if isinstance(execution, dict) else None
+    if trials is None:
+        return 1, "pass_any"
+    loc = ("execution", "trials")
+    count = trials.get("count") if isinstance(trials, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+        raise ctx.where.error((*loc, "count"), "trials.count is a whole number from 1 to 100")
+    strategy = trials.get("strategy") or "pass_at_k"
+    if strategy not in _V4_TRIALS:
+        raise ctx.where.error((*loc, "strategy"), "trials.strategy is pass_at_k, mean or "
+                              "confidence_interval")  # fmt: skip
+    return count, _V4_TRIALS[strategy]
 
 
 def build_test(
@@ -515,9 +537,9 @@ def build_test(
             "a transform runs code inside AgentV's process over the answer; grade the raw "
             "answer, or give LLM graders preprocessors: [{type, command}]",
         )  # fmt: skip
-    if item.get("rubrics"):
-        raise cwhere.error((*loc, "rubrics"), "tests[].rubrics was removed from AgentV; write "
-                           "the items in an llm-rubric assertion's value")  # fmt: skip
+    rubrics = item.get("rubrics")
+    if rubrics is not None and not isinstance(rubrics, list):
+        raise cwhere.error((*loc, "rubrics"), "rubrics is a list of rubric items")
     variables = dict(item.get("vars") or {}) if isinstance(item.get("vars"), dict) else {}
     test_id = render(item.get("id"), variables)
     if not isinstance(test_id, str) or not test_id.strip():
@@ -533,6 +555,10 @@ def build_test(
         raw_input = render(raw_input, variables)
         ikey = "input_messages" if "input_messages" in item else "input"
     message_input = _messages(raw_input, "user", ctx, cwhere, roots, files, (*loc, ikey))
+    execution = item.get("execution") if isinstance(item.get("execution"), dict) else {}
+    skip_defaults = bool(execution.get("skip_defaults", False))
+    if ctx.data.get("input") is not None and prompt is None and not skip_defaults:
+        message_input = _suite_input(message_input, variables, ctx, roots, files)
     expected = item.get("expected_messages",
                         item.get("expected_output", variables.get("expected_output")))  # fmt: skip
     expected = _messages(render(expected, variables), "assistant", ctx, cwhere, roots, [],
@@ -543,10 +569,12 @@ def build_test(
             raise cwhere.error((*loc, "input_files", str(i)), f"input file {rel!r} not found")
         files.append(str(path))
     criteria = render(item.get("criteria", item.get("expected_outcome")), variables)
-    execution = item.get("execution") if isinstance(item.get("execution"), dict) else {}
-    skip_defaults = bool(execution.get("skip_defaults", False))
     asserts = list(item.get("assert", item.get("assertions")) or [])
     asserts += list(execution.get("evaluators") or execution.get("assert") or [])
+    if not asserts:  # v4's deprecated spelling, read last (parseGraders)
+        asserts = list(item.get("evaluators") or [])
+    if rubrics:  # AgentV v4 (parseInlineRubrics): one rubric grader, before the others
+        asserts = [{"type": "llm-rubric", "value": rubrics}, *asserts]
     suite_asserts = ctx.data.get("assert", ctx.data.get("assertions"))
     if isinstance(criteria, str) and criteria.strip() and not asserts and not (
             suite_asserts and not skip_defaults):  # fmt: skip
@@ -584,6 +612,24 @@ def build_test(
     return test, settings
 
 
+def _suite_input(
+    own: Any, variables: dict[str, Any], ctx: Context, roots: list[Path], files: list[str]
+) -> Any:  # fmt: skip
+    """AgentV v4's top-level ``input``: its messages before every test's own (``yaml-parser.ts``
+    prepends them, rendered with the test's vars), unless the test skips the suite's defaults.
+    Its files are found from the eval file's folder."""
+    suite_roots = [ctx.base, *[r for r in roots if r != ctx.base]]
+    first = _messages(render(ctx.data["input"], variables), "user", ctx, ctx.where, suite_roots,
+                      files, ("input",))  # fmt: skip
+    if isinstance(first, str):
+        first = [{"role": "user", "content": first}]
+    if own is None or own == "":
+        return first
+    if isinstance(own, str):
+        own = [{"role": "user", "content": own}]
+    return [*first, *own]
+
+
 def _conversation(
     item: dict[str, Any], variables: dict[str, Any], ctx: Context, cwhere: Where,
     roots: list[Path], loc: tuple[str, ...],
@@ -596,7 +642,7 @@ def _conversation(
         tloc = (*loc, "turns", str(i))
         if not isinstance(turn, dict) or "input" not in turn:
             raise cwhere.error(tloc, "a turn is {input, expected_output?, assert?}")
-        unknown = set(turn) - {"input", "expected_output", "assert"}
+        unknown = set(turn) - {"input", "expected_output", "assert", "assertions"}
         if unknown:
             raise cwhere.error((*tloc, sorted(unknown)[0]), "unknown field of a turn")
         text = render(turn["input"], variables)
@@ -604,7 +650,7 @@ def _conversation(
             "input": text if isinstance(text, str) else _messages(
                 text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
             "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
-            "assert": render(list(turn.get("assert") or []), variables),
+            "assert": render(list(turn.get("assert", turn.get("assertions")) or []), variables),
         })  # fmt: skip
     conversation: dict[str, Any] = {"turns": out}
     for key in ("aggregation", "on_turn_failure", "window_size"):

@@ -7,7 +7,12 @@ as our ``workspace`` (and, for a Docker environment, the image and limits of eve
   AgentV creates it before its setup);
 - ``environment: {type: docker, image, resources, workdir}``: every step runs on ``image``
   (under our hardening), ``resources`` become limits; mounts, secrets and GPUs are refused;
-- ``workspace: {template, repos, hooks}`` (the earlier form) maps field by field.
+- ``workspace: {template, repos, hooks}`` (v4's form, or a file holding it) maps field by
+  field; v4's ``mode`` (``pooled``, ``temp``: every test gets a fresh copy here anyway;
+  ``static`` with ``path``: that folder is the template, copied, never changed in place);
+- v4's ``workspace.docker: {image, timeout, memory, cpus}`` (code graders run in that image):
+  graders run on an image of ours, so an image is mapped onto ours by what it is (``python:*``
+  onto python, ``node:*`` onto node) and any other refused: nothing is pulled.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..._yaml import load_yaml_file
+from ...sandbox.defaults import DEFAULT_LIMITS
 from ._base import Where, interpolate_env
 
-__all__ = ["map_environment", "map_workspace"]
+__all__ = ["map_environment", "map_workspace", "workspace_docker"]
 
 
 def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
@@ -48,15 +54,29 @@ def map_workspace(
     """The earlier form's ``workspace`` (template, repos, hooks) as ours."""
     if ws is None:
         return None
-    if isinstance(ws, str) and ws.startswith("file://"):
+    if isinstance(ws, str) and ws.strip():
+        # v4's resolveWorkspaceConfig: a path (file:// or not) to a YAML file holding it
+        if not (base / ws.strip().removeprefix("file://")).is_file():
+            raise where.error(loc, f"workspace file {ws!r} not found")
         data, inner, folder = _included(ws, base, env)
         return map_workspace(data, inner, (), folder, env)
     if not isinstance(ws, dict):
-        raise where.error(loc, "workspace must be a mapping")
-    unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode"}
+        raise where.error(loc, "workspace must be a mapping or a workspace file's path")
+    unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode",
+                         "path", "docker"}  # fmt: skip
     if unknown:
         raise where.error((*loc, sorted(unknown)[0]), "unknown workspace field")
+    mode = ws.get("mode")
+    if mode is not None and mode not in ("pooled", "temp", "static"):
+        raise where.error((*loc, "mode"), "mode is pooled, temp or static")
     out: dict[str, Any] = {}
+    if mode == "static":
+        if not isinstance(ws.get("path"), str):
+            raise where.error((*loc, "path"), "mode: static needs path: the folder to use")
+        folder = (base / ws["path"]).resolve()
+        if not folder.is_dir():
+            raise where.error((*loc, "path"), f"{ws['path']!r} is not a directory")
+        out["template"] = str(folder)
     if ws.get("template") is not None:
         out["template"] = str((base / str(ws["template"])).resolve())
     repos = [_repo(repo, where, (*loc, "repos", str(i)), base)
@@ -76,6 +96,59 @@ def map_workspace(
         if command is not None:
             out[name] = command
     return out
+
+
+_OUR_IMAGES = {"python": "python", "node": "node"}
+
+
+def workspace_docker(ws: Any, where: Where, loc: tuple[str, ...], base: Path,
+                     env: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """v4's ``workspace.docker`` as the graders' settings (``image``, ``limits``,
+    ``timeout``); ``{}`` when there is none."""
+    if isinstance(ws, str) and ws.strip():
+        path = base / ws.strip().removeprefix("file://")
+        if not path.is_file():
+            return {}
+        ws, where, base = _included(ws, base, env)
+        loc = ()
+    spec = ws.get("docker") if isinstance(ws, dict) else None
+    if spec is None:
+        return {}
+    at = (*loc, "docker")
+    if not isinstance(spec, dict) or not isinstance(spec.get("image"), str):
+        raise where.error(at, "docker is {image, timeout?, memory?, cpus?}")
+    unknown = set(spec) - {"image", "timeout", "memory", "cpus"}
+    if unknown:
+        raise where.error((*at, sorted(unknown)[0]), "not a field of workspace.docker")
+    image = spec["image"].strip()
+    name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    ours = _OUR_IMAGES.get(name) if "/" not in image or image.startswith("docker.io/library/") \
+        else None  # fmt: skip
+    if ours is None:
+        raise where.refuse(
+            (*at, "image"), f"the workspace image {image!r}",
+            "gradebox pulls no image: its graders run on its own images (python, node, "
+            "shell); name one of those, or a Dockerfile as {build: ...} in a gradebox suite",
+        )  # fmt: skip
+    settings: dict[str, Any] = {"image": ours}
+    # v4's memory and cpus cap the container: here a cap below our defaults is kept, and one
+    # above them changes nothing (raising a limit is a privilege only --allow grants).
+    limits: dict[str, Any] = {}
+    if spec.get("memory") is not None:
+        size = _docker_bytes(spec["memory"])
+        if size is None:
+            raise where.error((*at, "memory"), f"{spec['memory']!r} is not a size (2g)")
+        if size < DEFAULT_LIMITS.memory:
+            limits["memory"] = size
+    cpus = spec.get("cpus")
+    if isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus < DEFAULT_LIMITS.cpus:
+        limits["cpus"] = float(cpus)
+    if limits:
+        settings["limits"] = limits
+    timeout = spec.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        settings["timeout"] = f"{float(timeout)}s"
+    return settings
 
 
 def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str, Any]:

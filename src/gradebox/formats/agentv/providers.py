@@ -16,6 +16,7 @@ the ``.agentv/`` files above it, as our target.
 from __future__ import annotations
 
 import shlex
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,10 @@ from ...llm.targets import (
 )
 from ._base import Where, interpolate_env, resolve_path
 
-__all__ = ["CODING_AGENTS", "resolve_target"]
+__all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "resolve_target"]
+
+CHOSEN_TARGET: ContextVar[str | None] = ContextVar("agentv_chosen_target", default=None)
+"""The target the user picked (``--target``), see ``agentv.chosen_target``."""
 
 DEFAULT_MOCK_RESPONSE = (
     '{"answer":"Mock provider response. Configure targets.yaml to supply a custom value."}'
@@ -69,6 +73,10 @@ IN_PROCESS = {
     "claude-sdk", "copilot-sdk", "codex-sdk", "codex-app-server", "pi-coding-agent", "pi-sdk",
     "pi-rpc", "vscode", "vscode-insiders", "agentv", "function", "sdk-child", "package", "file",
 }  # fmt: skip
+
+
+# v4's log readers: an agent's past session, read from the user's home folder.
+LOG_READERS = {"copilot-log", "claude-log", "codex-log"}
 
 
 @dataclass
@@ -135,13 +143,49 @@ def _pick(data: dict[str, Any], where: Where, base: Path
         picked = _inline(providers[0], where, ("providers", "0"))
         return (picked, None) if isinstance(picked, Found) else (None, picked)
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
+    chosen = CHOSEN_TARGET.get()
     if isinstance(execution.get("targets"), list):
-        raise where.refuse(("execution", "targets"), "several targets (a target matrix)",
-                           "gradebox runs one target per run; name one target")  # fmt: skip
+        return _matrix(execution["targets"], chosen, where, base)
+    if chosen:
+        return None, chosen
     for value in (data.get("target"), execution.get("target")):
         if isinstance(value, str) and value.strip():
             return None, value.strip()
     return None, agentv_defaults(base).get("provider")
+
+
+def _matrix(targets: list[Any], chosen: str | None, where: Where, base: Path
+            ) -> tuple[Found | None, str | None]:  # fmt: skip
+    """v4's ``execution.targets``: AgentV runs the file once per target. Here a run has one
+    target: the one ``--target`` picks from the list (an inline entry, ``{name, use_target}``,
+    stands for itself), or a refusal that lists them."""
+    loc = ("execution", "targets")
+    names = []
+    for i, item in enumerate(targets):
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str) or not name.strip():
+            raise where.error((*loc, str(i)), "a target is a name or {name, use_target?, hooks?}")
+        names.append(name.strip())
+    if chosen is None:
+        raise where.refuse(
+            loc, "several targets (execution.targets)",
+            f"AgentV runs the file once per target ({', '.join(names)}); gradebox runs one "
+            "target per run: pick each with --target NAME",
+        )  # fmt: skip
+    if chosen not in names:
+        raise where.error(loc, f"--target {chosen!r} is not one of execution.targets: "
+                          f"{', '.join(names)}")  # fmt: skip
+    item = targets[names.index(chosen)]
+    if isinstance(item, dict) and item.get("hooks"):
+        raise where.refuse(
+            (*loc, str(names.index(chosen)), "hooks"), "a target's own hooks",
+            "per-target hooks change the workspace for one target; put the step in "
+            "workspace.hooks of a copy of the file for that target",
+        )  # fmt: skip
+    redirect = item.get("use_target") if isinstance(item, dict) else None
+    if isinstance(redirect, str) and redirect.strip():
+        return None, redirect.strip()
+    return None, chosen
 
 
 def _target(
@@ -153,6 +197,13 @@ def _target(
     kind = agentv_kind(entry)
     label = agentv_label(entry) or kind
     at = (*loc, "provider" if "provider" in entry else "id")
+    if config.get("provider_batching") is True or config.get("providerBatching") is True:
+        raise where.refuse(
+            (*loc, "provider_batching"), "a batching provider (provider_batching)",
+            "it answers every test in one call (JSONL keyed by test id); gradebox calls the "
+            "target once per test, so its answer would be graded as each test's: give a "
+            "command that answers one test",
+        )  # fmt: skip
     if kind == "cli":
         return _cli(config, where, loc, base, timeout, suite_env, label)
     if kind in MODEL_KINDS:
@@ -174,8 +225,33 @@ def _target(
             "it runs inside AgentV's own process (an SDK); use its CLI provider "
             "(claude-cli, codex-cli, copilot-cli, pi-cli) or a cli command",
         )  # fmt: skip
+    if kind in LOG_READERS:
+        raise where.refuse(
+            at, f"the {kind} provider",
+            "it answers with a session log it reads from this machine's home folder, where "
+            "no agent ran under gradebox; record the session as a replay provider's "
+            "transcripts file (agentv import) or run the agent as a target",
+        )  # fmt: skip
+    discovered = _discovered(kind, config, base)
+    if discovered is not None:
+        return _cli({**config, "command": discovered}, where, loc, base, timeout, suite_env,
+                     label)  # fmt: skip
     raise where.error(at, f"unknown provider {kind!r} (cli, a model provider, mock, replay, or "
                       "a coding-agent CLI)")  # fmt: skip
+
+
+def _discovered(kind: str, config: dict[str, Any], base: Path) -> str | None:
+    """v4's convention-based provider (``resolveDiscoveredProviderConfig`` in
+    ``providers/targets.ts``): an unknown kind is a cli command, its own ``command`` or
+    ``bun run .agentv/providers/<kind>.ts {PROMPT}`` when that script exists above the file."""
+    command = config.get("command")
+    if isinstance(command, str | list) and command:
+        return command if isinstance(command, str) else " ".join(str(c) for c in command)
+    for folder in (base, *base.parents):
+        for ext in (".ts", ".js", ".mts", ".mjs"):
+            if (folder / ".agentv" / "providers" / f"{kind}{ext}").is_file():
+                return f"bun run .agentv/providers/{kind}{ext} {{PROMPT}}"
+    return None
 
 
 def _healthcheck(config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
