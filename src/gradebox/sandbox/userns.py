@@ -182,29 +182,55 @@ def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = No
 
 
 class Holder:
-    """One user namespace kept for a sandbox's containers, held by an idle child: a command
-    runs as its root through ``nsenter`` (a few ms), not a fresh namespace each (a Python
-    child and two mapping helpers: ~25 ms). Like Docker's ``userns-remap``, the containers
-    share the user namespace, each in its own pid, mount, network, ipc and uts namespaces.
-    The holder reads its stdin and ends when it closes: at ``close``, or when we die."""
+    """The namespaces a sandbox's runtime calls share, held by an idle child: a command runs
+    in them through ``nsenter`` (a few ms), not in fresh ones each (a Python child and two
+    mapping helpers: ~25 ms).
 
-    def __init__(self, mapping: IdMap) -> None:
+    - ``mapping`` (a non-root runner): a user namespace, the command runs as its root. Like
+      Docker's ``userns-remap``, the containers share it, each in its own pid, mount,
+      network, ipc and uts namespaces.
+    - ``hide_v2`` (crun on a hybrid cgroup host, see ``runtime.py``): a mount namespace
+      where the cgroup2 mount is covered, for root and non-root alike.
+
+    The holder reads its stdin and ends when it closes: at ``close``, or when we die; the
+    namespaces go with it."""
+
+    def __init__(self, mapping: IdMap | None, hide_v2: bool = False) -> None:
         self.mapping = mapping
+        self.hide_v2 = hide_v2
         self.nsenter = shutil.which("nsenter")
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` to run in a fresh set of these namespaces (no holder: one call)."""
+        if not self.hide_v2:
+            return argv
+        from .runtime import v2_hidden
+
+        return v2_hidden(argv)
+
     def popen(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
-        """``argv`` as root of the held namespace (a fresh one without ``nsenter``)."""
+        """``argv`` in the held namespaces (fresh ones without ``nsenter``)."""
         if self.nsenter is None:
-            return spawn(argv, self.mapping, **popen)
+            return spawn(self.wrap(argv), self.mapping, **popen)
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                self._proc = spawn(["/bin/sh", "-c", "read _"], self.mapping,
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                # It says a line once its namespaces are ready: joined before that, the mount
+                # namespace could still be the host's.
+                proc = spawn(self.wrap(["/bin/sh", "-c", "echo; read _"]), self.mapping,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                assert proc.stdout is not None
+                if proc.stdout.readline() != b"\n":
+                    proc.wait()
+                    raise GradeboxError("cannot hold the runtime's namespaces: "
+                                        f"its holder exited with {proc.returncode}")  # fmt: skip
+                proc.stdout.close()
+                self._proc = proc
             pid = self._proc.pid
-        return subprocess.Popen([self.nsenter, "-U", "-t", str(pid), "--", *argv], **popen)
+        flags = ("-U",) * (self.mapping is not None) + ("-m",) * self.hide_v2
+        return subprocess.Popen([self.nsenter, *flags, "-t", str(pid), "--", *argv], **popen)
 
     def close(self) -> None:
         with self._lock:
