@@ -319,7 +319,8 @@ class OciPrepared(Prepared):
 
     def start(self) -> None:
         box = self.box
-        argv = [box.runtime.binary, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
+        argv = [box.runtime.binary, "--root", str(box.state),
+                "--log", str(self.bundle / "runtime.log"),
                 "--log-format", "json", "run", *(() if self.memcg else ("--keep",)),
                 "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
