@@ -257,7 +257,7 @@ class OciSandbox(EngineImages, Sandbox):
 
     def _delete(self, cid: str, bundle: Path) -> None:
         if (self.state / cid).exists():  # kept (--keep), or its runtime was killed
-            delete_container(self.runtime, self.state, cid, self.mapping)
+            delete_container(self.runtime, self.state, cid, self.mapping, self.holder)
         shutil.rmtree(bundle, ignore_errors=True)
         memcg = MEMCG_ROOT / CGROUP_PARENT / cid
         if memcg.exists():
@@ -348,7 +348,7 @@ class OciPrepared(Prepared):
             # Not started yet, or already gone: make sure the runtime itself is gone too.
             if self.proc is not None and self.proc.poll() is None:
                 _runtime_call(self.box.runtime, ["--root", str(self.box.state), "kill", "--all",
-                              self.cid, "KILL"], self.box.mapping, timeout=30)  # fmt: skip
+                              self.cid, "KILL"], self.box.mapping, 30, self.box.holder)  # fmt: skip
 
     def execute(self, stdin: bytes | None = None) -> RunOutcome:
         if self._used:
@@ -629,20 +629,33 @@ def _counter(path: Path, key: str) -> int:
 
 
 def _runtime_call(runtime: Runtime, args: list[str], mapping: userns.IdMap | None,
-                  timeout: float) -> None:  # fmt: skip
-    """Run the runtime once more (kill, delete), in namespaces like the ones it ran in."""
-    argv = runtime.one_shot([runtime.binary, *args])
-    if mapping is None:
-        subprocess.run(argv, capture_output=True, timeout=timeout)
+                  timeout: float, holder: userns.Holder | None = None) -> None:  # fmt: skip
+    """Run the runtime once more (kill, delete): in the sandbox's ``holder``, where its
+    containers run (a root of another user namespace may not signal them), else in
+    namespaces like those (a runner that is gone: ``gc``)."""
+    argv = [runtime.binary, *args]
+    if holder is not None:
+        proc = holder.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    elif mapping is None:
+        subprocess.run(runtime.one_shot(argv), capture_output=True, timeout=timeout)
     else:
-        userns.run(argv, mapping=mapping, timeout=timeout)
+        userns.run(runtime.one_shot(argv), mapping=mapping, timeout=timeout)
 
 
 def delete_container(runtime: Runtime, state: Path, cid: str,
-                     mapping: userns.IdMap | None = None) -> None:  # fmt: skip
+                     mapping: userns.IdMap | None = None,
+                     holder: userns.Holder | None = None) -> None:  # fmt: skip
     """Force-delete a container (kills what still runs, removes its cgroups and state)."""
     try:
-        _runtime_call(runtime, ["--root", str(state), "delete", "--force", cid], mapping, 60)
+        _runtime_call(runtime, ["--root", str(state), "delete", "--force", cid], mapping, 60,
+                      holder)  # fmt: skip
     except (OSError, GradeboxError, subprocess.TimeoutExpired) as exc:
         log.warning("could not delete container %s: %s", cid, exc)
 
@@ -682,5 +695,10 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
                     delete_container(runtime, state, cid, mapping)
             shutil.rmtree(bundles / cid, ignore_errors=True)
             _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
+            for runtime, state in states:
+                # Once more, now that its processes are killed: rootless crun cannot signal
+                # a container's from a user namespace other than the one it ran in.
+                if (state / cid).exists():
+                    delete_container(runtime, state, cid, mapping)
             removed.append(cid)
     return removed

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 
-__all__ = ["HIDE_V2", "Runtime", "choose", "hybrid_v2", "v2_hidden"]
+__all__ = ["HIDE_V2", "NAMED", "Runtime", "checked", "choose", "hybrid_v2", "v2_hidden"]
 
 UNIFIED = "/sys/fs/cgroup/unified"
 # Run in a fresh mount namespace (propagation slave) with the hybrid mount covered, then
@@ -78,6 +78,19 @@ def hybrid_v2() -> bool:
 
 def _unshare_usable() -> bool:
     return shutil.which("unshare") is not None
+
+
+NAMED = ("auto", "crun", "runc")
+
+
+def checked(value: str) -> str:
+    """``--runtime``'s value; ValueError (one line) unless it is a known name or a program."""
+    value = value.strip()
+    if value in NAMED or (os.path.isabs(value) and os.access(value, os.X_OK)):
+        return value
+    raise ValueError(
+        f"unknown OCI runtime {value!r}: auto, crun, runc, or an executable's absolute path"
+    )
 
 
 def choose(wanted: str | None = None) -> Runtime:
