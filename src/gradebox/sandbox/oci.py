@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from .._log import LazyLogger
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..scratch import left_by, pid_in
-from . import cgroups, userns
+from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
@@ -236,6 +236,10 @@ class OciSandbox(EngineImages, Sandbox):
             spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
             cgroup=f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else ""), report=channel.path,
         )  # fmt: skip
+        if self.runtime.name == "crun":  # the filter compiled once, not at every start
+            bpf = seccomp_bpf.compiled(config["linux"]["seccomp"], str(cache_dir() / "seccomp"))
+            if bpf is not None:
+                config["annotations"] = {seccomp_bpf.ANNOTATION: bpf}
         (bundle / "config.json").write_text(json.dumps(config))
         handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel)
         with self._lock:
@@ -331,11 +335,18 @@ class OciPrepared(Prepared):
             if box._closed or self._disposed:
                 raise SandboxClosed()
             try:
-                popen = box.holder.popen if box.holder is not None else subprocess.Popen
-                self.proc = popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                )  # fmt: skip
+                io = dict(
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+                if box.holder is not None:
+                    sees = tuple(str(m.source) for m in self.spec.mounts)
+                    self.proc = box.holder.popen(argv, sees=sees, **io)
+                else:
+                    self.proc = subprocess.Popen(argv, **io)
             except (OSError, GradeboxError) as exc:
                 self.start_error = f"cannot run {box.runtime.name}: {exc.strerror or exc}"
 

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +182,9 @@ def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = No
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+RETIRE_AFTER = 5.0  # seconds a replaced holder is kept (see ``Holder._retire``)
+
+
 class Holder:
     """The namespaces a sandbox's runtime calls share, held by an idle child: a command runs
     in them through ``nsenter`` (a few ms), not in fresh ones each (a Python child and two
@@ -200,6 +204,8 @@ class Holder:
         self.hide_v2 = hide_v2
         self.nsenter = shutil.which("nsenter")
         self._proc: subprocess.Popen[bytes] | None = None
+        # Holders replaced by a newer one: (when to end it, the holder).
+        self._retired: list[tuple[float, subprocess.Popen[bytes]]] = []
         self._lock = threading.Lock()
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -210,39 +216,86 @@ class Holder:
 
         return v2_hidden(argv)
 
-    def popen(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
-        """``argv`` in the held namespaces (fresh ones without ``nsenter``)."""
+    def popen(
+        self, argv: list[str], *, sees: tuple[str, ...] = (), **popen: Any
+    ) -> subprocess.Popen[bytes]:
+        """``argv`` in the held namespaces (fresh ones without ``nsenter``).
+
+        ``sees``: host paths the command must find as the host has them (a container's bind
+        sources). A mount namespace is a copy made when the holder started, and a host whose
+        ``/`` is private propagates nothing into it: a workspace mounted since (a tmpfs, an
+        overlay) would be the empty folder under it there. Then a new holder is started,
+        which sees the host as it is now; the old one's namespace stays with whatever still
+        runs in it."""
         if self.nsenter is None:
             return spawn(self.wrap(argv), self.mapping, **popen)
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                # It says a line once its namespaces are ready: joined before that, the mount
-                # namespace could still be the host's.
-                proc = spawn(self.wrap(["/bin/sh", "-c", "echo; read _"]), self.mapping,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-                assert proc.stdout is not None
-                if proc.stdout.readline() != b"\n":
-                    proc.wait()
-                    raise GradeboxError("cannot hold the runtime's namespaces: "
-                                        f"its holder exited with {proc.returncode}")  # fmt: skip
-                proc.stdout.close()
-                self._proc = proc
+            self._reap()
+            if self._proc is None or self._proc.poll() is not None or not self._sees(sees):
+                if self._proc is not None:
+                    self._retire(self._proc)
+                self._proc = self._hold()
             pid = self._proc.pid
         flags = ("-U",) * (self.mapping is not None) + ("-m",) * self.hide_v2
         return subprocess.Popen([self.nsenter, *flags, "-t", str(pid), "--", *argv], **popen)
 
+    def _hold(self) -> subprocess.Popen[bytes]:
+        # It says a line once its namespaces are ready: joined before that, the mount
+        # namespace could still be the host's.
+        proc = spawn(self.wrap(["/bin/sh", "-c", "echo; read _"]), self.mapping,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        assert proc.stdout is not None
+        if proc.stdout.readline() != b"\n":
+            proc.wait()
+            raise GradeboxError("cannot hold the runtime's namespaces: "
+                                f"its holder exited with {proc.returncode}")  # fmt: skip
+        proc.stdout.close()
+        return proc
+
+    def _sees(self, paths: tuple[str, ...]) -> bool:
+        """Does the holder's mount namespace show each of ``paths`` on the host's device?
+        (``/proc/PID/root``: the path as the holder resolves it.)"""
+        if not self.hide_v2 or self._proc is None:
+            return True
+        root = f"/proc/{self._proc.pid}/root"
+        for path in paths:
+            try:
+                if os.stat(path).st_dev != os.stat(root + path).st_dev:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def _retire(self, proc: subprocess.Popen[bytes]) -> None:
+        # Ended a few seconds later, not now: another thread may have just been given its pid
+        # for an nsenter that has not joined yet. Its namespace then lasts while a container
+        # still uses it.
+        self._retired.append((time.monotonic() + RETIRE_AFTER, proc))
+
+    def _reap(self) -> None:
+        now, kept = time.monotonic(), []
+        for when, proc in self._retired:
+            if when <= now and proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            if proc.poll() is None:
+                kept.append((when, proc))
+        self._retired = kept
+
     def close(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
+            retired, self._retired = [p for _, p in self._retired], []
+        held_all = [*retired, *([proc] if proc is not None else [])]
+        for held in held_all:
+            if held.stdin is not None and not held.stdin.closed:
+                held.stdin.close()
+        for held in held_all:
             try:
-                proc.wait(timeout=5)
+                held.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                held.kill()
+                held.wait()
 
 
 def listen(pid: int, port: int) -> socket.socket:
