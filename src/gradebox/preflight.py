@@ -105,5 +105,6 @@ def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> Non
 
 def _unresolved(suite: Suite, name: str | None) -> str:
     known = ", ".join(sorted(suite.targets.targets)) if suite.targets is not None else ""
-    return (f"no provider or model target named {name!r} in the file or in .agentv/ and "
-            f".gradebox/ above it (model targets: {known or 'none found'})")  # fmt: skip
+    return (f"no provider or model target named {name!r} in the file, in .agentv/ and "
+            f".gradebox/ above it or in --targets FILE (model targets: "
+            f"{known or 'none found'})")  # fmt: skip
