@@ -13,10 +13,12 @@ hot path may use it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
-__all__ = ["CONFIGURES", "Origin", "Source"]
+__all__ = ["CONFIGURES", "Origin", "Source", "owned"]
 
 
 class Source(StrEnum):
@@ -49,3 +51,19 @@ class Origin:
 
     def __str__(self) -> str:
         return f"{self.file} ({self.source})" if self.file else str(self.source)
+
+
+def owned(path: Path) -> bool:
+    """Whether a configuration file found by walking up from a suite is ours to read: a
+    regular file owned by us or by root, that not every user may write. The walk passes
+    shared folders (``/tmp``, ``/home``): a ``/tmp/.gradebox/targets.yaml`` or ``/tmp/.env``
+    that another local user made is not the suite's project."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (
+        (st.st_mode & 0o170000) == 0o100000
+        and st.st_uid in (os.geteuid(), 0)
+        and not st.st_mode & 0o002
+    )

@@ -250,3 +250,34 @@ def test_the_image_catalogue_is_never_found_from_the_current_folder(tmp_path, mo
     assert catalog.images_dir() == checkout / "images"
     monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(pack / "images"))
     assert catalog.images_dir() == pack / "images"
+
+
+# -- another local user's files on the walk up -------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["other-owner", "world-writable", None])
+def test_a_file_another_local_user_planted_above_the_suite_is_not_the_project(tmp_path, how):
+    """The walk from a suite passes shared folders (/tmp): a targets file or .env there that
+    another user made (or anyone may write) is not read. None is the control: our own is."""
+    from gradebox.formats.agentv._base import dotenv
+
+    shared = tmp_path / "shared"
+    planted = [write(shared / ".gradebox" / "targets.yaml",
+                     "targets:\n  - {name: judge, model: planted, api_key_env: RUNNER_KEY}\n"),
+               write(shared / ".agentv" / "targets.yaml",
+                     "targets:\n  - {name: j2, provider: openai, model: m}\n"),
+               write(shared / ".env", "LLM_TARGET=planted\n")]  # fmt: skip
+    for path in planted:
+        if how == "other-owner" and os.geteuid() == 0:
+            os.chown(path, 12345, 12345)
+        elif how == "world-writable" or how == "other-owner":
+            path.chmod(0o666)
+    project = shared / "proj"
+    project.mkdir()
+    found = load_targets(project)
+    env = dotenv(project)
+    if how is None:
+        assert found.targets["judge"].model == "planted" and "j2" in found.targets
+        assert env == {"LLM_TARGET": "planted"}
+    else:
+        assert found.targets == {} and env == {}

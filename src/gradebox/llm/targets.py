@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
-from ..provenance import Origin, Source
+from ..provenance import Origin, Source, owned
 
 __all__ = [
     "MODEL_KINDS",
@@ -411,7 +411,7 @@ def agentv_files(directory: Path) -> Iterator[tuple[Any, Path, LineMap]]:
     the files its ``providers:`` and ``defaults:`` name), ``providers.yaml``."""
     for name in ("targets.yaml", "config.yaml", "providers.yaml"):
         path = directory / ".agentv" / name
-        if not path.is_file():
+        if not owned(path):  # (also: not there) another local user's is not the project's
             continue
         data, lines = load_yaml_file(path)
         yield from _with_includes(data, path, lines)
@@ -534,7 +534,7 @@ def load_targets(where: TargetSources | Path | None = None) -> TargetSet:
                 found.default = found.default or _defaults_of(d).get("grader")
     for directory, source in sources.folders():
         ours = directory / ".gradebox" / "targets.yaml"
-        if ours.is_file():
+        if owned(ours):
             data, lines = load_yaml_file(ours)
             _add_ours(found, data, ours, lines, Origin(source, str(ours)))
         _add_agentv(found, _dir_entries(directory), source)
