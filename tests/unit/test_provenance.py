@@ -179,6 +179,13 @@ def test_validate_lists_a_missing_key_as_a_warning(tmp_path):
                        timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "$AZURE_OPENAI_API_KEY" in p.stderr and "warning" in p.stderr
+    # The operator's --providers file defines azure as a local server: nothing is missing.
+    mine = write(tmp_path / "mine.yaml", "targets:\n  - {name: azure, provider: openai, "
+                 "base_url: 'http://127.0.0.1:9/v1', model: m}\n")  # fmt: skip
+    p = subprocess.run([sys.executable, "-m", "gradebox", "validate", str(suite), "--sandbox",
+                        "host", "--providers", str(mine)], capture_output=True, text=True,
+                       env=env, timeout=300)  # fmt: skip
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 
 
 # -- the operator's --targets / --providers file ---------------------------------------------
