@@ -288,3 +288,24 @@ def test_a_file_another_local_user_planted_above_the_suite_is_not_the_project(tm
         assert env == {"LLM_TARGET": "planted"}
     else:
         assert found.targets == {} and env == {}
+
+
+def test_a_model_target_under_test_follows_use_target(tmp_path, monkeypatch):
+    from gradebox.host_targets import HostAnswer, _ask
+    from gradebox.llm.client import ModelHub
+    from tests.fake_models import FakeModel
+
+    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    with FakeModel(default="judged") as fake:
+        write(tmp_path / ".agentv" / "targets.yaml",
+              "targets:\n  - name: llm\n    use_target: ${{ LLM_TARGET }}\n"
+              f"  - name: local\n    provider: openai\n    base_url: {fake.base_url}\n"
+              "    model: m\n")  # fmt: skip
+        text = ("target: {provider: model, model: llm}\ntests:\n  - id: t\n    input: hi\n"
+                "    assert: [{type: contains, value: j}]\n")  # fmt: skip
+        suite = load_suite(write(tmp_path / "suite.yaml", text))
+        monkeypatch.setenv("LLM_TARGET", "local")
+        hub = ModelHub(suite.targets, use_cache=False)
+        answer = _ask(suite.spec.target, suite, hub, None, [{"role": "user", "content": "hi"}], 0)
+    assert isinstance(answer, HostAnswer), answer
+    assert len(fake.requests) == 1
