@@ -309,3 +309,17 @@ def test_a_model_target_under_test_follows_use_target(tmp_path, monkeypatch):
         answer = _ask(suite.spec.target, suite, hub, None, [{"role": "user", "content": "hi"}], 0)
     assert isinstance(answer, HostAnswer), answer
     assert len(fake.requests) == 1
+
+
+def test_the_operators_variable_names_an_absolute_file(tmp_path, monkeypatch):
+    """A relative $GRADEBOX_TARGETS would be read from exec's current folder, a pack's."""
+    from gradebox.llm.targets import operator_files
+
+    _pack(tmp_path / "pack")
+    monkeypatch.chdir(tmp_path / "pack")
+    monkeypatch.setenv("GRADEBOX_TARGETS", ".gradebox/targets.yaml")
+    with pytest.raises(ConfigError, match="GRADEBOX_TARGETS: must be an absolute path"):
+        operator_files(None)
+    monkeypatch.setenv("GRADEBOX_TARGETS", str(tmp_path / "mine.yaml"))  # control
+    assert operator_files(None) == (tmp_path / "mine.yaml",)
+    assert operator_files(Path("flag.yaml")) == (Path("flag.yaml"),)  # the flag is explicit

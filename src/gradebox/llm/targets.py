@@ -383,6 +383,10 @@ def operator_files(flag: Path | None) -> tuple[Path, ...]:
     if flag is not None:
         return (flag,)
     env = os.environ.get("GRADEBOX_TARGETS", "").strip()
+    if env and not Path(env).is_absolute():
+        # Relative, it would name a file of whatever folder a command runs from: exec's is
+        # often a grader pack's, which would then define the operator's targets.
+        raise ConfigError("must be an absolute path", field="GRADEBOX_TARGETS")
     return (Path(env),) if env else ()
 
 
