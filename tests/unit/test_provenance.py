@@ -323,3 +323,13 @@ def test_the_operators_variable_names_an_absolute_file(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADEBOX_TARGETS", str(tmp_path / "mine.yaml"))  # control
     assert operator_files(None) == (tmp_path / "mine.yaml",)
     assert operator_files(Path("flag.yaml")) == (Path("flag.yaml"),)  # the flag is explicit
+
+
+def test_an_operators_file_in_either_format(tmp_path):
+    plain = write(tmp_path / "a.yaml", "targets:\n  - {name: judge, model: m, "
+                  "base_url: 'http://127.0.0.1:9/v1'}\n")  # fmt: skip
+    assert load_targets(TargetSources(operator=(plain,))).targets["judge"].model == "m"
+    agentv = write(tmp_path / "b.yaml", "targets:\n  - name: judge\n    provider: gemini\n"
+                   "    api_key: ${{ GEM_KEY }}\n")  # fmt: skip
+    found = load_targets(TargetSources(operator=(agentv,))).targets["judge"]
+    assert found.api_key_env == "GEM_KEY" and found.model == "gemini-2.5-flash"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
@@ -398,16 +398,19 @@ def _home() -> Path | None:
 
 
 def _operator_file(path: Path) -> tuple[Any, LineMap, bool]:
-    """An operator's targets file, read; and whether it is ours (else AgentV's): ours has
-    ``default_grader`` or ``api_key_env``, or lives in a ``.gradebox/``."""
+    """An operator's targets file, read; and whether it is ours (else AgentV's): ours lives
+    in a ``.gradebox/``, or reads as ours (AgentV's ``api_key``, ``endpoint``, ``use_target``,
+    ``grader_target`` or providers such as ``gemini`` do not)."""
     if not path.is_file():
         raise ConfigError("targets file not found", file=str(path), field="--targets")
     data, lines = load_yaml_file(path)
-    entries, _key = _entries(data)
-    ours = path.parent.name == ".gradebox" or (
-        isinstance(data, dict) and "default_grader" in data
-    ) or any(isinstance(e, dict) and "api_key_env" in e for e in entries)  # fmt: skip
-    return data, lines, ours
+    if path.parent.name == ".gradebox":
+        return data, lines, True
+    try:
+        _TargetsFile.model_validate(data or {})
+    except ValidationError:
+        return data, lines, False
+    return data, lines, True
 
 
 def agentv_files(directory: Path) -> Iterator[tuple[Any, Path, LineMap]]:
