@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import ConfigError
 from .llm.client import ModelError, ModelHub
 from .protocol import Message, OutputShapeError, Payload, TokenUsage, Usage, load_untrusted_json
 
@@ -136,7 +137,10 @@ def _ask(target: TargetConfig, suite: Suite, hub: ModelHub | None, system: str |
     if hub is None or suite.targets is None:
         return "target: no model hub for this run"
     name = target.model or ""
-    model = suite.targets.targets.get(name)
+    try:  # following AgentV's use_target, as the preflight did
+        model = suite.targets.lookup(name)
+    except ConfigError as exc:
+        return f"target: {exc.message}"
     if model is None:
         known = ", ".join(sorted(suite.targets.targets)) or "none found"
         return f"target: no provider or model target named {name!r} (model targets: {known})"

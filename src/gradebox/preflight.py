@@ -12,7 +12,7 @@ Keys are only looked up here (set or not), never read into anything that leaves 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,8 +45,12 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
     targets = suite.targets
     spec = suite.spec.target
     if spec is not None and spec.provider == "model":
-        found = targets.targets.get(spec.model or "") if targets is not None else None
-        yield ModelUse("the target", found, None if found else _unresolved(suite, spec.model))
+        try:  # following use_target: an unset variable is named by missing_env
+            found = targets.lookup(spec.model or "") if targets is not None else None
+            problem = None if found else _unresolved(suite, spec.model)
+        except ConfigError as exc:
+            found, problem = None, exc.message
+        yield ModelUse("the target", found, problem)
     seen: set[int] = set()
     for test in suite.tests:
         for a in leaves(test.every_assertion()):
@@ -66,10 +70,12 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
                     yield ModelUse(user, None, exc.message)
 
 
-def preflight(suite: Suite) -> None:
-    """Raise every problem found (``ConfigErrors``), or return."""
+def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> None:
+    """Raise every problem found (``ConfigErrors``), or return. With ``warn`` (``validate``,
+    which needs no secrets), an unset key or variable is a warning passed to it instead."""
     file = str(suite.path)
     errors: dict[str, ConfigError] = {}  # one line per problem, however many tests share it
+    warned: set[str] = set()
     for use in models_used(suite):
         if use.target is None:
             why = f"{use.user}: {use.problem or 'no model target'}"
@@ -78,6 +84,11 @@ def preflight(suite: Suite) -> None:
         missing = use.target.missing_env()
         if missing:
             why = f"{missing_env_message(use.target, missing)}, for {use.user}"
+            if warn is not None:
+                if use.target.name not in warned:
+                    warned.add(use.target.name)
+                    warn(f"{file}: {why} (`run` refuses this until it is set)")
+                continue
             errors.setdefault(f"env:{use.target.name}", ConfigError(why, file=file))
     spec = suite.spec.target
     if spec is not None and spec.program and "/" not in spec.program:
@@ -94,5 +105,6 @@ def preflight(suite: Suite) -> None:
 
 def _unresolved(suite: Suite, name: str | None) -> str:
     known = ", ".join(sorted(suite.targets.targets)) if suite.targets is not None else ""
-    return (f"no provider or model target named {name!r} in the file or in .agentv/ and "
-            f".gradebox/ above it (model targets: {known or 'none found'})")  # fmt: skip
+    return (f"no provider or model target named {name!r} in the file, in .agentv/ and "
+            f".gradebox/ above it or in --targets FILE (model targets: "
+            f"{known or 'none found'})")  # fmt: skip

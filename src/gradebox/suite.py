@@ -380,8 +380,11 @@ def _all(assertions: list[Assertion]) -> Iterator[Assertion]:
 READERS = {"agentv": ("gradebox.formats.agentv", "load_agentv")}
 
 
-def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
+def load_suite(
+    path: str | Path, *, format: str | None = None, targets: tuple[Path, ...] = ()
+) -> Suite:
     """Load and validate a suite file, its graders and its assertions. Runs nothing.
+    ``targets``: the operator's targets files (``--targets``), read before the project's.
 
     AgentV eval files are recognised by their shape (or ``format="agentv"``) and mapped onto
     the same model, so everything after loading is shared.
@@ -404,19 +407,21 @@ def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
     kind = format or detect_format(path, data)
     if kind in READERS:
         module, name = READERS[kind]
-        return getattr(importlib.import_module(module), name)(path, data, lines)  # type: ignore[no-any-return]
+        reader = getattr(importlib.import_module(module), name)
+        return reader(path, data, lines, targets=targets)  # type: ignore[no-any-return]
     if kind not in (None, "gradebox"):
         raise ConfigError(f"unknown format {kind!r} (gradebox, agentv)", file=file)
     if not isinstance(data, dict):
         raise ConfigError("a suite must be a mapping with 'tests'", file=file)
     spec = validate(SuiteFile, data, file=file, lines=lines)
-    return build_suite(path, spec, lines)
+    return build_suite(path, spec, lines, operator_targets=targets)
 
 
 def build_suite(
     path: Path, spec: SuiteFile, lines: LineMap, *, flavor: str = "gradebox",
     origins: list[tuple[str, LineMap, tuple[str, ...]]] | None = None,
     top: tuple[str, LineMap] | None = None, search_roots: tuple[Path, ...] = (),
+    operator_targets: tuple[Path, ...] = (),
 ) -> Suite:  # fmt: skip
     """Compile a validated suite's assertions and check its templates. For a file mapped from
     another format, ``origins`` says where each test was written (file, lines, key path) and
@@ -434,6 +439,7 @@ def build_suite(
             defaults=defaults_for_graders(d.image, d.timeout, d.limits),
             flavor="agentv" if flavor == "agentv" else "gradebox",
             preprocessors=list(spec.preprocessors), search_roots=search_roots,
+            operator_targets=operator_targets,
         )  # fmt: skip
         if targets:
             c._targets = targets[0]

@@ -311,12 +311,13 @@ def test_a_target_gives_the_grader_its_own_proxy(engine, backend, grader_dir):
 
     (grader_dir / "g.py").write_text(PROXY_GRADER)
     with FakeModel(default="judged") as fake:
-        (grader_dir / ".gradebox").mkdir()
-        (grader_dir / ".gradebox" / "targets.yaml").write_text(
+        # The operator's targets file (the current folder's is never read: a grader pack's).
+        mine = grader_dir.parent / "targets.yaml"
+        mine.write_text(
             f"targets:\n  - name: judge\n    provider: openai\n    model: m\n"
             f"    base_url: {fake.base_url}\n    api_key_env: JUDGE_KEY\n"
         )
-        env = base_env(JUDGE_KEY="sk-judge-key")
+        env = base_env(JUDGE_KEY="sk-judge-key", GRADEBOX_TARGETS=str(mine))
         nonce = os.urandom(8).hex()  # the host's answer cache must not answer for the model
         p = gbx(engine, backend, ["--target", "judge", "--max-calls", "2", "--", "python3",
                                   "g.py", nonce], cwd=grader_dir, env=env)  # fmt: skip

@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "sdk",
             "verify",
             "subids",
+            "provenance",  # who wrote an input: every loader of configuration names it
         ],
     ),  # fmt: skip
     ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)

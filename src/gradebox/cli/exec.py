@@ -64,6 +64,7 @@ class Options:
     allow: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=list)
     target: str | None = None
+    targets: str | None = None
     max_calls: int = 50
     locked: bool | None = None
 
@@ -116,8 +117,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target",
         metavar="NAME",
-        help="give COMMAND a model proxy to this target "
-        "(from .gradebox/targets.yaml or .agentv/, found from the current folder up)",
+        help="give COMMAND a model proxy to this target (defined in --targets FILE, "
+        "$GRADEBOX_TARGETS or ~/.gradebox/targets.yaml; never the current folder's)",
+    )
+    p.add_argument(
+        "--targets",
+        metavar="FILE",
+        help="the targets file --target is read from (gradebox's or AgentV's format)",
     )
     p.add_argument(
         "--max-calls",
@@ -174,6 +180,7 @@ def parse(argv: list[str]) -> Options:
         allow=ns.allow,
         env=ns.env,
         target=ns.target,
+        targets=ns.targets,
         max_calls=ns.max_calls,
         locked=ns.locked,
     )
@@ -379,12 +386,7 @@ class Exec:
         return path
 
     def _refuse_wide(self, folder: Path) -> None:
-        try:
-            home = Path.home().resolve()
-        except (RuntimeError, OSError):
-            home = None
-        if folder == Path("/") or (home is not None and (folder == home or folder in home.parents)):
-            # A folder above the home folder holds it (/home: every user's).
+        if is_wide(folder):
             raise ExecError(
                 f"{folder} is the filesystem root, your home folder or a folder above it: it "
                 "is never mounted; run from the grader's own folder"
@@ -447,8 +449,12 @@ class Exec:
     def _proxy(self) -> Any:
         from ..llm import ModelHub, load_targets
         from ..llm.proxy import TargetProxy
+        from ..llm.targets import TargetSources, operator_files
 
-        hub = ModelHub(load_targets(self.cwd))
+        # The operator's targets only: the current folder may be a grader pack's, and a
+        # grader may name a target, never define one (docs/security.md, provenance).
+        flag = Path(self.opts.targets) if self.opts.targets else None
+        hub = ModelHub(load_targets(TargetSources(operator=operator_files(flag))))
         target = hub.targets.get(self.opts.target, file=None, field="--target")
         return TargetProxy(hub, target, max_calls=self.opts.max_calls)
 
@@ -506,6 +512,17 @@ class Exec:
             # The sealed input folder (0500) and a private copy of the agent's workspace are
             # in it: remove_tree opens what its owner closed, and follows no link.
             remove_tree(self.scratch)
+
+
+def is_wide(folder: Path) -> bool:
+    """The filesystem root, the home folder or a folder above it (/home: every user's): never
+    mounted for a grader (``grade``'s and ``exec``'s current folder, a workspace)."""
+    folder = folder.resolve()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        home = None
+    return folder == Path("/") or (home is not None and (folder == home or folder in home.parents))
 
 
 def _enters(folder: Path, user: str) -> bool:

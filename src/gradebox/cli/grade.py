@@ -28,6 +28,7 @@ from ._common import (
     open_sandbox,
     resolver_for,
 )
+from .exec import is_wide
 
 
 def load_payload(source: str) -> Payload:
@@ -58,8 +59,23 @@ def grade(
         typer.Option("--input", "-i", help="Payload JSON file ('-' for stdin); default: {}."),
     ] = None,
     workspace: Annotated[
-        Path, typer.Option("--workspace", "-W", help="Directory mounted at EVALUATE_WORKSPACE.")
-    ] = Path("."),
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-W",
+            help="Directory mounted at EVALUATE_WORKSPACE (default: the current folder, "
+            "unless it is / , your home folder or above it).",
+        ),
+    ] = None,
+    targets: Annotated[
+        Path | None,
+        typer.Option(
+            "--targets",
+            "--providers",
+            help="The model targets file (default $GRADEBOX_TARGETS, ~/.gradebox/); the "
+            "grader's own folder is never read for targets.",
+        ),
+    ] = None,
     locked: LockedOpt = None,
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
@@ -73,15 +89,26 @@ def grade(
     out = Output(as_json)
     grader = load_grader_ref(grader_file, dialect="script")
     payload = load_payload(input) if input else Payload()
+    workspace = workspace or Path(".")
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
+    if is_wide(workspace):
+        # As exec: a grader from a downloaded pack would read the whole home folder.
+        raise ConfigError(
+            f"{workspace.resolve()} is the filesystem root, your home folder or a folder "
+            "above it: it is never mounted; give the workspace with -W DIR",
+            field="--workspace",
+        )
     privileges = allowed(allow)
     check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
     models = None
     if getattr(grader, "target", None) is not None:  # it calls a model through a proxy
         from ..llm import ModelHub, load_targets
+        from ..llm.targets import TargetSources, operator_files
 
-        models = ModelHub(load_targets(grader_file.resolve().parent))
+        # The operator's targets only: the grader's folder (a downloaded pack's) may name a
+        # target, never define one (docs/security.md, provenance).
+        models = ModelHub(load_targets(TargetSources(operator=operator_files(targets))))
     with open_sandbox(out, sandbox) as box:
         images = resolver_for(box, locked, privileges)
         result = run_grader(grader, payload, workspace, box, images=images,

@@ -9,15 +9,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
 from ..preflight import preflight
 from ..protocol import Status, TestResult
 from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
-from ..suite import load_suite
+from ..suite import Suite, load_suite
 from ._common import (
     AllowOpt,
     JsonOpt,
@@ -40,6 +42,21 @@ FormatOpt = Annotated[
     str | None,
     typer.Option("--format", help="gradebox or agentv (default: told by the file's shape)."),
 ]
+TargetsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--targets",
+        "--providers",
+        help="A targets (providers) file of yours, read before the suite's .gradebox/ and "
+        ".agentv/ (default: $GRADEBOX_TARGETS).",
+    ),
+]
+
+
+def _load(suite_file: Path, format: str | None, targets: Path | None) -> Suite:
+    from ..llm.targets import operator_files
+
+    return load_suite(suite_file, format=format, targets=operator_files(targets))
 
 
 def run(
@@ -64,6 +81,7 @@ def run(
         bool, typer.Option("--no-cache", help="Ask the models again (skip the response cache).")
     ] = False,
     ray: RayOpt = None,
+    targets: TargetsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every test of a suite, each graded in containers; a table at the end.
@@ -81,7 +99,10 @@ def run(
     failure (a refused node: nothing ran), 130 interrupted (finished tests are kept).
     """
     output = Output(as_json)
-    suite = load_suite(suite_file, format=format)
+    if ray is not None and targets is not None:
+        raise ConfigError("--targets with --ray: a node reads the suite's own targets; put "
+                          "yours in the suite's .gradebox/", field="--targets")  # fmt: skip
+    suite = _load(suite_file, format, targets)
     if resume is not None:
         out_dir = resume
     elif out is not None:
@@ -172,19 +193,23 @@ def validate(
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     format: FormatOpt = None,
+    targets: TargetsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 listing every error,
-    one per line)."""
+    one per line). It needs no secrets: an unset key or variable is a warning."""
     output = Output(as_json)
-    suite = load_suite(suite_file, format=format)
+    suite = _load(suite_file, format, targets)
     privileges = allowed(allow)
     with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         plan = plan_suite(
             suite, resolver_for(box, locked, privileges | set(suite.spec.allow)), privileges
         )
-    preflight(suite)
+    warnings: list[str] = []
+    preflight(suite, warn=warnings.append)
+    for line in warnings:
+        output.info(f"[yellow]warning:[/] {escape(line)}")
     every = [a for t in suite.tests for a in leaves(t.every_assertion())]
     containers = sum(isinstance(a, GraderAssertion) for a in every)
     host = len(every) - containers
@@ -198,7 +223,7 @@ def validate(
         "images": plan.images,
     }
     if as_json:
-        output.document({"valid": True, **info})
+        output.document({"valid": True, **info, "warnings": warnings})
     else:
         output.console.print(
             f"[green]✔[/] {suite_file}: {len(suite.tests)} tests, {containers} container "

@@ -33,7 +33,7 @@ from .._types import format_duration
 from .._yaml import LineMap, validate
 from ..errors import ConfigError, UnsupportedFeature
 from ..llm.grader import LlmAssertion, RubricItem
-from ..llm.targets import ModelTarget, TargetSet, load_targets
+from ..llm.targets import ModelTarget, TargetSet, TargetSources, load_targets
 from ..protocol import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
@@ -305,12 +305,17 @@ class CompileContext:
     template: Path | None = None  # the workspace template of the test being compiled
     required_default: float = DEFAULT_REQUIRED  # AgentV: `required: true` gates at the threshold
     search_roots: tuple[Path, ...] = ()  # AgentV: where a script a command names is looked for
+    operator_targets: tuple[Path, ...] = ()  # --targets FILE: read before the project's
     _targets: TargetSet | None = None
+
+    @property
+    def target_sources(self) -> TargetSources:
+        return TargetSources(operator=self.operator_targets, project=self.suite_dir)
 
     @property
     def targets(self) -> TargetSet:
         if self._targets is None:
-            self._targets = load_targets(self.suite_dir)
+            self._targets = load_targets(self.target_sources)
         return self._targets
 
 
@@ -843,9 +848,9 @@ def _judge_error(ctx: CompileContext, where: tuple[str, ...], name: Any,
 
     name = name if isinstance(name, str) else ctx.targets.default  # grader_target, defaults
     if isinstance(name, str):
-        for entry, *_ in agentv_entries(ctx.suite_dir):
-            if agentv_label(entry) == name:
-                kind = agentv_kind(entry)
+        for entry, *_ in agentv_entries(ctx.target_sources):
+            kind = agentv_kind(entry)
+            if agentv_label(entry) == name and kind:  # (none: a use_target, not an agent)
                 return UnsupportedFeature(
                     f"a {kind} provider as the judge",
                     f"{name!r} is not a model: gradebox's LLM graders call a model from the "

@@ -20,20 +20,27 @@ LABEL_INPUTS = "gradebox.inputs"
 LABEL_IMAGE = "gradebox.image"
 
 
+_HERE = Path(__file__).resolve()  # a name tests can point elsewhere
+
+
 def images_dir() -> Path:
-    """Where the image folders are: $GRADEBOX_IMAGES_DIR, else ``images/`` of this checkout."""
+    """Where the image folders are: $GRADEBOX_IMAGES_DIR (the operator's), else ``images/``
+    of the checkout this module was loaded from (``<root>/src/gradebox/images/``, the root
+    holding ``pyproject.toml``). Never a folder found from the current folder or above the
+    installed package: that would let a grader pack (or the project a virtualenv sits in)
+    pin the short image names and their lock (docs/security.md, provenance)."""
     env = os.environ.get("GRADEBOX_IMAGES_DIR")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "images" / BASE).is_dir():
-            return parent / "images"
-    cwd = Path.cwd()
-    for parent in (cwd, *cwd.parents):
-        if (parent / "images" / BASE).is_dir():
-            return parent / "images"
-    raise ImageError("cannot find the images/ folder; set GRADEBOX_IMAGES_DIR to it")
+    package = _HERE.parent.parent  # .../gradebox
+    root = package.parent.parent  # the checkout, when the package is its src/gradebox
+    if package.parent.name == "src" and (root / "pyproject.toml").is_file() and (
+            root / "images" / BASE).is_dir():  # fmt: skip
+        return root / "images"
+    raise ImageError(
+        "cannot find the images/ folder: this gradebox is not run from its checkout; set "
+        "GRADEBOX_IMAGES_DIR to it"
+    )
 
 
 def image_names(directory: Path | None = None) -> list[str]:

@@ -347,6 +347,9 @@ def missing_env_message(target: ModelTarget, missing: list[str]) -> str:
     set (azure)``."""
     names = ", ".join(f"${n}" for n in missing)
     verb = "is" if len(missing) == 1 else "are"
+    if target._use_target is not None:
+        return (f"target {target.name!r} uses use_target: {target._use_target}, and {names} "
+                f"{verb} not set (set it to a target's name)")  # fmt: skip
     return f"model target {target.name!r}: {names} {verb} not set ({target.provider})"
 
 

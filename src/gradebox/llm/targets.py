@@ -1,5 +1,9 @@
 """Named model endpoints: ``.gradebox/targets.yaml``, and AgentV's ``.agentv/targets.yaml``,
-``.agentv/config.yaml`` and ``.agentv/providers.yaml``, found walking up from the suite.
+``.agentv/config.yaml`` and ``.agentv/providers.yaml``, read only from those who may define
+them (``gradebox.provenance``): the operator's file (``--targets FILE``, ``$GRADEBOX_TARGETS``),
+the suite's folder and the folders above it, and the user's own (``~/.gradebox/``,
+``~/.agentv/``). Never a grader's folder, nor the folder ``gradebox exec`` runs from: a grader
+may name a target, and only the operator and the suite's project define one.
 
 A target names the *environment variable* that holds its key, never the key: keys are read
 from the environment at call time and never written to results, logs or containers. AgentV
@@ -27,16 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
+from ..provenance import Origin, Source, owned
 
 __all__ = [
     "MODEL_KINDS",
     "ModelTarget",
     "Price",
     "TargetSet",
+    "TargetSources",
     "agentv_config",
     "agentv_defaults",
     "agentv_entries",
@@ -88,9 +94,22 @@ class ModelTarget(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="temperature, max_tokens")
     price: Price | None = None
     timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    # Who defined it (set by the loader, never by a file: a private attribute is no field).
+    _origin: Origin | None = PrivateAttr(default=None)
+    _use_target: str | None = PrivateAttr(default=None)  # an alias whose variable is unset
+
+    @property
+    def origin(self) -> Origin | None:
+        return self._origin
 
     def api_key(self) -> str | None:
-        """Read at call time, never stored."""
+        """Read at call time, never stored; only for a target the operator or the suite's
+        project defined (one a grader's files defined never gets a key)."""
+        if self._origin is not None and not self._origin.configures:
+            raise ConfigError(
+                f"model target {self.name!r} was defined by {self._origin}: only the operator "
+                "and the suite's project define targets; a grader may only name one"
+            )
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
     def identity(self) -> dict[str, Any]:
@@ -128,6 +147,61 @@ class TargetSet:
     targets: dict[str, ModelTarget] = field(default_factory=dict)
     default: str | None = None
     sources: dict[str, str] = field(default_factory=dict)  # name -> file, for errors
+    # AgentV's ``use_target``: name -> the target's name, or ``${{ VAR }}`` naming it,
+    # resolved when a test uses it (an unset variable is that test's error, not the file's).
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def add(self, target: ModelTarget, origin: Origin) -> None:
+        """Define ``target`` unless a nearer source did; only a source that configures may."""
+        if not origin.configures:
+            raise ConfigError(
+                f"a {origin.source} may name a model target, never define one (only the "
+                "operator and the suite's project do)", file=origin.file, field="targets",
+            )  # fmt: skip
+        if target.name in self.targets or target.name in self.aliases:
+            return
+        target._origin = origin
+        self.targets[target.name] = target
+        self.sources[target.name] = origin.file or ""
+
+    def alias(self, name: str, use_target: str, origin: Origin) -> None:
+        if origin.configures and name not in self.targets and name not in self.aliases:
+            self.aliases[name] = use_target
+            self.sources[name] = origin.file or ""
+
+    def lookup(self, name: str) -> ModelTarget | None:
+        """The target ``name`` is, following ``use_target`` (None: defined nowhere). A
+        ``${{ VAR }}`` that is unset gives a target that needs VAR: ``missing_env`` names it
+        before a run, and it reaches no endpoint."""
+        seen = [name]
+        for _ in range(10):
+            if name in self.targets:
+                return self.targets[name]
+            if name not in self.aliases:
+                return None
+            raw = self.aliases[name].strip()
+            var = _env_name(raw)
+            value = (os.environ.get(var) or "").strip() if var else raw
+            if not value:
+                if var is None:
+                    raise ConfigError(f"target {name!r} has an empty use_target",
+                                      file=self.sources.get(name))  # fmt: skip
+                unset = ModelTarget(name=name, model=raw, requires_env=[var], key_optional=True)
+                unset._use_target = raw
+                return unset
+            if value not in self.targets and value not in self.aliases:
+                via = f"${{{{ {var} }}}}, which is {value!r}" if var else repr(value)
+                raise ConfigError(
+                    f"target {name!r} uses use_target: {via}, and no model target has that "
+                    f"name (targets: {', '.join(sorted(self.targets)) or 'none found'})",
+                    file=self.sources.get(name),
+                )  # fmt: skip
+            if value in seen:
+                raise ConfigError(f"use_target loops: {' -> '.join([*seen, value])}",
+                                  file=self.sources.get(name))  # fmt: skip
+            seen.append(value)
+            name = value
+        raise ConfigError(f"use_target goes deeper than 10 from {seen[0]!r}")
 
     def get(self, name: str | None, *, file: str | None, field: str | None) -> ModelTarget:
         wanted = name or self.default
@@ -138,12 +212,15 @@ class TargetSet:
                 ".agentv/config.yaml)",
                 file=file, field=field,
             )  # fmt: skip
-        if wanted not in self.targets:
+        found = self.lookup(wanted)
+        if found is None:
             known = ", ".join(sorted(self.targets)) or "none found"
             raise ConfigError(
-                f"no model target named {wanted!r} (targets: {known})", file=file, field=field
-            )
-        return self.targets[wanted]
+                f"no model target named {wanted!r} (targets: {known}; they come from "
+                "--targets FILE, $GRADEBOX_TARGETS, the suite's .gradebox/ or .agentv/, or "
+                "~/.gradebox/)", file=file, field=field,
+            )  # fmt: skip
+        return found
 
 
 def _env_name(value: Any) -> str | None:
@@ -276,84 +353,197 @@ def _included(value: Any, base: Path) -> tuple[Any, Path, LineMap] | None:
     return data, path, lines
 
 
+@dataclass(frozen=True)
+class TargetSources:
+    """Where model targets may be read, with who wrote each (``gradebox.provenance``), in the
+    order a name's first definition wins: the operator's files (``--targets FILE``, else
+    ``$GRADEBOX_TARGETS``), the suite's folder and every folder above it, the user's own
+    (``~/.gradebox/``, ``~/.agentv/``). A grader's folder is none of these: ``grade`` and
+    ``exec`` have no suite, so they read only the operator's files and the user's own."""
+
+    operator: tuple[Path, ...] = ()
+    project: Path | None = None
+
+    @classmethod
+    def of(cls, where: TargetSources | Path | None) -> TargetSources:
+        return where if isinstance(where, TargetSources) else cls(project=where)
+
+    def folders(self) -> Iterator[tuple[Path, Source]]:
+        home = _home()
+        folders = [*([self.project.resolve(), *self.project.resolve().parents]
+                     if self.project is not None else [])]  # fmt: skip
+        if home is not None and home not in folders:
+            folders.append(home)
+        for directory in folders:
+            yield directory, Source.OPERATOR if directory == home else Source.PROJECT
+
+
+def operator_files(flag: Path | None) -> tuple[Path, ...]:
+    """The operator's targets file: the flag's, else ``$GRADEBOX_TARGETS``'s (none: ())."""
+    if flag is not None:
+        return (flag,)
+    env = os.environ.get("GRADEBOX_TARGETS", "").strip()
+    if env and not Path(env).is_absolute():
+        # Relative, it would name a file of whatever folder a command runs from: exec's is
+        # often a grader pack's, which would then define the operator's targets.
+        raise ConfigError("must be an absolute path", field="GRADEBOX_TARGETS")
+    return (Path(env),) if env else ()
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):
+        return None
+
+
+def _operator_file(path: Path) -> tuple[Any, LineMap, bool]:
+    """An operator's targets file, read; and whether it is ours (else AgentV's): ours lives
+    in a ``.gradebox/``, or reads as ours (AgentV's ``api_key``, ``endpoint``, ``use_target``,
+    ``grader_target`` or providers such as ``gemini`` do not)."""
+    if not path.is_file():
+        raise ConfigError("targets file not found", file=str(path), field="--targets")
+    data, lines = load_yaml_file(path)
+    if path.parent.name == ".gradebox":
+        return data, lines, True
+    try:
+        _TargetsFile.model_validate(data or {})
+    except ValidationError:
+        return data, lines, False
+    return data, lines, True
+
+
 def agentv_files(directory: Path) -> Iterator[tuple[Any, Path, LineMap]]:
     """The provider files of one folder's ``.agentv/``: ``targets.yaml``, ``config.yaml`` (and
     the files its ``providers:`` and ``defaults:`` name), ``providers.yaml``."""
     for name in ("targets.yaml", "config.yaml", "providers.yaml"):
         path = directory / ".agentv" / name
-        if not path.is_file():
+        if not owned(path):  # (also: not there) another local user's is not the project's
             continue
         data, lines = load_yaml_file(path)
-        yield data, path, lines
-        if isinstance(data, dict):
-            for key in ("providers", "defaults"):
-                found = _included(data.get(key), path.parent)
-                if found is not None:
-                    yield found
+        yield from _with_includes(data, path, lines)
+
+
+def _with_includes(data: Any, path: Path, lines: LineMap) -> Iterator[tuple[Any, Path, LineMap]]:
+    yield data, path, lines
+    if isinstance(data, dict):
+        for key in ("providers", "defaults"):
+            found = _included(data.get(key), path.parent)
+            if found is not None:
+                yield found
+
+
+def _file_entries(data: Any, path: Path, lines: LineMap) -> Iterator[AgentvEntry]:
+    entries, key = _entries(data)
+    for i, entry in enumerate(entries):
+        if isinstance(entry, dict):
+            yield entry, str(path), lines, ((key, str(i)) if key else (str(i),))
 
 
 def _dir_entries(directory: Path) -> Iterator[AgentvEntry]:
     for data, path, lines in agentv_files(directory):
-        entries, key = _entries(data)
-        for i, entry in enumerate(entries):
-            if isinstance(entry, dict):
-                yield entry, str(path), lines, ((key, str(i)) if key else (str(i),))
+        yield from _file_entries(data, path, lines)
 
 
-def agentv_entries(start: Path) -> Iterator[AgentvEntry]:
-    """Every AgentV provider entry from ``start`` up (nearest folder first), with its file,
-    lines and key path."""
-    for directory in (start.resolve(), *start.resolve().parents):
+def _operator_agentv(sources: TargetSources) -> Iterator[tuple[Any, Path, LineMap]]:
+    for path in sources.operator:
+        data, lines, ours = _operator_file(path)
+        if not ours:
+            yield from _with_includes(data, path.resolve(), lines)
+
+
+def agentv_entries(where: TargetSources | Path) -> Iterator[AgentvEntry]:
+    """Every AgentV provider entry the sources hold (the operator's files, then the suite's
+    folder up, nearest first, then the user's own), with its file, lines and key path."""
+    sources = TargetSources.of(where)
+    for data, path, lines in _operator_agentv(sources):
+        yield from _file_entries(data, path, lines)
+    for directory, _source in sources.folders():
         yield from _dir_entries(directory)
+
+
+def _defaults_of(data: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    if not isinstance(data, dict):
+        return found
+    defaults = data.get("defaults")
+    if not isinstance(defaults, dict) and ("provider" in data or "grader" in data):
+        defaults = data  # a defaults.yaml file itself
+    if isinstance(defaults, dict):
+        for key in ("provider", "grader"):
+            if isinstance(defaults.get(key), str):
+                found.setdefault(key, str(_fill(defaults[key])))
+    return found
 
 
 def _dir_defaults(directory: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for data, _path, _lines in agentv_files(directory):
-        if not isinstance(data, dict):
-            continue
-        defaults = data.get("defaults")
-        if not isinstance(defaults, dict) and ("provider" in data or "grader" in data):
-            defaults = data  # a defaults.yaml file itself
-        if isinstance(defaults, dict):
-            for key in ("provider", "grader"):
-                if isinstance(defaults.get(key), str):
-                    found.setdefault(key, str(_fill(defaults[key])))
+        for key, value in _defaults_of(data).items():
+            found.setdefault(key, value)
     return found
 
 
-def agentv_defaults(start: Path) -> dict[str, str]:
-    """``defaults:`` (``provider``, ``grader``) of the nearest AgentV config that has them."""
+def agentv_defaults(where: TargetSources | Path) -> dict[str, str]:
+    """``defaults:`` (``provider``, ``grader``) of the first AgentV config that has them."""
+    sources = TargetSources.of(where)
     found: dict[str, str] = {}
-    for directory in (start.resolve(), *start.resolve().parents):
+    for data, _path, _lines in _operator_agentv(sources):
+        for key, value in _defaults_of(data).items():
+            found.setdefault(key, value)
+    for directory, _source in sources.folders():
         for key, value in _dir_defaults(directory).items():
             found.setdefault(key, value)
     return found
 
 
-def load_targets(start: Path) -> TargetSet:
-    """Every target from ``start`` up; the nearest definition of a name wins."""
+def _add_ours(found: TargetSet, data: Any, path: Path, lines: LineMap, origin: Origin) -> None:
+    spec = validate(_TargetsFile, data or {}, file=str(path), lines=lines)
+    for t in spec.targets:
+        # base_url and model may come from the environment; the key only by name.
+        t.requires_env = sorted({*_empty_refs(t.base_url), *_empty_refs(t.model)})
+        t.base_url = _fill(t.base_url) or None
+        t.model = _fill(t.model)
+        found.add(t, origin)
+    found.default = found.default or spec.default_grader
+
+
+def _add_agentv(found: TargetSet, entries: Iterator[AgentvEntry], source: Source) -> None:
+    for entry, path, lines, loc in entries:
+        origin = Origin(source, path)
+        use = entry.get("use_target")
+        name = agentv_label(entry)
+        if isinstance(use, str) and not (entry.get("provider") or entry.get("id")) and name:
+            found.alias(name, use, origin)
+            continue
+        target = _from_agentv(entry, path, lines, loc)
+        if target is not None:
+            found.add(target, origin)
+        grader = entry.get("grader_target")
+        if isinstance(grader, str) and found.default is None:
+            found.default = grader
+
+
+def load_targets(where: TargetSources | Path | None = None) -> TargetSet:
+    """Every target the sources define (a ``Path``: a suite's folder, and the user's own);
+    the first definition of a name wins."""
+    sources = TargetSources.of(where)
     found = TargetSet()
-    for directory in (start.resolve(), *start.resolve().parents):
+    for path in sources.operator:
+        data, lines, ours = _operator_file(path)
+        origin = Origin(Source.OPERATOR, str(path))
+        if ours:
+            _add_ours(found, data, path, lines, origin)
+        else:
+            files = list(_with_includes(data, path.resolve(), lines))
+            _add_agentv(found, (e for f in files for e in _file_entries(*f)), Source.OPERATOR)
+            for d, _p, _l in files:
+                found.default = found.default or _defaults_of(d).get("grader")
+    for directory, source in sources.folders():
         ours = directory / ".gradebox" / "targets.yaml"
-        if ours.is_file():
+        if owned(ours):
             data, lines = load_yaml_file(ours)
-            spec = validate(_TargetsFile, data or {}, file=str(ours), lines=lines)
-            for t in spec.targets:
-                # base_url and model may come from the environment; the key only by name.
-                t.requires_env = sorted({*_empty_refs(t.base_url), *_empty_refs(t.model)})
-                t.base_url = _fill(t.base_url) or None
-                t.model = _fill(t.model)
-                found.targets.setdefault(t.name, t)
-                found.sources.setdefault(t.name, str(ours))
-            found.default = found.default or spec.default_grader
-        for entry, path, lines, loc in _dir_entries(directory):
-            target = _from_agentv(entry, path, lines, loc)
-            if target is not None:
-                found.targets.setdefault(target.name, target)
-                found.sources.setdefault(target.name, path)
-            grader = entry.get("grader_target")
-            if isinstance(grader, str) and found.default is None:
-                found.default = grader
+            _add_ours(found, data, ours, lines, Origin(source, str(ours)))
+        _add_agentv(found, _dir_entries(directory), source)
         found.default = found.default or _dir_defaults(directory).get("grader")
     return found

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from ..._yaml import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
+from ...llm.targets import TargetSources
 from ...suite import Suite, SuiteFile, build_suite
 from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
@@ -255,10 +256,12 @@ def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]
     return data, where
 
 
-def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
-    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar)."""
+def load_agentv(path: Path, data: Any, lines: LineMap, *, targets: tuple[Path, ...] = ()) -> Suite:
+    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar);
+    ``targets``: the operator's providers files (``--providers``), read before ``.agentv/``."""
     path = Path(path)
     base = path.parent.resolve()
+    sources = TargetSources(operator=targets, project=base)
     env = {**dotenv(base), **os.environ}
     data, where = _read(path, data, lines)
     data = interpolate_env(data, env)
@@ -268,7 +271,7 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
     defaults = _eval_defaults(data, base)
     if isinstance(defaults.get("provider"), str) and not data.get("providers"):
         data = {**data, "providers": [defaults["provider"]]}
-    target = resolve_target(data, where, base, env, roots)
+    target = resolve_target(data, where, base, env, roots, sources=sources)
 
     workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)
     docker = workspace_docker(data.get("workspace"), where, ("workspace",), base, env)
@@ -322,7 +325,8 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
     except ValidationError as exc:
         raise _locate(exc, origins, where) from None
     return build_suite(path, suite_file, lines, flavor="agentv", origins=origins,
-                       top=(str(where.path), where.lines), search_roots=tuple(roots))  # fmt: skip
+                       top=(str(where.path), where.lines), search_roots=tuple(roots),
+                       operator_targets=targets)  # fmt: skip
 
 
 def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:

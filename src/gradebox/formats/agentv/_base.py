@@ -18,6 +18,7 @@ from typing import Any
 
 from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
+from ...provenance import owned
 
 __all__ = [
     "Where",
@@ -76,7 +77,7 @@ def dotenv(start: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for directory in (start, *start.parents):
         env = directory / ".env"
-        if not env.is_file():
+        if not owned(env):  # (also: not there) another local user's /tmp/.env is not ours
             continue
         for line in env.read_text(encoding="utf-8", errors="replace").splitlines():
             key, sep, value = line.strip().removeprefix("export ").partition("=")

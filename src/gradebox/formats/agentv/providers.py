@@ -15,6 +15,7 @@ the ``.agentv/`` files above it, as our target.
 
 from __future__ import annotations
 
+import re
 import shlex
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 from ...graders.assertion import infer_image
 from ...llm.targets import (
     MODEL_KINDS,
+    TargetSources,
     agentv_config,
     agentv_defaults,
     agentv_entries,
@@ -36,6 +38,8 @@ __all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "resolve_target"]
 
 CHOSEN_TARGET: ContextVar[str | None] = ContextVar("agentv_chosen_target", default=None)
 """The target the user picked (``--target``), see ``agentv.chosen_target``."""
+
+_USE_ENV = re.compile(r"\$\{\{\s*([A-Za-z_]\w*)\s*\}\}")
 
 DEFAULT_MOCK_RESPONSE = (
     '{"answer":"Mock provider response. Configure targets.yaml to supply a custom value."}'
@@ -101,33 +105,52 @@ def _inline(value: Any, where: Where, loc: tuple[str, ...]) -> Found | str | Non
     raise where.error(loc, "a provider is a label or an entry with an id")
 
 
-def _catalog(label: str, start: Path, env: dict[str, str]) -> Found | None:
-    """The provider of that label in the ``.agentv/`` files from ``start`` up."""
-    for entry, file, lines, loc in agentv_entries(start):
-        if agentv_label(entry) == label:  # its label (else name, else id)
-            return Found(interpolate_env(entry, env), Where(Path(file), lines), loc)
-    return None
+def _catalog(label: str, sources: TargetSources, env: dict[str, str]) -> Found | str | None:
+    """The provider of that label in the operator's files and the ``.agentv/`` files from the
+    suite up, following ``use_target`` (AgentV v4); a label (a model target's name, checked
+    before the run) when its ``use_target`` variable is unset: that is an error only if a
+    test uses it, and then it names the variable."""
+    entries = list(agentv_entries(sources))
+    seen = [label]
+    for _ in range(10):
+        entry = next((e for e in entries if agentv_label(e[0]) == label), None)
+        if entry is None:
+            return None
+        raw, file, lines, loc = entry
+        use = raw.get("use_target")
+        if not isinstance(use, str) or raw.get("provider") or raw.get("id"):
+            return Found(interpolate_env(raw, env), Where(Path(file), lines), loc)
+        m = _USE_ENV.fullmatch(use.strip())
+        name = (env.get(m.group(1)) or "").strip() if m else use.strip()
+        if not name or name in seen:
+            return seen[0]  # TargetSet.lookup names the variable (or the loop) before a run
+        seen.append(name)
+        label = name
+    return seen[0]
 
 
 def resolve_target(
     data: dict[str, Any], where: Where, base: Path, env: dict[str, str],
-    roots: list[Path],
+    roots: list[Path], sources: TargetSources | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
     carry their answers)."""
-    found, label = _pick(data, where, base)
+    sources = sources or TargetSources(project=base)
+    found, label = _pick(data, where, sources)
     if found is None and label is None:
         return None
     if found is None and label is not None:
-        found = _catalog(label, base, env)
-        if found is None:
+        catalog = _catalog(label, sources, env)
+        if not isinstance(catalog, Found):
             # AgentV checks a label when it runs; so do we (as a model target's name).
+            label = catalog or label
             return {"provider": "model", "model": label, "label": label}
+        found = catalog
     assert found is not None
     return _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
 
 
-def _pick(data: dict[str, Any], where: Where, base: Path
+def _pick(data: dict[str, Any], where: Where, sources: TargetSources
           ) -> tuple[Found | None, str | None]:  # fmt: skip
     """The provider written in the file, or the label it (or a default) names."""
     providers = data.get("providers")
@@ -151,7 +174,7 @@ def _pick(data: dict[str, Any], where: Where, base: Path
     for value in (data.get("target"), execution.get("target")):
         if isinstance(value, str) and value.strip():
             return None, value.strip()
-    return None, agentv_defaults(base).get("provider")
+    return None, agentv_defaults(sources).get("provider")
 
 
 def _matrix(targets: list[Any], chosen: str | None, where: Where, base: Path
