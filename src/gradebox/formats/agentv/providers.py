@@ -168,7 +168,7 @@ def _pick(data: dict[str, Any], where: Where, sources: TargetSources
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
     chosen = CHOSEN_TARGET.get()
     if isinstance(execution.get("targets"), list):
-        return _matrix(execution["targets"], chosen, where, base)
+        return _matrix(execution["targets"], chosen, where)
     if chosen:
         return None, chosen
     for value in (data.get("target"), execution.get("target")):
@@ -177,7 +177,7 @@ def _pick(data: dict[str, Any], where: Where, sources: TargetSources
     return None, agentv_defaults(sources).get("provider")
 
 
-def _matrix(targets: list[Any], chosen: str | None, where: Where, base: Path
+def _matrix(targets: list[Any], chosen: str | None, where: Where
             ) -> tuple[Found | None, str | None]:  # fmt: skip
     """v4's ``execution.targets``: AgentV runs the file once per target. Here a run has one
     target: the one ``--target`` picks from the list (an inline entry, ``{name, use_target}``,
