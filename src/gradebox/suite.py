@@ -376,11 +376,15 @@ def _all(assertions: list[Assertion]) -> Iterator[Assertion]:
 READERS = {"agentv": ("gradebox.formats.agentv", "load_agentv")}
 
 
-def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
+def load_suite(path: str | Path, *, format: str | None = None, target: str | None = None) -> Suite:
     """Load and validate a suite file, its graders and its assertions. Runs nothing.
 
     AgentV eval files are recognised by their shape (or ``format="agentv"``) and mapped onto
     the same model, so everything after loading is shared.
+
+    ``target`` (``run --target NAME``) is the run's target in place of the file's: for an
+    AgentV file a provider of its ``targets.yaml`` (as AgentV's ``--target``), for a gradebox
+    suite the model target of that name (``.gradebox/targets.yaml``).
 
     Example::
 
@@ -400,11 +404,15 @@ def load_suite(path: str | Path, *, format: str | None = None) -> Suite:
     kind = format or detect_format(path, data)
     if kind in READERS:
         module, name = READERS[kind]
-        return getattr(importlib.import_module(module), name)(path, data, lines)  # type: ignore[no-any-return]
+        read = getattr(importlib.import_module(module), name)
+        extra = {"target_name": target} if target is not None else {}
+        return read(path, data, lines, **extra)  # type: ignore[no-any-return]
     if kind not in (None, "gradebox"):
         raise ConfigError(f"unknown format {kind!r} (gradebox, agentv)", file=file)
     if not isinstance(data, dict):
         raise ConfigError("a suite must be a mapping with 'tests'", file=file)
+    if target is not None:
+        data = {**data, "target": {"provider": "model", "model": target, "label": target}}
     spec = validate(SuiteFile, data, file=file, lines=lines)
     return build_suite(path, spec, lines)
 

@@ -31,7 +31,7 @@ from ...suite import Suite, SuiteFile, build_suite
 from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace
-from .providers import resolve_target
+from .providers import resolve_target, with_target
 
 __all__ = ["PASS_THRESHOLD", "load_agentv", "render"]
 
@@ -193,8 +193,10 @@ def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]
     return data, where
 
 
-def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
-    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar)."""
+def load_agentv(path: Path, data: Any, lines: LineMap, *, target_name: str | None = None) -> Suite:
+    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar).
+
+    ``target_name``: ``run --target NAME``, the provider of that name in place of the file's."""
     path = Path(path)
     base = path.parent.resolve()
     env = {**dotenv(base), **os.environ}
@@ -206,6 +208,8 @@ def load_agentv(path: Path, data: Any, lines: LineMap) -> Suite:
     defaults = _eval_defaults(data, base)
     if isinstance(defaults.get("provider"), str) and not data.get("providers"):
         data = {**data, "providers": [defaults["provider"]]}
+    if target_name is not None:
+        data = with_target(data, target_name)
     target = resolve_target(data, where, base, env, roots)
 
     workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)

@@ -31,7 +31,7 @@ from ...llm.targets import (
 )
 from ._base import Where, interpolate_env, resolve_path
 
-__all__ = ["CODING_AGENTS", "resolve_target"]
+__all__ = ["CODING_AGENTS", "resolve_target", "with_target"]
 
 DEFAULT_MOCK_RESPONSE = (
     '{"answer":"Mock provider response. Configure targets.yaml to supply a custom value."}'
@@ -117,6 +117,16 @@ def resolve_target(
             return {"provider": "model", "model": label, "label": label}
     assert found is not None
     return _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
+
+
+def with_target(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """The file with ``name`` as its only target (``--target``, as AgentV's overrides the
+    file's ``target``, ``execution.target(s)`` and ``providers``)."""
+    execution = data.get("execution")
+    out = {k: v for k, v in data.items() if k != "providers"}
+    if isinstance(execution, dict):
+        out["execution"] = {k: v for k, v in execution.items() if k not in ("target", "targets")}
+    return {**out, "target": name}
 
 
 def _pick(data: dict[str, Any], where: Where, base: Path
