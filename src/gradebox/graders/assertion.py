@@ -35,7 +35,7 @@ from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .fields import FieldAccuracy
-from .run import project_folder
+from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
 
 __all__ = [
@@ -465,6 +465,10 @@ def _grader(
                             f"{root}: a grader's files must lie inside it")  # fmt: skip
         if ctx.flavor == "agentv":
             body = _agentv_script(body, ctx, loc)
+            env = body.get("env") if isinstance(body.get("env"), dict) else {}
+            src = uv_src_layout(body.get("command"), source)
+            if src is not None and "PYTHONPATH" not in env and "files" not in body:
+                body["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
         if ctx.flavor == "agentv" or "config" in body:
             # AgentV hands a script's own keys (expect_edited: [...]) to it as `config`.
             extra = {k: v for k, v in body.items() if k not in _SCRIPT_FIELDS}
