@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,6 +32,7 @@ from .graders.assertion import (
 )
 from .graders.config import EnvKey
 from .graders.custom import CustomAssertion, discover
+from .graders.entries import AssertItem, SchemaOf
 from .images import ImageBuild, input_hash
 from .jsonl import digest
 from .llm.targets import TargetSet
@@ -47,6 +48,10 @@ class _Strict(BaseModel):
 
 
 Command = list[str] | str
+Assertions = Annotated[list[Any], SchemaOf(list[AssertItem])]
+"""An ``assert`` list: its schema is every kind's (``graders.entries``); each entry is checked
+as it compiles, where its error can name its line (and AgentV's files keep their own keys),
+and it stays as written."""
 
 
 class RepoConfig(_Strict):
@@ -187,7 +192,7 @@ class Defaults(_Strict):
 class Turn(_Strict):
     input: str | list[Message]
     expected_output: str | list[Message] | None = None
-    assert_: list[Any] = Field(default_factory=list, alias="assert")
+    assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
 class Conversation(_Strict):
@@ -234,7 +239,7 @@ class TestCase(_Strict):
         default=None, description="a multi-turn conversation with a model target, graded turn "
         "by turn (AgentV's mode: conversation)",
     )  # fmt: skip
-    assert_: list[Any] = Field(default_factory=list, alias="assert")
+    assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
 Privilege = Literal[
@@ -253,7 +258,7 @@ class SuiteFile(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     workspace: WorkspaceConfig | None = None
     target: TargetConfig | None = None
-    assert_: list[Any] = Field(
+    assert_: Assertions = Field(
         default_factory=list, alias="assert", description="appended to every test's"
     )
     min_mean_score: float | None = Field(

@@ -34,6 +34,7 @@ from ..protocol import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
+from .entries import check_entry
 from .fields import FieldAccuracy
 from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
@@ -77,6 +78,11 @@ _RETIRED = {
     "trajectory:tool-sequence or trajectory:tool-args-match",
     "composite": "'composite' is retired; use type: assert-set",
 }
+
+
+def refused_types() -> set[str]:
+    """Types refused by name, with a reason (not custom assertions: the schema says so)."""
+    return set(_LATER) | set(_RETIRED)
 
 
 @dataclass(kw_only=True)
@@ -323,6 +329,16 @@ def compile_assertion(
     entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0
 ) -> Assertion:
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
+    compiled = _compile(entry, ctx, loc, depth=depth)
+    if ctx.flavor == "gradebox":
+        # And its declared shape (graders.entries, schemas/suite.schema.json), checked after
+        # the loader's own checks and their reasons: a suite that loads is one the schema
+        # takes, so an editor never marks a valid suite wrong.
+        check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    return compiled
+
+
+def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
     if isinstance(entry, str):
         entry = {"type": "llm-rubric", "value": [entry]}  # a rubric of one item
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):

@@ -32,6 +32,7 @@ from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace
 from .providers import resolve_target, with_target
+from .spellings import our_spellings
 
 __all__ = ["PASS_THRESHOLD", "load_agentv", "render"]
 
@@ -255,6 +256,7 @@ def load_agentv(path: Path, data: Any, lines: LineMap, *, target_name: str | Non
         },
         "tests": tests,
     }
+    _spell_assertions(spec)
     try:
         suite_file = SuiteFile.model_validate(spec)
     except ValidationError as exc:
@@ -348,3 +350,15 @@ def _locate(exc: ValidationError, origins: list[Any], where: Where) -> ConfigErr
         field = ".".join((*test_loc, *loc[2:]))
         return ConfigError(message, file=file, line=lines.get(test_loc), field=field)
     return to_config_error(exc, file=str(where.path), lines=where.lines)
+
+
+def _spell_assertions(spec: dict[str, Any]) -> None:
+    """Every ``assert`` list of the mapped suite, its types spelt as ours (``spellings``)."""
+    for holder in [spec, *(t for t in spec.get("tests") or [] if isinstance(t, dict))]:
+        if "assert" in holder:
+            holder["assert"] = our_spellings(holder["assert"])
+        conversation = holder.get("conversation")
+        if isinstance(conversation, dict):
+            for turn in conversation.get("turns") or []:
+                if isinstance(turn, dict) and "assert" in turn:
+                    turn["assert"] = our_spellings(turn["assert"])
