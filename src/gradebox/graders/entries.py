@@ -12,8 +12,10 @@ types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
 (``.gradebox/assertions/NAME.*``), whose keys are its own.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: evaluated here, once, the annotations cost a
+# fraction of what pydantic's evaluating their strings did (this module is imported by every
+# command that loads a suite).
+import functools
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
@@ -55,7 +57,8 @@ Score = Annotated[float, Field(ge=0, le=1)]
 class Entry(BaseModel):
     """The modifiers every assertion takes (``graders.assertion`` says what each does)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Built on first use, not at import: `gradebox run` pays for the kinds it checks only.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     name: str | None = Field(default=None, description="shown in results")
     metric: str | None = Field(default=None, description="AgentV's name for `name`")
@@ -202,7 +205,7 @@ class TokenUsageCheck(Entry):
 
 
 class RubricItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     outcome: str | None = Field(default=None, description="what the answer must do")
     criteria: str | None = None
@@ -220,14 +223,14 @@ Rubric = str | list[str | RubricItem]
 
 
 class PromptCommand(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     command: str | list[str] = Field(description="prints the judge's prompt")
     config: dict[str, Any] = Field(default_factory=dict)
 
 
 class Preprocessor(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     type: str = Field(min_length=1, description="the kind of file it turns into text")
     command: str | list[str]
@@ -297,7 +300,7 @@ class AssertSetEntry(Entry):
     nonzero weight passes, or, with ``threshold``, when the score reaches it."""
 
     type: Literal["assert-set"]
-    assert_: list[AssertItem] = Field(alias="assert", min_length=1)
+    assert_: list["AssertItem"] = Field(alias="assert", min_length=1)  # noqa: UP037
     threshold: Score | None = None
     config: dict[str, Any] | None = Field(default=None, description="given to every child")
 
@@ -307,7 +310,7 @@ class CustomEntry(Entry):
     the suite, run in a container; its other keys are its ``config``."""
 
     # Its schema's `type` is any name but the kinds' and those refused by name (schemas.py).
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str = Field(min_length=1, description="the custom assertion's file name")
     image: str | None = None
@@ -355,7 +358,6 @@ AssertItem = Annotated[
 ]
 """One entry of an ``assert`` list: a rubric item (a plain string) or an assertion."""
 
-AssertSetEntry.model_rebuild()
 
 
 class SchemaOf:
@@ -363,15 +365,17 @@ class SchemaOf:
     its JSON Schema the declared type's."""
 
     def __init__(self, declared: Any) -> None:
-        self.declared = TypeAdapter(declared).core_schema
+        self.declared = declared  # its schema is built when one is asked for
 
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return handler(self.declared)
+        return handler(TypeAdapter(self.declared).core_schema)
 
 
-_ITEM: TypeAdapter[Any] = TypeAdapter(AssertItem)
+@functools.cache
+def _adapter() -> TypeAdapter[Any]:
+    return TypeAdapter(AssertItem)
 
 
 def check_entry(entry: Any, *, file: str, lines: LineMap, loc: tuple[str, ...]) -> None:
@@ -382,6 +386,6 @@ def check_entry(entry: Any, *, file: str, lines: LineMap, loc: tuple[str, ...]) 
         entry = {**entry, "command": entry["script"]}  # AgentV's earliest spelling
         del entry["script"]
     try:
-        _ITEM.validate_python(entry)
+        _adapter().validate_python(entry)
     except ValidationError as exc:
         raise to_config_error(exc, file=file, lines=lines, prefix=loc) from None
