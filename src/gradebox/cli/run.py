@@ -120,7 +120,8 @@ def run(
             "one --target per run (AgentV runs a matrix of several; run gradebox once per "
             "target, each with its own --out)", field="--target",
         )  # fmt: skip
-    suites = [load_suite(f, format=format, target=target[0] if target else None) for f in files]
+    chosen = target[0] if target else None
+    suites = [load_suite(f, format=format, target=chosen) for f in files]
     several = len(suites) > 1
     if resume is not None:
         out_dir = resume
@@ -164,7 +165,7 @@ def run(
                 where = wanted_sandbox(sandbox, suite.spec.defaults.sandbox)
                 summaries.append(_run_one(suite, plan, box, images, options, progress, output,
                                           ray=ray, allow=privileges, format=format,
-                                          sandbox=where))  # fmt: skip
+                                          sandbox=where, target=chosen))  # fmt: skip
     results: list[TestResult] = []
     for suite, summary, suite_dir in zip(suites, summaries, dirs, strict=True):
         if summary.reused:
@@ -203,6 +204,7 @@ def run(
 def _run_one(
     suite: Suite, plan: Any, box: Any, images: Any, options: RunOptions, progress: Progress,
     output: Output, *, ray: str | None, allow: set[str], format: str | None, sandbox: str,
+    target: str | None,
 ) -> RunSummary:  # fmt: skip
     """One suite of the run, with its progress bar (on a Ray cluster when asked)."""
     counts = {"passed": 0, "failed": 0, "errored": 0}
@@ -224,7 +226,7 @@ def _run_one(
             cluster = RayCluster(ray)
             remote = stack.enter_context(start_suite(
                 cluster, suite, plan, allow=allow, format=format, sandbox=sandbox,
-                options=options,
+                options=options, target=target,
             ))  # fmt: skip
             options.workers = options.workers or cluster.slots()
             output.info(f"[dim]ray: {remote.describe()}[/]")
