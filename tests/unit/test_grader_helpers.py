@@ -46,6 +46,8 @@ def refused(root: Path, extra: str) -> str:
 def test_helpers_inside_the_project_are_accepted(proj: Path) -> None:
     check(proj, "files: [../src, ../src/pkg/__init__.py]")
     check(proj, "env: {PYTHONPATH: '/grader-up1/src:/usr/lib/python3'}")
+    # a PYTHONPATH at /grader itself, or at nothing, mounts nothing more (as before)
+    check(proj, "env: {PYTHONPATH: '/grader:/grader/nope:/grader-up1'}")
 
 
 def test_hostile_helpers_are_refused_in_one_line(proj: Path) -> None:
@@ -60,8 +62,8 @@ def test_hostile_helpers_are_refused_in_one_line(proj: Path) -> None:
     write(proj / "config" / ".env", "KEY=1\n")
     assert "is a .env file" in refused(proj, "files: [../config/.env]")
     assert "holds config/.env" in refused(proj, "files: [../config]")
-    assert "env.PYTHONPATH: '../../../outside'" in refused(
-        proj, "env: {PYTHONPATH: /grader-up3/outside}")  # fmt: skip
+    assert "env.PYTHONPATH: '../../outside' leads out" in refused(
+        proj, "env: {PYTHONPATH: /grader-up2/outside}")  # fmt: skip
     # an absolute path is refused as the suite loads
     with pytest.raises(ConfigError, match=r"suite.yaml:5: tests.0.assert.0.files: '/etc' is abs"):
         check(proj, "files: [/etc]")
@@ -73,6 +75,7 @@ def test_pythonpath_names_helpers_and_uv_run_finds_a_src_layout(proj: Path) -> N
         "tests:\n  - id: a\n    output: x\n    assert:\n      - {type: script, command: "
         "[python3, ../scripts/check.py], env: {PYTHONPATH: '/grader/lib:/grader-up1/src:/x'}}\n",
     )
+    (proj / "evals" / "lib").mkdir()
     (grader,) = [a.grader for a in load_suite(suite).graders()]
     assert helper_files(grader) == [("lib", "env.PYTHONPATH"), ("../src", "env.PYTHONPATH")]
     argv = ["uv", "run", "python", "../scripts/check.py"]

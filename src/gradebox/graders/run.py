@@ -249,10 +249,16 @@ def helper_files(grader: GraderConfig) -> list[tuple[str, str]]:
     (``/grader/src`` is ``src``, ``/grader-up1/src`` is ``../src``): a path the grader was
     told to import from is one it reads."""
     found = [(path, f"files.{i}") for i, path in enumerate(grader.files)]
+    source = grader.source_dir
     for entry in grader.env.get("PYTHONPATH", "").split(":"):
         rel = _from_container_path(entry)
-        if rel is not None:
-            found.append((rel, "env.PYTHONPATH"))
+        if rel is None or source is None:
+            continue
+        host = Path(os.path.normpath(source / rel))
+        seen = [k for k in (source, grader.declared_in) if k is not None]
+        if not os.path.lexists(host) or any(host == k or host in k.parents for k in seen):
+            continue  # nothing there, or /grader itself: what its command names is there
+        found.append((rel, "env.PYTHONPATH"))
     return found
 
 
