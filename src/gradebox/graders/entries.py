@@ -359,7 +359,6 @@ AssertItem = Annotated[
 """One entry of an ``assert`` list: a rubric item (a plain string) or an assertion."""
 
 
-
 class SchemaOf:
     """``Annotated[list[Any], SchemaOf(list[AssertItem])]``: validated and kept as ``list[Any]``,
     its JSON Schema the declared type's."""
