@@ -104,8 +104,9 @@ def _line_for(loc: tuple[str, ...], lines: LineMap) -> int | None:
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[str, ...]:
-    # pydantic marks dict-key errors with a "[key]" step; users never wrote it.
-    return tuple(str(p) for p in loc if p != "[key]")
+    # pydantic marks dict-key errors with a "[key]" step, and the member of a tagged union
+    # with its tag (graders.entries names them "<Kind>"); users never wrote either.
+    return tuple(str(p) for p in loc if p != "[key]" and not (isinstance(p, str) and p[:1] == "<"))
 
 
 def validate(

@@ -691,6 +691,8 @@ class TestResult(BaseModel):
     status: Status
     passed: bool
     score: float
+    suite: str | None = Field(default=None, description="the suite it belongs to (its name)")
+    file: str | None = Field(default=None, description="the suite file, as the run named it")
     input: list[Message] = Field(default_factory=list)
     output: str | None = None
     expected_output: list[Message] = Field(default_factory=list)

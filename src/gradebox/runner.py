@@ -43,7 +43,7 @@ log = logging.getLogger("gradebox.runner")
 class RunOptions:
     out_dir: Path
     workers: int | None = None
-    filter: str | None = None
+    filter: str | list[str] | None = None  # globs over test ids; a test matching any runs
     resume: bool = False
     retry_errors: bool = False  # with resume: errored tests run again
     max_ahead: int | None = None  # containers started ahead of their input; default 2/worker
@@ -80,10 +80,11 @@ def run_suite(
     workers = options.workers or suite.spec.defaults.workers or default_workers()
     out = options.out_dir
     results_path = out / "results.jsonl"
+    patterns = [options.filter] if isinstance(options.filter, str) else options.filter
     selected = [
         t
         for t in suite.tests
-        if (options.filter is None or fnmatch.fnmatchcase(t.id, options.filter))
+        if (not patterns or any(fnmatch.fnmatchcase(t.id, p) for p in patterns))
         and (not options.references or t.has_reference())
     ]
     prints = {t.id: suite.fingerprint(t) for t in selected}
@@ -134,6 +135,7 @@ def run_suite(
             if done.node is not None or done.attempts is not None:
                 result.node, result.attempts = done.node, done.attempts
             result.fingerprint = prints[result.id]
+            result.suite, result.file = suite.name, str(suite.path)  # a run of several files
             _append_or_error(writer, result)
             finished[result.id] = (result.status, result.score)
             if result.node:

@@ -8,7 +8,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .graders.assertion import refused_types
 from .graders.config import ProgramGrader, ScriptGrader
+from .graders.entries import known_types
 from .protocol import (
     GraderOutput,
     GraderResult,
@@ -35,8 +37,12 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def schema_documents() -> dict[str, dict[str, Any]]:
-    """File name -> JSON Schema document."""
+def schema_documents(custom_assertions: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema document.
+
+    ``custom_assertions``: the names of a project's custom assertions; the suite schema then
+    takes those and no other type, so an editor flags a misspelt one. Without them, any name
+    that is not a built-in kind may be a custom assertion."""
     docs = {}
     for name, model in SCHEMAS.items():
         schema = TypeAdapter(model).json_schema(by_alias=True)
@@ -50,14 +56,26 @@ def schema_documents() -> dict[str, dict[str, Any]]:
             "$id": f"gradebox/{name}.schema.json",
             **schema,
         }
+        if name == "suite":
+            _custom_types(schema, custom_assertions)
         docs[f"{name}.schema.json"] = schema
     return docs
 
 
-def write_schemas(directory: Path) -> list[Path]:
+def _custom_types(schema: dict[str, Any], names: list[str] | None) -> None:
+    """A custom assertion's ``type``: the project's names, or any name that no kind takes
+    and that the loader does not refuse by name (``g-eval``, ...)."""
+    custom = schema["$defs"]["CustomEntry"]["properties"]["type"]
+    if names is None:
+        custom["not"] = {"enum": sorted(known_types() | refused_types())}
+    else:
+        custom["enum"] = sorted(set(names) - known_types())
+
+
+def write_schemas(directory: Path, custom_assertions: list[str] | None = None) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for filename, doc in schema_documents().items():
+    for filename, doc in schema_documents(custom_assertions).items():
         path = directory / filename
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         written.append(path)

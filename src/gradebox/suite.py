@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,6 +32,7 @@ from .graders.assertion import (
 )
 from .graders.config import EnvKey
 from .graders.custom import CustomAssertion, discover
+from .graders.entries import AssertItem, SchemaOf
 from .images import ImageBuild, input_hash
 from .jsonl import digest
 from .llm.targets import TargetSet
@@ -47,6 +48,10 @@ class _Strict(BaseModel):
 
 
 Command = list[str] | str
+Assertions = Annotated[list[Any], SchemaOf(list[AssertItem])]
+"""An ``assert`` list: its schema is every kind's (``graders.entries``); each entry is checked
+as it compiles, where its error can name its line (and AgentV's files keep their own keys),
+and it stays as written."""
 
 
 class RepoConfig(_Strict):
@@ -187,7 +192,7 @@ class Defaults(_Strict):
 class Turn(_Strict):
     input: str | list[Message]
     expected_output: str | list[Message] | None = None
-    assert_: list[Any] = Field(default_factory=list, alias="assert")
+    assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
 class Conversation(_Strict):
@@ -234,7 +239,7 @@ class TestCase(_Strict):
         default=None, description="a multi-turn conversation with a model target, graded turn "
         "by turn (AgentV's mode: conversation)",
     )  # fmt: skip
-    assert_: list[Any] = Field(default_factory=list, alias="assert")
+    assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
 Privilege = Literal[
@@ -253,7 +258,7 @@ class SuiteFile(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     workspace: WorkspaceConfig | None = None
     target: TargetConfig | None = None
-    assert_: list[Any] = Field(
+    assert_: Assertions = Field(
         default_factory=list, alias="assert", description="appended to every test's"
     )
     min_mean_score: float | None = Field(
@@ -381,13 +386,19 @@ READERS = {"agentv": ("gradebox.formats.agentv", "load_agentv")}
 
 
 def load_suite(
-    path: str | Path, *, format: str | None = None, targets: tuple[Path, ...] = ()
-) -> Suite:
+    path: str | Path, *, format: str | None = None, targets: tuple[Path, ...] = (),
+    target: str | None = None,
+) -> Suite:  # fmt: skip
     """Load and validate a suite file, its graders and its assertions. Runs nothing.
-    ``targets``: the operator's targets files (``--targets``), read before the project's.
+    ``targets``: the operator's targets files (``--targets``), read before the project's;
+    ``target``: ``--target NAME``, the target of that name in place of the suite's.
 
     AgentV eval files are recognised by their shape (or ``format="agentv"``) and mapped onto
     the same model, so everything after loading is shared.
+
+    ``target`` (``run --target NAME``) is the run's target in place of the file's: for an
+    AgentV file a provider of its ``targets.yaml`` (as AgentV's ``--target``), for a gradebox
+    suite the model target of that name (``.gradebox/targets.yaml``).
 
     Example::
 
@@ -407,12 +418,15 @@ def load_suite(
     kind = format or detect_format(path, data)
     if kind in READERS:
         module, name = READERS[kind]
-        reader = getattr(importlib.import_module(module), name)
-        return reader(path, data, lines, targets=targets)  # type: ignore[no-any-return]
+        read = getattr(importlib.import_module(module), name)
+        extra = {"target_name": target} if target is not None else {}
+        return read(path, data, lines, targets=targets, **extra)  # type: ignore[no-any-return]
     if kind not in (None, "gradebox"):
         raise ConfigError(f"unknown format {kind!r} (gradebox, agentv)", file=file)
     if not isinstance(data, dict):
         raise ConfigError("a suite must be a mapping with 'tests'", file=file)
+    if target is not None:
+        data = {**data, "target": {"provider": "model", "model": target, "label": target}}
     spec = validate(SuiteFile, data, file=file, lines=lines)
     return build_suite(path, spec, lines, operator_targets=targets)
 

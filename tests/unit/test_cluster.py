@@ -288,3 +288,22 @@ def test_a_result_crosses_a_process_boundary_unchanged():
     for job, value in results:
         back = decode(job, encode(job, value))
         assert back == value and type(back) is type(value)
+
+
+def test_run_target_travels_to_the_nodes(tmp_path):
+    """`run --target` reaches each node, which loads the suite with it (else its fingerprints
+    differ from the driver's and the node is refused)."""
+    import dataclasses
+
+    from gradebox.cluster import start_suite
+
+    class Stub:
+        def start(self, **fields):  # type: ignore[no-untyped-def]
+            return fields
+
+    path = write(tmp_path / "suite.yaml", "tests:\n  - {id: a, output: x, assert: []}\n")
+    plan = type("Plan", (), {"images": {}})()
+    fields = start_suite(Stub(), load_suite(path), plan, sandbox="auto",  # type: ignore[arg-type]
+                         target="judge")  # fmt: skip
+    assert fields["target"] == "judge"
+    assert "target" in {f.name for f in dataclasses.fields(RunSpec)}

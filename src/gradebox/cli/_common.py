@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +28,7 @@ __all__ = [
     "WorkersOpt",
     "allowed",
     "exit_code",
+    "reflow",
     "resolver_for",
     "wanted_sandbox",
 ]
@@ -75,6 +78,28 @@ LockedOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+_KEEP_LINES = re.compile(r"^\s+\S|^\s*(?:[-*•]|\d+[.)])\s", re.M)
+
+
+def reflow(doc: str | None) -> str | None:
+    """A docstring as help text: each paragraph one line, which the terminal then wraps.
+
+    Typer's rich help keeps a docstring's hard line breaks past its first paragraph, so a
+    paragraph wrapped at 95 columns in the source printed as broken lines in a narrower (or
+    wider) terminal. Paragraphs that are laid out by hand (indented lines, list items, or
+    ``\\b`` first, click's marker) keep their lines."""
+    if doc is None:
+        return None
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(doc))
+    out = []
+    for paragraph in paragraphs:
+        if paragraph.startswith("\b") or _KEEP_LINES.search(paragraph):
+            out.append(paragraph)
+        else:
+            out.append(" ".join(line.strip() for line in paragraph.splitlines()))
+    return "\n\n".join(out)
 
 
 def exit_code(statuses: Iterable[Status]) -> int:

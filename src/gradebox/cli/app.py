@@ -21,6 +21,7 @@ import typer
 from .._version import __version__
 from ..errors import ConfigError, GradeboxError, ImageError
 from . import images as images_cmd
+from ._common import reflow
 from .compare import compare
 from .grade import grade
 from .maintenance import gc, schemas
@@ -54,6 +55,7 @@ def handled(fn: F) -> F:
                 raise
             raise _fail(str(exc), 4) from None
 
+    wrapper.__doc__ = reflow(fn.__doc__)  # help reads as prose at any terminal width
     return wrapper  # type: ignore[return-value]
 
 

@@ -39,11 +39,28 @@ def schemas(
     directory: Annotated[
         Path, typer.Argument(help="Where to write the .schema.json files.")
     ] = Path("schemas"),
+    assertions_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--assertions-from",
+            metavar="FOLDER",
+            help="Close the suite schema's assertion types over the custom assertions found "
+            "from FOLDER up (.gradebox/assertions/, .agentv/assertions/): an editor then "
+            "marks a misspelt type. Default: any name that is not a built-in kind.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write the JSON Schemas of the payload, grader configuration, grader output and result."""
+    """Write the JSON Schemas of the payload, grader configuration, grader output, result and
+    suite."""
     out = Output(as_json)
-    written = write_schemas(directory)
+    customs = None
+    if assertions_from is not None:
+        from ..graders.custom import discover
+
+        customs = sorted(discover(assertions_from))
+    written = write_schemas(directory, customs)
     if as_json:
         out.document([str(p) for p in written])
     else:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -16,10 +17,11 @@ from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
 from ..preflight import preflight
-from ..protocol import Status, TestResult
+from ..protocol import RunSummary, Status, TestResult, Usage
 from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
 from ..suite import Suite, load_suite
+from ..suite_paths import expand_suite_paths, result_folders
 from ._common import (
     AllowOpt,
     JsonOpt,
@@ -53,19 +55,46 @@ TargetsOpt = Annotated[
 ]
 
 
-def _load(suite_file: Path, format: str | None, targets: Path | None) -> Suite:
+def _load(suite_file: Path, format: str | None, targets: Path | None,
+          target: str | None = None) -> Suite:  # fmt: skip
     from ..llm.targets import operator_files
 
-    return load_suite(suite_file, format=format, targets=operator_files(targets))
+    return load_suite(suite_file, format=format, targets=operator_files(targets), target=target)
+
+
+SuitesArg = Annotated[
+    list[str],
+    typer.Argument(
+        help="Suite files, folders or globs (gradebox or AgentV YAML, or AgentV JSONL cases); "
+        "a folder stands for its *.eval.yaml and eval.yaml files, **/ matches any depth, "
+        "!PATTERN leaves files out.",
+        show_default=False,
+    ),
+]
 
 
 def run(
-    suite_file: SuiteArg,
+    suite_files: SuitesArg,
     workers: WorkersOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
     filter: Annotated[
-        str | None, typer.Option("--filter", "-k", help="Only tests whose id matches this glob.")
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            "-k",
+            "--test-id",
+            help="Only tests whose id matches this glob (repeatable: any of them).",
+        ),
+    ] = None,  # fmt: skip
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--target",
+            help="Run against this target instead of the file's: a provider of AgentV's "
+            "targets.yaml, or a model target (.gradebox/targets.yaml).",
+            show_default=False,
+        ),
     ] = None,
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue the run in DIR: only missing tests.")
@@ -84,40 +113,45 @@ def run(
     targets: TargetsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run every test of a suite, each graded in containers; a table at the end.
+    """Run every test of one or more suites, each graded in containers; a table at the end.
 
     Reads gradebox suites and AgentV eval files (YAML, or JSONL cases with a YAML sidecar),
-    told apart by their shape or by --format.
+    told apart by their shape or by --format. Several files, folders or globs run one after
+    the other, as `agentv eval evals/**/*.yaml` does: every file is loaded and checked
+    before the first test runs.
 
     With --ray ADDRESS each test runs on a node of a Ray cluster; every node is checked first
     (engine, runtime, the driver's image ids, the same suite) and the results are written here,
     each with its node. A test whose node dies is run again elsewhere.
 
-    Results: DIR/results.jsonl (one line per test, written as each finishes) and
-    DIR/summary.json. Exit codes: 0 all passed, 1 some failed (or the mean score is below the
-    suite's threshold), 2 invalid suite (nothing ran), 3 some errored, 4 engine or cluster
-    failure (a refused node: nothing ran), 130 interrupted (finished tests are kept).
+    Results: DIR/results.jsonl (one line per test, written as each finishes, naming its
+    suite and file) and DIR/summary.json; a run of several files writes each file's in
+    DIR/FILE-PATH/ and the whole run's summary in DIR/summary.json. Exit codes: 0 all
+    passed, 1 some failed (or a mean score is below its suite's threshold), 2 invalid suite
+    (nothing ran), 3 some errored, 4 engine or cluster failure (a refused node: nothing ran),
+    130 interrupted (finished tests are kept).
     """
     output = Output(as_json)
     if ray is not None and targets is not None:
         raise ConfigError("--targets with --ray: a node reads the suite's own targets; put "
                           "yours in the suite's .gradebox/", field="--targets")  # fmt: skip
-    suite = _load(suite_file, format, targets)
+    files = expand_suite_paths(suite_files)
+    if target and len(target) > 1:
+        raise ConfigError(
+            "one --target per run (AgentV runs a matrix of several; run gradebox once per "
+            "target, each with its own --out)", field="--target",
+        )  # fmt: skip
+    chosen = target[0] if target else None
+    suites = [_load(f, format, targets, chosen) for f in files]
+    several = len(suites) > 1
     if resume is not None:
         out_dir = resume
     elif out is not None:
         out_dir = out
     else:
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suite.name)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0].name if not several else "run")
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
-    options = RunOptions(
-        out_dir=out_dir,
-        workers=workers,
-        filter=filter,
-        resume=resume is not None,
-        retry_errors=retry_errors,
-        use_cache=not no_cache,
-    )
+    dirs = [out_dir / name for name in result_folders(files)] if several else [out_dir]
     privileges = allowed(allow)
 
     progress = Progress(
@@ -132,6 +166,68 @@ def run(
         console=output.err,
         transient=False,
     )
+    summaries: list[RunSummary] = []
+    with open_sandbox(output, sandbox, _suite_sandbox(suites, sandbox)) as box:
+        # Every image resolved and every grader checked before the first container starts,
+        # in every file; then what this machine must give the run (model keys, programs).
+        prepared = []
+        for suite in suites:
+            images = resolver_for(box, locked, privileges | set(suite.spec.allow))
+            prepared.append((suite, images, plan_suite(suite, images, privileges)))
+        for suite in suites:
+            preflight(suite)
+        with progress:
+            for (suite, images, plan), suite_dir in zip(prepared, dirs, strict=True):
+                options = RunOptions(
+                    out_dir=suite_dir, workers=workers, filter=filter or None,
+                    resume=resume is not None, retry_errors=retry_errors,
+                    use_cache=not no_cache,
+                )  # fmt: skip
+                where = wanted_sandbox(sandbox, suite.spec.defaults.sandbox)
+                summaries.append(_run_one(suite, plan, box, images, options, progress, output,
+                                          ray=ray, allow=privileges, format=format,
+                                          sandbox=where, target=chosen))  # fmt: skip
+    results: list[TestResult] = []
+    for suite, summary, suite_dir in zip(suites, summaries, dirs, strict=True):
+        if summary.reused:
+            output.info(f"reused {summary.reused} results of unchanged tests from {suite_dir}")
+        ids = {t.id for t in suite.tests}
+        mine = [r for r in read_results(suite_dir / "results.jsonl").values() if r.id in ids]
+        results += [_labelled(r, suite, suites) for r in mine] if several else mine
+    summary = combined(summaries) if several else summaries[0]
+    if several:
+        (out_dir / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+    if junit:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(results, summary), encoding="utf-8")
+    if as_json:
+        document: dict[str, Any] = {"summary": summary, "results_dir": str(out_dir)}
+        if several:
+            document["suites"] = [
+                {"file": str(f), "results_dir": str(d), "summary": s}
+                for f, d, s in zip(files, dirs, summaries, strict=True)
+            ]
+        output.document(document)
+    else:
+        print_run(results, summary, output.console)
+        where = out_dir / "summary.json" if several else out_dir / "results.jsonl"
+        output.console.print(f"[dim]results: {where}[/]")
+    code = exit_code(r.status for r in results)
+    for s in summaries:
+        gate = s.min_mean_score
+        if code == 0 and gate is not None and s.mean_score < gate - 1e-9:
+            output.info(f"{s.suite}: mean score {s.mean_score:.3f} is below the suite's "
+                        f"threshold {gate:g}")  # fmt: skip
+            code = 1
+    raise typer.Exit(code)
+
+
+def _run_one(
+    suite: Suite, plan: Any, box: Any, images: Any, options: RunOptions, progress: Progress,
+    output: Output, *, ray: str | None, allow: set[str], format: str | None, sandbox: str,
+    target: str | None,
+) -> RunSummary:  # fmt: skip
+    """One suite of the run, with its progress bar (on a Ray cluster when asked)."""
     counts = {"passed": 0, "failed": 0, "errored": 0}
     task = progress.add_task(suite.name, total=None, **counts)
 
@@ -143,48 +239,64 @@ def run(
         counts[key[result.status]] += 1
         progress.update(task, advance=1, **counts)
 
-    with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
-        images = resolver_for(box, locked, privileges | set(suite.spec.allow))
-        # Every image resolved and every grader checked before the first container starts;
-        # then what this machine must give the run (model keys, a coding agent's program).
-        plan = plan_suite(suite, images, privileges)
-        preflight(suite)
-        with ExitStack() as stack:
-            remote = None
-            if ray is not None:
-                from ..cluster import RayCluster, start_suite
+    with ExitStack() as stack:
+        remote = None
+        if ray is not None:
+            from ..cluster import RayCluster, start_suite
 
-                cluster = RayCluster(ray)
-                remote = stack.enter_context(start_suite(
-                    cluster, suite, plan, allow=privileges, format=format,
-                    sandbox=wanted_sandbox(sandbox, suite.spec.defaults.sandbox), options=options,
-                ))  # fmt: skip
-                options.workers = workers or cluster.slots()
-                output.info(f"[dim]ray: {remote.describe()}[/]")
-            with progress:
-                summary = run_suite(suite, box, images, options, on_result=on_result,
-                                    on_start=on_start, executor=remote)  # fmt: skip
-    if summary.reused:
-        output.info(f"reused {summary.reused} results of unchanged tests from {out_dir}")
-    results = [
-        r
-        for r in read_results(out_dir / "results.jsonl").values()
-        if r.id in {t.id for t in suite.tests}
-    ]
-    if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(results, summary), encoding="utf-8")
-    if as_json:
-        output.document({"summary": summary, "results_dir": str(out_dir)})
-    else:
-        print_run(results, summary, output.console)
-        output.console.print(f"[dim]results: {out_dir / 'results.jsonl'}[/]")
-    code = exit_code(r.status for r in results)
-    gate = summary.min_mean_score
-    if code == 0 and gate is not None and summary.mean_score < gate - 1e-9:
-        output.info(f"mean score {summary.mean_score:.3f} is below the suite's threshold {gate:g}")
-        code = 1
-    raise typer.Exit(code)
+            cluster = RayCluster(ray)
+            remote = stack.enter_context(start_suite(
+                cluster, suite, plan, allow=allow, format=format, sandbox=sandbox,
+                options=options, target=target,
+            ))  # fmt: skip
+            options.workers = options.workers or cluster.slots()
+            output.info(f"[dim]ray: {remote.describe()}[/]")
+        return run_suite(suite, box, images, options, on_result=on_result,
+                         on_start=on_start, executor=remote)  # fmt: skip
+
+
+def _suite_sandbox(suites: list[Suite], chosen: str | None) -> str | None:
+    """The files' ``defaults.sandbox`` when they agree: one run has one sandbox."""
+    asked = {s.spec.defaults.sandbox for s in suites} - {None}
+    if len(asked) > 1 and chosen is None and not os.environ.get("GRADEBOX_SANDBOX"):
+        raise ConfigError(
+            f"the suite files ask for different sandboxes ({', '.join(sorted(asked))}) in "
+            "defaults.sandbox; choose one with --sandbox", field="--sandbox",
+        )  # fmt: skip
+    return next(iter(asked), None)
+
+
+def _labelled(result: TestResult, suite: Suite, suites: list[Suite]) -> TestResult:
+    """A result of a run of several files, its id prefixed by its suite for the table (by its
+    file when two suites share a name)."""
+    names = [s.name for s in suites]
+    label = suite.name if names.count(suite.name) == 1 else str(suite.path)
+    return result.model_copy(update={"id": f"{label}: {result.id}"})
+
+
+def combined(summaries: list[RunSummary]) -> RunSummary:
+    """The summary of a run of several suites: their tests counted together."""
+    total = sum(s.total for s in summaries)
+    ran = sum(s.passed + s.failed + s.errored for s in summaries)
+    usage = None
+    for s in summaries:
+        if s.usage is not None:
+            usage = usage or Usage()
+            usage.merge(s.usage)
+    return RunSummary(
+        suite=f"{len(summaries)} suites", run_id=summaries[0].run_id, total=total,
+        passed=sum(s.passed for s in summaries), failed=sum(s.failed for s in summaries),
+        errored=sum(s.errored for s in summaries), not_run=sum(s.not_run for s in summaries),
+        pass_rate=round(sum(s.passed for s in summaries) / ran, 6) if ran else 0.0,
+        mean_score=round(sum(s.mean_score * (s.passed + s.failed + s.errored)
+                             for s in summaries) / ran, 6) if ran else 0.0,
+        duration_s=round(sum(s.duration_s for s in summaries), 3),
+        workers=max(s.workers for s in summaries),
+        interrupted=any(s.interrupted for s in summaries),
+        reused=sum(s.reused for s in summaries), usage=usage,
+        warnings=[w for s in summaries for w in s.warnings],
+        started_at=summaries[0].started_at, finished_at=summaries[-1].finished_at,
+    )  # fmt: skip
 
 
 def validate(

@@ -40,14 +40,16 @@ def start_suite(
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     format: str | None = None,
     options: Any = None,
+    target: str | None = None,
 ) -> RayExecutor:
-    """Send a suite to the cluster and check every node against the driver's plan."""
+    """Send a suite to the cluster and check every node against the driver's plan
+    (``target``: ``run --target``, which each node applies as it loads the suite)."""
     paths = suite_paths(suite)
     root = common_root(paths)
     exclude = [options.out_dir] if options is not None else []
     return cluster.start(
         root=root, exclude=exclude, kind="suite", entry=str(suite.path.resolve().relative_to(root)),
-        images=dict(plan.images), sandbox=sandbox, format=format,
+        images=dict(plan.images), sandbox=sandbox, format=format, target=target,
         allow=tuple(sorted(allow | set(suite.spec.allow))),
         fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
         use_cache=options.use_cache if options else True,

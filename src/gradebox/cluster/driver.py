@@ -276,7 +276,7 @@ def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
     assertions, model targets, a replay target's recordings, repositories and references."""
     from ..graders.assertion import GraderAssertion, leaves
-    from ..graders.run import build_command, translate_args
+    from ..graders.run import build_command, helper_files, translate_args
 
     paths = [suite.path]
     target = suite.spec.target
@@ -301,8 +301,9 @@ def suite_paths(suite: Any) -> list[Path]:
         for a in leaves(test.every_assertion()):
             if isinstance(a, GraderAssertion):
                 source = a.grader.source_dir
-                if source is not None:  # its folder, and the files its command names (../)
+                if source is not None:  # its folder, the files its command names (../), helpers
                     paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
+                    paths += [source / rel for rel, _ in helper_files(a.grader)]
                 if a.file:
                     paths.append(Path(a.file))
     paths += [c.path for c in suite.customs.values()]

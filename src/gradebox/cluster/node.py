@@ -51,6 +51,7 @@ class RunSpec:
     sandbox: str | None = None
     allow: tuple[str, ...] = ()
     format: str | None = None
+    target: str | None = None  # kind suite: run --target, in place of the file's
     workspace: str | None = None  # kind grader: the folder mounted for the grader
     fingerprints: dict[str, str] = field(default_factory=dict)  # kind suite: the driver's
     use_cache: bool = True
@@ -118,7 +119,7 @@ class _Context:
         if spec.kind == "suite":
             from ..suite import load_suite
 
-            suite = load_suite(self.root / spec.entry, format=spec.format)
+            suite = load_suite(self.root / spec.entry, format=spec.format, target=spec.target)
             plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
             tests = {t.id: t for t in suite.tests}
             self.problems = _suite_problems(suite, tests, spec.fingerprints)

@@ -38,8 +38,9 @@ from ..protocol import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
+from .entries import check_entry
 from .fields import FieldAccuracy
-from .run import project_folder
+from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
 
@@ -82,6 +83,11 @@ _LATER = {
 # AgentV v4's kinds (5.x replaced them: skill-used, trajectory:*, assert-set), run with v4's
 # semantics whichever release wrote the file.
 _V4_CHECKS = {"tool-trajectory": ToolTrajectory, "skill-trigger": SkillTrigger}
+
+
+def refused_types() -> set[str]:
+    """Types refused by name, with a reason (not custom assertions: the schema says so)."""
+    return set(_LATER)
 
 
 @dataclass(kw_only=True)
@@ -364,6 +370,16 @@ def compile_assertion(
     entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0
 ) -> Assertion:
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
+    compiled = _compile(entry, ctx, loc, depth=depth)
+    if ctx.flavor == "gradebox":
+        # And its declared shape (graders.entries, schemas/suite.schema.json), checked after
+        # the loader's own checks and their reasons: a suite that loads is one the schema
+        # takes, so an editor never marks a valid suite wrong.
+        check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    return compiled
+
+
+def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
     if isinstance(entry, str):
         entry = {"type": "llm-rubric", "value": [entry]}  # a rubric of one item
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
@@ -593,6 +609,10 @@ def _grader(
                             f"{root}: a grader's files must lie inside it")  # fmt: skip
         if ctx.flavor == "agentv":
             body = _agentv_script(body, ctx, loc)
+            env = body.get("env") if isinstance(body.get("env"), dict) else {}
+            src = uv_src_layout(body.get("command"), source)
+            if src is not None and "PYTHONPATH" not in env and "files" not in body:
+                body["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
         if ctx.flavor == "agentv" or "config" in body:
             # AgentV hands a script's own keys (expect_edited: [...]) to it as `config`.
             extra = {k: v for k, v in body.items() if k not in _SCRIPT_FIELDS}

@@ -70,6 +70,12 @@ class _GraderBase(BaseModel):
     sub_path: str | None = Field(
         default=None, description="working directory, relative to the workspace root"
     )
+    files: list[str] = Field(
+        default_factory=list,
+        description="more files or folders the grader reads (a helper package: [../src]), "
+        "relative to its file; mounted read-only where its command sees them (/grader/...). "
+        "Inside the project folder, never a .env, never the grader file's folder or one above",
+    )
     limits: Limits = Field(default_factory=Limits)
     security: Security = Field(default_factory=Security)
     network: Literal["none", "bridge"] = Field(default="none", description="none: loopback only")
@@ -87,6 +93,17 @@ class _GraderBase(BaseModel):
 
     _source_dir: Path | None = PrivateAttr(default=None)
     _declared_in: Path | None = PrivateAttr(default=None)
+
+    @field_validator("files")
+    @classmethod
+    def _relative(cls, value: list[str]) -> list[str]:
+        for path in value:
+            text = path.replace("\\", "/")
+            if not text.strip() or "\0" in text or "\n" in text or len(text) > 4096:
+                raise ValueError(f"{path[:80]!r} is not a path")
+            if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+                raise ValueError(f"{path!r} is absolute: name it relative to the grader's file")
+        return value
 
     @field_validator("sub_path")
     @classmethod

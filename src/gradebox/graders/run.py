@@ -209,6 +209,12 @@ def check_grader_files(
         name = "program" if key == "args" and i == 0 else f"{key}.{i + offset}"
         return f"{field}.{name}" if field else name
 
+    for rel, key in helper_files(grader):
+        try:
+            checked_helper(grader, rel)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=file, line=line,
+                              field=f"{field}.{key}" if field else key) from None  # fmt: skip
     if grader.source_dir is not None:
         root = grader_root(grader)
         for i, arg in enumerate(argv):
@@ -231,6 +237,136 @@ def check_grader_files(
             line=line,
             field=where(i),
         )
+
+
+HELPER_SCAN_LIMIT = 20_000
+"""Entries a helper folder may hold: each is looked at for a ``.env`` before it is mounted."""
+
+
+def helper_files(grader: GraderConfig) -> list[tuple[str, str]]:
+    """What a grader reads besides what its command names, as ``(path relative to its file,
+    field)``: its ``files``, and each folder its ``env: PYTHONPATH`` names under ``/grader``
+    (``/grader/src`` is ``src``, ``/grader-up1/src`` is ``../src``): a path the grader was
+    told to import from is one it reads."""
+    found = [(path, f"files.{i}") for i, path in enumerate(grader.files)]
+    source = grader.source_dir
+    for entry in grader.env.get("PYTHONPATH", "").split(":"):
+        rel = _from_container_path(entry)
+        if rel is None or source is None:
+            continue
+        host = Path(os.path.normpath(source / rel))
+        seen = [k for k in (source, grader.declared_in) if k is not None]
+        if not os.path.lexists(host) or any(host == k or host in k.parents for k in seen):
+            continue  # nothing there, or /grader itself: what its command names is there
+        found.append((rel, "env.PYTHONPATH"))
+    return found
+
+
+def uv_src_layout(argv: Any, source_dir: Path) -> str | None:
+    """``uv run ...`` in a Python project laid out with ``src/``: the container path of that
+    ``src`` (for ``PYTHONPATH``), else None.
+
+    ``uv run`` installs the project it finds from its working folder up (AgentV runs a grader
+    in the eval file's folder), which makes the packages under ``src/`` importable. Nothing is
+    installed in a grader's container (no network), so AgentV files that rely on it get the
+    same packages by ``PYTHONPATH`` instead; the folder is then mounted as any that
+    ``PYTHONPATH`` names (``helper_files``). The search stops at the project folder."""
+    if not isinstance(argv, list) or argv[:2] != ["uv", "run"]:
+        return None
+    root = project_folder(source_dir)
+    for folder in (source_dir, *source_dir.parents):
+        if not _inside(folder, root):
+            return None
+        if (folder / "pyproject.toml").is_file():
+            src = folder / "src"
+            if not src.is_dir() or src.is_symlink():
+                return None
+            return container_path(PurePosixPath(os.path.relpath(src, source_dir)).as_posix())
+    return None
+
+
+def _from_container_path(path: str) -> str | None:
+    """``container_path`` undone: ``/grader/x`` -> ``x``, ``/grader-up2/x`` -> ``../../x``."""
+    head, _, rest = PurePosixPath(path).as_posix().lstrip("/").partition("/")
+    if head == CONTAINER_GRADER_DIR.lstrip("/"):
+        return rest or "."
+    up = head.removeprefix(CONTAINER_GRADER_DIR.lstrip("/") + "-up")
+    if up != head and up.isdigit() and 0 < int(up) < 64:
+        return "/".join([".."] * int(up) + ([rest] if rest else []))
+    return None
+
+
+def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
+    """A helper file or folder of ``grader``, checked: ``(its path relative to the grader's
+    folder as mounted, the host path)``. ``ValueError`` says, in one line, why it is refused:
+    absolute, missing, out of the project folder (by ``..`` or by a link), a ``.env`` or a
+    folder holding one, or the grader file's folder or one above it (the suite, its answers)."""
+    source = grader.source_dir
+    if source is None:
+        raise ValueError("a grader given without a file has no folder its files are next to")
+    text = rel.replace("\\", "/")
+    if text.startswith("/"):
+        raise ValueError(f"{rel!r} is absolute: name it relative to the grader's file")
+    root = grader_root(grader) or source
+    lexical = Path(os.path.normpath(source / text))
+    try:
+        resolved = (source / text).resolve()
+        exists = resolved.exists()
+    except (OSError, RuntimeError):  # a link loop
+        exists = False
+    if not _inside(lexical, root) or (exists and not _inside(resolved, root)):
+        raise ValueError(f"{rel!r} leads out of the project folder {root} (by '..' or a "
+                         "link): only files inside it are mounted")  # fmt: skip
+    if not exists:
+        raise ValueError(f"{rel!r} does not exist next to the grader file ({source})")
+    for kept in (source, grader.declared_in):
+        if kept is not None and (resolved == kept or resolved in kept.parents):
+            raise ValueError(f"{rel!r} is the grader file's folder or one above it (the suite "
+                             "and its answers): name the folder it reads")  # fmt: skip
+    if _secret(lexical.name) or _secret(resolved.name):
+        raise ValueError(f"{rel!r} is a .env file: keys are never mounted")
+    if resolved.is_dir():
+        secret = _secret_inside(resolved)
+        if secret is not None:
+            raise ValueError(f"{rel!r} holds {secret}: a folder with a .env is never mounted")
+    return PurePosixPath(os.path.relpath(resolved, source)).as_posix(), resolved
+
+
+def _secret_inside(folder: Path) -> str | None:
+    """The first ``.env`` below ``folder`` (links are not followed), or a refusal when it holds
+    more entries than are looked at."""
+    seen = 0
+    for top, dirs, names in os.walk(folder):
+        for name in (*dirs, *names):
+            seen += 1
+            if _secret(name):
+                return os.path.relpath(os.path.join(top, name), folder.parent)
+        if seen > HELPER_SCAN_LIMIT:
+            return f"more than {HELPER_SCAN_LIMIT} entries (each is checked for a .env)"
+    return None
+
+
+def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mount]
+                  ) -> list[Mount]:  # fmt: skip
+    """Mount, read-only, the grader's helper files and folders (``helper_files``) where its
+    command sees them, unless a mount of its command's files already shows them. A folder the
+    container user could not enter (a 0700 one) is copied first, without following links."""
+    mounts: list[Mount] = []
+    for rel, _ in helper_files(grader):
+        try:
+            name, host = checked_helper(grader, rel)
+        except ValueError as exc:  # checked by `validate`/`run` first; `grade` meets it here
+            raise ConfigError(str(exc), field="files") from None
+        target = container_path(name)
+        if any(target == m.target or target.startswith(m.target.rstrip("/") + "/")
+               for m in [*taken, *mounts]):  # fmt: skip
+            continue
+        if host.is_dir() and not _enterable(host, user):
+            copy = scratch / "helpers" / name.replace("../", "_up_/")
+            shutil.copytree(host, copy, symlinks=True)
+            host = copy
+        mounts.append(Mount(host, target, read_only=True))
+    return mounts
 
 
 def _exists(base: Path, arg: str) -> bool:
@@ -289,7 +425,18 @@ def grader_fingerprint(grader: GraderConfig, relative_to: Path | None = None) ->
     parts: list[object] = [grader.model_dump(mode="json"), where]
     if grader.source_dir is not None:
         parts += [file_digest(grader.source_dir / rel) for rel in build_command(grader)[1]]
+        for rel, _ in helper_files(grader):  # a changed helper package changes its verdicts
+            host = grader.source_dir / rel
+            parts.append(_tree_digest(host) if host.is_dir() else file_digest(host))
     return digest(*parts)
+
+
+def _tree_digest(folder: Path) -> str:
+    """Every file below ``folder`` (links not followed): names and bytes."""
+    files = []
+    for top, _, names in os.walk(folder):
+        files += [os.path.join(top, n) for n in names]
+    return digest(*[(os.path.relpath(f, folder), file_digest(Path(f))) for f in sorted(files)])
 
 
 def file_digest(path: Path) -> str:
@@ -421,6 +568,7 @@ class PreparedGrader:
                 folders=grader.dialect not in ("pytest", "node-test"),
                 keep_out=grader.declared_in,
             )  # fmt: skip
+        mounts += helper_mounts(grader, self.user, scratch, mounts)
         spec = grader_spec(
             image=self.image_id,
             command=command,

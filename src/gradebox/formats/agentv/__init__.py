@@ -38,6 +38,7 @@ from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace, workspace_docker
 from .providers import CHOSEN_TARGET, resolve_target
+from .spellings import our_spellings
 
 __all__ = ["PASS_THRESHOLD", "chosen_target", "load_agentv", "release_of", "render"]
 
@@ -256,9 +257,18 @@ def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]
     return data, where
 
 
-def load_agentv(path: Path, data: Any, lines: LineMap, *, targets: tuple[Path, ...] = ()) -> Suite:
-    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar);
-    ``targets``: the operator's providers files (``--providers``), read before ``.agentv/``."""
+def load_agentv(
+    path: Path, data: Any, lines: LineMap, *, targets: tuple[Path, ...] = (),
+    target_name: str | None = None,
+) -> Suite:  # fmt: skip
+    """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar).
+
+    ``targets``: the operator's providers files (``--providers``), read before ``.agentv/``;
+    ``target_name``: ``run --target NAME``, the target of that name in place of the file's
+    (one of its ``execution.targets``, where it lists several)."""
+    if target_name is not None:
+        with chosen_target(target_name, GRADER_TARGET.get()):
+            return load_agentv(path, data, lines, targets=targets)
     path = Path(path)
     base = path.parent.resolve()
     sources = TargetSources(operator=targets, project=base)
@@ -320,6 +330,7 @@ def load_agentv(path: Path, data: Any, lines: LineMap, *, targets: tuple[Path, .
         "preprocessors": _preprocessors(data, where),
         "tests": tests,
     }
+    _spell_assertions(spec)
     try:
         suite_file = SuiteFile.model_validate(spec)
     except ValidationError as exc:
@@ -425,3 +436,15 @@ def _locate(exc: ValidationError, origins: list[Any], where: Where) -> ConfigErr
         field = ".".join((*test_loc, *loc[2:]))
         return ConfigError(message, file=file, line=lines.get(test_loc), field=field)
     return to_config_error(exc, file=str(where.path), lines=where.lines)
+
+
+def _spell_assertions(spec: dict[str, Any]) -> None:
+    """Every ``assert`` list of the mapped suite, its types spelt as ours (``spellings``)."""
+    for holder in [spec, *(t for t in spec.get("tests") or [] if isinstance(t, dict))]:
+        if "assert" in holder:
+            holder["assert"] = our_spellings(holder["assert"])
+        conversation = holder.get("conversation")
+        if isinstance(conversation, dict):
+            for turn in conversation.get("turns") or []:
+                if isinstance(turn, dict) and "assert" in turn:
+                    turn["assert"] = our_spellings(turn["assert"])

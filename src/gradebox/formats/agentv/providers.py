@@ -152,7 +152,14 @@ def resolve_target(
 
 def _pick(data: dict[str, Any], where: Where, sources: TargetSources
           ) -> tuple[Found | None, str | None]:  # fmt: skip
-    """The provider written in the file, or the label it (or a default) names."""
+    """The provider written in the file, or the label it (or a default) names; ``--target``
+    (``CHOSEN_TARGET``) in place of the file's providers and target, as AgentV's does."""
+    execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
+    chosen = CHOSEN_TARGET.get()
+    if isinstance(execution.get("targets"), list):
+        return _matrix(execution["targets"], chosen, where)
+    if chosen:
+        return None, chosen
     providers = data.get("providers")
     if isinstance(providers, str | dict):
         providers = [providers]
@@ -165,12 +172,6 @@ def _pick(data: dict[str, Any], where: Where, sources: TargetSources
             )  # fmt: skip
         picked = _inline(providers[0], where, ("providers", "0"))
         return (picked, None) if isinstance(picked, Found) else (None, picked)
-    execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
-    chosen = CHOSEN_TARGET.get()
-    if isinstance(execution.get("targets"), list):
-        return _matrix(execution["targets"], chosen, where)
-    if chosen:
-        return None, chosen
     for value in (data.get("target"), execution.get("target")):
         if isinstance(value, str) and value.strip():
             return None, value.strip()

@@ -1,0 +1,125 @@
+"""The `assert` list is declared: one model per assertion kind (graders.entries), told apart by
+`type`; the exported suite schema checks entries with them, and a gradebox suite that loads is
+one the schema takes."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from gradebox.errors import ConfigError
+from gradebox.formats import detect_format
+from gradebox.graders.assertion import LLM_TYPES
+from gradebox.graders.builtin import BUILTINS
+from gradebox.graders.entries import known_types
+from gradebox.graders.trace import TRACE_TYPES
+from gradebox.schemas import schema_documents
+from gradebox.suite import load_suite
+from tests.conftest import write
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(
+    p for p in (ROOT / "examples").rglob("*.yaml")
+    if detect_format(p, yaml.safe_load(p.read_text())) in (None, "gradebox")
+    and "tests" in (yaml.safe_load(p.read_text()) or {})
+)  # fmt: skip
+
+
+@functools.cache
+def validator(customs: tuple[str, ...] | None = None) -> jsonschema.Draft202012Validator:
+    schema = schema_documents(list(customs) if customs is not None else None)["suite.schema.json"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def errors(entry: Any, customs: tuple[str, ...] | None = None) -> list[str]:
+    suite = {"tests": [{"id": "a", "output": "x", "assert": [entry]}]}
+    return [e.message for e in validator(customs).iter_errors(suite)]
+
+
+def test_the_committed_schema_is_the_exported_one() -> None:
+    committed = json.loads((ROOT / "schemas" / "suite.schema.json").read_text())
+    assert committed == json.loads(json.dumps(schema_documents()["suite.schema.json"]))
+    assert committed["$defs"]["TestCase"]["properties"]["assert"]["items"] != {}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_example_suite_loads_and_the_schema_takes_it(path: Path) -> None:
+    assert len(EXAMPLES) >= 4
+    load_suite(path)
+    assert list(validator().iter_errors(yaml.safe_load(path.read_text()))) == []
+
+
+def test_every_kind_the_loader_knows_has_a_model() -> None:
+    known = known_types()
+    builtins = {n for b in BUILTINS for n in (b, f"not-{b}")}
+    assert builtins | TRACE_TYPES | LLM_TYPES <= known
+    assert {"program", "script", "code-grader", "assert-set", "pytest", "field-accuracy"} <= known
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "contains", "value": "x", "weight": "heavy"},  # wrong field type
+        {"type": "contains", "value": "x", "valeu": "y"},  # a misspelt key
+        {"type": "contains-any", "value": "x"},  # a list wanted
+        {"type": "regex", "value": "^a", "flags": 3},
+        {"type": "script", "command": 5},
+        {"type": "program", "args": ["x.py"]},  # no program
+        {"type": "assert-set", "assert": []},
+        {"type": "llm-rubric", "value": ["polite"], "threshold": 2},
+        {"type": "latency", "max_ms": "fast"},
+        {"type": "g-eval", "value": "x"},  # refused by name, so no custom either
+        {"type": "assert-set", "assert": [{"type": "equals", "value": "x", "negate": "yes"}]},
+        {"value": "x"},  # no type
+        3,
+    ],
+)
+def test_the_schema_refuses_a_malformed_entry(entry: Any) -> None:
+    assert errors(entry)
+
+
+def test_a_misspelt_type_is_refused_once_the_custom_assertions_are_named() -> None:
+    # Without a project's names, any other name may be a custom assertion's file...
+    assert errors({"type": "min-words", "min": 5}) == []
+    assert errors({"type": "contians", "value": "x"}) == []
+    # ...with them (gradebox schemas --assertions-from FOLDER), a misspelt type is refused.
+    assert errors({"type": "min-words", "min": 5}, ("min-words",)) == []
+    assert errors({"type": "contians", "value": "x"}, ("min-words",))
+    assert errors({"type": "contains", "value": "x"}, ("min-words",)) == []
+
+
+def test_a_suite_the_schema_refuses_does_not_load(tmp_path: Path) -> None:
+    # The loader's own checks say nothing of a judge's threshold out of 0..1; the model does.
+    path = write(
+        tmp_path / "suite.yaml",
+        "tests:\n  - id: a\n    output: x\n    assert:\n"
+        "      - {type: llm-rubric, value: [polite], threshold: 2, target: m}\n",
+    )
+    write(tmp_path / ".gradebox" / "targets.yaml",
+          "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
+          "api_key_env: GB_NO_KEY}\n")  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        load_suite(path)
+    assert str(caught.value).endswith(
+        "suite.yaml:5: tests.0.assert.0.threshold: Input should be less than or equal to 1"
+    ), str(caught.value)
+
+
+def test_agentv_spellings_are_mapped_before_validation(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "evals" / "x.eval.yaml",
+        "tests:\n  - id: a\n    input: hi\n    expected_output: '{\"a\": 1}'\n    assertions:\n"
+        "      - {type: is_json}\n"
+        "      - {type: field_accuracy, fields: [{path: a, match: exact}]}\n"
+        "      - {type: token_usage, max_total: 10}\n",
+    )
+    suite = load_suite(path)
+    kinds = [a.check.type for a in suite.tests[0].assertions]  # type: ignore[union-attr]
+    assert kinds == ["is-json", "field-accuracy", "token-usage"]

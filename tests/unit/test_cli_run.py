@@ -1,0 +1,140 @@
+"""`gradebox run` over several files and globs, with AgentV's `--target` and `--test-id`.
+
+Built-in assertions over recorded answers or mock targets, on the host sandbox: nothing here
+needs a container, and everything goes through the real command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradebox.cli.app import app
+from gradebox.errors import ConfigError
+from gradebox.suite import load_suite
+from gradebox.suite_paths import expand_suite_paths, result_folders
+from tests.conftest import write
+
+
+def suite(answer: str, name: str, ids: tuple[str, ...] = ("t1", "t2")) -> str:
+    body = "".join(
+        f"  - id: {i}\n    output: {answer}\n    assert: [{{type: equals, value: right}}]\n"
+        for i in ids
+    )
+    return f"name: {name}\ntests:\n{body}"
+
+
+def gradebox(*args: object) -> tuple[int, str]:
+    # *.eval.yaml reads as AgentV's by its name; these are gradebox suites (output: ...)
+    gradebox_format = ["--format", "gradebox"] if "--target" not in args else []
+    result = CliRunner().invoke(app, [*map(str, args), "--sandbox", "host", *gradebox_format])
+    # --json: the document on stdout; else what the terminal shows (stdout and stderr)
+    return result.exit_code, result.stdout if "--json" in args else result.output
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRADEBOX_SANDBOX", raising=False)
+    write(tmp_path / "evals" / "a" / "first.eval.yaml", suite("right", "first"))
+    write(tmp_path / "evals" / "b" / "deep" / "eval.yaml", suite("wrong", "second"))
+    write(tmp_path / "evals" / ".hidden" / "third.eval.yaml", suite("right", "third", ("t3",)))
+    write(tmp_path / "evals" / "notes.md", "not a suite\n")
+    write(tmp_path / "evals" / "b" / "other.yaml", suite("right", "other", ("o",)))
+    return tmp_path
+
+
+def test_globs_are_expanded_here_recursively_sorted_and_once(tree: Path) -> None:
+    found = expand_suite_paths(["evals/**/*.yaml", "evals/a/first.eval.yaml"], tree)
+    assert found == [Path("evals/.hidden/third.eval.yaml"), Path("evals/a/first.eval.yaml"),
+                     Path("evals/b/deep/eval.yaml"), Path("evals/b/other.yaml")]  # fmt: skip
+    # a folder stands for its eval files (AgentV's names), and !pattern leaves some out
+    assert expand_suite_paths(["evals", "!evals/.hidden/**"], tree) == [
+        Path("evals/a/first.eval.yaml"), Path("evals/b/deep/eval.yaml"),
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="no suite file matches 'evals/\\*\\*/\\*.yml'"):
+        expand_suite_paths(["evals/**/*.yml"], tree)
+    # a plain path stays as written: a missing one is load_suite's "file not found"
+    assert expand_suite_paths(["nope.yaml"], tree) == [Path("nope.yaml")]
+    names = result_folders([Path("evals/a/x.yaml"), Path("evals-a/x.yaml"), Path("/abs/s.yaml")])
+    assert names == ["evals-a-x.yaml", "evals-a-x.yaml-2", "abs-s.yaml"]
+
+
+def test_several_files_one_results_folder_one_table(tree: Path) -> None:
+    code, text = gradebox("run", "evals/**/*eval.yaml", "--out", "o", "--json")
+    assert code == 1, text  # the second suite's answers are wrong
+    doc = json.loads(text)
+    summary = doc["summary"]
+    assert (summary["total"], summary["passed"], summary["failed"]) == (5, 3, 2)
+    assert [s["file"] for s in doc["suites"]] == [
+        "evals/.hidden/third.eval.yaml", "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml",
+    ]  # fmt: skip
+    assert json.loads((tree / "o" / "summary.json").read_text())["total"] == 5
+    # each suite's results in its own folder, each result naming its suite and file
+    lines = (tree / "o" / "evals-b-deep-eval.yaml" / "results.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    assert {(r["id"], r["suite"], r["file"], r["status"]) for r in rows} == {
+        ("t1", "second", "evals/b/deep/eval.yaml", "failed"),
+        ("t2", "second", "evals/b/deep/eval.yaml", "failed"),
+    }
+    # the table covers every file, each test under its suite's name
+    code, text = gradebox("run", "evals", "--out", "o2")
+    assert code == 1 and "first: t1" in text and "second: t2" in text and "third: t3" in text
+    assert "3 passed" in text and "2 failed" in text
+    # --resume finds each suite's results again: nothing runs
+    code, text = gradebox("run", "evals/**/*eval.yaml", "--resume", "o", "--json")
+    assert code == 1 and json.loads(text)["summary"]["reused"] == 5, text
+
+
+def test_test_id_is_filter_repeatable(tree: Path) -> None:
+    code, text = gradebox("run", "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml",
+                          "--test-id", "t1", "--filter", "zz*", "--out", "o", "--json")  # fmt: skip
+    assert json.loads(text)["summary"]["total"] == 2, text
+    code, text = gradebox("run", "evals/a/first.eval.yaml", "--test-id", "t1", "--test-id",
+                          "t2", "--out", "o3", "--json")  # fmt: skip
+    assert code == 0 and json.loads(text)["summary"]["total"] == 2
+
+
+def test_a_glob_that_matches_nothing_runs_nothing(tree: Path) -> None:
+    code, text = gradebox("run", "evals/**/*.yml", "--out", "o")
+    assert code == 2 and "no suite file matches 'evals/**/*.yml'" in text
+    assert not (tree / "o").exists()
+    # every file is loaded before anything runs: a broken one stops the run before it starts
+    write(tree / "evals" / "z.eval.yaml", "tests: 3\n")
+    code, text = gradebox("run", "evals", "--out", "o")
+    assert code == 2 and "z.eval.yaml" in text and not (tree / "o").exists()
+
+
+def _agentv(tmp_path: Path) -> Path:
+    write(tmp_path / ".agentv" / "config.yaml", "providers: file://providers.yaml\n")
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- {id: mock, label: polite, response: 'hello there'}\n"
+        "- {id: mock, label: rude, response: 'go away'}\n",
+    )
+    return write(
+        tmp_path / "evals" / "greet.eval.yaml",
+        "target: polite\ntests:\n  - id: greet\n    input: say hello\n"
+        "    assert: [{type: contains, value: hello}]\n",
+    )
+
+
+def test_target_picks_the_run_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _agentv(tmp_path)
+    assert gradebox("run", path, "--out", "a", "--target", "polite")[0] == 0
+    code, text = gradebox("run", path, "--target", "rude", "--out", "b", "--json")
+    assert code == 1, text
+    row = json.loads((tmp_path / "b" / "results.jsonl").read_text())
+    assert row["output"] == "go away"
+    # over execution.target and providers too, as AgentV's --target
+    write(path, path.read_text().replace("target: polite", "execution: {target: polite}"))
+    assert load_suite(path, target="rude").spec.target.response == "go away"
+    # a gradebox suite: the model target of that name
+    plain = write(tmp_path / "plain.yaml", suite("right", "plain"))
+    target = load_suite(plain, target="judge").spec.target
+    assert target is not None and (target.provider, target.model) == ("model", "judge")
+    code, text = gradebox("run", path, "--target", "rude", "--target", "polite", "--out", "c")
+    assert code == 2 and "one --target per run" in text
