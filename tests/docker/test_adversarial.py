@@ -967,6 +967,9 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
     def grader(program, args, **kw):
         return {"type": "program", "program": program, "args": args, **kw}
 
+    def script(shell):
+        return {"type": "script", "command": ["sh", "-c", shell], "negate": True}
+
     crash = ["-c", "import json; json.loads('not json')"]
     cases = {
         "crash": grader("python3", crash, negate=True),
@@ -974,8 +977,13 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
         "crash-script": {"type": "script", "command": ["python3", *crash], "negate": True},
         "crash-in-a-set": {"type": "assert-set", "negate": True,
                            "assert": [grader("python3", crash)]},
+        # A script run through a wrapper that sends its traceback to stdout.
+        "script-wrapped": script("exec python3 -c \"import json; json.loads('x')\" 2>&1"),
+        "script-crash-on-stdout": script("python3 -c '1/0' 2>&1; exit 1"),
         # Controls: a verdict the grader gave is negated as ever, and a crash is a failure.
         "silent-fail": grader("sh", ["-c", "exit 1"], negate=True),
+        "script-silent-fail": script("exit 1"),
+        "script-reported-fail": script("echo '{\"pass\": false}'; exit 1"),
         "reported-fail": grader("sh", ["-c", "echo '{\"passed\": false}'"], negate=True),
         "crash-not-negated": grader("python3", crash),
     }  # fmt: skip
@@ -985,10 +993,13 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
     assert status == {
         "crash": Status.error, "crash-on-stdout": Status.error, "crash-script": Status.error,
         "crash-in-a-set": Status.error,
+        "script-wrapped": Status.error, "script-crash-on-stdout": Status.error,
         "silent-fail": Status.passed, "reported-fail": Status.passed,
+        "script-silent-fail": Status.passed, "script-reported-fail": Status.passed,
         "crash-not-negated": Status.failed,
     }, status  # fmt: skip
     assert results["crash"].graders[0].evidence.startswith("negate needs a verdict")
+    assert "Traceback" in (results["script-wrapped"].graders[0].stdout_tail or "")
 
 
 def test_without_an_init_of_its_own_docker_still_judges_output_as_printed(tmp_path, workspace):
