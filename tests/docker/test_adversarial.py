@@ -1082,3 +1082,38 @@ def test_a_node_test_that_runs_the_cli_control_fails_and_a_fix_passes(tmp_path, 
     assert r.status is Status.failed and r.score == 0.5, (r.evidence, r.stderr_tail)
     fixed = _node_cli_verifier(tmp_path / "fixed", box, "plain", add="a + b")
     assert fixed.status is Status.passed and fixed.score == 1.0, fixed.evidence
+
+
+CLAIMING_AGENT = """import json, sys, time
+time.sleep(3)  # a slow agent...
+answer = {"text": "done"}
+if sys.argv[2] == "claim":  # ...that says it was quick
+    answer.update(duration_ms=5, token_usage={"input": 1, "output": 1}, cost_usd=0.0)
+open(sys.argv[1], "w").write(json.dumps(answer))
+"""
+
+
+@pytest.mark.parametrize("mode", ["claim", "control"])
+def test_a_targets_claimed_duration_never_replaces_the_measured_one(tmp_path, box, mode):
+    # An AgentV-style cli target that took 3 s and wrote `duration_ms: 5` into its answer
+    # file: `latency` and `execution-metrics` hold what gradebox measured; the claim is kept
+    # apart in the result, and one that contradicts the measurement is reported.
+    suite = (
+        "target: {provider: cli, command: 'python3 agent.py {OUTPUT_FILE} " + mode + "'}\n"
+        "tests:\n  - id: t\n    input: go\n    assert:\n"
+        "      - {type: latency, max_ms: 2000}\n"
+        "      - {type: execution-metrics, max_duration_ms: 2000}\n"
+        "      - {type: contains, value: done}\n"
+    )
+    result = _run_suite(tmp_path, box, suite, files={"agent.py": CLAIMING_AGENT})["t"]
+    status = [g.status for g in result.graders]
+    assert status == [Status.failed, Status.failed, Status.passed], result
+    assert result.target is not None and result.target.duration_ms >= 3000
+    if mode == "claim":
+        assert result.target.claimed == {
+            "duration_ms": 5.0, "token_usage": {"input": 1, "output": 1}, "cost_usd": 0.0,
+        }  # fmt: skip
+        assert len(result.target.warnings) == 1
+        assert "claimed duration_ms 5" in result.target.warnings[0]
+    else:
+        assert result.target.claimed is None and result.target.warnings == []

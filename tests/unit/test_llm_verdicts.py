@@ -183,9 +183,15 @@ MALFORMED = {
         (Raw({"id": "c1", "object": "chat.completion"}), "no 'choices'"),
         (Raw({"id": "c1", "object": "chat.completion", "choices": []}), "no 'choices'"),
         (Raw({"id": "c1", "choices": None}), "no 'choices'"),
-        (Raw({"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                "content": None}}]}),
-         "content' is null"),  # fmt: skip
+        (
+            Raw(
+                {
+                    "id": "c1",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": None}}],
+                }
+            ),
+            "content' is null",
+        ),  # fmt: skip
         (Raw({"id": "c1", "choices": [{"index": 0}]}), "no 'choices[0].message'"),
     ],
     "azure": [

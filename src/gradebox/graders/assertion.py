@@ -313,6 +313,10 @@ def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -
         gate = float(required)
     else:
         raise _fail(ctx, (*loc, "required"), "required must be true, false or a score 0..1")
+    if gate is not None and gate <= 0:
+        # Every score reaches a gate at 0: `required` would require nothing.
+        where = "min_score" if required is True and min_score is not None else "required"
+        raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
     if name is not None and not isinstance(name, str):
         raise _fail(ctx, (*loc, "name"), "name must be a string")
     return {"name": name, "weight": float(weight), "negate": negate, "required": gate,
@@ -414,6 +418,9 @@ def _assert_set(
         or not 0 <= threshold <= 1
     ):  # fmt: skip
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
+    if threshold is not None and threshold <= 0:
+        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any "
+                    "weighted score reaches it): give one above 0")  # fmt: skip
     shared = body.get("config") or {}
     if not isinstance(shared, dict):
         raise _fail(ctx, (*loc, "config"), "config must be a mapping")
@@ -672,8 +679,15 @@ def _llm(
     if prompt is None and command is None and not rubrics and kind not in _DEFAULT_PROMPTED:
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
     threshold = body.get("threshold", DEFAULT_REQUIRED)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not (0 <= threshold <= 1)
+    ):
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
+    if threshold <= 0:
+        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any score "
+                    "the judge gives reaches it): give one above 0")  # fmt: skip
     name = body.get("target", body.get("provider"))
     where = (*loc, "target") if "target" in body else (
         (*loc, "provider") if "provider" in body else loc)  # fmt: skip
