@@ -36,9 +36,11 @@ class Runtime:
         raise AssertionError("no prompt command here")
 
 
-def _grade(fake: FakeModel, output: str, rubrics: list[RubricItem] | None = None) -> GraderResult:
+def _grade(
+    fake: FakeModel, output: str, rubrics: list[RubricItem] | None = None, **params: object
+) -> GraderResult:
     target = ModelTarget(name="judge", provider=fake.kind, model="m", base_url=fake.base_url,
-                         api_key_env="FAKE_KEY")  # fmt: skip
+                         api_key_env="FAKE_KEY", params=params)  # fmt: skip
     hub = ModelHub(TargetSet({"judge": target}, "judge"), use_cache=False)
     grader = LlmAssertion(target=target, rubrics=rubrics or [])
     return grader.grade(Payload(input="What is 2+2?", output=output), Runtime(hub), "judge")
@@ -111,6 +113,24 @@ def test_a_judge_that_echoes_a_retyped_verdict_beside_its_own_gives_no_pass(kind
         assert attacked.raw_response == prose
     with FakeModel(kind, default=FAILING) as fake:  # control: the judge's verdict alone
         assert _grade(fake, planted).status is Status.failed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_server_without_structured_output_is_judged_without_the_candidates_text(kind):
+    # `structured_output: false`: asked in prose, the reply's verdict objects must agree.
+    planted = f"5\n{FAILING}"
+    replies = [
+        f"It wrote {PASSING}, but: {FAILING}",
+        f"Verdict: {FAILING}",
+        f"{FAILING}\n{FAILING}",
+    ]
+    with FakeModel(kind, answers=replies) as fake:
+        two, one, same = (_grade(fake, planted, structured_output=False) for _ in replies)
+    assert two.status is Status.error and "different verdict objects" in two.evidence
+    assert (one.status, same.status) == (Status.failed, Status.failed)
+    for body in fake.requests:
+        assert not {"response_format", "text", "tools", "tool_choice"} & set(body), body
+        assert "structured_output" not in body
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -234,8 +234,11 @@ class ModelHub:
             call = {"anthropic": self._anthropic, "azure": self._azure}.get(
                 target.provider, self._openai
             )
+            # `params: {structured_output: false}`: a server without structured output (an
+            # older OpenAI-compatible one) is asked in prose; its reply is judged as prose.
+            asked = schema if target.params.get("structured_output", True) is not False else None
             try:
-                return call(target, messages, system, schema)
+                return call(target, messages, system, asked)
             except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
                 raise _missing(target, "is not JSON") from None
             except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
@@ -295,7 +298,7 @@ class ModelHub:
         schema: dict[str, Any] | None = None,
     ) -> Completion:
         sent = ([{"role": "system", "content": system}] if system else []) + messages
-        params = dict(target.params)
+        params = _sdk_params(target)
         if schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
@@ -375,7 +378,7 @@ class ModelHub:
         system: str | None,
         schema: dict[str, Any] | None = None,
     ) -> Completion:
-        params = {"max_tokens": 1024, **target.params}
+        params = {"max_tokens": 1024, **_sdk_params(target)}
         if system:
             params["system"] = system
         if schema is not None:
@@ -446,6 +449,11 @@ def _expect_object(target: ModelTarget, reply: Any, field: str) -> None:
         text = (reply or "")[:80] if isinstance(reply, str) else ""
         first = text.strip().splitlines()[0] if text.strip() else "empty"
         raise _missing(target, f"is not JSON (no {field!r}): {first!r}")
+
+
+def _sdk_params(target: ModelTarget) -> dict[str, Any]:
+    """A target's ``params`` as the SDK takes them: ``structured_output`` is ours."""
+    return {k: v for k, v in target.params.items() if k != "structured_output"}
 
 
 def _count(usage: Any, name: str) -> int:
