@@ -979,6 +979,10 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
                            "assert": [grader("python3", crash)]},
         # A script run through a wrapper that sends its traceback to stdout.
         "script-wrapped": script("exec python3 -c \"import json; json.loads('x')\" 2>&1"),
+        # A custom assertion (the assertion dialect) through the same wrapper, and a verifier
+        # whose test file crashes at import.
+        "assertion-wrapped": {"type": "crashy", "negate": True},
+        "verifier-crash": {"type": "pytest", "files": ["verifiers/test_crash.py"], "negate": True},
         "script-crash-on-stdout": script("python3 -c '1/0' 2>&1; exit 1"),
         # Controls: a verdict the grader gave is negated as ever, and a crash is a failure.
         "silent-fail": grader("sh", ["-c", "exit 1"], negate=True),
@@ -988,12 +992,17 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
         "crash-not-negated": grader("python3", crash),
     }  # fmt: skip
     tests = [{"id": k, "output": "x", "assert": [a]} for k, a in cases.items()]
-    results = _run_suite(tmp_path, box, json.dumps({"tests": tests}))
+    files = {
+        ".gradebox/assertions/crashy.sh": "exec python3 -c \"import json; json.loads('x')\" 2>&1\n",
+        "verifiers/test_crash.py": "import json\njson.loads('x')\n\ndef test_x():\n    pass\n",
+    }
+    results = _run_suite(tmp_path, box, json.dumps({"tests": tests}), files=files)
     status = {k: r.status for k, r in results.items()}
     assert status == {
         "crash": Status.error, "crash-on-stdout": Status.error, "crash-script": Status.error,
         "crash-in-a-set": Status.error,
         "script-wrapped": Status.error, "script-crash-on-stdout": Status.error,
+        "assertion-wrapped": Status.error, "verifier-crash": Status.error,
         "silent-fail": Status.passed, "reported-fail": Status.passed,
         "script-silent-fail": Status.passed, "script-reported-fail": Status.passed,
         "crash-not-negated": Status.failed,
