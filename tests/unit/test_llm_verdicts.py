@@ -195,6 +195,25 @@ def test_a_required_item_the_judge_left_out_is_an_error(kind, omitted):
         assert _grade(fake, "4", items).status is Status.passed
 
 
+@pytest.mark.parametrize(
+    "checks",
+    [
+        [("shows the working", False), ("gives 4", True)],  # another order, by name
+        [("gives 4", True), ("shows the working", True), ("shows the working", False)],  # twice
+        [("gives 4", True), ("shows the working", False), ("  ", True)],  # a blank third
+    ],
+)
+def test_a_required_item_the_judge_failed_fails_however_it_ordered_its_checks(checks):
+    items = [RubricItem("gives 4"), RubricItem("shows the working", required=True)]
+    with FakeModel(default=_verdict(1.0, *checks)) as fake:
+        result = _grade(fake, "4", items)
+    assert result.status is Status.failed and "required rubric item failed" in result.evidence
+    # Control: the same checks with the required one passed.
+    passed = [(t, True) for t, _ in checks]
+    with FakeModel(default=_verdict(1.0, *passed)) as fake:
+        assert _grade(fake, "4", items).status is Status.passed
+
+
 # --- a reply of the wrong shape ----------------------------------------------------------
 
 HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"

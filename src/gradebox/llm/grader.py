@@ -252,6 +252,30 @@ def _verdict_object(text: str, structured: bool) -> dict[str, Any] | str:
 _SPACE = re.compile(r"\s+")
 
 
+def _key(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()[:500]
+
+
+def _match(rubrics: list[RubricItem], checks: list[Check]) -> list[list[Check]]:
+    """The judge's checks of each rubric item: by place when it gave one check per item and
+    every check that names an item (by its text or id) stands at that item's place (a judge
+    that paraphrases keeps the order), else by name. An item may get none (left out) or
+    several (judged twice)."""
+    by_name = [
+        [
+            c
+            for c in checks
+            if _key(c.text) in {_key(r.text)} | ({r.id.casefold()} if r.id else set())
+        ]
+        for r in rubrics
+    ]
+    if len(checks) == len(rubrics) and all(
+        all(c is checks[i] for c in found) for i, found in enumerate(by_name)
+    ):
+        return [[c] for c in checks]
+    return by_name
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -290,22 +314,18 @@ def parse_verdict(
             ))  # fmt: skip
     reasoning = data.get("reasoning", data.get("reason", ""))
     reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning)
-    failed_required = []
-    if len(checks) != len(rubrics):
-        named = {_SPACE.sub(" ", c.text).strip().casefold() for c in checks}
-        for r in rubrics:
-            if (
-                r.required
-                and _SPACE.sub(" ", r.text).strip().casefold()[:500] not in named
-                and (not r.id or r.id.casefold() not in named)
-            ):
-                return f"the judge gave no check for the required rubric item {r.text[:200]!r}"
-    if rubrics and len(checks) == len(rubrics):
+    matched = _match(rubrics, checks)
+    for r, found in zip(rubrics, matched, strict=True):
+        if r.required and not found:
+            return f"the judge gave no check for the required rubric item {r.text[:200]!r}"
+    # A required item fails when any check the judge gave it failed.
+    failed_required = [r.text for r, found in zip(rubrics, matched, strict=True)
+                       if r.required and not all(c.passed for c in found)]  # fmt: skip
+    if rubrics and all(len(found) == 1 for found in matched):
         total = sum(r.weight for r in rubrics)
-        score = sum(r.weight for r, c in zip(rubrics, checks, strict=True) if c.passed)
+        score = sum(r.weight for r, found in zip(rubrics, matched, strict=True)
+                    if found[0].passed)  # fmt: skip
         score = score / total if total else 0.0
-        failed_required = [r.text for r, c in zip(rubrics, checks, strict=True)
-                           if r.required and not c.passed]  # fmt: skip
     else:
         number = _number(data.get("score"))
         if number is None:
