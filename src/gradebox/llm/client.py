@@ -241,9 +241,6 @@ class ModelHub:
                 return call(target, messages, system, asked)
             except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
                 raise _missing(target, "is not JSON") from None
-            except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
-                # A shape the checks below did not foresee: still one line, never a traceback.
-                raise _missing(target, f"is not of the expected shape ({_short(exc)})") from None
 
         openai, anthropic = _sdks()
         try:
@@ -307,24 +304,7 @@ class ModelHub:
         reply = self._client(target).chat.completions.create(
             model=target.model, messages=sent, **params
         )
-        _expect_object(target, reply, "choices")
-        choices = getattr(reply, "choices", None)
-        if not isinstance(choices, list) or not choices:
-            raise _missing(target, "has no 'choices'")
-        message = getattr(choices[0], "message", None)
-        if message is None:
-            raise _missing(target, "has no 'choices[0].message'")
-        if not isinstance(getattr(message, "content", None), str):
-            refusal = getattr(message, "refusal", None)
-            why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
-            raise _missing(target, f"has no text: 'choices[0].message.content' is null{why}")
-        usage = getattr(reply, "usage", None)
-        return Completion(
-            text=message.content,
-            input_tokens=_count(usage, "prompt_tokens"),
-            output_tokens=_count(usage, "completion_tokens"),
-            structured=schema is not None,
-        )
+        return _read_reply(_openai_reply, target, reply, schema is not None)
 
     def _azure(
         self,
@@ -348,28 +328,7 @@ class ModelHub:
         if system:
             params["instructions"] = system
         reply = self._client(target).responses.create(model=target.model, input=messages, **params)
-        _expect_object(target, reply, "output")
-        output = getattr(reply, "output", None)
-        if not isinstance(output, list):
-            raise _missing(target, "has no 'output'")
-        # The SDK's `output_text`, with every step checked: the text parts of its messages.
-        texts = [
-            part.text
-            for item in output
-            if getattr(item, "type", None) == "message"
-            for part in (getattr(item, "content", None) or [])
-            if getattr(part, "type", None) == "output_text"
-            and isinstance(getattr(part, "text", None), str)
-        ]
-        if not texts:
-            raise _missing(target, "has no text: 'output' holds no message with output_text")
-        usage = getattr(reply, "usage", None)
-        return Completion(
-            text="".join(texts),
-            input_tokens=_count(usage, "input_tokens"),
-            output_tokens=_count(usage, "output_tokens"),
-            structured=schema is not None,
-        )
+        return _read_reply(_azure_reply, target, reply, schema is not None)
 
     def _anthropic(
         self,
@@ -390,24 +349,7 @@ class ModelHub:
         reply = self._client(target).messages.create(
             model=target.model, messages=messages, **params
         )
-        _expect_object(target, reply, "content")
-        content = getattr(reply, "content", None)
-        if not isinstance(content, list):
-            raise _missing(target, "has no 'content'")
-        usage = getattr(reply, "usage", None)
-        tokens = {"input_tokens": _count(usage, "input_tokens"),
-                  "output_tokens": _count(usage, "output_tokens")}  # fmt: skip
-        if schema is not None:
-            calls = [b for b in content if getattr(b, "type", None) == "tool_use"
-                     and getattr(b, "name", None) == ANSWER_TOOL]  # fmt: skip
-            if len(calls) != 1 or not isinstance(getattr(calls[0], "input", None), dict):
-                raise _missing(target, f"has no single '{ANSWER_TOOL}' tool call with an object "
-                               f"as its input ({len(calls)} found)")  # fmt: skip
-            return Completion(text=json.dumps(calls[0].input), structured=True, **tokens)
-        texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise _missing(target, "has no text: 'content' holds no text block")
-        return Completion(text="".join(texts), **tokens)
+        return _read_reply(_anthropic_reply, target, reply, schema is not None)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -440,6 +382,84 @@ class ModelHub:
 
 
 ANSWER_TOOL = "record_answer"
+
+
+def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    """A reply read by ``read``, every step checked there; a shape it did not foresee is
+    still one line naming the provider, never a traceback."""
+    try:
+        return read(target, reply, structured)
+    except MalformedReply:
+        raise
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raise _missing(target, f"is not of the expected shape ({_short(exc)})") from None
+
+
+def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "choices")
+    choices = getattr(reply, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise _missing(target, "has no 'choices'")
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise _missing(target, "has no 'choices[0].message'")
+    if not isinstance(getattr(message, "content", None), str):
+        refusal = getattr(message, "refusal", None)
+        why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
+        raise _missing(target, f"has no text: 'choices[0].message.content' is null{why}")
+    usage = getattr(reply, "usage", None)
+    return Completion(
+        text=message.content,
+        input_tokens=_count(usage, "prompt_tokens"),
+        output_tokens=_count(usage, "completion_tokens"),
+        structured=structured,
+    )
+
+
+def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "output")
+    output = getattr(reply, "output", None)
+    if not isinstance(output, list):
+        raise _missing(target, "has no 'output'")
+    # The SDK's `output_text`, with every step checked: the text parts of its messages.
+    texts = [
+        part.text
+        for item in output
+        if getattr(item, "type", None) == "message"
+        for part in (getattr(item, "content", None) or [])
+        if getattr(part, "type", None) == "output_text"
+        and isinstance(getattr(part, "text", None), str)
+    ]
+    if not texts:
+        raise _missing(target, "has no text: 'output' holds no message with output_text")
+    usage = getattr(reply, "usage", None)
+    return Completion(
+        text="".join(texts),
+        input_tokens=_count(usage, "input_tokens"),
+        output_tokens=_count(usage, "output_tokens"),
+        structured=structured,
+    )
+
+
+def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "content")
+    content = getattr(reply, "content", None)
+    if not isinstance(content, list):
+        raise _missing(target, "has no 'content'")
+    usage = getattr(reply, "usage", None)
+    tokens = {"input_tokens": _count(usage, "input_tokens"),
+              "output_tokens": _count(usage, "output_tokens")}  # fmt: skip
+    if structured:
+        calls = [b for b in content if getattr(b, "type", None) == "tool_use"
+                 and getattr(b, "name", None) == ANSWER_TOOL]  # fmt: skip
+        if len(calls) != 1 or not isinstance(getattr(calls[0], "input", None), dict):
+            raise _missing(target, f"has no single '{ANSWER_TOOL}' tool call with an object "
+                           f"as its input ({len(calls)} found)")  # fmt: skip
+        return Completion(text=json.dumps(calls[0].input), structured=True, **tokens)
+    texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise _missing(target, "has no text: 'content' holds no text block")
+    return Completion(text="".join(texts), **tokens)
 
 
 def _expect_object(target: ModelTarget, reply: Any, field: str) -> None:
