@@ -288,3 +288,17 @@ def test_the_hub_raises_one_malformed_reply_for_a_caller_without_a_schema(kind):
         with pytest.raises(MalformedReply, match=f"^model target 't': the {kind} reply has no"):
             hub.complete(target, [{"role": "user", "content": "hi"}])
         assert hub.complete(target, [{"role": "user", "content": "hi"}]).text  # control
+
+
+def test_a_shape_no_check_foresaw_is_still_one_line():
+    # The backstop under the checks: a reply whose reading raises anything else.
+    from gradebox.llm.client import _openai_reply, _read_reply
+
+    class Odd:
+        @property
+        def choices(self):
+            raise TypeError("'NoneType' object is not iterable")
+
+    target = ModelTarget(name="judge", model="m")
+    with pytest.raises(MalformedReply, match="^model target 'judge': the openai reply is not of"):
+        _read_reply(_openai_reply, target, Odd(), True)
