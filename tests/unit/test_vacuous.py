@@ -136,6 +136,26 @@ def test_a_required_gate_at_zero_is_refused(tmp_path, body):
     load_suite(_suite(tmp_path, _entry("contains", {"value": "4", **MODIFIERS[1]})))
 
 
+ONE = "[{type: contains, value: '5'}]"
+
+
+@pytest.mark.parametrize(
+    ("suite", "name"),
+    [
+        (f"defaults: {{threshold: 0}}\ntests:\n  - {{id: t, output: '4', assert: {ONE}}}\n",
+         "suite.yaml"),
+        (f"tests:\n  - {{id: t, output: '4', threshold: 0, assert: {ONE}}}\n", "suite.yaml"),
+        (f"threshold: 0\ntests:\n  - {{id: t, input: q, assert: {ONE}}}\n", "evals/e.eval.yaml"),
+        (f"tests:\n  - {{id: t, input: q, threshold: 0, assert: {ONE}}}\n", "evals/e.eval.yaml"),
+    ],
+)  # fmt: skip
+def test_a_test_threshold_of_zero_is_refused(tmp_path, suite, name):
+    # Every weighted score reaches 0: the test would pass whatever its checks found.
+    with pytest.raises(ConfigError):
+        load_suite(write(tmp_path / name, suite))
+    load_suite(write(tmp_path / name, suite.replace("threshold: 0", "threshold: 0.5")))
+
+
 @pytest.mark.parametrize(
     ("cell", "refused"),
     [("regex:", True), ("not-equals:", True), ("contains:", True), ("regex:.*", True),
