@@ -71,7 +71,11 @@ TABLE: dict[str, tuple[list[dict], dict]] = {
         {"fields": [{"path": "n", "match": "numeric_tolerance", "tolerance": 0.5}]},
     ),  # fmt: skip
     "assert-set": (
-        [{"assert": []}, {"assert": [{"type": "contains", "value": "4"}], "threshold": 0}],
+        [
+            {"assert": []},
+            {"assert": [{"type": "contains", "value": "4"}], "threshold": 0},
+            {"assert": [{"type": "contains", "value": "5", "weight": 0}]},
+        ],
         {"assert": [{"type": "contains", "value": "4"}], "threshold": 0.5},
     ),
     "llm-grader": ([{"rubrics": ["is right"], "threshold": 0}], {"rubrics": ["is right"]}),

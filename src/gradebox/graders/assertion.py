@@ -429,6 +429,10 @@ def _assert_set(
         if shared and isinstance(child, dict):  # the parent's config, child keys winning
             child = {**child, "config": {**shared, **(child.get("config") or {})}}
         compiled.append(compile_assertion(child, ctx, (*loc, "assert", str(i)), depth=depth + 1))
+    if threshold is None and all(c.weight == 0 for c in compiled):
+        # It passes when every child of nonzero weight passes: with none, always.
+        raise _fail(ctx, (*loc, "assert"), "every child of this assert-set weighs 0: it holds "
+                    "for every answer")  # fmt: skip
     return AssertSet(children=compiled, threshold=threshold, **score)
 
 
