@@ -7,7 +7,7 @@ Every assertion takes the same modifiers, whatever runs it:
 - ``weight``: its share of the test's weighted score (default 1);
 - ``negate: true``: pass and fail swap (an ``error`` stays an error: no verdict negated is
   still no verdict; so does a fail that may be a crash: a non-zero exit with no result and
-  something on stderr, or a program's on stdout);
+  anything printed, on either stream);
 - ``required: true`` (gate at ``min_score``, default 0.8) or ``required: 0.6``: the test
   fails when this assertion scores below its gate, whatever the others score.
 
