@@ -41,6 +41,7 @@ __all__ = [
     "LlmAssertion",
     "LlmRuntime",
     "RubricItem",
+    "VERDICT_SCHEMA",
     "parse_verdict",
     "render_prompt",
     "template_variables",
