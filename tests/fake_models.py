@@ -7,15 +7,30 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = str | int | tuple[int, str] | Callable[[dict[str, Any]], "str | int"]
+
+@dataclass(frozen=True)
+class Raw:
+    """A reply sent exactly as given: a body of the wrong shape, an HTML page, not JSON."""
+
+    body: bytes | dict[str, Any]
+    status: int = 200
+    content_type: str = "application/json"
+
+
+Answer = str | int | tuple[int, str] | Raw | Callable[[dict[str, Any]], "str | int | Raw"]
 
 
 class FakeModel:
     """``answers``: a list used in order (then ``default``); an int is an HTTP error status,
-    ``(status, message)`` an error with that message.
+    ``(status, message)`` an error with that message, ``Raw`` a body sent as it is.
+
+    Asked for structured output, it answers as the real servers do: the text of an OpenAI or
+    Azure reply is the answer, and an Anthropic request with a forced tool call gets a
+    ``tool_use`` block whose input is the answer parsed as JSON (a text block if it is not).
 
     Example::
 
@@ -62,7 +77,7 @@ class FakeModel:
         self._server.shutdown()
         self._server.server_close()
 
-    def _next(self, body: dict[str, Any]) -> str | int:
+    def _next(self, body: dict[str, Any]) -> Any:
         with self._lock:
             self.requests.append(body)
             answer = self.answers.pop(0) if self.answers else self.default
@@ -84,7 +99,10 @@ class FakeModel:
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     fake.paths.append(self.path)
                 answer = fake._next(body)
-                if isinstance(answer, tuple):
+                if isinstance(answer, Raw):
+                    data = answer.body
+                    self._send(answer.status, data, content_type=answer.content_type)
+                elif isinstance(answer, tuple):
                     status, message = answer
                     self._send(status, {"error": {"message": message, "type": "error"}})
                 elif isinstance(answer, int):
@@ -135,7 +153,7 @@ class FakeModel:
                             "model": body.get("model"),
                             "stop_reason": "end_turn",
                             "stop_sequence": None,
-                            "content": [{"type": "text", "text": answer}],
+                            "content": [_anthropic_block(body, answer)],
                             "usage": {"input_tokens": 100, "output_tokens": 20},
                         },
                     )
@@ -162,10 +180,16 @@ class FakeModel:
                         },
                     )
 
-            def _send(self, status: int, body: dict[str, Any], retry: bool = False) -> None:
-                data = json.dumps(body).encode()
+            def _send(
+                self,
+                status: int,
+                body: dict[str, Any] | bytes,
+                retry: bool = False,
+                content_type: str = "application/json",
+            ) -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 if retry:
                     self.send_header("retry-after", "0")
@@ -173,3 +197,15 @@ class FakeModel:
                 self.wfile.write(data)
 
         return Handler
+
+
+def _anthropic_block(body: dict[str, Any], answer: str) -> dict[str, Any]:
+    forced = body.get("tool_choice") or {}
+    if forced.get("type") == "tool":
+        try:
+            value = json.loads(answer)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return {"type": "tool_use", "id": "toolu_1", "name": forced["name"], "input": value}
+    return {"type": "text", "text": answer}

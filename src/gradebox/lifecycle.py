@@ -59,6 +59,7 @@ from .sandbox.labels import LABEL_RUN
 from .scratch import new_scratch
 from .steps import (
     HOOK_TIMEOUT,
+    claims_of,
     hook_input,
     input_text,
     judge_step,
@@ -386,8 +387,10 @@ class TestRun:
                 failure = answer  # the cli target wrote no readable answer
                 answer = None
             elif not isinstance(answer, str):
+                result.target.claimed, result.target.warnings = claims_of(answer, outcome)
                 for key, value in answer.items():
-                    setattr(payload, key, value)
+                    if key != "duration_ms":  # a claim never replaces what was measured
+                        setattr(payload, key, value)
         else:
             payload.output = outcome.stdout.decode("utf-8", errors="replace")
         result.output = payload.output

@@ -666,6 +666,14 @@ class StepRecord(BaseModel):
     duration_ms: int = 0
     timed_out: bool = False
     stderr_tail: str | None = None
+    claimed: dict[str, Any] | None = Field(
+        default=None,
+        description="what a cli target wrote about itself (duration_ms, token_usage, "
+        "cost_usd), kept apart: checks hold what gradebox measured (duration_ms above)",
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="a claim that contradicts the measurement"
+    )
 
 
 class TrialRecord(BaseModel):

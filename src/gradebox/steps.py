@@ -309,6 +309,33 @@ def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] |
         return f"target: {{OUTPUT_FILE}} has fields of the wrong shape: {str(exc).splitlines()[0]}"
 
 
+# How far a claimed duration may stray from the measured one before it is reported: the
+# agent's clock starts later than ours (a container starts first) and stops earlier, so small
+# gaps are the rule; a run that "took 5 ms" when we measured 2.5 s is not.
+_CLAIM_SLACK_MS = 1000.0
+
+
+def claims_of(answer: dict[str, Any], outcome: RunOutcome) -> tuple[dict[str, Any] | None,
+                                                                   list[str]]:  # fmt: skip
+    """What a cli target's answer file says about its own run (``duration_ms``,
+    ``token_usage``, ``cost_usd``), recorded apart from what gradebox measured, and a warning
+    for a claim that contradicts the measurement. The duration checks hold is the measured
+    one; token usage and cost have no measurement of ours for a cli target (its model calls
+    are its own), so checks hold its claim, and the result says it was one."""
+    claimed: dict[str, Any] = {}
+    for key in ("duration_ms", "token_usage", "cost_usd"):
+        value = answer.get(key)
+        if value is not None:
+            claimed[key] = value.model_dump(exclude_none=True) if key == "token_usage" else value
+    warnings = []
+    said = claimed.get("duration_ms")
+    measured = float(outcome.duration_ms)
+    if said is not None and abs(said - measured) > max(_CLAIM_SLACK_MS, measured / 2):
+        warnings.append(f"the target claimed duration_ms {said:g}, gradebox measured "
+                        f"{measured:g}: checks hold the measurement")  # fmt: skip
+    return claimed or None, warnings
+
+
 def _from_claude(data: dict[str, Any]) -> dict[str, Any]:
     """Claude Code's one JSON result as the cli answer's fields."""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}

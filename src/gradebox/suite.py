@@ -183,7 +183,7 @@ class Defaults(_Strict):
     )
     threshold: float | None = Field(
         default=None,
-        ge=0,
+        gt=0,  # 0: every weighted score reaches it, so every answer would pass
         le=1,
         description="a test passes when its weighted score reaches this (default: all pass)",
     )
@@ -218,7 +218,7 @@ class TestCase(_Strict):
     input_files: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     workspace: WorkspaceConfig | None = None
-    threshold: float | None = Field(default=None, ge=0, le=1)
+    threshold: float | None = Field(default=None, gt=0, le=1)  # 0: every answer passes
     skip_defaults: bool = Field(default=False, description="leave out the suite's `assert`")
     reference_workspace: str | None = Field(
         default=None, description="validate-refs: a folder laid over the workspace"

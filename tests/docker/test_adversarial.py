@@ -967,6 +967,9 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
     def grader(program, args, **kw):
         return {"type": "program", "program": program, "args": args, **kw}
 
+    def script(shell):
+        return {"type": "script", "command": ["sh", "-c", shell], "negate": True}
+
     crash = ["-c", "import json; json.loads('not json')"]
     cases = {
         "crash": grader("python3", crash, negate=True),
@@ -974,21 +977,38 @@ def test_negate_never_turns_a_crash_into_a_pass(tmp_path, box):
         "crash-script": {"type": "script", "command": ["python3", *crash], "negate": True},
         "crash-in-a-set": {"type": "assert-set", "negate": True,
                            "assert": [grader("python3", crash)]},
+        # A script run through a wrapper that sends its traceback to stdout.
+        "script-wrapped": script("exec python3 -c \"import json; json.loads('x')\" 2>&1"),
+        # A custom assertion (the assertion dialect) through the same wrapper, and a verifier
+        # whose test file crashes at import.
+        "assertion-wrapped": {"type": "crashy", "negate": True},
+        "verifier-crash": {"type": "pytest", "files": ["verifiers/test_crash.py"], "negate": True},
+        "script-crash-on-stdout": script("python3 -c '1/0' 2>&1; exit 1"),
         # Controls: a verdict the grader gave is negated as ever, and a crash is a failure.
         "silent-fail": grader("sh", ["-c", "exit 1"], negate=True),
+        "script-silent-fail": script("exit 1"),
+        "script-reported-fail": script("echo '{\"pass\": false}'; exit 1"),
         "reported-fail": grader("sh", ["-c", "echo '{\"passed\": false}'"], negate=True),
         "crash-not-negated": grader("python3", crash),
     }  # fmt: skip
     tests = [{"id": k, "output": "x", "assert": [a]} for k, a in cases.items()]
-    results = _run_suite(tmp_path, box, json.dumps({"tests": tests}))
+    files = {
+        ".gradebox/assertions/crashy.sh": "exec python3 -c \"import json; json.loads('x')\" 2>&1\n",
+        "verifiers/test_crash.py": "import json\njson.loads('x')\n\ndef test_x():\n    pass\n",
+    }
+    results = _run_suite(tmp_path, box, json.dumps({"tests": tests}), files=files)
     status = {k: r.status for k, r in results.items()}
     assert status == {
         "crash": Status.error, "crash-on-stdout": Status.error, "crash-script": Status.error,
         "crash-in-a-set": Status.error,
+        "script-wrapped": Status.error, "script-crash-on-stdout": Status.error,
+        "assertion-wrapped": Status.error, "verifier-crash": Status.error,
         "silent-fail": Status.passed, "reported-fail": Status.passed,
+        "script-silent-fail": Status.passed, "script-reported-fail": Status.passed,
         "crash-not-negated": Status.failed,
     }, status  # fmt: skip
     assert results["crash"].graders[0].evidence.startswith("negate needs a verdict")
+    assert "Traceback" in (results["script-wrapped"].graders[0].stdout_tail or "")
 
 
 def test_without_an_init_of_its_own_docker_still_judges_output_as_printed(tmp_path, workspace):
@@ -1071,3 +1091,38 @@ def test_a_node_test_that_runs_the_cli_control_fails_and_a_fix_passes(tmp_path, 
     assert r.status is Status.failed and r.score == 0.5, (r.evidence, r.stderr_tail)
     fixed = _node_cli_verifier(tmp_path / "fixed", box, "plain", add="a + b")
     assert fixed.status is Status.passed and fixed.score == 1.0, fixed.evidence
+
+
+CLAIMING_AGENT = """import json, sys, time
+time.sleep(3)  # a slow agent...
+answer = {"text": "done"}
+if sys.argv[2] == "claim":  # ...that says it was quick
+    answer.update(duration_ms=5, token_usage={"input": 1, "output": 1}, cost_usd=0.0)
+open(sys.argv[1], "w").write(json.dumps(answer))
+"""
+
+
+@pytest.mark.parametrize("mode", ["claim", "control"])
+def test_a_targets_claimed_duration_never_replaces_the_measured_one(tmp_path, box, mode):
+    # An AgentV-style cli target that took 3 s and wrote `duration_ms: 5` into its answer
+    # file: `latency` and `execution-metrics` hold what gradebox measured; the claim is kept
+    # apart in the result, and one that contradicts the measurement is reported.
+    suite = (
+        "target: {provider: cli, command: 'python3 agent.py {OUTPUT_FILE} " + mode + "'}\n"
+        "tests:\n  - id: t\n    input: go\n    assert:\n"
+        "      - {type: latency, max_ms: 2000}\n"
+        "      - {type: execution-metrics, max_duration_ms: 2000}\n"
+        "      - {type: contains, value: done}\n"
+    )
+    result = _run_suite(tmp_path, box, suite, files={"agent.py": CLAIMING_AGENT})["t"]
+    status = [g.status for g in result.graders]
+    assert status == [Status.failed, Status.failed, Status.passed], result
+    assert result.target is not None and result.target.duration_ms >= 3000
+    if mode == "claim":
+        assert result.target.claimed == {
+            "duration_ms": 5.0, "token_usage": {"input": 1, "output": 1}, "cost_usd": 0.0,
+        }  # fmt: skip
+        assert len(result.target.warnings) == 1
+        assert "claimed duration_ms 5" in result.target.warnings[0]
+    else:
+        assert result.target.claimed is None and result.target.warnings == []

@@ -4,6 +4,7 @@ are scripted servers on the host's loopback (tests/fake_models.py)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -411,7 +412,9 @@ def test_llm_graders_in_a_suite_verdicts_usage_and_the_cache(tmp_path, box, engi
         assert piece in prompt, piece
     strict = results["custom-prompt"].graders[0]
     assert strict.score == 0.75 and "required rubric item failed: is polite" in strict.evidence
-    sent = claude.prompts[0]
+    # What the agent wrote (answer, tool calls, diff) stands in blocks with the call's tag.
+    sent = re.sub(r"<agent-data-[0-9a-f]+>\n|\n</agent-data-[0-9a-f]+>", "", claude.prompts[0])
+    assert sent != claude.prompts[0]
     assert "criteria= input=What is 2+2? expected= output=The answer is 4." in sent
     assert 'meta={"topic"' not in sent and '"outcome": "is polite"' in sent
     assert "diff=diff --git" in sent and "tools=(none reported)" in sent
@@ -523,8 +526,9 @@ def test_preprocessors_and_a_prompt_command(tmp_path, box, engine):
     result = read_results(tmp_path / "o" / "results.jsonl")["report"]
     assert result.status.value == "passed", (result.error, [g.evidence for g in result.graders])
     prompts = sorted(fake.prompts)
-    assert (
-        prompts[0] == "Report: total;42\n\nplain words\n[gradebox: blob.bin could not be read"
-        " as text and no preprocessor matched it]"
+    tag = re.search(r"<agent-data-[0-9a-f]+>", prompts[0]).group()  # type: ignore[union-attr]
+    assert prompts[0] == (
+        f"Report: {tag}\ntotal;42\n\nplain words\n[gradebox: blob.bin could not be read"
+        f" as text and no preprocessor matched it]\n{tag.replace('<', '</')}"
     )
     assert prompts[1] == "focus=totals input=Make the report ws=/workspace\n"

@@ -47,12 +47,18 @@ def test_negate_never_turns_a_crash_into_a_pass():
         negated("program", 2, stdout=b"oops", stderr=b"warning"),
         negated("script", 1, stderr=traceback),
         negated("assertion", 1, stderr=b"node:internal/modules/cjs/loader:1080"),
+        # A wrapper that sends the traceback to stdout (`exec python3 check.py 2>&1`): on a
+        # script's stdout it reads like check text, and is no verdict either.
+        negated("script", 1, stdout=traceback),
+        negated("assertion", 1, stdout=traceback),
+        negated("script", 1, stdout=b"found TODO in 3 files"),  # a crash? cannot be told apart
     ):
         assert r.status is Status.error and not r.passed and r.score == 0.0, r
         assert r.evidence.startswith(("negate needs a verdict", "Grader failed with exit code"))
     # Controls: a verdict the grader gave is negated as before.
     assert negated("program", 1).status is Status.passed  # a silent fail by exit code
-    assert negated("script", 1, stdout=b"found TODO in 3 files").status is Status.passed
+    assert negated("script", 1).status is Status.passed  # silent: the exit-code convention
+    assert negated("script", 1, stdout=b'{"pass": false}').status is Status.passed
     assert negated("program", 1, stdout=b'{"passed": false}').status is Status.passed
     assert negated("script", 0, stdout=b'{"pass": false, "score": 0.2}').score == 0.8
     assert negated("program", 0).status is Status.failed

@@ -7,7 +7,7 @@ Every assertion takes the same modifiers, whatever runs it:
 - ``weight``: its share of the test's weighted score (default 1);
 - ``negate: true``: pass and fail swap (an ``error`` stays an error: no verdict negated is
   still no verdict; so does a fail that may be a crash: a non-zero exit with no result and
-  something on stderr, or a program's on stdout);
+  anything printed, on either stream);
 - ``required: true`` (gate at ``min_score``, default 0.8) or ``required: 0.6``: the test
   fails when this assertion scores below its gate, whatever the others score.
 
@@ -360,6 +360,10 @@ def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -
         gate = float(required)
     else:
         raise _fail(ctx, (*loc, "required"), "required must be true, false or a score 0..1")
+    if gate is not None and gate <= 0:
+        # Every score reaches a gate at 0: `required` would require nothing.
+        where = "min_score" if required is True and min_score is not None else "required"
+        raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
     if name is not None and not isinstance(name, str):
         raise _fail(ctx, (*loc, "name"), "name must be a string")
     return {"name": name, "weight": float(weight), "negate": negate, "required": gate,
@@ -474,6 +478,9 @@ def _assert_set(
         or not 0 <= threshold <= 1
     ):  # fmt: skip
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
+    if threshold is not None and threshold <= 0:
+        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any "
+                    "weighted score reaches it): give one above 0")  # fmt: skip
     shared = body.get("config") or {}
     if not isinstance(shared, dict):
         raise _fail(ctx, (*loc, "config"), "config must be a mapping")
@@ -482,6 +489,10 @@ def _assert_set(
         if shared and isinstance(child, dict):  # the parent's config, child keys winning
             child = {**child, "config": {**shared, **(child.get("config") or {})}}
         compiled.append(compile_assertion(child, ctx, (*loc, "assert", str(i)), depth=depth + 1))
+    if threshold is None and all(c.weight == 0 for c in compiled):
+        # It passes when every child of nonzero weight passes: with none, always.
+        raise _fail(ctx, (*loc, "assert"), "every child of this assert-set weighs 0: it holds "
+                    "for every answer")  # fmt: skip
     return AssertSet(children=compiled, threshold=threshold, **score)
 
 
@@ -820,8 +831,15 @@ def _llm(
     if prompt is None and command is None and not rubrics and kind not in _DEFAULT_PROMPTED:
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
     threshold = body.get("threshold", DEFAULT_REQUIRED)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not (0 <= threshold <= 1)
+    ):
         raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
+    if threshold <= 0:
+        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any score "
+                    "the judge gives reaches it): give one above 0")  # fmt: skip
     name = body.get("target", body.get("provider"))
     if ctx.flavor == "agentv" and GRADER_TARGET.get():
         name = GRADER_TARGET.get()

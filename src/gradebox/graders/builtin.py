@@ -4,6 +4,12 @@
 ``icontains-all``, ``equals``, ``starts-with``, ``ends-with``, ``regex`` (``flags: i``),
 ``is-json``, ``contains-json``; each may be negated with a ``not-`` prefix or ``negate: true``
 (the modifiers every assertion takes live in ``graders.assertion``).
+
+A check that holds for every answer (or, negated, for none) is refused before anything runs:
+an empty value of a ``contains``/``starts-with``/``ends-with``/``equals`` family member (or
+an empty item of a list), and a regex that matches the empty string wherever it is searched
+(an empty pattern, ``.*``, ``a*``, ``x?``, ``^``; ``^$``, which needs an empty answer, is a
+real check). tests/unit/test_vacuous.py walks every built-in type.
 """
 
 from __future__ import annotations
@@ -49,6 +55,20 @@ def _search(pattern: str, output: str, flags: int = 0) -> bool:
         return regex.search(pattern, output, flags=flags, timeout=REGEX_TIMEOUT) is not None
     except TimeoutError:
         raise _TooSlow(f"the regex took over {REGEX_TIMEOUT:g}s on the answer") from None
+
+
+# Answers a vacuous pattern is searched in: nothing, one character of each kind, lines.
+# A pattern found in every one of them matches the empty string without needing anything
+# around it (`.*`, `a*`, `(?:)`, `^`, `$`, `\b?`), so it is found in any answer at all;
+# one that needs a character (`.`, `\S`) or an empty answer (`^$`, `\A\Z`) fails one.
+_PROBES = ("", "x", "0", " ", "\n", "-", "\u00e9", "a\nb", "{}", "\x00")
+
+
+def _matches_anything(compiled: Any) -> bool:
+    try:
+        return all(compiled.search(p, timeout=REGEX_TIMEOUT) is not None for p in _PROBES)
+    except TimeoutError:
+        return False  # on strings this short: the pattern is no vacuous one
 
 
 def _find_json(output: str) -> bool:
@@ -109,14 +129,27 @@ class BuiltinAssertion(BaseModel):
             # Held by every answer (or, negated, by none): a var that rendered to nothing, a
             # CSV cell left empty; a check that cannot fail is no check.
             raise ValueError(f"{self.type} with an empty value holds for every answer")
+        if base == "equals" and _empty(self.value, strip=True):
+            # Negated (a CSV `not-equals:` cell left empty) it holds for every answer that
+            # says anything; as written it is almost always a var that rendered to nothing.
+            raise ValueError(
+                f"{self.type} with an empty value: negated it holds for every answer (to "
+                "require an empty answer, use regex '^\\s*$')"
+            )
         if base == "regex":
             unknown = set(self.flags or "") - set(_FLAGS)
             if unknown:
                 raise ValueError(f"unknown regex flags {''.join(sorted(unknown))!r} (i, m, s, x)")
             try:
-                regex.compile(_text(self.value), self._flag_bits())
+                compiled = regex.compile(_text(self.value), self._flag_bits())
             except regex.error as exc:
                 raise ValueError(f"invalid regex: {exc}") from None
+            if _matches_anything(compiled):
+                raise ValueError(
+                    f"{self.type} {_text(self.value)[:60]!r} holds for every answer (it matches "
+                    "the empty string anywhere: an empty pattern, `.*`, `a*`, `x?`, `^`); "
+                    "anchor it (`^$`) or make it need a character"
+                )
         elif self.flags is not None:
             raise ValueError("flags apply to regex only")
         return self

@@ -195,7 +195,7 @@ class ScriptGrader(_GraderBase):
         default=None, description="a model proxy for this grader, reached on its loopback"
     )
     pass_score: float | None = Field(
-        default=None, ge=0, le=1,
+        default=None, gt=0, le=1,  # 0: any score would pass
         description="a result with a score and no pass passes at this score (default 0.5; "
         "script graders of AgentV eval files: 0.8, AgentV's scoreToVerdict)",
     )  # fmt: skip

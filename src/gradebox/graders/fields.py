@@ -43,7 +43,7 @@ class FieldSpec(BaseModel):
     match: Literal["exact", "numeric_tolerance", "date"]
     required: bool = True
     weight: float = Field(default=1.0, ge=0)
-    tolerance: float = Field(default=0.0, ge=0)
+    tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # .inf: any number
     relative: bool = False
     formats: list[str] | None = None
 

@@ -10,6 +10,7 @@ evidence of compliance.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -78,6 +79,12 @@ class TraceAssertion(BaseModel):
             for key, value in metrics.items():
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise ValueError(f"{key} must be a number")
+                if not math.isfinite(value) or value < 0:
+                    # `.inf` holds for every run, a negative limit for none.
+                    raise ValueError(f"{key} must be a finite number >= 0")
+            if data["type"] == "execution-metrics" and set(metrics) == {"exploration_tolerance"}:
+                raise ValueError("exploration_tolerance needs target_exploration_ratio: with "
+                                 "no limit, execution-metrics holds for every run")  # fmt: skip
             return {**rest, "metrics": metrics}
         return data
 
@@ -93,6 +100,18 @@ class TraceAssertion(BaseModel):
             steps = self.value.get("steps") if isinstance(self.value, dict) else self.value
             if not isinstance(steps, list) or not steps:
                 raise ValueError("trajectory:tool-sequence needs value.steps, a list of tools")
+        if self.type == "trajectory:tool-used":
+            _check_tool_used(self.value)
+        if self.type == "trajectory:step-count":
+            spec = self.value if isinstance(self.value, dict) else {"max": self.value}
+            low, high = spec.get("min"), spec.get("max")
+            for key, bound in (("min", low), ("max", high)):
+                if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                                          or bound < 0):  # fmt: skip
+                    raise ValueError(f"trajectory:step-count: {key} must be a whole number >= 0")
+            if not low and high is None:
+                raise ValueError("trajectory:step-count needs a max or a min above 0: without "
+                                 "one it holds for every run")  # fmt: skip
         if self.type == "trajectory:tool-args-match" and not (
             isinstance(self.value, dict) and isinstance(self.value.get("name"), str)
         ):
@@ -286,6 +305,30 @@ class TraceAssertion(BaseModel):
         return self._gate(pairs)
 
 
+def _check_tool_used(value: Any) -> None:
+    """Each item names a tool (or a pattern) and a count that some run can miss: no items, a
+    blank name, or ``min: 0`` with no ``max`` hold for every run."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ValueError("trajectory:tool-used needs at least one tool: with none it holds "
+                         "for every run")  # fmt: skip
+    for item in items:
+        spec = item if isinstance(item, dict) else {"name": item}
+        name, pattern = spec.get("name"), spec.get("pattern")
+        if not (isinstance(name, str) and name.strip()) and not (
+            isinstance(pattern, str) and pattern.strip()
+        ):
+            raise ValueError("trajectory:tool-used: each tool needs a name or a pattern")
+        for key in ("min", "max"):
+            bound = spec.get(key)
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                                      or bound < 0):  # fmt: skip
+                raise ValueError(f"trajectory:tool-used: {key} must be a whole number >= 0")
+        if spec.get("min", 1) == 0 and spec.get("max") is None:
+            raise ValueError(f"trajectory:tool-used {name or pattern!r}: min 0 with no max "
+                             "holds for every run")  # fmt: skip
+
+
 def _check_skill_value(kind: str, value: Any) -> None:
     if isinstance(value, str) and value.strip():
         return
@@ -298,6 +341,8 @@ def _check_skill_value(kind: str, value: Any) -> None:
                 raise ValueError(f"{kind}: {key} must be a whole number >= 0")
         if kind == "not-skill-used" and ("min" in value or value.get("max", 0) != 0):
             raise ValueError("not-skill-used takes a name or pattern, with no bounds (or max: 0)")
+        if kind == "skill-used" and value.get("min", 1) == 0 and value.get("max") is None:
+            raise ValueError("skill-used: min 0 with no max holds for every run")
         return
     raise ValueError(f"{kind} needs a skill name, a list of names, or {{name|pattern, min, max}}")
 

@@ -16,8 +16,10 @@ inline     error              its verdict          error                 error
 
 1. Whatever it printed: a reported score is kept only when the report itself says it failed,
    otherwise the score is 0. A grader that exits non-zero never passes. When it also gave no
-   result and wrote to stderr (a program: or to stdout), the failure may be a crash:
-   ``GraderResult.no_verdict`` says so, and ``negate`` makes it an error, never a pass.
+   result and wrote anything, on either stream (a wrapper's ``2>&1`` sends a traceback to
+   stdout, where a script's check text goes too), the failure may be a crash:
+   ``GraderResult.no_verdict`` says so, and ``negate`` makes it an error, never a pass. Only a
+   silent non-zero exit is a plain fail that ``negate`` may turn.
 2. A result object may follow debug lines: the JSON object that ends stdout, from the start
    of a line, is the result.
 3. Unless stdout *looks like* a result and is not a usable one: a line whose first visible
@@ -355,10 +357,11 @@ def _exit_mode(
         name=name, type=dialect, status=status, passed=passed, score=1.0 if passed else 0.0,
         evidence=evidence, checks=checks, **{**common, **_tails_if(status, common)},
     )  # fmt: skip
-    # A crash (a traceback, exit 1) ends exactly like a fail by exit code. A fail says nothing
-    # on stderr (and a program nothing on stdout either, as its exit-code mode asks); anything
-    # else may be a crash, which `negate` must never turn into a pass.
-    said = "stderr" if common["stderr_tail"] else "stdout" if dialect == "program" and text else ""
+    # A crash (a traceback, exit 1) ends exactly like a fail by exit code, on whichever stream
+    # it was sent to: a wrapper's `2>&1` puts it on stdout, where a script's check text goes
+    # too. Only a silent non-zero exit is a fail and nothing else; anything printed beside a
+    # non-zero exit and no result may be a crash, which `negate` must never turn into a pass.
+    said = " and ".join(n for n, s in (("stdout", text), ("stderr", common["stderr_tail"])) if s)
     if not passed and said:
         result.no_verdict = f"it exited with code {code} and wrote to {said}, with no result"
     return result

@@ -40,6 +40,7 @@ from .targets import ModelTarget, TargetSet
 __all__ = [
     "Cancelled",
     "Completion",
+    "MalformedReply",
     "ModelError",
     "ModelHub",
     "azure_base_url",
@@ -63,6 +64,18 @@ class Completion:
     output_tokens: int = 0
     cached: bool = False
     cost_usd: float | None = None
+    # The text is the object the provider's structured output returned (a JSON schema, a
+    # forced tool call), not prose the model chose to write.
+    structured: bool = False
+
+
+class MalformedReply(ModelError):
+    """A reply of the wrong shape (no ``choices``, no ``output``, content null, not JSON):
+    one line naming the provider and what was missing, never a traceback."""
+
+
+def _missing(target: ModelTarget, what: str) -> MalformedReply:
+    return MalformedReply(f"model target {target.name!r}: the {target.provider} reply {what}")
 
 
 def cache_dir() -> Path:
@@ -152,14 +165,21 @@ class ModelHub:
         *,
         sample: int = 0,
         cancel: threading.Event | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Completion:
         """One answer: from the cache when this exact request was answered before, else
         from the model (retried on rate limits, 5xx and timeouts). ``sample`` tells repeated
         samples of one request apart (a test run N times asks N times).
 
+        ``schema``: the answer is one JSON object of this schema, asked for through the
+        provider's structured output (OpenAI and Azure: a ``json_schema`` response format;
+        Anthropic: a forced tool call), and ``Completion.text`` is that object as JSON.
+
         ``cancel`` set: a call still waiting for its turn raises ``Cancelled`` (nothing was
-        sent), one that was sent makes no further attempt (its failure is a ``ModelError``)."""
-        key = digest(target.identity(), system, messages, *([sample] if sample else []))
+        sent), one that was sent makes no further attempt (its failure is a ``ModelError``).
+        A reply of the wrong shape is a ``MalformedReply``."""
+        extra = ([sample] if sample else []) + ([{"schema": schema}] if schema else [])
+        key = digest(target.identity(), system, messages, *extra)
         if self.use_cache:
             hit = self._read(key)
             if hit is not None:
@@ -168,7 +188,7 @@ class ModelHub:
         if not self._turn(cancel):
             raise Cancelled(f"model target {target.name!r}: cancelled before it was sent")
         try:
-            done = self._call(target, messages, system, cancel)
+            done = self._call(target, messages, system, cancel, schema)
         finally:
             self._slots.release()
         done.cost_usd = target.cost(done.input_tokens, done.output_tokens)
@@ -195,6 +215,7 @@ class ModelHub:
         messages: list[dict[str, Any]],
         system: str | None,
         cancel: threading.Event | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> Completion:
         stop = stop_after_attempt(self.attempts)
         sent = False
@@ -210,11 +231,16 @@ class ModelHub:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"model target {target.name!r}: cancelled")  # never retried
             sent = True
-            if target.provider == "anthropic":
-                return self._anthropic(target, messages, system)
-            if target.provider == "azure":
-                return self._azure(target, messages, system)
-            return self._openai(target, messages, system)
+            call = {"anthropic": self._anthropic, "azure": self._azure}.get(
+                target.provider, self._openai
+            )
+            # `params: {structured_output: false}`: a server without structured output (an
+            # older OpenAI-compatible one) is asked in prose; its reply is judged as prose.
+            asked = schema if target.params.get("structured_output", True) is not False else None
+            try:
+                return call(target, messages, system, asked)
+            except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
+                raise _missing(target, "is not JSON") from None
 
         openai, anthropic = _sdks()
         try:
@@ -262,26 +288,39 @@ class ModelHub:
             return client
 
     def _openai(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None
+        self,
+        target: ModelTarget,
+        messages: list[dict[str, Any]],
+        system: str | None,
+        schema: dict[str, Any] | None = None,
     ) -> Completion:
         sent = ([{"role": "system", "content": system}] if system else []) + messages
+        params = _sdk_params(target)
+        if schema is not None:
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "strict": True, "schema": schema},
+            }
         reply = self._client(target).chat.completions.create(
-            model=target.model, messages=sent, **target.params
+            model=target.model, messages=sent, **params
         )
-        text = (reply.choices[0].message.content or "") if reply.choices else ""
-        usage = reply.usage
-        return Completion(
-            text=text,
-            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
-        )
+        return _read_reply(_openai_reply, target, reply, schema is not None)
 
     def _azure(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None
+        self,
+        target: ModelTarget,
+        messages: list[dict[str, Any]],
+        system: str | None,
+        schema: dict[str, Any] | None = None,
     ) -> Completion:
         """Azure OpenAI through its Responses API (as AgentV calls it): the deployment is the
         model, ``api-key`` the header, ``api-version`` the query."""
         params: dict[str, Any] = {}
+        if schema is not None:
+            params["text"] = {
+                "format": {"type": "json_schema", "name": "answer", "strict": True,
+                           "schema": schema}
+            }  # fmt: skip
         if "temperature" in target.params:
             params["temperature"] = target.params["temperature"]
         if "max_tokens" in target.params:
@@ -289,28 +328,28 @@ class ModelHub:
         if system:
             params["instructions"] = system
         reply = self._client(target).responses.create(model=target.model, input=messages, **params)
-        usage = reply.usage
-        return Completion(
-            text=reply.output_text or "",
-            input_tokens=getattr(usage, "input_tokens", 0) or 0,
-            output_tokens=getattr(usage, "output_tokens", 0) or 0,
-        )
+        return _read_reply(_azure_reply, target, reply, schema is not None)
 
     def _anthropic(
-        self, target: ModelTarget, messages: list[dict[str, Any]], system: str | None
+        self,
+        target: ModelTarget,
+        messages: list[dict[str, Any]],
+        system: str | None,
+        schema: dict[str, Any] | None = None,
     ) -> Completion:
-        params = {"max_tokens": 1024, **target.params}
+        params = {"max_tokens": 1024, **_sdk_params(target)}
         if system:
             params["system"] = system
+        if schema is not None:
+            # Anthropic's structured output: one tool whose input is the answer, and a call
+            # of it forced. Its input, not the text blocks, is the answer.
+            params["tools"] = [{"name": ANSWER_TOOL, "description": "Record your answer.",
+                                "input_schema": schema}]  # fmt: skip
+            params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         reply = self._client(target).messages.create(
             model=target.model, messages=messages, **params
         )
-        text = "".join(b.text for b in reply.content if getattr(b, "type", "") == "text")
-        return Completion(
-            text=text,
-            input_tokens=reply.usage.input_tokens or 0,
-            output_tokens=reply.usage.output_tokens or 0,
-        )
+        return _read_reply(_anthropic_reply, target, reply, schema is not None)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -324,7 +363,7 @@ class ModelHub:
             return Completion(
                 text=str(data["text"]), input_tokens=int(data["input_tokens"]),
                 output_tokens=int(data["output_tokens"]), cached=True,
-                cost_usd=None,
+                cost_usd=None, structured=data.get("structured") is True,
             )  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -335,11 +374,111 @@ class ModelHub:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             body = {"text": done.text, "input_tokens": done.input_tokens,
-                    "output_tokens": done.output_tokens}  # fmt: skip
+                    "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
             tmp.write_text(json.dumps(body), encoding="utf-8")
             os.replace(tmp, path)
         except OSError:
             pass  # a cache that cannot be written costs money later, never a verdict
+
+
+ANSWER_TOOL = "record_answer"
+
+
+def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    """A reply read by ``read``, every step checked there; a shape it did not foresee is
+    still one line naming the provider, never a traceback."""
+    try:
+        return read(target, reply, structured)
+    except MalformedReply:
+        raise
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raise _missing(target, f"is not of the expected shape ({_short(exc)})") from None
+
+
+def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "choices")
+    choices = getattr(reply, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise _missing(target, "has no 'choices'")
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise _missing(target, "has no 'choices[0].message'")
+    if not isinstance(getattr(message, "content", None), str):
+        refusal = getattr(message, "refusal", None)
+        why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
+        raise _missing(target, f"has no text: 'choices[0].message.content' is null{why}")
+    usage = getattr(reply, "usage", None)
+    return Completion(
+        text=message.content,
+        input_tokens=_count(usage, "prompt_tokens"),
+        output_tokens=_count(usage, "completion_tokens"),
+        structured=structured,
+    )
+
+
+def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "output")
+    output = getattr(reply, "output", None)
+    if not isinstance(output, list):
+        raise _missing(target, "has no 'output'")
+    # The SDK's `output_text`, with every step checked: the text parts of its messages.
+    texts = [
+        part.text
+        for item in output
+        if getattr(item, "type", None) == "message"
+        for part in (getattr(item, "content", None) or [])
+        if getattr(part, "type", None) == "output_text"
+        and isinstance(getattr(part, "text", None), str)
+    ]
+    if not texts:
+        raise _missing(target, "has no text: 'output' holds no message with output_text")
+    usage = getattr(reply, "usage", None)
+    return Completion(
+        text="".join(texts),
+        input_tokens=_count(usage, "input_tokens"),
+        output_tokens=_count(usage, "output_tokens"),
+        structured=structured,
+    )
+
+
+def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
+    _expect_object(target, reply, "content")
+    content = getattr(reply, "content", None)
+    if not isinstance(content, list):
+        raise _missing(target, "has no 'content'")
+    usage = getattr(reply, "usage", None)
+    tokens = {"input_tokens": _count(usage, "input_tokens"),
+              "output_tokens": _count(usage, "output_tokens")}  # fmt: skip
+    if structured:
+        calls = [b for b in content if getattr(b, "type", None) == "tool_use"
+                 and getattr(b, "name", None) == ANSWER_TOOL]  # fmt: skip
+        if len(calls) != 1 or not isinstance(getattr(calls[0], "input", None), dict):
+            raise _missing(target, f"has no single '{ANSWER_TOOL}' tool call with an object "
+                           f"as its input ({len(calls)} found)")  # fmt: skip
+        return Completion(text=json.dumps(calls[0].input), structured=True, **tokens)
+    texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise _missing(target, "has no text: 'content' holds no text block")
+    return Completion(text="".join(texts), **tokens)
+
+
+def _expect_object(target: ModelTarget, reply: Any, field: str) -> None:
+    """The SDK returns the body as a string when it is not JSON (an HTML error page with 200,
+    a proxy's banner): that is no reply."""
+    if isinstance(reply, str | bytes) or reply is None:
+        text = (reply or "")[:80] if isinstance(reply, str) else ""
+        first = text.strip().splitlines()[0] if text.strip() else "empty"
+        raise _missing(target, f"is not JSON (no {field!r}): {first!r}")
+
+
+def _sdk_params(target: ModelTarget) -> dict[str, Any]:
+    """A target's ``params`` as the SDK takes them: ``structured_output`` is ours."""
+    return {k: v for k, v in target.params.items() if k != "structured_output"}
+
+
+def _count(usage: Any, name: str) -> int:
+    value = getattr(usage, name, 0) if usage is not None else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def missing_env_message(target: ModelTarget, missing: list[str]) -> str:
