@@ -11,6 +11,7 @@ summaries (``gradebox.runner``).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -20,7 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import GradeboxError, SandboxClosed, WorkspaceError
+from .atomic import storage_error
+from .errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
 from .fstree import copy_tree
 from .graders.assertion import (
     Assertion,
@@ -100,6 +102,15 @@ def run_hook(
     return judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
 
 
+def scratch_error(exc: OSError) -> StorageError:
+    """The scratch folder (``$TMPDIR``: workspaces, staged templates, payload files) ran out
+    of space: the machine's fault, which ends the run, named as such rather than as whatever
+    a half-made folder broke next."""
+    import tempfile
+
+    return storage_error(exc, f"{tempfile.gettempdir()} ($TMPDIR)", "scratch folder")
+
+
 def after_all(suite: Suite, box: Sandbox, images: ImageSource, run_id: str) -> list[str]:
     """Run each workspace's ``after_all`` once, in an empty folder, where the run was started
     (after every test, wherever they ran); a failure is a warning (teardown) recorded in the
@@ -161,6 +172,7 @@ class SuiteContext:
         if scratch is not None:  # a cluster node's: removed with the run's folder there
             scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.scratch = scratch or new_scratch()
+        self.closed = False  # the run is over: what a test still meets is its knock-on
         self._staged: dict[object, Path] = {}
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
@@ -187,11 +199,18 @@ class SuiteContext:
             if key in self._stage_failed:
                 raise GradeboxError(self._stage_failed[key])
             if key not in self._staged:
-                stage = self.scratch / f"template-{len(self._staged)}"
+                stage = self.scratch / f"template-{len(self._staged) + len(self._stage_failed)}"
                 try:
-                    self._stage(stage, template, cfg if prepared else None)
+                    try:
+                        self._stage(stage, template, cfg if prepared else None)
+                    except OSError as exc:
+                        remove_tree(stage)  # never half a template for the next test to meet
+                        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                            raise scratch_error(exc) from None  # the run ends
+                        raise WorkspaceError(f"staging {template}: {exc}") from None
                 except GradeboxError as exc:
-                    self._stage_failed[key] = str(exc)
+                    if not isinstance(exc, StorageError):
+                        self._stage_failed[key] = str(exc)
                     raise
                 self._staged[key] = stage
             return self._staged[key], overlay
@@ -244,6 +263,7 @@ class SuiteContext:
             return self._health or None
 
     def close(self) -> None:
+        self.closed = True
         self.warm.close()
         self.grader_pool.shutdown(wait=False, cancel_futures=True)
         remove_tree(self.scratch)
@@ -265,15 +285,24 @@ class TestRun:
 
     def run(self) -> TestResult:
         t0 = time.monotonic()
-        scratch = new_scratch()
+        try:
+            scratch = new_scratch()
+        except OSError as exc:
+            raise scratch_error(exc) from None
         result = self.result
         try:
             self._in_scratch(scratch)
-        except SandboxClosed:
-            raise  # interrupted: this test is not finished and must not be recorded
+        except (SandboxClosed, StorageError):
+            # interrupted, or the machine's disk is full: this test is not finished and must
+            # not be recorded; the run ends
+            raise
         except GradeboxError as exc:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise scratch_error(exc) from None  # the cause, not its knock-on errors
+            if self.run_.closed:  # the run ended under it (its staged folders are gone)
+                raise SandboxClosed() from None
             log.exception("test %s", self.test.id)
             result.status = Status.error
             result.error = f"internal error: {type(exc).__name__}: {exc}"

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .atomic import write_atomic
 from .graders.config import ProgramGrader, ScriptGrader
 from .protocol import (
     GraderOutput,
@@ -59,6 +60,6 @@ def write_schemas(directory: Path) -> list[Path]:
     written = []
     for filename, doc in schema_documents().items():
         path = directory / filename
-        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
         written.append(path)
     return written

@@ -3,7 +3,8 @@
 Library errors become one-line messages here, in one place; ``--debug`` shows tracebacks.
 
 Exit codes: 0 success/passed, 1 failed, 2 invalid configuration or usage (nothing ran),
-3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 130 Ctrl-C.
+3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 5 out of
+space (a folder we write: results, scratch; finished results kept), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from .._version import __version__
-from ..errors import ConfigError, GradeboxError, ImageError
+from ..errors import ConfigError, GradeboxError, ImageError, StorageError
 from . import images as images_cmd
 from .compare import compare
 from .grade import grade
@@ -27,6 +28,7 @@ from .run import run, validate, validate_refs
 from .workflows import assert_, batch, calibrate, trials
 
 F = TypeVar("F", bound=Callable[..., Any])
+EXIT_STORAGE = 5  # a folder we write ran out of space or failed mid-run (errors.StorageError)
 _state = {"debug": False}
 
 
@@ -48,6 +50,10 @@ def handled(fn: F) -> F:
             if _state["debug"]:
                 raise
             raise _fail(str(exc), 2) from None
+        except StorageError as exc:  # out of space: a code of its own (5), so CI can tell
+            if _state["debug"]:
+                raise
+            raise _fail(str(exc), EXIT_STORAGE) from None
         except GradeboxError as exc:
             if _state["debug"]:
                 raise

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..atomic import write_atomic
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
 from ..preflight import preflight
@@ -151,8 +152,7 @@ def run(
         if r.id in {t.id for t in suite.tests}
     ]
     if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(results, summary), encoding="utf-8")
+        write_atomic(junit, junit_xml(results, summary))
     if as_json:
         output.document({"summary": summary, "results_dir": str(out_dir)})
     else:
