@@ -78,8 +78,9 @@ def run(
 
     Results: DIR/results.jsonl (one line per test, written as each finishes) and
     DIR/summary.json. Exit codes: 0 all passed, 1 some failed (or the mean score is below the
-    suite's threshold), 2 invalid suite (nothing ran), 3 some errored, 4 engine or cluster
-    failure (a refused node: nothing ran), 130 interrupted (finished tests are kept).
+    suite's threshold), 2 invalid suite or results folder (nothing ran), 3 some errored, 4
+    engine or cluster failure (a refused node: nothing ran), 5 out of space (the results or
+    scratch folder; finished tests are kept), 130 interrupted (finished tests are kept).
     """
     output = Output(as_json)
     suite = load_suite(suite_file, format=format)
