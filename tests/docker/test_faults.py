@@ -272,3 +272,39 @@ def test_an_engine_lost_mid_run_is_an_error_never_a_pass(tmp_path, engine):
     for name in left:  # never leave them to the next test either
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
     assert left == []
+
+
+def test_an_engine_gone_from_the_start_and_a_missing_runtime_are_one_line(tmp_path):
+    write(tmp_path / "g.py", "print('{\"pass\": true}')\n")
+    suite = write(tmp_path / "suite.yaml", suite_of(2))
+    gone = {"DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+    p = gradebox("run", suite, "--out", tmp_path / "a", "--sandbox", "docker", env=gone)
+    assert p.returncode == 4 and f"unix://{tmp_path}/no.sock" in one_line(p)
+    bare = {"PATH": str(Path(sys.executable).parent)}  # python, but no runc on PATH
+    p = gradebox("run", suite, "--out", tmp_path / "b", "--sandbox", "oci", env=bare)
+    assert p.returncode == 4 and "runc" in one_line(p)
+    assert not (tmp_path / "a" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("backend", ["docker", "oci"])
+def test_graders_that_spin_or_fill_memory_are_errors_and_the_run_goes_on(tmp_path, backend):
+    write(tmp_path / "spin.py", "while True:\n    pass\n")
+    write(tmp_path / "eat.py", "x = bytearray(3 << 30)\nprint('{\"pass\": true}')\n")
+    write(tmp_path / "ok.py", "print('{\"pass\": true}')\n")
+    suite = write(
+        tmp_path / "suite.yaml",
+        "tests:\n"
+        "  - {id: spin, output: a, assert: [{type: script, command: [python3, spin.py],"
+        " timeout: 2s}]}\n"
+        "  - {id: eat, output: a, assert: [{type: script, command: [python3, eat.py]}]}\n"
+        "  - {id: ok, output: a, assert: [{type: script, command: [python3, ok.py]}]}\n",
+    )
+    out = tmp_path / "out"
+    p = gradebox("run", suite, "--out", out, "--sandbox", backend)
+    assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr
+    results = read_results(out / "results.jsonl")
+    assert {k: r.status.value for k, r in results.items()} == {
+        "spin": "error", "eat": "error", "ok": "passed",
+    }  # fmt: skip
+    assert results["spin"].graders[0].timed_out
+    assert results["eat"].graders[0].oom_killed
