@@ -259,7 +259,7 @@ def test_an_engine_lost_mid_run_is_an_error_never_a_pass(tmp_path, engine):
         time.sleep(0.2)
     relay.cut()
     _, err = runner.communicate(timeout=300)
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "Retrying" not in err, err  # no line per attempt
     assert runner.returncode in (3, 4), err  # errors, or the engine failed: never a pass
     results = read_results(out / "results.jsonl") if (out / "results.jsonl").exists() else {}
     assert all(r.status.value == "error" for r in results.values()), results
