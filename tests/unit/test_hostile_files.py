@@ -130,3 +130,14 @@ def test_a_results_line_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
     writer.append(_result(2))  # once there is room, appends go on, each line whole
     writer.close()
     assert [r.id for r in read_jsonl(path, TestResult)] == ["t0", "t2"]
+
+
+def test_a_torn_tail_longer_than_one_read_is_dropped(tmp_path):
+    path = tmp_path / "results.jsonl"
+    whole = _result(0).model_dump_json().encode() + b"\n"
+    path.write_bytes(whole + b'{"id": "t1", "output": "' + b"x" * 200_000)  # killed mid-line
+    JsonlWriter(path).close()
+    assert path.read_bytes() == whole
+    path.write_bytes(b'{"id": "t1", "out')  # only a torn line: nothing stands
+    JsonlWriter(path).close()
+    assert path.read_bytes() == b""
