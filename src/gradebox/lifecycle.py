@@ -21,7 +21,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .atomic import storage_error
 from .errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
 from .fstree import copy_tree
 from .graders.assertion import (
@@ -44,7 +43,7 @@ from .protocol import GraderResult, Message, Payload, Status, TestResult, TraceS
 from .sandbox.base import ImageSource, Limits, Sandbox
 from .sandbox.hardening import run_as_ids
 from .sandbox.labels import LABEL_RUN
-from .scratch import new_scratch
+from .scratch import new_scratch, scratch_error
 from .steps import (
     HOOK_TIMEOUT,
     hook_input,
@@ -100,15 +99,6 @@ def run_hook(
         labels=labels, source_dir=suite.root,
     )  # fmt: skip
     return judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
-
-
-def scratch_error(exc: OSError) -> StorageError:
-    """The scratch folder (``$TMPDIR``: workspaces, staged templates, payload files) ran out
-    of space: the machine's fault, which ends the run, named as such rather than as whatever
-    a half-made folder broke next."""
-    import tempfile
-
-    return storage_error(exc, f"{tempfile.gettempdir()} ($TMPDIR)", "scratch folder")
 
 
 def after_all(suite: Suite, box: Sandbox, images: ImageSource, run_id: str) -> list[str]:

@@ -12,9 +12,27 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["TMP_PREFIX", "collect_scratch", "left_by", "new_scratch", "pid_alive", "pid_in"]
+from .atomic import storage_error
+from .errors import StorageError
+
+__all__ = [
+    "TMP_PREFIX",
+    "collect_scratch",
+    "left_by",
+    "new_scratch",
+    "pid_alive",
+    "pid_in",
+    "scratch_error",
+]
 
 TMP_PREFIX = "gradebox-"
+
+
+def scratch_error(exc: OSError) -> StorageError:
+    """The scratch folder (``$TMPDIR``: workspaces, staged templates, payload files) ran out
+    of space: the machine's fault, which ends the run, named as such rather than as whatever
+    a half-made folder broke next."""
+    return storage_error(exc, f"{tempfile.gettempdir()} ($TMPDIR)", "scratch folder")
 
 
 def pid_alive(pid: int) -> bool:

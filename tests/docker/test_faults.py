@@ -308,3 +308,18 @@ def test_graders_that_spin_or_fill_memory_are_errors_and_the_run_goes_on(tmp_pat
     }  # fmt: skip
     assert results["spin"].graders[0].timed_out
     assert results["eat"].graders[0].oom_killed
+
+
+@pytest.mark.parametrize("backend", ["docker", "oci"])
+def test_grade_with_a_full_scratch_folder_is_one_line(tmp_path, tmpfs, backend):
+    grader = write(tmp_path / "g.yaml", "type: program\nprogram: 'true'\n")
+    payload = write(tmp_path / "p.json", json.dumps({"output": "x" * 400_000}))  # a file
+    (tmp_path / "ws").mkdir()
+    scratch = tmpfs(tmp_path / "scratch", "256k")
+    p = gradebox(
+        "grade", grader, "--input", payload, "--workspace", tmp_path / "ws", "--sandbox", backend,
+        env={"TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert p.returncode == EXIT_STORAGE, p.stderr
+    assert f"scratch folder {scratch}" in one_line(p)
+    assert os.listdir(scratch) == [] and mounts_under(scratch) == []

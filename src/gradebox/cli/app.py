@@ -9,10 +9,12 @@ space (a folder we write: results, scratch; finished results kept), 130 Ctrl-C.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -58,6 +60,13 @@ def handled(fn: F) -> F:
             if _state["debug"]:
                 raise
             raise _fail(str(exc), 4) from None
+        except OSError as exc:
+            # Out of space where no step named its folder: still one line and exit 5.
+            if _state["debug"] or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = exc.filename or f"{tempfile.gettempdir()} ($TMPDIR) or the results folder"
+            reason = (exc.strerror or str(exc)).lower()
+            raise _fail(f"out of space: {where}: {reason}", EXIT_STORAGE) from None
 
     return wrapper  # type: ignore[return-value]
 
