@@ -141,3 +141,24 @@ def test_a_torn_tail_longer_than_one_read_is_dropped(tmp_path):
     path.write_bytes(b'{"id": "t1", "out')  # only a torn line: nothing stands
     JsonlWriter(path).close()
     assert path.read_bytes() == b""
+
+
+def test_any_out_of_space_reaching_the_cli_is_one_line(capsys):
+    import typer
+
+    from gradebox.cli.app import EXIT_STORAGE, handled
+
+    def full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/x/y")
+
+    with pytest.raises(typer.Exit) as exit_:
+        handled(full)()
+    assert exit_.value.exit_code == EXIT_STORAGE == 5
+    err = capsys.readouterr().err
+    assert err == "gradebox: error: out of space: /x/y: no space left on device\n"
+
+    def broken() -> None:  # any other OSError is a bug of ours: its traceback stays
+        raise OSError(errno.EIO, "I/O error")
+
+    with pytest.raises(OSError):
+        handled(broken)()
