@@ -20,9 +20,16 @@ import os
 import secrets
 from pathlib import Path
 
-from .errors import ConfigError, StorageError
+from .errors import ConfigError, GradeboxError, StorageError
 
-__all__ = ["DISK_ERRORS", "lock_folder", "storage_error", "writable_folder", "write_atomic"]
+__all__ = [
+    "DISK_ERRORS",
+    "lock_folder",
+    "storage_error",
+    "writable_folder",
+    "write_atomic",
+    "write_error",
+]
 
 # Errors that say the folder, not the data, is at fault: no space, no quota, no inodes, a
 # file past the size limit, a read-only or failing filesystem.
@@ -58,12 +65,18 @@ def write_atomic(path: Path, data: bytes | str, *, what: str = "folder") -> None
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if exc.errno in DISK_ERRORS:
-            raise storage_error(exc, folder, what) from None
-        # A path the operator chose that cannot be a file here (a folder, no permission).
-        reason = (exc.strerror or str(exc)).lower()
-        raise ConfigError(f"cannot write: {reason}", file=str(path)) from None
+        raise write_error(exc, path, what) from None
     _sync_folder(folder)
+
+
+def write_error(exc: OSError, path: Path, what: str = "folder") -> GradeboxError:
+    """Why ``path`` could not be written: the disk's fault (no space, read-only) is a
+    ``StorageError`` naming its folder; a path the operator chose that cannot be a file here
+    (a folder, no permission) a ``ConfigError`` naming it."""
+    if exc.errno in DISK_ERRORS:
+        return storage_error(exc, path.parent, what)
+    reason = (exc.strerror or str(exc)).lower()
+    return ConfigError(f"cannot write: {reason}", file=str(path))
 
 
 def _sync_folder(folder: Path) -> None:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .atomic import storage_error
+from .atomic import storage_error, write_error
 from .errors import ConfigError
 
 __all__ = [
@@ -76,7 +76,7 @@ def open_jsonl_for_append(path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise storage_error(exc, path.parent, "results folder") from None
+        raise write_error(exc, path, "results folder") from None
     try:
         size = os.fstat(fd).st_size
         if size:
@@ -109,7 +109,7 @@ def rewrite_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise storage_error(exc, path.parent, "results folder") from None
+        raise write_error(exc, path, "results folder") from None
 
 
 class JsonlWriter:

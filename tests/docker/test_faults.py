@@ -323,3 +323,22 @@ def test_grade_with_a_full_scratch_folder_is_one_line(tmp_path, tmpfs, backend):
     assert p.returncode == EXIT_STORAGE, p.stderr
     assert f"scratch folder {scratch}" in one_line(p)
     assert os.listdir(scratch) == [] and mounts_under(scratch) == []
+
+
+def test_batch_into_a_full_folder_keeps_every_line_whole(tmp_path, tmpfs):
+    write(tmp_path / "big.py", BIG)
+    grader = write(tmp_path / "g.yaml", "type: program\nprogram: python3\nargs: [big.py]\n")
+    records = write(
+        tmp_path / "records.jsonl", "".join(f'{{"id": "{i}", "output": "x"}}\n' for i in range(8))
+    )
+    out = tmpfs(tmp_path / "out", "256k") / "graded.jsonl"
+    p = gradebox("batch", records, "--grader", grader, "--out", out, "--sandbox", "host")
+    assert p.returncode == EXIT_STORAGE, p.stderr
+    assert f"results folder {out.parent}" in one_line(p)
+    lines = out.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and 2 <= len(lines) - 1 < 8
+    assert all(json.loads(x)["pass"] for x in lines[:-1])
+    grow(out.parent, "4m")
+    p = gradebox("batch", records, "--grader", grader, "--out", out, "--sandbox", "host")
+    assert p.returncode == 0, p.stderr
+    assert len(out.read_text().splitlines()) == 8
