@@ -37,7 +37,8 @@ DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, e
 
 
 def storage_error(exc: OSError, folder: Path | str, what: str) -> StorageError:
-    """``results folder /x/out: no space left on device (ENOSPC) writing results.jsonl``."""
+    """One line naming the folder and the error: ``results folder /x/out: no space left on
+    device (ENOSPC)``."""
     code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
     reason = (exc.strerror or str(exc)).lower()
     return StorageError(f"{what} {folder}: {reason} ({code})")
