@@ -342,3 +342,17 @@ def test_batch_into_a_full_folder_keeps_every_line_whole(tmp_path, tmpfs):
     p = gradebox("batch", records, "--grader", grader, "--out", out, "--sandbox", "host")
     assert p.returncode == 0, p.stderr
     assert len(out.read_text().splitlines()) == 8
+
+
+def test_resume_needs_no_room_for_a_second_copy_of_the_results(tmp_path, tmpfs):
+    write(tmp_path / "g.py", BIG)
+    suite = write(tmp_path / "suite.yaml", suite_of(3))
+    out = tmpfs(tmp_path / "out", "256k")
+    assert gradebox("run", suite, "--out", out, "--sandbox", "host").returncode == 0
+    # ~180 KiB of results in 256 KiB: room for one more result, not for a copy of them all
+    # (which resuming wrote beside them first, even with nothing to drop).
+    write(tmp_path / "suite.yaml", suite_of(4))
+    p = gradebox("run", suite, "--resume", out, "--sandbox", "host", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["summary"]["reused"] == 3
+    assert sorted(read_results(out / "results.jsonl")) == ["t0", "t1", "t2", "t3"]
