@@ -162,3 +162,18 @@ def test_any_out_of_space_reaching_the_cli_is_one_line(capsys):
 
     with pytest.raises(OSError):
         handled(broken)()
+
+
+def test_a_full_disk_names_the_folder_it_happened_in(tmp_path, monkeypatch):
+    import tempfile
+
+    from gradebox.scratch import scratch_error
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    full = errno.ENOSPC, "No space left on device"
+    assert str(scratch_error(OSError(*full, b"a.txt"))) == (
+        f"scratch folder {tmp_path} ($TMPDIR): no space left on device (ENOSPC)"
+    )  # a name relative to a descriptor says nothing: the scratch folder is named
+    assert str(scratch_error(OSError(*full, "/var/lib/gradebox/x"))).startswith(
+        "cannot write /var/lib/gradebox/x: no space left"
+    )  # the OCI backend's own storage, say
