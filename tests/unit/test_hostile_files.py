@@ -177,3 +177,24 @@ def test_a_full_disk_names_the_folder_it_happened_in(tmp_path, monkeypatch):
     assert str(scratch_error(OSError(*full, "/var/lib/gradebox/x"))).startswith(
         "cannot write /var/lib/gradebox/x: no space left"
     )  # the OCI backend's own storage, say
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_assert_file_hostile_payload_is_one_line(tmp_path, case):
+    (tmp_path / ".gradebox" / "graders").mkdir(parents=True)
+    (tmp_path / ".gradebox" / "graders" / "g.py").write_text("print('{\"pass\": true}')\n")
+    bad = tmp_path / f"{case}.json"
+    bad.write_bytes(HOSTILE[case])
+    p = gradebox("assert", "g", "--file", bad, cwd=tmp_path)
+    assert p.returncode == 2
+    one_line(p, f"{case}.json")
+
+
+def test_assert_file_of_the_wrong_shape_is_one_line(tmp_path):
+    (tmp_path / ".gradebox" / "graders").mkdir(parents=True)
+    (tmp_path / ".gradebox" / "graders" / "g.py").write_text("print('{\"pass\": true}')\n")
+    for name, body in (("list.json", b"[1]"), ("field.json", b'{"output": 5}')):
+        (tmp_path / name).write_bytes(body)
+        p = gradebox("assert", "g", "--file", tmp_path / name, cwd=tmp_path)
+        assert p.returncode == 2
+        one_line(p, name)
