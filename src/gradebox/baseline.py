@@ -82,6 +82,14 @@ _IGNORED_NOTE = (
 )
 
 
+def _git_error(message: str, stderr: bytes) -> Exception:
+    """git's failure: a full disk under the store (git says so in the C locale, _GIT_ENV) is
+    the scratch folder's ENOSPC, which ends the run; anything else is this test's error."""
+    if b"No space left on device" in stderr:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return WorkspaceError(message)
+
+
 class _Store:
     """A bare git repository outside the workspace, written to directly (loose objects)."""
 
@@ -96,7 +104,9 @@ class _Store:
             env={**os.environ, **_GIT_ENV}, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
-            raise WorkspaceError(f"git init failed in {self.path}: {proc.stderr.decode()[-200:]}")
+            raise _git_error(
+                f"git init failed in {self.path}: {proc.stderr.decode()[-200:]}", proc.stderr
+            )
         (self.path / "info").mkdir(exist_ok=True)
         (self.path / "info" / "attributes").write_text(_NEUTRAL_ATTRIBUTES)
 
@@ -326,6 +336,8 @@ class Baseline:
             base._objects.init()
             base._before = base._snapshot(first=True)
         except (OSError, subprocess.SubprocessError) as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot take a baseline of the workspace: {exc}") from None
         return base
 
@@ -475,6 +487,8 @@ class Baseline:
             total = self._stream([*args, self._before["ignored"], after["ignored"]], head,
                                  total, cap, preamble=_IGNORED_NOTE)  # fmt: skip
         except (OSError, subprocess.SubprocessError) as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
         return _cut(bytes(head), total, cap)
 
@@ -495,7 +509,7 @@ class Baseline:
             proc.wait()
         if proc.returncode != 0:
             lines = err.decode(errors="replace").strip().splitlines()
-            raise WorkspaceError(f"git diff failed in {self.store}: {lines[-1] if lines else '?'}")
+            raise _git_error(f"git diff failed in {self.store}: {lines[-1] if lines else '?'}", err)
         return total
 
     def discard(self) -> None:

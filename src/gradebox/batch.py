@@ -10,7 +10,6 @@ cluster, and this module writes what comes back the same way for both.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from .graders.config import GraderConfig, ScriptGrader, load_grader
 from .graders.custom import grader_for_file
 from .graders.run import grader_fingerprint
 from .jobs import GradeJob, Record, Worker
-from .jsonl import JsonlWriter, digest, read_jsonl, rewrite_jsonl
+from .jsonl import JsonlWriter, digest, load_json, read_jsonl, rewrite_jsonl
 from .protocol import GraderResult, Status
 from .sandbox.base import ImageSource, Sandbox
 
@@ -51,14 +50,14 @@ def read_records(path: Path) -> list[tuple[int, Record]]:
     """``(line number, record)`` for every non-empty line; a bad line is a ConfigError."""
     out = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read records: {exc.strerror or exc}", file=str(path)) from None
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split(b"\n"), 1):
         if not line.strip():
             continue
+        data = load_json(line, file=str(path), line=number)
         try:
-            data = json.loads(line)
             if isinstance(data, dict) and isinstance(data.get("id"), int | float):
                 data["id"] = str(data["id"])
             out.append((number, Record.model_validate(data)))

@@ -10,7 +10,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import asdict, dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .jsonl import load_json
 
 __all__ = ["CompareReport", "Outcome", "compare_runs", "load_run", "mcnemar_exact", "markdown"]
 
@@ -36,16 +36,18 @@ def load_run(path: Path) -> dict[str, Outcome]:
     if path.is_dir():
         path = path / "results.jsonl"
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
     out: dict[str, Outcome] = {}
-    lines = text.splitlines()
+    lines = data.split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = load_json(line, file=str(path), line=n)
             key = str(row["id"])
             if "graders" in row:  # a suite run
                 graders = {g["name"]: bool(g["passed"]) for g in row["graders"]}
@@ -54,9 +56,11 @@ def load_run(path: Path) -> dict[str, Outcome]:
                 result = row.get("result") or {}
                 graders = {result["name"]: bool(row["pass"])} if "name" in result else {}
                 out[key] = Outcome(bool(row["pass"]), float(row["score"]), graders)
-        except (ValueError, KeyError, TypeError) as exc:
-            if n == len(lines):
+        except (ValueError, KeyError, TypeError, ConfigError) as exc:
+            if n == len(lines) and not data.endswith(b"\n"):
                 break  # a torn last line (a writer killed mid-line) is not a result
+            if isinstance(exc, ConfigError):
+                raise
             raise ConfigError(f"not a result line ({exc})", file=str(path), line=n) from None
     if not out:
         raise ConfigError("no results in this file", file=str(path))

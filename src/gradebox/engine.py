@@ -65,7 +65,9 @@ _retry = retry(
     retry=retry_if_exception(_is_transient),
     stop=stop_after_attempt(4),
     wait=wait_exponential(multiplier=0.1, max=2.0),
-    before_sleep=before_sleep_log(log, logging.WARNING),
+    # A retry is no fault of its own (the last failure is reported, once): said with -v, so
+    # an engine lost mid-run is a few lines on stderr, not one per attempt of every call.
+    before_sleep=before_sleep_log(log, logging.INFO),
     reraise=True,
 )
 

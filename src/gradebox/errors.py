@@ -11,6 +11,8 @@ out, is OOM-killed or floods its output is a *result*, never an exception.
     ├── ImageError                an image is missing, unpinned or differs from the lock
     ├── ClusterError              a cluster run cannot start: Ray unreachable, a node refused
     ├── WorkspaceError            a template, baseline or diff could not be made (git, disk)
+    ├── StorageError              a folder we write ran out of space or cannot be written
+    │                             mid-run (results, scratch): the run ends (CLI exit 5)
     └── EngineError               the container engine failed us
         ├── EngineUnavailable     the engine cannot be reached at all
         └── SandboxClosed         the sandbox was closed (Ctrl-C): nothing new may start
@@ -31,6 +33,7 @@ __all__ = [
     "ImageError",
     "NotAllowed",
     "SandboxClosed",
+    "StorageError",
     "UnsupportedFeature",
     "WorkspaceError",
 ]
@@ -131,6 +134,13 @@ class ClusterError(GradeboxError):
 
 class WorkspaceError(GradeboxError):
     """The host could not copy a template or take a baseline or diff (git failed, disk full)."""
+
+
+class StorageError(GradeboxError):
+    """A folder gradebox writes (the results folder, the scratch folder ``$TMPDIR``) ran out of
+    space or could not be written while a run went on. It is the machine's fault, not one
+    test's: the run ends (finished results are kept, ``--resume`` continues it once there is
+    room), and ``str()`` names the folder and the error."""
 
 
 class SandboxClosed(EngineError):

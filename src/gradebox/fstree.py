@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "Folder",
+    "QuotaPassed",
     "chown_tree",
     "copy_tree",
     "normalise_sub_path",
@@ -227,6 +228,10 @@ def chown_tree(root: Path, owner: tuple[int, int]) -> None:
                     os.chown(name, *owner, dir_fd=folder.fd, follow_symlinks=False)
 
 
+class QuotaPassed(OSError):
+    """``copy_tree``'s ``max_bytes`` was passed: the quota's ENOSPC, not the disk's."""
+
+
 def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
               merge: bool = False, max_bytes: int | None = None) -> list[str]:  # fmt: skip
     """Copy the tree at ``source`` into ``dest`` (created), following no link on either side.
@@ -258,7 +263,7 @@ def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
                     if stat.S_ISREG(st.st_mode) and budget[0] is not None:
                         budget[0] -= st.st_size
                         if budget[0] < 0:
-                            raise OSError(errno.ENOSPC, "the files to copy pass the quota")
+                            raise QuotaPassed(errno.ENOSPC, "the files to copy pass the quota")
                     if not stat.S_ISDIR(st.st_mode) and not _copy_entry(
                         folder.fd, name, st, out, merge, owner if chown else None
                     ):

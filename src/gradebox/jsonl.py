@@ -3,23 +3,46 @@
 A runner killed mid-write leaves at most one torn line, the last one, without its newline:
 that line is dropped. Any other line that does not parse is damage nobody explained, and
 resuming over it would silently lose or fake results, so it is an error naming the line.
+
+A line is appended whole or not at all: one ``os.write`` on an ``O_APPEND`` descriptor, and
+a write the disk cut short is truncated back to where it began, so a full disk leaves every
+earlier line readable and ``--resume`` continues once there is room (``StorageError``).
+
+``load_json`` reads the JSON an operator hands us (a payload, a records file's lines): one
+line naming the file for what is not UTF-8, too deep, or holds a lone surrogate.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .atomic import storage_error, write_error
 from .errors import ConfigError
 
-__all__ = ["JsonlWriter", "digest", "open_jsonl_for_append", "read_jsonl", "rewrite_jsonl"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "JsonlWriter",
+    "digest",
+    "load_json",
+    "open_jsonl_for_append",
+    "read_jsonl",
+    "rewrite_jsonl",
+]
+
+# Deeper input is refused where it is read: Python's decoder and encoder recurse (a
+# RecursionError far from the file), and pydantic's own JSON parser stops at 200 levels, so
+# a result holding deeper data could not be read back to resume.
+MAX_JSON_DEPTH = 100
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,46 +68,142 @@ def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
             ) from None
 
 
-def open_jsonl_for_append(path: Path) -> TextIO:
-    """Open a JSONL file to append to, dropping a torn last line a killed writer left: an
-    append after it would be glued onto it and spoil a good record too."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with path.open("r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-    return path.open("a", encoding="utf-8")
+def open_jsonl_for_append(path: Path) -> int:
+    """Open a JSONL file to append to (a descriptor, ``O_APPEND``), dropping a torn last line
+    a killed writer left: an append after it would be glued onto it and spoil a good record
+    too. A folder that cannot take it is a ``StorageError``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise write_error(exc, path, "results folder") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            # Only the tail is read: the last newline is within the last line's length.
+            tail, start = b"", size
+            while start > 0 and b"\n" not in tail:
+                start = max(0, start - (1 << 16))
+                tail = os.pread(fd, size - start, start)
+            if not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                os.ftruncate(fd, start + cut + 1 if cut >= 0 else 0)
+    except OSError as exc:
+        os.close(fd)
+        raise storage_error(exc, path.parent, "results folder") from None
+    return fd
 
 
 def rewrite_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
-    """Replace the file with exactly ``items`` (atomically: a crash leaves old or new)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for item in items:
-            f.write(item.model_dump_json(by_alias=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace the file with exactly ``items`` (atomically: a crash or a full disk leaves the
+    old file whole, never a part of the new one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as f:
+            for item in items:
+                f.write(item.model_dump_json(by_alias=True).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise write_error(exc, path, "results folder") from None
 
 
 class JsonlWriter:
-    """Appends one JSON line per call, flushed and fsynced, from any thread."""
+    """Appends one JSON line per call, whole or not at all, fsynced, from any thread."""
 
     def __init__(self, path: Path) -> None:
-        self._file = open_jsonl_for_append(path)
+        self.path = path
+        self._fd = open_jsonl_for_append(path)
         self._lock = threading.Lock()
 
     def append(self, result: BaseModel) -> None:
-        line = result.model_dump_json(by_alias=True) + "\n"
+        """Write one line; a folder that cannot take it all leaves the file as it was and
+        raises ``StorageError``."""
+        line = result.model_dump_json(by_alias=True).encode() + b"\n"
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            start = os.fstat(self._fd).st_size
+            try:
+                # One write on an O_APPEND descriptor: the line lands after every other line
+                # (another process's too) in one piece. A short count means the disk is full.
+                written = os.write(self._fd, line)
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(self._fd)
+            except OSError as exc:
+                # Back to the last whole line (the file is ours alone: the folder is locked).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                raise storage_error(
+                    exc, self.path.parent, f"cannot write {self.path.name} in results folder"
+                ) from None
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def load_json(data: bytes | str, *, file: str, line: int | None = None) -> Any:
+    """Parse JSON an operator handed us: UTF-8 text, at most ``MAX_JSON_DEPTH`` deep, every
+    string encodable (no lone surrogate escape). Anything else is a ``ConfigError`` naming the
+    file (and line), never a traceback from deep in a later step."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                "JSON must be UTF-8",
+                file=file,
+                line=line,
+            ) from None
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise _too_deep(file, line) from None
+    except ValueError as exc:
+        raise ConfigError(f"invalid JSON: {exc}", file=file, line=line) from None
+    _check_tree(value, file, line)
+    return value
+
+
+def _check_tree(value: Any, file: str, line: int | None) -> None:
+    """Depth and lone surrogates, walked with a stack of our own (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _encodable(item, file, line)
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise _too_deep(file, line)
+            if isinstance(item, dict):
+                for key, sub in item.items():
+                    _encodable(key, file, line)
+                    stack.append((sub, depth + 1))
+            else:
+                stack.extend((sub, depth + 1) for sub in item)
+
+
+def _encodable(text: str, file: str, line: int | None) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"a string holds a lone surrogate (\\u{ord(exc.object[exc.start]):04x}), which is "
+            "no Unicode text",
+            file=file,
+            line=line,
+        ) from None
+
+
+def _too_deep(file: str, line: int | None) -> ConfigError:
+    return ConfigError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", file=file, line=line)
 
 
 def digest(*parts: Any) -> str:

@@ -12,6 +12,7 @@ summaries (``gradebox.runner``).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import GradeboxError, SandboxClosed, WorkspaceError
+from .errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
 from .fstree import copy_tree
 from .graders.assertion import (
     Assertion,
@@ -56,7 +57,7 @@ from .protocol import (
 from .sandbox.base import ImageSource, Limits, Sandbox
 from .sandbox.hardening import run_as_ids
 from .sandbox.labels import LABEL_RUN
-from .scratch import new_scratch
+from .scratch import new_scratch, scratch_error
 from .steps import (
     HOOK_TIMEOUT,
     claims_of,
@@ -176,6 +177,7 @@ class SuiteContext:
         if scratch is not None:  # a cluster node's: removed with the run's folder there
             scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.scratch = scratch or new_scratch()
+        self.closed = False  # the run is over: what a test still meets is its knock-on
         self._staged: dict[object, Path] = {}
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
@@ -202,11 +204,18 @@ class SuiteContext:
             if key in self._stage_failed:
                 raise GradeboxError(self._stage_failed[key])
             if key not in self._staged:
-                stage = self.scratch / f"template-{len(self._staged)}"
+                stage = self.scratch / f"template-{len(self._staged) + len(self._stage_failed)}"
                 try:
-                    self._stage(stage, template, cfg if prepared else None)
+                    try:
+                        self._stage(stage, template, cfg if prepared else None)
+                    except OSError as exc:
+                        remove_tree(stage)  # never half a template for the next test to meet
+                        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                            raise scratch_error(exc) from None  # the run ends
+                        raise WorkspaceError(f"staging {template}: {exc}") from None
                 except GradeboxError as exc:
-                    self._stage_failed[key] = str(exc)
+                    if not isinstance(exc, StorageError):
+                        self._stage_failed[key] = str(exc)
                     raise
                 self._staged[key] = stage
             return self._staged[key], overlay
@@ -259,6 +268,7 @@ class SuiteContext:
             return self._health or None
 
     def close(self) -> None:
+        self.closed = True
         self.warm.close()
         self.grader_pool.shutdown(wait=False, cancel_futures=True)
         remove_tree(self.scratch)
@@ -280,15 +290,24 @@ class TestRun:
 
     def run(self) -> TestResult:
         t0 = time.monotonic()
-        scratch = new_scratch()
+        try:
+            scratch = new_scratch()
+        except OSError as exc:
+            raise scratch_error(exc) from None
         result = self.result
         try:
             self._in_scratch(scratch)
-        except SandboxClosed:
-            raise  # interrupted: this test is not finished and must not be recorded
+        except (SandboxClosed, StorageError):
+            # interrupted, or the machine's disk is full: this test is not finished and must
+            # not be recorded; the run ends
+            raise
         except GradeboxError as exc:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise scratch_error(exc) from None  # the cause, not its knock-on errors
+            if self.run_.closed:  # the run ended under it (its staged folders are gone)
+                raise SandboxClosed() from None
             log.exception("test %s", self.test.id)
             result.status = Status.error
             result.error = f"internal error: {type(exc).__name__}: {exc}"

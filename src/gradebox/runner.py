@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import lock_folder, writable_folder, write_atomic
+from .errors import StorageError
 from .executor import Executor, LocalExecutor, default_workers
 from .jobs import TestJob, Worker
 from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
 from .lifecycle import after_all, not_run, now
 from .protocol import RunSummary, Status, TestResult, Usage
 from .sandbox.base import ImageSource, Sandbox
-from .suite import Suite
+from .suite import Suite, Test
 
 __all__ = [
     "RunOptions",
@@ -79,7 +82,6 @@ def run_suite(
     started, t0 = now(), time.monotonic()
     workers = options.workers or suite.spec.defaults.workers or default_workers()
     out = options.out_dir
-    results_path = out / "results.jsonl"
     patterns = [options.filter] if isinstance(options.filter, str) else options.filter
     selected = [
         t
@@ -88,6 +90,25 @@ def run_suite(
         and (not options.references or t.has_reference())
     ]
     prints = {t.id: suite.fingerprint(t) for t in selected}
+    # The folder is checked and held before anything runs: one that names a file or cannot
+    # be written is one line (exit 2), and a second run given it is refused, not interleaved.
+    field = "--resume" if options.resume else "--out"
+    lock = lock_folder(writable_folder(out, field=field), field=field)
+    try:
+        return _run_locked(suite, box, images, options, on_result, on_start, executor,
+                           selected, prints, workers, started, t0)  # fmt: skip
+    finally:
+        os.close(lock)
+
+
+def _run_locked(
+    suite: Suite, box: Sandbox, images: ImageSource, options: RunOptions,
+    on_result: Callable[[TestResult], None], on_start: Callable[[int, int], None],
+    executor: Executor | None, selected: list[Test], prints: dict[str, str], workers: int,
+    started: str, t0: float,
+) -> RunSummary:  # fmt: skip
+    out = options.out_dir
+    results_path = out / "results.jsonl"
     previous = read_results(results_path) if options.resume else {}
     if not options.resume and results_path.exists():
         results_path.unlink()
@@ -99,8 +120,10 @@ def run_suite(
         and r.fingerprint == prints[k]
         and not (options.retry_errors and r.status is Status.error)
     }
-    if options.resume:
-        # The file says exactly what stands: results of other tests, and the reused ones.
+    stale = [k for k in previous if k in prints and k not in reusable]
+    if stale:
+        # The file says exactly what stands: results of other tests, and the reused ones. (Not
+        # rewritten when nothing is dropped: a resume after a full disk needs no second copy.)
         rewrite_jsonl(
             results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
         )
@@ -124,6 +147,7 @@ def run_suite(
     reused = len(finished)
     del previous, reusable
     interrupted = False
+    full: StorageError | None = None  # the results or scratch folder could not take more
     warnings: list[str] = []
     nodes: dict[str, int] = {}
     by_id = {t.id: t for t in todo}
@@ -145,6 +169,15 @@ def run_suite(
         interrupted = True
         box.close()  # (the map has closed it too) in-flight runs end; nothing new starts
         raise
+    except StorageError as exc:
+        # A machine fault, not a test's: the run ends (the map closed the sandbox: in-flight
+        # tests are not recorded), what is on disk stays, and --resume continues it.
+        interrupted, full = True, exc
+        box.close()
+        raise StorageError(
+            f"{exc}; the run stopped, {len(finished)} finished result(s) are kept in "
+            f"{results_path}: make room, then continue with --resume {out}"
+        ) from None
     finally:
         try:
             if not interrupted:
@@ -170,7 +203,16 @@ def run_suite(
         if executor.remote:  # the models were called on the nodes: each test's in its result
             summary.usage = _usage_total(out / "results.jsonl", set(by_id))
             summary.nodes = nodes
-        (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+        if full is not None:
+            summary.warnings.append(f"stopped: {full}")
+        try:
+            # Whole or not at all: a full folder keeps the previous summary as it was.
+            write_atomic(out / "summary.json", summary.model_dump_json(indent=2) + "\n",
+                         what="results folder")  # fmt: skip
+        except StorageError:
+            if full is None and not interrupted:
+                raise
+            log.warning("summary.json not written: the results folder is full")
     return summary
 
 

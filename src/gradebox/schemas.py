@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .atomic import write_atomic
 from .graders.assertion import refused_types
 from .graders.config import ProgramGrader, ScriptGrader
 from .graders.entries import known_types
@@ -77,6 +78,6 @@ def write_schemas(directory: Path, custom_assertions: list[str] | None = None) -
     written = []
     for filename, doc in schema_documents(custom_assertions).items():
         path = directory / filename
-        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
         written.append(path)
     return written

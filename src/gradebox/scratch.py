@@ -12,9 +12,32 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["TMP_PREFIX", "collect_scratch", "left_by", "new_scratch", "pid_alive", "pid_in"]
+from .atomic import storage_error
+from .errors import StorageError
+
+__all__ = [
+    "TMP_PREFIX",
+    "collect_scratch",
+    "left_by",
+    "new_scratch",
+    "pid_alive",
+    "pid_in",
+    "scratch_error",
+]
 
 TMP_PREFIX = "gradebox-"
+
+
+def scratch_error(exc: OSError) -> StorageError:
+    """The scratch folder (``$TMPDIR``: workspaces, staged templates, payload files) ran out
+    of space: the machine's fault, which ends the run, named as such rather than as whatever
+    a half-made folder broke next. A file named outside it (the OCI backend's own storage)
+    is named instead (a relative name is relative to some folder of ours: no help)."""
+    tmp = tempfile.gettempdir()
+    name = os.fsdecode(exc.filename) if exc.filename is not None else None
+    if name is not None and os.path.isabs(name) and os.path.commonpath([tmp, name]) != tmp:
+        return storage_error(exc, name, "cannot write")
+    return storage_error(exc, f"{tmp} ($TMPDIR)", "scratch folder")
 
 
 def pid_alive(pid: int) -> bool:

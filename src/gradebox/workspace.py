@@ -21,7 +21,14 @@ from pathlib import Path
 
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
 from .errors import WorkspaceError
-from .fstree import chown_tree, copy_tree, normalise_sub_path, remove_tree, tree_usage
+from .fstree import (
+    QuotaPassed,
+    chown_tree,
+    copy_tree,
+    normalise_sub_path,
+    remove_tree,
+    tree_usage,
+)
 
 __all__ = [
     "DEFAULT_DIFF_CAP",
@@ -284,10 +291,15 @@ class Workspace:
         layer = path.with_name(path.name + ".layer")
         layer.mkdir(mode=0o700, exist_ok=True)
         quota_mounted = _mount_tmpfs(layer, quota, None)
-        if _mount_overlay(lower, layer, path, owner):
-            ws = cls(path, quota, quota_mounted)
-            ws.layer = layer
-            return ws
+        try:
+            if _mount_overlay(lower, layer, path, owner):
+                ws = cls(path, quota, quota_mounted)
+                ws.layer = layer
+                return ws
+        except BaseException:
+            if quota_mounted:  # never a mount left behind (lower gone: the run ended)
+                _unmount(layer)
+            raise
         if quota_mounted:
             _unmount(layer)
         return None
@@ -299,10 +311,14 @@ class Workspace:
             limit = None if self.mounted else self.quota.size
             self.skipped = safe_copy(source, self.path, owner, limit)
         except OSError as exc:
-            if exc.errno in (28, 122):  # ENOSPC, EDQUOT
+            # A mounted workspace is its quota's size; unmounted, only our count says quota
+            # (a full disk under $TMPDIR is the machine's fault: the caller ends the run).
+            if exc.errno in (28, 122) and (self.mounted or isinstance(exc, QuotaPassed)):
                 raise WorkspaceError(
                     f"copying {source} exceeds the workspace quota ({self.quota.describe()})"
                 ) from None
+            if exc.errno in (28, 122):
+                raise  # ENOSPC, EDQUOT of the scratch folder itself
             raise WorkspaceError(f"cannot copy {source}: {exc}") from None
 
     def exceeded(self) -> str | None:

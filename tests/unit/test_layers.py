@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "errors",
             "_yaml",
             "jsonl",
+            "atomic",
             "fstree",
             "gitignore",
             "protocol",

@@ -3,23 +3,26 @@
 Library errors become one-line messages here, in one place; ``--debug`` shows tracebacks.
 
 Exit codes: 0 success/passed, 1 failed, 2 invalid configuration or usage (nothing ran),
-3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 130 Ctrl-C.
+3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 5 out of
+space (a folder we write: results, scratch; finished results kept), 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from .._version import __version__
-from ..errors import ConfigError, GradeboxError, ImageError
+from ..errors import ConfigError, GradeboxError, ImageError, StorageError
 from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
@@ -29,6 +32,7 @@ from .run import run, validate, validate_refs
 from .workflows import assert_, batch, calibrate, trials
 
 F = TypeVar("F", bound=Callable[..., Any])
+EXIT_STORAGE = 5  # a folder we write ran out of space or failed mid-run (errors.StorageError)
 _state = {"debug": False}
 
 
@@ -50,10 +54,21 @@ def handled(fn: F) -> F:
             if _state["debug"]:
                 raise
             raise _fail(str(exc), 2) from None
+        except StorageError as exc:  # out of space: a code of its own (5), so CI can tell
+            if _state["debug"]:
+                raise
+            raise _fail(str(exc), EXIT_STORAGE) from None
         except GradeboxError as exc:
             if _state["debug"]:
                 raise
             raise _fail(str(exc), 4) from None
+        except OSError as exc:
+            # Out of space where no step named its folder: still one line and exit 5.
+            if _state["debug"] or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = exc.filename or f"{tempfile.gettempdir()} ($TMPDIR) or the results folder"
+            reason = (exc.strerror or str(exc)).lower()
+            raise _fail(f"out of space: {where}: {reason}", EXIT_STORAGE) from None
 
     wrapper.__doc__ = reflow(fn.__doc__)  # help reads as prose at any terminal width
     return wrapper  # type: ignore[return-value]

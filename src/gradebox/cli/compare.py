@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..atomic import write_atomic
 from ..compare import compare_runs, load_run, markdown
 from ._common import JsonOpt, Output
 
@@ -40,7 +41,7 @@ def compare(
                           confidence=1 - alpha)  # fmt: skip
     worse = report.significantly_worse(alpha)
     if markdown_out is not None:
-        markdown_out.write_text(markdown(report, str(run_a), str(run_b), alpha), encoding="utf-8")
+        write_atomic(markdown_out, markdown(report, str(run_a), str(run_b), alpha))
     if as_json:
         out.document({**report.to_json(), "significantly_worse": worse, "alpha": alpha})
     else:

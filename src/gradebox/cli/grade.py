@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,7 @@ from .._yaml import to_config_error
 from ..batch import load_grader_ref
 from ..errors import ConfigError
 from ..graders import run_grader
+from ..jsonl import load_json
 from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
@@ -35,13 +35,12 @@ def load_payload(source: str) -> Payload:
     """A payload from a JSON file, or ``-`` for stdin. Errors name the file and the field."""
     name = "<stdin>" if source == "-" else source
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read payload: {exc.strerror or exc}", file=name) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"invalid JSON: {exc}", file=name) from None
+    # Bytes, decoded and bounded in one place: binary, UTF-16, deep nesting and lone
+    # surrogates are one line naming the file, not a traceback at a later step.
+    data = load_json(raw, file=name)
     if not isinstance(data, dict):
         raise ConfigError("the payload must be a JSON object", file=name)
     try:

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..atomic import write_atomic
 from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
@@ -128,8 +129,9 @@ def run(
     suite and file) and DIR/summary.json; a run of several files writes each file's in
     DIR/FILE-PATH/ and the whole run's summary in DIR/summary.json. Exit codes: 0 all
     passed, 1 some failed (or a mean score is below its suite's threshold), 2 invalid suite
-    (nothing ran), 3 some errored, 4 engine or cluster failure (a refused node: nothing ran),
-    130 interrupted (finished tests are kept).
+    or results folder (nothing ran), 3 some errored, 4 engine or cluster failure (a refused
+    node: nothing ran), 5 out of space (the results or scratch folder; finished tests are
+    kept), 130 interrupted (finished tests are kept).
     """
     output = Output(as_json)
     if ray is not None and targets is not None:
@@ -196,10 +198,10 @@ def run(
         results += [_labelled(r, suite, suites) for r in mine] if several else mine
     summary = combined(summaries) if several else summaries[0]
     if several:
-        (out_dir / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+        write_atomic(out_dir / "summary.json", summary.model_dump_json(indent=2) + "\n",
+                     what="results folder")  # fmt: skip
     if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(results, summary), encoding="utf-8")
+        write_atomic(junit, junit_xml(results, summary))
     if as_json:
         document: dict[str, Any] = {"summary": summary, "results_dir": str(out_dir)}
         if several:

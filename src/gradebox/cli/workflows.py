@@ -3,16 +3,18 @@ other harnesses, now sandboxed."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .._yaml import to_config_error
+from ..atomic import write_atomic
 from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
 from ..calibrate import agreement, load_review_items, review_sheet, sample
 from ..errors import ConfigError
@@ -20,6 +22,7 @@ from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
 from ..graders.run import run_grader
 from ..images import DEFAULT_IMAGE, ImageResolver
+from ..jsonl import load_json
 from ..plan import check_grader
 from ..protocol import Payload, Status
 from ..report import STYLE, escape
@@ -356,7 +359,7 @@ def calibrate(
     sheet = review_sheet(picked, results_file.name, seed, second)
     rate = agreement(picked, second)[1] if second and picked else None
     if sheet_file:
-        sheet_file.write_text(sheet, encoding="utf-8")
+        write_atomic(sheet_file, sheet)
     if as_json:
         out.document(
             {
@@ -402,13 +405,19 @@ def assert_(
     data: dict[str, object] = {}
     if file is not None:
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read: {exc}", file=str(file)) from None
+            raw = file.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(file)) from None
+        data = load_json(raw, file=str(file))
+        if not isinstance(data, dict):
+            raise ConfigError("the payload must be a JSON object", file=str(file))
     for key, value in (("output", agent_output), ("input", agent_input), ("criteria", criteria)):
         if value is not None:
             data[key] = value
-    payload = Payload.model_validate(data)
+    try:
+        payload = Payload.model_validate(data)
+    except ValidationError as exc:
+        raise to_config_error(exc, file=str(file or "--input"), lines={}) from None
     config = grader_for_file(found[name].path, name=name)
     with (
         tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,

@@ -7,6 +7,7 @@ container exists.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -20,7 +21,7 @@ from ..jsonl import digest
 from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
 from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox
 from ..sandbox.hardening import privileges_of, run_as, run_as_ids
-from ..scratch import new_scratch
+from ..scratch import new_scratch, scratch_error
 from ..workspace import Workspace, remove_tree
 from .config import GraderConfig, ProgramGrader
 from .spec import (
@@ -598,13 +599,19 @@ class PreparedGrader:
             # Checked now, on the host: the agent may have made sub_path a link out.
             resolve_sub_path(self.workspace, grader.sub_path, file=self.file)
             wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
-            if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
-                (self.inputs / "output.json").write_text(json.dumps(wire.output), encoding="utf-8")
-                wire = wire.model_copy(
-                    update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
-                )
-            body = wire.to_wire()
-            (self.inputs / "input.json").write_bytes(body)
+            try:
+                if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
+                    big = json.dumps(wire.output)
+                    (self.inputs / "output.json").write_text(big, encoding="utf-8")
+                    wire = wire.model_copy(
+                        update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
+                    )
+                body = wire.to_wire()
+                (self.inputs / "input.json").write_bytes(body)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise scratch_error(exc) from None  # the machine's, not this grader's
+                raise
             seal_inputs(self.inputs, self.owner)
             if self.private is not None:
                 ours = os.stat(self.workspace).st_uid == self.owner[0]

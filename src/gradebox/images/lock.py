@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..atomic import write_atomic
 from ..engine import Engine
 from ..errors import ImageError
 from .build import _current, status
@@ -63,7 +64,7 @@ def write_lock(engine: Engine, path: Path | None = None) -> Lock:
         }
     )
     path = path or lock_path()
-    path.write_text(json.dumps(lock.model_dump(), indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(lock.model_dump(), indent=2, sort_keys=True) + "\n")
     return lock
 
 
