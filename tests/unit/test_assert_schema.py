@@ -96,7 +96,8 @@ def test_a_misspelt_type_is_refused_once_the_custom_assertions_are_named() -> No
 
 
 def test_a_suite_the_schema_refuses_does_not_load(tmp_path: Path) -> None:
-    # The loader's own checks say nothing of a judge's threshold out of 0..1; the model does.
+    # A judge's threshold out of 0..1: refused at its line (by the loader's own check of
+    # thresholds, or by the entry's model: one or the other, never neither).
     path = write(
         tmp_path / "suite.yaml",
         "tests:\n  - id: a\n    output: x\n    assert:\n"
@@ -107,9 +108,7 @@ def test_a_suite_the_schema_refuses_does_not_load(tmp_path: Path) -> None:
           "api_key_env: GB_NO_KEY}\n")  # fmt: skip
     with pytest.raises(ConfigError) as caught:
         load_suite(path)
-    assert str(caught.value).endswith(
-        "suite.yaml:5: tests.0.assert.0.threshold: Input should be less than or equal to 1"
-    ), str(caught.value)
+    assert "suite.yaml:5: tests.0.assert.0.threshold: " in str(caught.value), str(caught.value)
 
 
 def test_agentv_spellings_are_mapped_before_validation(tmp_path: Path) -> None:
