@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._version import __version__
 from .executor import Executor, LocalExecutor, default_workers
 from .jobs import TestJob, Worker
 from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
 from .lifecycle import after_all, not_run, now
 from .protocol import RunSummary, Status, TestResult, Usage
+from .results import read_results  # the one reader (re-exported: callers import it here)
 from .sandbox.base import ImageSource, Sandbox
 from .suite import Suite
 
@@ -51,11 +53,6 @@ class RunOptions:
     references: bool = False  # validate-refs: each test's reference answer stands in for the target
     model_calls: int = 4  # model calls in flight at once, for the whole run
     run_id: str | None = None  # a cluster run's (its nodes know it); else a new one
-
-
-def read_results(path: Path) -> dict[str, TestResult]:
-    """Finished tests of an earlier run, by id (a later line for the same id wins)."""
-    return {r.id: r for r in read_jsonl(path, TestResult)}
 
 
 def run_suite(
@@ -223,4 +220,5 @@ def summarise(
         interrupted=interrupted,
         started_at=started,
         finished_at=now(),
+        gradebox_version=__version__,
     )

@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "errors",
             "_yaml",
             "jsonl",
+            "results",  # a run read back: the one reader of results.jsonl and summary.json
             "fstree",
             "gitignore",
             "protocol",

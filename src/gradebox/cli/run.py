@@ -15,7 +15,7 @@ from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
 from ..preflight import preflight
 from ..protocol import Status, TestResult
-from ..report import junit_xml, print_run
+from ..report import escape, junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
 from ..suite import load_suite
 from ._common import (
@@ -47,6 +47,10 @@ def run(
     workers: WorkersOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write the HTML report (see `gradebox report`)."),
+    ] = None,
     filter: Annotated[
         str | None, typer.Option("--filter", "-k", help="Only tests whose id matches this glob.")
     ] = None,
@@ -153,6 +157,11 @@ def run(
     if junit:
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_xml(results, summary), encoding="utf-8")
+    if report:
+        from ..report.html import write_report
+
+        write_report([out_dir], report)
+        output.info(f"report: {escape(str(report))} (it holds the run's outputs: check it first)")
     if as_json:
         output.document({"summary": summary, "results_dir": str(out_dir)})
     else:
