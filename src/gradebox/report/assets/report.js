@@ -58,6 +58,8 @@
     out.append(str.slice(last));
     return out;
   }
+  // The same marks, as a string: where only a string can go (options, SVG, titles).
+  const marked = (text) => String(text).replace(BIDI, (c) => `⟦U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}⟧`);
   function oneLine(text, n = 160) {
     const str = String(text ?? '');
     const line = str.trim().split('\n').filter((l) => l.trim()).pop() || '';
@@ -183,7 +185,7 @@
     const sum = run.summary || {};
     const c = counts(run);
     const title = sum.suite || run.name;
-    document.title = `gradebox: ${title}`;
+    document.title = `gradebox: ${marked(title)}`;
     const live = DATA.live ? h('span', { class: 'live ok', id: 'live' }, 'live') : null;
     const meta = h('dl', { class: 'meta' });
     const add = (k, v) => { if (v !== undefined && v !== null && v !== '') meta.append(h('dt', null, k), h('dd', null, visible(String(v)))); };
@@ -263,15 +265,15 @@
     }
     const rows = [...per].sort((a, b) => a[1].passed / a[1].n - b[1].passed / b[1].n || a[0].localeCompare(b[0])).slice(0, 25);
     const W = 320, line = 18, labelW = 130, H = Math.max(30, rows.length * line + 8);
-    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `pass rate per grader: ${rows.map(([n, p]) => `${n} ${pct(p.passed / p.n)}`).join(', ')}` });
+    const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `pass rate per grader: ${rows.map(([n, p]) => `${marked(n)} ${pct(p.passed / p.n)}`).join(', ')}` });
     rows.forEach(([name, p], i) => {
       const y = 4 + i * line;
       const frac = p.passed / p.n;
       const label = name.length > 22 ? name.slice(0, 21) + '…' : name;
-      svg.append(s('text', { x: 0, y: y + 12 }, label.replace(BIDI, '\ufffd')));
+      svg.append(s('text', { x: 0, y: y + 12 }, marked(label)));
       svg.append(s('rect', { class: 'track', x: labelW, y: y + 2, width: W - labelW - 44, height: 12 }));
       const bar = s('rect', { class: 'bar-passed', x: labelW, y: y + 2, width: (W - labelW - 44) * frac, height: 12 });
-      bar.append(s('title', null, `${name}: ${p.passed}/${p.n} passed, ${p.error} errors`));
+      bar.append(s('title', null, `${marked(name)}: ${p.passed}/${p.n} passed, ${p.error} errors`));
       svg.append(bar);
       svg.append(s('text', { x: W - 40, y: y + 12 }, pct(frac)));
     });
@@ -335,7 +337,7 @@
   function flipList(label, ids) {
     if (!ids.length) return null;
     return h('div', null, h('h4', null, `${label} (${ids.length})`),
-      h('div', { class: 'flips' }, ids.slice(0, 300).map((id) => h('button', { type: 'button', title: id, onclick: () => openTest(id) }, visible(id))),
+      h('div', { class: 'flips' }, ids.slice(0, 300).map((id) => h('button', { type: 'button', title: marked(id), onclick: () => openTest(id) }, visible(id))),
         ids.length > 300 ? h('span', { class: 'muted' }, `… ${ids.length - 300} more (filter "flipped")`) : null));
   }
   function comparisons() {
@@ -377,7 +379,7 @@
     const want = ['', ...values];
     const have = [...select.options].map((o) => o.value);
     if (want.length === have.length && want.every((v, i) => v === have[i])) return;
-    select.replaceChildren(...want.map((v) => h('option', { value: v }, v === '' ? all : v)));
+    select.replaceChildren(...want.map((v) => h('option', { value: v }, v === '' ? all : marked(v))));
     select.value = want.includes(state[select.name]) ? state[select.name] : '';
   }
   function filterBar() {
@@ -407,7 +409,7 @@
       controls.flips = fp;
       bar.append(h('label', { for: 'f-flips' }, fp, ' flipped only'));
       const rs = h('select', { 'aria-label': 'verdicts of run', onchange: (e) => { state.run = parseInt(e.target.value, 10); state.page = 0; refreshTable(); } },
-        runs.map((r, i) => h('option', { value: i }, `${i + 1}: ${r.name}`)));
+        runs.map((r, i) => h('option', { value: i }, `${i + 1}: ${marked(r.name)}`)));
       controls.run = rs;
       bar.append(h('label', null, 'filter by run ', rs));
     }
@@ -520,7 +522,7 @@
   function rowEls(t) {
     const row = primary(t);
     const open = state.open.has(t.id);
-    const toggle = h('button', { type: 'button', class: 'toggle', 'aria-expanded': open ? 'true' : 'false', title: t.id,
+    const toggle = h('button', { type: 'button', class: 'toggle', 'aria-expanded': open ? 'true' : 'false', title: marked(t.id),
       onclick: () => { if (state.open.has(t.id)) state.open.delete(t.id); else state.open.add(t.id); refreshTable(); } }, visible(t.id));
     const gs = row ? row.graders || [] : [];
     const tr = h('tr', { class: open ? 'open' : null, 'data-id': t.id },
@@ -529,13 +531,16 @@
       h('td', { class: 'num' }, row ? num(row.score) : '–'),
       h('td', null, `${gs.filter((g) => g.passed).length}/${gs.length} passed`),
       h('td', { class: 'num' }, ms(duration(row))),
-      h('td', { class: 'why', title: why(row) }, visible(why(row))));
+      h('td', { class: 'why', title: marked(why(row)) }, visible(why(row))));
     if (!open) return [tr];
     return [tr, h('tr', { class: 'detailrow' }, h('td', { class: 'detail', colspan: COLS().length }, detailFor(t)))];
   }
   let table, tbody, thead, pager;
   function refreshTable() {
     writeHash();
+    // The toggle that had the focus gets it back once its row is drawn again (keyboard use).
+    const focused = document.activeElement && document.activeElement.classList.contains('toggle')
+      ? document.activeElement.closest('tr').dataset.id : null;
     const list = filtered();
     const pages = Math.max(1, Math.ceil(list.length / PAGE));
     if (state.page >= pages) state.page = pages - 1;
@@ -544,6 +549,10 @@
     const frag = document.createDocumentFragment();
     for (const t of slice) frag.append(...rowEls(t));
     tbody.replaceChildren(frag);
+    if (focused !== null) {
+      const again = [...tbody.querySelectorAll('tr[data-id]')].find((tr) => tr.dataset.id === focused);
+      if (again) again.querySelector('button.toggle').focus();
+    }
     for (const st of STATUSES) {
       const n = tests.filter((t) => { const r = primary(t); return r && r.status === st; }).length;
       document.getElementById(`n-${st}`).textContent = `(${n})`;
@@ -609,8 +618,13 @@
       const l = file.lines[i];
       const cls = l.startsWith('@@') ? 'hunk' : l.startsWith('+++') || l.startsWith('---') || l.startsWith('diff --git') || l.startsWith('index ') ? 'meta'
         : l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : null;
-      const text = l.length > SHOWN ? `${l.slice(0, SHOWN)} … (${(l.length - SHOWN).toLocaleString()} more characters)` : l;
-      frag.append(h('div', { class: cls }, visible(text)));
+      const div = h('div', { class: cls }, visible(l.length > SHOWN ? l.slice(0, SHOWN) : l));
+      if (l.length > SHOWN) {
+        const more = h('button', { type: 'button', class: 'more', onclick: () => { div.replaceChildren(visible(l)); } },
+          `show the whole line (${l.length.toLocaleString()} characters)`);
+        div.append(' ', more);
+      }
+      frag.append(div);
     }
     if (end < file.lines.length) {
       const more = h('button', { type: 'button', class: 'more', onclick: () => { more.remove(); diffLines(file, body, end); } }, `show ${Math.min(DIFF_LINES, file.lines.length - end)} more lines`);
@@ -665,7 +679,7 @@
     chartsEl = charts();
     trialsEl = trialsSection() || h('div');
     table = h('table', { class: 'tests', 'aria-labelledby': 'h-tests' },
-      h('colgroup', null, h('col', { class: 'c-id' }), h('col'), h('col'), h('col'), h('col'), h('col')));
+      h('colgroup', null, ['c-id', 'c-st', 'c-score', 'c-graders', 'c-dur', 'c-why'].map((c) => h('col', { class: c }))));
     thead = h('thead');
     tbody = h('tbody');
     table.append(thead, tbody);
