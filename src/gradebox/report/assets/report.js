@@ -83,6 +83,10 @@
     if (v < 60000) return `${(v / 1000).toFixed(1)} s`;
     return `${Math.floor(v / 60000)} min ${Math.round((v % 60000) / 1000)} s`;
   }
+  function when(iso) {
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? String(iso) : `${d.toISOString().slice(0, 19).replace('T', ' ')} UTC`;
+  }
   const badge = (status) => h('span', { class: `badge ${status || 'none'}` }, status ? LABEL[status] : 'not run');
 
   // ---------------------------------------------------------------- the data
@@ -187,20 +191,22 @@
     const title = sum.suite || run.name;
     document.title = `gradebox: ${marked(title)}`;
     const live = DATA.live ? h('span', { class: 'live ok', id: 'live' }, 'live') : null;
+    const mean = c.done ? c.score / c.done : 0;
+    const gate = sum.min_mean_score;
     const meta = h('dl', { class: 'meta' });
     const add = (k, v) => { if (v !== undefined && v !== null && v !== '') meta.append(h('dt', null, k), h('dd', null, visible(String(v)))); };
     add('run', `${run.name}${sum.run_id ? ` (id ${sum.run_id})` : ''}`);
-    add('started', sum.started_at || (run.rows[0] && run.rows[0].started_at));
+    const started = sum.started_at || (run.rows[0] && run.rows[0].started_at);
+    if (started) add('started', when(started));
     add('took', sum.duration_s !== undefined ? ms(Math.round(sum.duration_s * 1000)) : (DATA.live ? 'still running' : 'unknown (no summary.json)'));
     add('backend', backends(run).join(', '));
     const imgs = images(run);
     if (imgs.length) add('images', imgs.map(([ref, id]) => `${ref} (${String(id).replace('sha256:', '').slice(0, 12)})`).join(', '));
     add('workers', sum.workers);
+    add('threshold', gate !== undefined && gate !== null ? `mean score ≥ ${gate}` : 'none (the suite sets no gate on the mean score)');
     add('gradebox', `${sum.gradebox_version ? `${sum.gradebox_version} ran it; ` : ''}${DATA.version} made this report`);
     if (sum.interrupted) add('interrupted', 'yes: the run was stopped before every test finished');
     if (sum.warnings && sum.warnings.length) add('warnings', sum.warnings.join('; '));
-    const mean = c.done ? c.score / c.done : 0;
-    const gate = sum.min_mean_score;
     const cards = h('div', { class: 'cards', role: 'list', 'aria-label': 'counts by status' },
       STATUSES.map((st) => h('div', { class: `card ${st}`, role: 'listitem' }, h('span', { class: 'n' }, c[st]), h('span', { class: 'l' }, LABEL[st]))),
       c.notRun ? h('div', { class: 'card', role: 'listitem' }, h('span', { class: 'n' }, c.notRun), h('span', { class: 'l' }, 'not run')) : null,
@@ -224,7 +230,7 @@
       const c = counts(run);
       const sum = run.summary || {};
       body.append(h('tr', null, h('td', null, i === 0 ? `${i + 1} (baseline)` : String(i + 1)), h('td', null, visible(run.name)),
-        h('td', null, visible(sum.suite || '')), h('td', null, sum.started_at || ''),
+        h('td', null, visible(sum.suite || '')), h('td', null, sum.started_at ? when(sum.started_at) : ''),
         h('td', { class: 'num st-passed' }, c.passed), h('td', { class: 'num st-failed' }, c.failed), h('td', { class: 'num st-error' }, c.error),
         h('td', { class: 'num' }, pct(c.done ? c.passed / c.done : NaN)), h('td', { class: 'num' }, num(c.done ? c.score / c.done : NaN, 3))));
     });
@@ -360,7 +366,7 @@
           h('tr', null, h('td', null, 'mean score'), h('td', null, num(c.mean_score_a, 3)), h('td', null, num(c.mean_score_b, 3)),
             h('td', null, num(c.mean_score_delta, 3)), h('td', null, `[${num(c.mean_score_ci[0], 3)}, ${num(c.mean_score_ci[1], 3)}]`))));
       sec.append(t, h('p', { class: 'muted' }, `bootstrap: ${c.resamples} resamples, seed ${c.seed}`));
-      sec.append(flipList('pass → fail', c.regressions), flipList('fail → pass', c.fixes));
+      sec.append(...[flipList('pass → fail', c.regressions), flipList('fail → pass', c.fixes)].filter(Boolean));
       if (c.graders.length) {
         const flips = new Map(c.grader_flips.map((f) => [f.name, f]));
         sec.append(h('h4', null, 'per grader'), h('table', { class: 'cmp' },
@@ -396,7 +402,7 @@
       bar.append(h('label', { id: `l-${name}` }, `${name} `, sel));
       sel.dataset.all = all;
     }
-    const q = h('input', { type: 'search', id: 'q', placeholder: 'search ids, answers, evidence (press /)', 'aria-label': 'search',
+    const q = h('input', { type: 'search', id: 'q', placeholder: 'search ids, answers, evidence', 'aria-label': 'search',
       oninput: (e) => { state.q = e.target.value; state.page = 0; refreshTable(); } });
     const re = h('input', { type: 'checkbox', id: 'f-re', onchange: (e) => { state.re = e.target.checked; state.page = 0; refreshTable(); } });
     controls.q = q; controls.re = re;
@@ -654,7 +660,7 @@
     const timings = Object.entries(row.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
     return h('div', { class: 'opened' },
       kv([['status', badge(row.status)], ['score', num(row.score, 3)], ['threshold', row.threshold], ['gates failed', (row.gates_failed || []).join(', ')],
-        ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at], ['finished', row.finished_at],
+        ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at && when(row.started_at)], ['finished', row.finished_at && when(row.finished_at)],
         ['node', row.node], ['attempts', row.attempts], ['details dropped', row.details_dropped ? 'yes: the result could not be written whole' : '']]),
       other,
       row.trials ? [h('h4', null, 'trials'), marks(row), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
@@ -664,7 +670,7 @@
       messages('expected output', row.expected_output),
       target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms)], ['timed out', target.timed_out ? 'yes' : '']]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
-      row.file_changes ? diff(row.file_changes, row.file_changes_bytes || 0)
+      row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
         : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null,
       h('h4', null, `graders (${(row.graders || []).length})`),
       (row.graders || []).map(grader),
