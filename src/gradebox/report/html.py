@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import re
+import secrets
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -44,7 +45,6 @@ WARNING = (
 # which JSON.parse reads back as the same characters.
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
                   "\u2029": "\\u2029"}  # fmt: skip
-_UNSAFE = re.compile("[<>&\u2028\u2029]")
 # A lone surrogate (a result may hold one from a \\udXXX escape) cannot be UTF-8 encoded.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -70,10 +70,35 @@ def csp(live: bool = False) -> str:
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold.
+    ``RawJson`` values in it are spliced in as the JSON text they already are."""
+    raw: list[str] = []
+    token = secrets.token_hex(16)  # no string of the data can be it
+
+    def splice(value: Any) -> Any:
+        if isinstance(value, RawJson):
+            raw.append(value.text)
+            return f"{token}{len(raw) - 1}"
+        raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                      default=splice)  # fmt: skip
+    for i, piece in enumerate(raw):
+        text = text.replace(f'"{token}{i}"', piece, 1)
     text = _SURROGATE.sub("\ufffd", text)
-    return _UNSAFE.sub(lambda m: _SCRIPT_UNSAFE[m.group()], text)
+    for char, escaped in _SCRIPT_UNSAFE.items():
+        text = text.replace(char, escaped)
+    return text
+
+
+class RawJson:
+    """Text that is JSON already (rows as pydantic wrote them: its serialiser is ~10x faster
+    than model_dump and json.dumps over 10,000 results)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def _trial_stats(result: TestResult) -> dict[str, Any] | None:
@@ -96,11 +121,25 @@ def _trial_stats(result: TestResult) -> dict[str, Any] | None:
 def result_row(result: TestResult) -> dict[str, Any]:
     """One test as the page reads it: the result (the same model every output reads), and
     its trials' pass@k / pass^k (``trials``' estimators)."""
-    row = result.model_dump(mode="json", exclude_none=True, exclude={"fingerprint"})
+    return json.loads(result_json(result).text)
+
+
+def result_json(result: TestResult) -> RawJson:
+    """``result_row`` as JSON text."""
+    try:
+        text = result.model_dump_json(exclude_none=True, exclude={"fingerprint"})
+    except ValueError:  # a lone surrogate cannot be UTF-8: the slow way, which keeps it
+        row = result.model_dump(mode="json", exclude_none=True, exclude={"fingerprint"})
+        text = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+        text = _SURROGATE.sub("\ufffd", text)
     stats = _trial_stats(result)
     if stats:
-        row["_trials"] = stats
-    return row
+        text = f'{text[:-1]},"_trials":{json.dumps(stats, separators=(",", ":"))}}}'
+    return RawJson(text)
+
+
+def rows_json(results: list[TestResult]) -> RawJson:
+    return RawJson("[" + ",".join(result_json(r).text for r in results) + "]")
 
 
 def _comparison(a: RunResults, b: RunResults, ia: int, ib: int) -> dict[str, Any]:
@@ -132,7 +171,7 @@ def run_data(run: RunResults) -> dict[str, Any]:
     return {
         "name": run.name,
         "summary": run.summary.model_dump(mode="json") if run.summary else None,
-        "rows": [result_row(r) for r in run.results],
+        "rows": rows_json(run.results),
     }
 
 
