@@ -152,9 +152,9 @@ def test_the_view_reads_a_replaced_file_again(tmp_path):
         assert view.since(first["offset"], first["file"])["rows"] == []
         # --resume rewrites the file (a new file under the same name): read from the start.
         (run / "results.jsonl").unlink()
-        _run(run, [_result("c")])
+        _run(run, [_result("c"), _result("d"), _result("e")])  # longer than the old one
         again = view.since(first["offset"], first["file"])
-        assert again["reset"] and [r["id"] for r in again["rows"]] == ["c"]
+        assert again["reset"] and [r["id"] for r in again["rows"]] == ["c", "d", "e"]
         assert again["summary"]["suite"] == EVIL
     finally:
         view.httpd.server_close()
