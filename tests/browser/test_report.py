@@ -293,11 +293,15 @@ def test_hostile_outputs_stay_text(runs, tmp_path, open_page):
     # Nothing from the run became an element: only our own. (Playwright's screenshots leave
     # an empty style attribute on inputs: hiding the caret.)
     made = page.evaluate(
-        "[...document.querySelectorAll('img, svg script, script, a, iframe, object, embed,"
-        ' style, link, [onerror], [onload], [href], [src], [style]:not([style=""])\')]'
-        ".map(e => e.tagName + (e.id ? '#' + e.id : ''))"
+        '[...document.querySelectorAll(\'img, svg script, script:not([type="application/json"]),'
+        " a, iframe, object, embed, style, link, [onerror], [onload], [href], [src],"
+        " [style]:not([style=\"\"])')].map(e => e.tagName + (e.id ? '#' + e.id : ''))"
     )
-    assert made == ["STYLE", "SCRIPT#gradebox-data", "SCRIPT"], made
+    assert made == ["STYLE", "SCRIPT"], made
+    blocks = page.evaluate(
+        "[...document.querySelectorAll('script[type=\"application/json\"]')].map(e => e.id)"
+    )
+    assert blocks == ["gradebox-data", "gbx-0-0", "gbx-0-1", "gbx-1-0"]  # data, never run
     w.assert_clean()
 
 

@@ -38,7 +38,8 @@ def _run(path: Path, results: list[TestResult], summary: bool = True) -> Path:
     if summary:
         s = RunSummary(suite=EVIL, run_id="r", total=len(results), passed=0, failed=0,
                        errored=0, pass_rate=0, mean_score=0, duration_s=1, workers=1,
-                       started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:00:01Z")  # fmt: skip
+                       started_at="2026-01-01T00:00:00Z",
+                       finished_at="2026-01-01T00:00:01Z")  # fmt: skip
         (path / "summary.json").write_text(s.model_dump_json())
     return path
 
@@ -50,13 +51,22 @@ def test_the_data_cannot_end_its_script_element():
     assert json.loads(text) == {**data, "lone": "\ufffd"}  # the same strings, read back
 
 
-def test_rows_are_spliced_whole_and_a_lookalike_of_the_splice_is_only_text(tmp_path):
-    run = load_results(_run(tmp_path / "r", [_result(EVIL), _result("b", False)]))
-    run.summary.suite = "\x00raw0\x00"  # what an older splice marker looked like
-    data = json.loads(script_json(page_data([run])))
-    rows = data["runs"][0]["rows"]
-    assert [r["id"] for r in rows] == [EVIL, "b"] and rows[0]["graders"][0]["evidence"] == EVIL
-    assert data["runs"][0]["summary"]["suite"] == "\x00raw0\x00"
+def test_each_test_whole_in_its_own_data_block(tmp_path):
+    results = [_result(EVIL, False, output=EVIL), _result("b", file_changes=EVIL)]
+    run = load_results(_run(tmp_path / "r", results))
+    html = page(page_data([run]), [run])
+    blocks = dict(re.findall(r'<script type="application/json" id="gbx-0-(\d+)">(.*?)</script>',
+                             html, flags=re.S))  # fmt: skip
+    assert len(blocks) == 2 and not set("".join(blocks.values())) & {"<", ">", "&"}
+    for i, r in enumerate(results):
+        assert TestResult.model_validate_json(blocks[str(i)]) == r.model_copy(
+            update={"fingerprint": None}
+        )
+    data = json.loads(re.search(r'id="gradebox-data">(.*?)</script>', html, flags=re.S)[1])
+    row = data["runs"][0]["rows"][0]
+    assert row["id"] == EVIL and row["why"] == "g: &amp;<img src=x onerror=alert(2)>"  # as the
+    # terminal table says it (the last line of the evidence)
+    assert "output" not in row  # the small row: the whole result is read when opened
 
 
 def _inline(html: str, tag: str) -> list[str]:
@@ -65,7 +75,7 @@ def _inline(html: str, tag: str) -> list[str]:
 
 def test_the_policy_allows_our_two_blocks_and_nothing_else(tmp_path):
     html = page(page_data([load_results(_run(tmp_path / "r", [_result("a")]))]))
-    (style,) = _inline(html, "style")
+    (style,) = _inline(html, "style")  # (no run given: no per-test data blocks)
     (script,) = _inline(html, "script")  # the data block has a type: not matched here
 
     def sha(text: str) -> str:
@@ -86,7 +96,7 @@ def test_trials_carry_pass_at_k_and_pass_hat_k(tmp_path):
     trials = [TrialRecord(sample=i, status=Status.passed if i < 2 else Status.failed, score=1)
               for i in range(5)]  # fmt: skip
     run = load_results(_run(tmp_path / "r", [_result("t", trials=trials)]))
-    row = json.loads(script_json(page_data([run])))["runs"][0]["rows"][0]
+    row = page_data([run])["runs"][0]["rows"][0]
     assert row["_trials"]["n"] == 5 and row["_trials"]["c"] == 2
     assert row["_trials"]["at"][1] == pytest.approx(0.7)  # pass@2 = 1 - C(3,2)/C(5,2)
     assert row["_trials"]["hat"][1] == pytest.approx(0.1)  # pass^2 = C(2,2)/C(5,2)

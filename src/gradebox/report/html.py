@@ -19,7 +19,6 @@ import base64
 import hashlib
 import json
 import re
-import secrets
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -31,8 +30,9 @@ from ..compare import compare_runs, outcomes
 from ..errors import ConfigError
 from ..protocol import Status, TestResult
 from ..results import RunResults, load_results
+from .terminal import reason
 
-__all__ = ["csp", "page", "page_data", "result_row", "write_report"]
+__all__ = ["csp", "live_row", "page", "page_data", "result_detail", "result_row", "write_report"]
 
 # Trials past this many keep their marks but pass@k / pass^k stop here (one column per k).
 MAX_K = 10
@@ -70,35 +70,16 @@ def csp(live: bool = False) -> str:
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold.
-    ``RawJson`` values in it are spliced in as the JSON text they already are."""
-    raw: list[str] = []
-    token = secrets.token_hex(16)  # no string of the data can be it
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _script_safe(text)
 
-    def splice(value: Any) -> Any:
-        if isinstance(value, RawJson):
-            raw.append(value.text)
-            return f"{token}{len(raw) - 1}"
-        raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
-                      default=splice)  # fmt: skip
-    for i, piece in enumerate(raw):
-        text = text.replace(f'"{token}{i}"', piece, 1)
+def _script_safe(text: str) -> str:
     text = _SURROGATE.sub("\ufffd", text)
     for char, escaped in _SCRIPT_UNSAFE.items():
         text = text.replace(char, escaped)
     return text
-
-
-class RawJson:
-    """Text that is JSON already (rows as pydantic wrote them: its serialiser is ~10x faster
-    than model_dump and json.dumps over 10,000 results)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
 
 
 def _trial_stats(result: TestResult) -> dict[str, Any] | None:
@@ -119,27 +100,44 @@ def _trial_stats(result: TestResult) -> dict[str, Any] | None:
 
 
 def result_row(result: TestResult) -> dict[str, Any]:
-    """One test as the page reads it: the result (the same model every output reads), and
-    its trials' pass@k / pass^k (``trials``' estimators)."""
-    return json.loads(result_json(result).text)
+    """What the table, the filters, the header and the charts read of one test (small: the
+    page parses every row at once), with the trials' pass@k / pass^k (``trials``'
+    estimators) and why it did not pass (``report.reason``, as the terminal table says it)."""
+    target = result.metadata.get("target")
+    row: dict[str, Any] = {
+        "id": result.id,
+        "status": result.status.value,
+        "score": result.score,
+        "graders": [
+            {"name": g.name, "status": g.status.value, "passed": g.passed, "backend": g.backend}
+            for g in result.graders
+        ],
+        "why": "" if result.passed else reason(result)[:300],
+        "duration": result.timings_ms.get("total"),
+        "node": result.node,
+        "target": target if isinstance(target, str) else None,
+        "images": result.images,
+        "started_at": result.started_at,
+    }
+    if result.trials:
+        row["trials"] = [{"status": t.status.value, "score": t.score} for t in result.trials]
+        row["_trials"] = _trial_stats(result)
+    return {k: v for k, v in row.items() if v is not None}
 
 
-def result_json(result: TestResult) -> RawJson:
-    """``result_row`` as JSON text."""
+def result_detail(result: TestResult) -> str:
+    """The whole result as JSON (what an opened test shows): pydantic's serialiser, ~10x
+    faster than model_dump and json.dumps over 10,000 results."""
     try:
-        text = result.model_dump_json(exclude_none=True, exclude={"fingerprint"})
-    except ValueError:  # a lone surrogate cannot be UTF-8: the slow way, which keeps it
+        return result.model_dump_json(exclude_none=True, exclude={"fingerprint"})
+    except ValueError:  # a lone surrogate cannot be UTF-8: the slow way, which replaces it
         row = result.model_dump(mode="json", exclude_none=True, exclude={"fingerprint"})
-        text = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
-        text = _SURROGATE.sub("\ufffd", text)
-    stats = _trial_stats(result)
-    if stats:
-        text = f'{text[:-1]},"_trials":{json.dumps(stats, separators=(",", ":"))}}}'
-    return RawJson(text)
+        return _SURROGATE.sub("\ufffd", json.dumps(row, ensure_ascii=False))
 
 
-def rows_json(results: list[TestResult]) -> RawJson:
-    return RawJson("[" + ",".join(result_json(r).text for r in results) + "]")
+def live_row(result: TestResult) -> dict[str, Any]:
+    """A row with its detail, as ``gradebox view`` sends a result appended since."""
+    return {**result_row(result), "_full": json.loads(result_detail(result))}
 
 
 def _comparison(a: RunResults, b: RunResults, ia: int, ib: int) -> dict[str, Any]:
@@ -171,12 +169,13 @@ def run_data(run: RunResults) -> dict[str, Any]:
     return {
         "name": run.name,
         "summary": run.summary.model_dump(mode="json") if run.summary else None,
-        "rows": rows_json(run.results),
+        "rows": [result_row(r) for r in run.results],
     }
 
 
 def page_data(runs: list[RunResults], *, live: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything the page shows, as JSON-able data; comparisons of each run with the first."""
+    """Everything the page shows at once, as JSON-able data; comparisons of each run with
+    the first. Each test's whole result goes beside it (``page``), read when opened."""
     return {
         "version": __version__,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -188,9 +187,17 @@ def page_data(runs: list[RunResults], *, live: dict[str, Any] | None = None) -> 
     }
 
 
-def page(data: dict[str, Any]) -> str:
-    """The whole page: skeleton, our stylesheet and script, and ``data``."""
+def page(data: dict[str, Any], runs: list[RunResults] = ()) -> str:
+    """The whole page: skeleton, our stylesheet and script, ``data``, and each test's whole
+    result in a data block of its own (``gbx-RUN-ROW``) that the script parses when the test
+    is opened: a 10,000-test page parses small rows at first, not every evidence and diff."""
     live = bool(data.get("live"))
+    details = "".join(
+        f'<script type="application/json" id="gbx-{i}-{j}">'
+        f"{_script_safe(result_detail(r))}</script>\n"
+        for i, run in enumerate(runs)
+        for j, r in enumerate(run.results)
+    )
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">\n'
@@ -205,6 +212,7 @@ def page(data: dict[str, Any]) -> str:
         "</noscript>\n"
         '<main id="app" aria-live="polite"></main>\n'
         f'<script type="application/json" id="gradebox-data">{script_json(data)}</script>\n'
+        f"{details}"
         f"<script>{_asset('report.js')}</script>\n"
         "</body></html>\n"
     )
@@ -217,6 +225,6 @@ def write_report(dirs: list[Path], out: Path) -> Path:
     runs = [load_results(d) for d in dirs]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page(page_data(runs)), encoding="utf-8")
+    tmp.write_text(page(page_data(runs), runs), encoding="utf-8")
     tmp.replace(out)
     return out

@@ -11,6 +11,7 @@ page that rebinds its own DNS name to 127.0.0.1 cannot read the run (DNS rebindi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -22,18 +23,24 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import ConfigError
 from ..protocol import RunSummary
 from ..results import RunResults, read_results_from, results_file
-from .html import csp, page, page_data, result_row
+from .html import csp, live_row, page, page_data
 
 __all__ = ["ViewServer"]
 
 
-def _identity(file: Path) -> str:
-    """Which file this is: a new file under the same name (a rewrite) reads from the start."""
+def _identity(file: Path, offset: int) -> str:
+    """What a reader at ``offset`` has read: the file (device, inode) and a digest of the
+    4 KiB before ``offset``. A file rewritten under the same name (``--resume``; an inode can
+    be reused) differs there, and is read again from the start."""
     try:
-        st = file.stat()
+        with file.open("rb") as f:
+            st = os.fstat(f.fileno())
+            start = max(0, offset - 4096)
+            f.seek(start)
+            seen = f.read(offset - start)
     except OSError:
         return "none"
-    return f"{st.st_dev}:{st.st_ino}"
+    return f"{st.st_dev}:{st.st_ino}:{hashlib.sha256(seen).hexdigest()[:16]}"
 
 
 class ViewServer:
@@ -60,25 +67,28 @@ class ViewServer:
 
     def since(self, offset: int, file_id: str) -> dict[str, Any]:
         """The results appended since ``offset`` of the file ``file_id`` named."""
-        ident = _identity(self.file)
-        size = self.file.stat().st_size if ident != "none" else 0
-        reset = ident != file_id or offset > size
+        size = self.file.stat().st_size if self.file.is_file() else 0
+        reset = offset > size or _identity(self.file, offset) != file_id
         rows, end = read_results_from(self.file, 0 if reset else offset)
         return {
-            "file": ident,
+            "file": _identity(self.file, end),
             "offset": end,
             "reset": reset,
-            "rows": [result_row(r) for r in rows],
+            "rows": [live_row(r) for r in rows],
             "summary": self.summary(),
         }
 
     def page(self) -> str:
-        first = self.since(0, "")
-        summary = RunSummary.model_validate(first["summary"]) if first["summary"] else None
-        run = RunResults(self.name, self.file.parent, summary, [])
-        data = page_data([run], live={"file": first["file"], "offset": first["offset"]})
-        data["runs"][0]["rows"] = _latest(first["rows"])
-        return page(data)
+        """The page with every result so far in it, and where the next read starts."""
+        results, offset = read_results_from(self.file, 0)
+        ident = _identity(self.file, offset)
+        latest = list({r.id: r for r in results}.values())  # a later line for an id wins
+        summary = self.summary()
+        run = RunResults(
+            self.name, self.file.parent,
+            RunSummary.model_validate(summary) if summary else None, latest,
+        )  # fmt: skip
+        return page(page_data([run], live={"file": ident, "offset": offset}), [run])
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever()
@@ -92,14 +102,6 @@ class ViewServer:
     def shutdown(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def _latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per test id, the later one winning, in the order ids first appeared."""
-    out: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        out[row["id"]] = row
-    return list(out.values())
 
 
 class _Handler(BaseHTTPRequestHandler):

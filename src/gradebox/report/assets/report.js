@@ -93,6 +93,7 @@
 
   // ---------------------------------------------------------------- the data
   const runs = DATA.runs;
+  runs.forEach((run, i) => run.rows.forEach((row, j) => { row._run = i; row._i = j; }));
   const multi = runs.length > 1;
   let tests = []; // [{id, rows: [row|null per run]}]
   let byId = new Map();
@@ -110,9 +111,18 @@
   }
   index();
   const primary = (t) => t.rows[state.run] || null;
-  const duration = (row) => (row && row.timings_ms ? row.timings_ms.total : undefined);
+  const duration = (row) => (row ? row.duration : undefined);
+  // A test's whole result (evidence, outputs, diff) sits in a data block of its own, parsed
+  // when the test is opened or searched: the page parses only the small rows at first.
+  function full(row) {
+    if (row._full === undefined) {
+      const el = document.getElementById(`gbx-${row._run}-${row._i}`);
+      row._full = el ? JSON.parse(el.textContent) : row;
+    }
+    return row._full;
+  }
   const graderNames = (row) => (row ? (row.graders || []).map((g) => g.name) : []);
-  const targetOf = (row, i) => (row && row.metadata && typeof row.metadata.target === 'string' ? row.metadata.target : runs[i].name);
+  const targetOf = (row, i) => (row && row.target ? row.target : runs[i].name);
   const flaky = (row) => !!(row && row._trials && row._trials.c > 0 && row._trials.c < row._trials.n);
   const flipped = (t) => {
     const present = t.rows.filter(Boolean);
@@ -123,8 +133,9 @@
     const parts = [t.id];
     for (const row of t.rows) {
       if (!row) continue;
-      parts.push(row.error || '', (row.output || '').slice(0, SEARCHED));
-      for (const g of row.graders || []) parts.push(g.name, (g.evidence || '').slice(0, SEARCHED));
+      const f = full(row);
+      parts.push(f.error || '', (f.output || '').slice(0, SEARCHED));
+      for (const g of f.graders || []) parts.push(g.name, (g.evidence || '').slice(0, SEARCHED));
     }
     t.hay = parts.join('\n');
     t.hayLower = t.hay.toLowerCase();
@@ -529,8 +540,7 @@
   }
   function why(row) {
     if (!row || row.status === 'passed') return '';
-    if (row.error) return oneLine(row.error);
-    return (row.graders || []).filter((g) => !g.passed).map((g) => `${g.name}: ${oneLine(g.evidence, 80)}`).join('; ');
+    return row.why || '';
   }
   function rowEls(t) {
     const row = primary(t);
@@ -660,8 +670,9 @@
     });
     return [h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}, ${bytes.toLocaleString()} bytes`), list, blocks];
   }
-  function detail(t, row) {
-    if (!row) return h('p', null, 'not run in this run');
+  function detail(t, summary) {
+    if (!summary) return h('p', null, 'not run in this run');
+    const row = full(summary);
     const target = row.target;
     const other = multi ? h('div', null, h('h4', null, 'in each run'), kv(t.rows.map((r, i) => [runs[i].name, r ? `${r.status}, score ${num(r.score)}` : 'not run']))) : null;
     const timings = Object.entries(row.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
@@ -670,7 +681,7 @@
         ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at && when(row.started_at)], ['finished', row.finished_at && when(row.finished_at)],
         ['node', row.node], ['attempts', row.attempts], ['details dropped', row.details_dropped ? 'yes: the result could not be written whole' : '']]),
       other,
-      row.trials ? [h('h4', null, 'trials'), marks(row), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
+      row.trials ? [h('h4', null, 'trials'), marks(summary), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
         `trial ${i + 1}: `, h('span', { class: `st-${tr.status}` }, tr.status), `, score ${num(tr.score)}`, tr.error ? [' — ', visible(oneLine(tr.error))] : null)))] : null,
       messages('input', row.input),
       row.output !== undefined ? [h('h4', null, 'output'), textBlock(row.output)] : null,
