@@ -600,12 +600,12 @@
   function grader(g) {
     const flags = [g.timed_out && 'timed out', g.oom_killed && 'killed: out of memory', g.output_truncated && 'output truncated', g.negated && 'negated'].filter(Boolean);
     return h('div', { class: 'grader' },
-      h('div', { class: 'head' }, badge(g.status), h('span', { class: 'name' }, visible(g.name)), h('span', { class: 'muted' }, g.type || ''),
+      h('div', { class: 'head' }, badge(g.status), h('span', { class: 'name' }, visible(g.name)), h('span', { class: 'muted' }, g.type || 'program'),
         h('span', null, `score ${num(g.score)}`), g.weight !== undefined ? h('span', { class: 'muted' }, `weight ${g.weight}`) : null,
-        g.required !== undefined ? h('span', { class: 'muted' }, `gate ${g.required}`) : null, h('span', { class: 'muted' }, ms(g.duration_ms))),
+        g.required !== undefined ? h('span', { class: 'muted' }, `gate ${g.required}`) : null, h('span', { class: 'muted' }, ms(g.duration_ms || 0))),
       kv([['exit code', g.exit_code], ['ended', flags.join(', ')], ['backend', g.backend], ['image', g.image ? `${g.image.ref} (${g.image.id})` : ''],
         ['privileges', (g.privileges || []).join(', ')], ['warnings', (g.warnings || []).join('; ')],
-        ['model calls', g.usage ? `${g.usage.calls} (${g.usage.input_tokens || 0} in, ${g.usage.output_tokens || 0} out tokens)` : '']]),
+        ['model calls', g.usage ? `${g.usage.calls || 0} (${g.usage.input_tokens || 0} in, ${g.usage.output_tokens || 0} out tokens)` : '']]),
       g.evidence ? [h('h4', null, 'evidence'), textBlock(g.evidence)] : null,
       g.checks && g.checks.length ? [h('h4', null, 'checks'), h('ul', { class: 'checks' }, g.checks.map((c) => h('li', null,
         h('span', { class: c.passed ? 'st-passed' : 'st-failed' }, c.passed ? '✔ pass' : '✘ fail'), ' ', visible(c.text),
@@ -686,7 +686,7 @@
       messages('input', row.input),
       row.output !== undefined ? [h('h4', null, 'output'), textBlock(row.output)] : null,
       messages('expected output', row.expected_output),
-      target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms)], ['timed out', target.timed_out ? 'yes' : '']]),
+      target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['timed out', target.timed_out ? 'yes' : '']]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
       row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
         : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null,
