@@ -174,3 +174,27 @@ def test_a_folder_without_results_is_one_line_naming_it(tmp_path):
     with pytest.raises(ConfigError) as info:
         write_report([tmp_path], tmp_path / "r.html")
     assert info.value.file == str(tmp_path) and "results.jsonl" in str(info.value)
+
+
+def test_a_trials_output_is_one_test_per_prompt_with_its_trials(tmp_path):
+    from gradebox.batch import GradedRecord
+    from gradebox.report.html import load_run
+
+    def graded(key: str, line: int, passed: bool) -> GradedRecord:
+        status = "passed" if passed else "failed"
+        result = GraderResult(name="hint", status=status, passed=passed, score=float(passed))
+        return GradedRecord.model_validate({
+            "id": key, "line": line, "input": "Find the CEO", "output": EVIL, "pass": passed,
+            "score": float(passed), "status": status, "result": result.model_dump(),
+        })  # fmt: skip
+
+    rows = [graded("p1", 1, True), graded("p1", 2, False), graded("p1", 3, True),
+            graded("p2", 4, False)]  # fmt: skip
+    out = tmp_path / "trials.jsonl"
+    out.write_text("".join(r.model_dump_json(by_alias=True) + "\n" for r in rows))
+    run = load_run(out)
+    assert [(t.id, t.status.value) for t in run.results] == [("p1", "passed"), ("p2", "failed")]
+    row = page_data([run])["runs"][0]["rows"][0]
+    assert row["_trials"]["n"] == 3 and row["_trials"]["c"] == 2  # as `gradebox trials` counts
+    assert [t["status"] for t in row["trials"]] == ["passed", "failed", "passed"]
+    assert write_report([out], tmp_path / "r.html").is_file()

@@ -23,16 +23,28 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..compare import compare_runs, outcomes
 from ..errors import ConfigError
-from ..protocol import Status, TestResult
-from ..results import RunResults, load_results
+from ..protocol import Message, Status, TestResult, TrialRecord
+from ..results import RunResults, load_results, results_file
 from .terminal import reason
 
-__all__ = ["csp", "live_row", "page", "page_data", "result_detail", "result_row", "write_report"]
+if TYPE_CHECKING:
+    from ..batch import GradedRecord
+
+__all__ = [
+    "csp",
+    "live_row",
+    "load_run",
+    "page",
+    "page_data",
+    "result_detail",
+    "result_row",
+    "write_report",
+]
 
 # Trials past this many keep their marks but pass@k / pass^k stop here (one column per k).
 MAX_K = 10
@@ -219,11 +231,56 @@ def page(data: dict[str, Any], runs: list[RunResults] = ()) -> str:
     )
 
 
+def load_run(path: Path) -> RunResults:
+    """A suite run (``gradebox.results``), or a ``gradebox trials`` / ``batch`` output: its
+    graded records, read through their model, one test per prompt id with a trial per record
+    (``compare`` reads those outputs the same way)."""
+    try:
+        return load_results(path)
+    except ConfigError as suite_error:
+        from ..batch import read_graded
+
+        file = results_file(path)
+        try:
+            graded = [g for _, g in sorted(read_graded(file).items())]
+        except ConfigError:
+            raise suite_error from None
+        if not graded:
+            raise suite_error from None
+        return RunResults(file.stem, file.parent, None, _as_tests(graded))
+
+
+def _as_tests(graded: list[GradedRecord]) -> list[TestResult]:
+    groups: dict[str, list[GradedRecord]] = {}
+    for g in graded:
+        groups.setdefault(g.id, []).append(g)
+    tests = []
+    for key, runs in groups.items():
+        best = max(runs, key=lambda g: (g.pass_, g.score))
+        statuses = [g.status for g in runs]
+        status = (  # as `repeat`'s default (pass_any): a pass passes, all errors are an error
+            Status.passed if Status.passed in statuses
+            else Status.error if all(s is Status.error for s in statuses)
+            else Status.failed
+        )  # fmt: skip
+        asked = best.input if isinstance(best.input, list) else [best.input]
+        tests.append(TestResult(
+            id=key, status=status, passed=status is Status.passed, score=best.score,
+            input=[Message(role="user", content=text) for text in asked], output=best.output,
+            graders=[best.result], error=best.target_error, metadata=best.metadata or {},
+            trials=[
+                TrialRecord(sample=i, status=g.status, score=g.score, error=g.target_error)
+                for i, g in enumerate(runs)
+            ] if len(runs) > 1 else None,
+        ))  # fmt: skip
+    return tests
+
+
 def write_report(dirs: list[Path], out: Path) -> Path:
     """Read each run and write one HTML file comparing the others with the first."""
     if not dirs:
         raise ConfigError("name at least one run folder")
-    runs = [load_results(d) for d in dirs]
+    runs = [load_run(d) for d in dirs]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(page(page_data(runs), runs), encoding="utf-8")
