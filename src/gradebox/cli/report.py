@@ -13,15 +13,18 @@ from ._common import JsonOpt, Output
 
 RunsArg = Annotated[
     list[Path],
-    typer.Argument(help="Run folders (or their results.jsonl); the first is the baseline."),
+    typer.Argument(
+        help="Run folders (or their results.jsonl), or `gradebox trials` / `batch` outputs; "
+        "the first is the baseline."
+    ),
 ]
 
 
 def report(
     runs: RunsArg,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="The HTML file to write.")
-    ] = Path("report.html"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
     as_json: JsonOpt = False,
 ) -> None:
     """Write one self-contained HTML file of a run, or of several compared with the first
