@@ -597,8 +597,15 @@
     if (!list || !list.length) return null;
     return [h('h4', null, label), list.map((m) => h('div', null, h('span', { class: 'muted' }, m.role || ''), textBlock(m.content ?? '')))];
   }
+  // A negative exit code is the signal that ended the process; 129..159 is a shell's 128 + N.
+  function signal(code) {
+    if (typeof code !== 'number') return null;
+    if (code < 0) return `killed by signal ${-code}`;
+    if (code > 128 && code < 160) return `exit ${code}: signal ${code - 128}?`;
+    return null;
+  }
   function grader(g) {
-    const flags = [g.timed_out && 'timed out', g.oom_killed && 'killed: out of memory', g.output_truncated && 'output truncated', g.negated && 'negated'].filter(Boolean);
+    const flags = [g.timed_out && 'timed out', g.oom_killed && 'killed: out of memory', signal(g.exit_code), g.output_truncated && 'output truncated', g.negated && 'negated'].filter(Boolean);
     return h('div', { class: 'grader' },
       h('div', { class: 'head' }, badge(g.status), h('span', { class: 'name' }, visible(g.name)), h('span', { class: 'muted' }, g.type || 'program'),
         h('span', null, `score ${num(g.score)}`), g.weight !== undefined ? h('span', { class: 'muted' }, `weight ${g.weight}`) : null,
@@ -686,7 +693,7 @@
       messages('input', row.input),
       row.output !== undefined ? [h('h4', null, 'output'), textBlock(row.output)] : null,
       messages('expected output', row.expected_output),
-      target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['timed out', target.timed_out ? 'yes' : '']]),
+      target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['ended', [target.timed_out && 'timed out', signal(target.exit_code)].filter(Boolean).join(', ')]]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
       row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
         : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null,
