@@ -223,7 +223,7 @@ def page(data: dict[str, Any], runs: list[RunResults] = ()) -> str:
         "</head><body>\n"
         '<noscript><p class="noscript">This report needs JavaScript to show the run.</p>'
         "</noscript>\n"
-        '<main id="app" aria-live="polite"></main>\n'
+        '<main id="app"></main>\n'
         f'<script type="application/json" id="gradebox-data">{script_json(data)}</script>\n'
         f"{details}"
         f"<script>{_asset('report.js')}</script>\n"

@@ -545,8 +545,8 @@
   function rowEls(t) {
     const row = primary(t);
     const open = state.open.has(t.id);
-    const toggle = h('button', { type: 'button', class: 'toggle', 'aria-expanded': open ? 'true' : 'false', title: marked(t.id),
-      onclick: () => { if (state.open.has(t.id)) state.open.delete(t.id); else state.open.add(t.id); refreshTable(); } }, visible(t.id));
+    const toggle = h('button', { type: 'button', class: 'toggle', 'aria-expanded': open ? 'true' : 'false', title: marked(t.id.slice(0, 2000)),
+      onclick: () => { if (state.open.has(t.id)) state.open.delete(t.id); else state.open.add(t.id); refreshTable(); } }, visible(t.id.length > 500 ? `${t.id.slice(0, 499)}…` : t.id));
     const gs = row ? row.graders || [] : [];
     const tr = h('tr', { class: open ? 'open' : null, 'data-id': t.id },
       h('td', { class: 'idcell' }, toggle),
@@ -684,7 +684,7 @@
     const other = multi ? h('div', null, h('h4', null, 'in each run'), kv(t.rows.map((r, i) => [runs[i].name, r ? `${r.status}, score ${num(r.score)}` : 'not run']))) : null;
     const timings = Object.entries(row.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
     return h('div', { class: 'opened' },
-      kv([['status', badge(row.status)], ['score', num(row.score, 3)], ['threshold', row.threshold], ['gates failed', (row.gates_failed || []).join(', ')],
+      kv([['test', row.id.length > 500 ? textBlock(row.id) : row.id], ['status', badge(row.status)], ['score', num(row.score, 3)], ['threshold', row.threshold], ['gates failed', (row.gates_failed || []).join(', ')],
         ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at && when(row.started_at)], ['finished', row.finished_at && when(row.finished_at)],
         ['node', row.node], ['attempts', row.attempts], ['details dropped', row.details_dropped ? 'yes: the result could not be written whole' : '']]),
       other,
