@@ -121,6 +121,12 @@
     }
     return row._full;
   }
+  // The same, not kept: the search reads every test's text once and keeps only that.
+  function peek(row) {
+    if (row._full !== undefined) return row._full;
+    const el = document.getElementById(`gbx-${row._run}-${row._i}`);
+    return el ? JSON.parse(el.textContent) : row;
+  }
   const graderNames = (row) => (row ? (row.graders || []).map((g) => g.name) : []);
   const targetOf = (row, i) => (row && row.target ? row.target : runs[i].name);
   const flaky = (row) => !!(row && row._trials && row._trials.c > 0 && row._trials.c < row._trials.n);
@@ -133,7 +139,7 @@
     const parts = [t.id];
     for (const row of t.rows) {
       if (!row) continue;
-      const f = full(row);
+      const f = peek(row);
       parts.push(f.error || '', (f.output || '').slice(0, SEARCHED));
       for (const g of f.graders || []) parts.push(g.name, (g.evidence || '').slice(0, SEARCHED));
     }
@@ -782,4 +788,14 @@
   }
   build();
   performance.mark('gradebox-drawn');
+  // Once the page is idle, each test's searchable text is read ahead, a slice at a time, so
+  // the first search of a large run does not wait for it.
+  if (window.requestIdleCallback) {
+    let next = 0;
+    const ahead = (deadline) => {
+      while (next < tests.length && deadline.timeRemaining() > 2) haystack(tests[next++]);
+      if (next < tests.length) requestIdleCallback(ahead);
+    };
+    requestIdleCallback(ahead);
+  }
 })();
