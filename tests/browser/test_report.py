@@ -324,3 +324,42 @@ def test_gradebox_run_writes_the_report(tmp_path):
     html = out.read_text()
     assert "Content-Security-Policy" in html and '"fix-add"' in html
     assert write_report([tmp_path / "o"], tmp_path / "again.html").is_file()
+
+
+def test_target_node_and_flaky_filters(tmp_path, open_page):
+    """What a local run of our fixtures has only one of: targets, cluster nodes, trials (a
+    Ray run's and a repeat run's fields, written through the same model)."""
+    from gradebox.protocol import TrialRecord
+
+    def trial(passes: list[bool]) -> list[TrialRecord]:
+        return [
+            TrialRecord(sample=i, status=Status.passed if p else Status.failed, score=float(p))
+            for i, p in enumerate(passes)
+        ]
+
+    rows = []
+    for i in range(6):
+        r = _result(f"t{i}", i % 2 == 0)
+        r.metadata = {"target": "model-a" if i < 3 else "model-b"}
+        r.node = f"node-{i % 3}"
+        r.trials = trial([True, False, True]) if i == 0 else trial([True, True]) if i == 2 else None
+        rows.append(r)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    assert count(page) == "6 of 6 tests"
+    page.select_option("select[name=target]", "model-b")
+    assert sorted(shown(page)) == ["t3", "t4", "t5"]
+    page.select_option("select[name=node]", "node-1")
+    assert shown(page) == ["t4"]
+    page.select_option("select[name=target]", "")
+    page.select_option("select[name=node]", "")
+    page.check("#f-flaky")
+    assert shown(page) == ["t0"]  # passed 2 of 3 trials: flaky; t2 passed both
+    marks = page.text_content("table.tests tbody tr:first-child td:nth-child(2)")
+    assert "✔✘✔" in marks and "2/3" in marks and "flaky" in marks
+    trials = page.text_content("section[aria-labelledby=h-trials]")
+    assert "1 flaky" in trials and "pass@k" in trials
+    w.assert_clean()
