@@ -34,14 +34,21 @@ images: $(STAMP)
 
 # Exit 1 means the run completed and some tests failed: the quickstart fails some on purpose.
 demo: images
-	$(BIN)/gradebox run examples/quickstart/suite.yaml --out gradebox-runs/demo; \
+	$(BIN)/gradebox run examples/quickstart/suite.yaml --out gradebox-runs/demo \
+	  --report gradebox-runs/demo/report.html; \
 	  rc=$$?; [ $$rc -le 1 ] || exit $$rc
+	@echo "report: $(CURDIR)/gradebox-runs/demo/report.html"
 
 # As root, the tests also run a subset again as an unprivileged docker-group user they create
 # (tests/docker/test_nonroot.py): that user's rootless runc maps ids with newuidmap (uidmap).
+# The report's tests (tests/browser/) drive Debian's chromium-headless-shell with Playwright
+# (pinned in the dev extra to the version that speaks to it): no browser download.
 test: images
 	@[ "$$(id -u)" != 0 ] || command -v newuidmap >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq uidmap >/dev/null)
+	@[ "$$(id -u)" != 0 ] || dpkg-query -W -f='$${Status}' chromium-headless-shell 2>/dev/null | grep -q "ok installed" || \
+	  (apt-get update -qq && \
+	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 	$(COMPILE)
 	$(BIN)/pytest -q
 

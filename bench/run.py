@@ -35,6 +35,9 @@ ray             `gradebox run` locally vs `--ray` on a local cluster (a head and
                 assertions only, one at a time: the gap between results less the test's own
                 time, median), and tests/s for the 200-test suite at 4 in flight locally, on one
                 worker node (4 slots) and on two (2 slots each).
+report          the HTML report of a synthetic 10,000-test run: its size against the results',
+                the time to write it, and to open it in headless Chromium (bench/report.py).
+                `--only report` runs this alone.
 """
 
 from __future__ import annotations
@@ -662,7 +665,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=["exec"], help="run this section alone")
+    parser.add_argument("--only", choices=["exec", "report"], help="run this section alone")
     parser.add_argument("--rows", choices=["all", "nonroot"], default="all")
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)  # bench_nonroot's child
     args = parser.parse_args()
@@ -691,6 +694,30 @@ def main() -> None:
         for col in ("benchmark", "who", "root", "user", "target"):
             table.add_column(col)
         nonroot_rows(table, nr)
+        Console().print(table)
+        return
+    if args.only == "report":
+        from report import bench_report  # bench/report.py: no sandbox, a browser
+
+        rep = bench_report(tmp(), 1_000 if q else 10_000, 3 if q else 5)
+        if args.json:
+            print(json.dumps(rep, indent=2))
+            return
+        table = Table(title="gradebox bench: the HTML report (one run, this machine)")
+        for col in ("benchmark", "value", "target"):
+            table.add_column(col)
+        mb = 1 << 20
+        table.add_row(
+            f"results.jsonl of {rep['tests']:,} tests", f"{rep['results_bytes'] / mb:.1f} MiB", ""
+        )
+        table.add_row("report.html", f"{rep['report_bytes'] / mb:.1f} MiB "
+                      f"({rep['size_ratio']:.2f}x the results)", "grows no faster")  # fmt: skip
+        table.add_row("gradebox report (read, write)", f"{rep['write_s']:.1f} s", "")
+        table.add_row("opened in Chromium (median)", f"{rep['load_ms']:.0f} ms "
+                      f"(max {rep['load_ms_max']:.0f})", "< 2000 ms")  # fmt: skip
+        table.add_row("a search over every test", f"{rep['search_ms']:.0f} ms", "")
+        table.add_row("a test opened (diff drawn)", f"{rep['open_ms']:.0f} ms", "")
+        table.add_row("load average (1 min)", f"{rep['load_average']:.1f}", "")
         Console().print(table)
         return
     rootfs = _rootfs()

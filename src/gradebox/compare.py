@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .jsonl import load_json
+from .protocol import TestResult
+from .results import read_results, results_file
 
-__all__ = ["CompareReport", "Outcome", "compare_runs", "load_run", "mcnemar_exact", "markdown"]
+__all__ = [
+    "CompareReport",
+    "Outcome",
+    "compare_runs",
+    "load_run",
+    "markdown",
+    "mcnemar_exact",
+    "outcomes",
+]
 
 
 @dataclass
@@ -29,41 +39,35 @@ class Outcome:
     graders: dict[str, bool] = field(default_factory=dict)
 
 
+def outcomes(results: Iterable[TestResult]) -> dict[str, Outcome]:
+    """A suite run's outcomes by test id (a later result for the same id wins)."""
+    return {
+        r.id: Outcome(r.passed, r.score, {g.name: g.passed for g in r.graders}) for r in results
+    }
+
+
 def load_run(path: Path) -> dict[str, Outcome]:
     """A run's outcomes by test id: a ``results.jsonl`` (or the run folder holding one) or a
-    ``batch`` output. A later line for the same id wins."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.jsonl"
+    ``batch`` output, read through the models every other output reads them with. A later
+    line for the same id wins."""
+    file = results_file(path)
+    if not file.is_file():
+        raise ConfigError("cannot read: no such file", file=str(file))
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
-    out: dict[str, Outcome] = {}
-    lines = data.split(b"\n")
-    if lines and not lines[-1].strip():
-        lines.pop()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+        out = outcomes(read_results(file).values())
+    except ConfigError as suite_error:
+        from .batch import read_graded  # a batch output: one inline grader per record
+
         try:
-            row = load_json(line, file=str(path), line=n)
-            key = str(row["id"])
-            if "graders" in row:  # a suite run
-                graders = {g["name"]: bool(g["passed"]) for g in row["graders"]}
-                out[key] = Outcome(bool(row["passed"]), float(row["score"]), graders)
-            else:  # a batch output
-                result = row.get("result") or {}
-                graders = {result["name"]: bool(row["pass"])} if "name" in result else {}
-                out[key] = Outcome(bool(row["pass"]), float(row["score"]), graders)
-        except (ValueError, KeyError, TypeError, ConfigError) as exc:
-            if n == len(lines) and not data.endswith(b"\n"):
-                break  # a torn last line (a writer killed mid-line) is not a result
-            if isinstance(exc, ConfigError):
-                raise
-            raise ConfigError(f"not a result line ({exc})", file=str(path), line=n) from None
+            graded = read_graded(file).values()
+        except ConfigError:
+            raise suite_error from None
+        out = {
+            g.id: Outcome(g.pass_, g.score, {g.result.name: g.pass_} if g.result.name else {})
+            for g in graded
+        }
     if not out:
-        raise ConfigError("no results in this file", file=str(path))
+        raise ConfigError("no results in this file", file=str(file))
     return out
 
 

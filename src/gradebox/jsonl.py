@@ -36,6 +36,7 @@ __all__ = [
     "load_json",
     "open_jsonl_for_append",
     "read_jsonl",
+    "read_jsonl_from",
     "rewrite_jsonl",
 ]
 
@@ -49,22 +50,37 @@ M = TypeVar("M", bound=BaseModel)
 
 def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
     """Every line of a results file as ``model``; only a torn last line is skipped."""
+    if path.is_file():
+        yield from _parse(path.read_bytes(), path, model, 0)
+
+
+def read_jsonl_from(path: Path, model: type[M], offset: int = 0) -> tuple[list[M], int]:
+    """The complete lines from byte ``offset`` on as ``model``, and the offset after the last
+    one: a reader following a file being written (``gradebox view``) reads only what is new,
+    and a torn last line waits for its newline."""
     if not path.is_file():
-        return
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    complete = lines[:-1]  # the piece after the last newline is torn (or empty)
+        return [], 0
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    return list(_parse(data[:end], path, model, offset)), offset + end
+
+
+def _parse(data: bytes, path: Path, model: type[M], offset: int) -> Iterator[M]:
+    complete = data.split(b"\n")[:-1]  # the piece after the last newline is torn (or empty)
     for number, line in enumerate(complete, 1):
         if not line.strip():
             continue
         try:
             yield model.model_validate_json(line)
         except (ValidationError, ValueError) as exc:
+            where = f"line {number}" if not offset else f"line {number} after byte {offset}"
             raise ConfigError(
-                f"line {number} is not a valid result ({str(exc).splitlines()[0]}); refusing "
+                f"{where} is not a valid result ({str(exc).splitlines()[0]}); refusing "
                 "to resume over it: repair or remove the file to start over",
                 file=str(path),
-                line=number,
+                line=None if offset else number,
             ) from None
 
 

@@ -467,6 +467,7 @@ class TestRun:
             cap = int(cfg.max_diff) if cfg else DEFAULT_DIFF_CAP
             payload.file_changes = baseline.diff(cap)
             result.file_changes_bytes = len(payload.file_changes.encode())
+            result.file_changes = payload.file_changes  # the report shows it
         t = time.monotonic()
         graded = self._grade(workspace.path)
         self.timings["graders"] = int((time.monotonic() - t) * 1000)

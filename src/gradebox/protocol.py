@@ -705,6 +705,11 @@ class TestResult(BaseModel):
     output: str | None = None
     expected_output: list[Message] = Field(default_factory=list)
     file_changes_bytes: int = 0
+    file_changes: str | None = Field(
+        default=None,
+        description="the agent's changes as a unified diff, as graders read it (capped like "
+        "`file_changes`: workspace.max_diff)",
+    )
     graders: list[GraderResult] = Field(default_factory=list)
     target: StepRecord | None = None
     error: str | None = None
@@ -767,5 +772,6 @@ class RunSummary(BaseModel):
     nodes: dict[str, int] | None = Field(
         default=None, description="on a cluster: tests run by each node"
     )
+    gradebox_version: str | None = Field(default=None, description="the gradebox that ran it")
     started_at: str
     finished_at: str

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._version import __version__
 from .atomic import lock_folder, writable_folder, write_atomic
 from .errors import StorageError
 from .executor import Executor, LocalExecutor, default_workers
@@ -27,6 +28,7 @@ from .jobs import TestJob, Worker
 from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
 from .lifecycle import after_all, not_run, now
 from .protocol import RunSummary, Status, TestResult, Usage
+from .results import read_results  # the one reader (re-exported: callers import it here)
 from .sandbox.base import ImageSource, Sandbox
 from .suite import Suite, Test
 
@@ -54,11 +56,6 @@ class RunOptions:
     references: bool = False  # validate-refs: each test's reference answer stands in for the target
     model_calls: int = 4  # model calls in flight at once, for the whole run
     run_id: str | None = None  # a cluster run's (its nodes know it); else a new one
-
-
-def read_results(path: Path) -> dict[str, TestResult]:
-    """Finished tests of an earlier run, by id (a later line for the same id wins)."""
-    return {r.id: r for r in read_jsonl(path, TestResult)}
 
 
 def run_suite(
@@ -267,4 +264,5 @@ def summarise(
         interrupted=interrupted,
         started_at=started,
         finished_at=now(),
+        gradebox_version=__version__,
     )

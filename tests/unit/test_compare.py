@@ -9,24 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.batch import GradedRecord
 from gradebox.compare import compare_runs, load_run, markdown, mcnemar_exact
+from gradebox.protocol import GraderResult, Status, TestResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _suite_rows(path: Path, verdicts: dict[str, bool], grader: str = "g") -> Path:
-    rows = [
-        {
-            "id": k,
-            "status": "passed" if v else "failed",
-            "passed": v,
-            "score": 1.0 if v else 0.0,
-            "graders": [{"name": grader, "passed": v}],
-        }
-        for k, v in verdicts.items()
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = [_result(k, v, grader) for k, v in verdicts.items()]
+    path.write_text("".join(r.model_dump_json() + "\n" for r in rows))
     return path
+
+
+def _result(key: str, passed: bool, grader: str = "g") -> TestResult:
+    status = Status.passed if passed else Status.failed
+    score = 1.0 if passed else 0.0
+    g = GraderResult(name=grader, status=status, passed=passed, score=score)
+    return TestResult(id=key, status=status, passed=passed, score=score, graders=[g])
 
 
 def test_mcnemar_exact_known_values():
@@ -59,21 +59,22 @@ def test_flips_deltas_and_intervals(tmp_path):
 
 def test_batch_outputs_and_the_cli_gate(tmp_path):
     def batch(path: Path, verdicts: dict[str, bool]) -> Path:
-        path.write_text(
-            "".join(
-                json.dumps(
-                    {
-                        "id": k,
-                        "pass": v,
-                        "score": float(v),
-                        "status": "passed" if v else "failed",
-                        "result": {"name": "hint"},
-                    }
-                )
-                + "\n"
-                for k, v in verdicts.items()
+        rows = [
+            GradedRecord.model_validate(
+                {
+                    "id": k,
+                    "line": n,
+                    "pass": v,
+                    "score": float(v),
+                    "status": "passed" if v else "failed",
+                    "result": GraderResult(
+                        name="hint", status="passed" if v else "failed", passed=v, score=float(v)
+                    ).model_dump(),
+                }
             )
-        )
+            for n, (k, v) in enumerate(verdicts.items(), 1)
+        ]
+        path.write_text("".join(r.model_dump_json(by_alias=True) + "\n" for r in rows))
         return path
 
     a = batch(tmp_path / "a.jsonl", {f"r{i}": True for i in range(8)})
@@ -102,7 +103,26 @@ def test_unreadable_input_names_the_file_and_line(tmp_path):
     from gradebox.errors import ConfigError
 
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "pass": true, "score": 1}\nnot json\n{"id": "b"}\n')
+    good = _result("a", True).model_dump_json()
+    bad.write_text(f"{good}\nnot json\n{good}\n")
     with pytest.raises(ConfigError) as info:
         load_run(bad)
-    assert info.value.line == 2
+    assert info.value.line == 2 and info.value.file == str(bad)
+
+
+def test_compare_reads_results_through_the_one_reader(tmp_path, monkeypatch):
+    """compare, the terminal table, JUnit and the HTML report read results.jsonl through
+    gradebox.results: a change there is seen by all (here: compare)."""
+    import gradebox.compare
+    import gradebox.results
+
+    path = _suite_rows(tmp_path / "a.jsonl", {"x": True})
+    seen = []
+    real = gradebox.results.read_results
+
+    def spy(p):
+        seen.append(p)
+        return real(p)
+
+    monkeypatch.setattr(gradebox.compare, "read_results", spy)
+    assert load_run(path)["x"].passed and seen == [path]

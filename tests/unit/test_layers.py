@@ -29,6 +29,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_yaml",
             "jsonl",
             "atomic",
+            "results",  # a run read back: the one reader of results.jsonl and summary.json
             "fstree",
             "gitignore",
             "protocol",

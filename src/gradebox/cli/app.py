@@ -28,6 +28,7 @@ from ._common import reflow
 from .compare import compare
 from .grade import grade
 from .maintenance import gc, schemas
+from .report import report, view
 from .run import run, validate, validate_refs
 from .workflows import assert_, batch, calibrate, trials
 
@@ -91,6 +92,8 @@ app.command()(handled(trials))
 app.command()(handled(calibrate))
 app.command("assert")(handled(assert_))
 app.command()(handled(compare))
+app.command()(handled(report))
+app.command()(handled(view))
 app.command()(handled(gc))
 app.command()(handled(schemas))
 for command in images_cmd.app.registered_commands:

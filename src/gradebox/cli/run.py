@@ -79,6 +79,10 @@ def run(
     workers: WorkersOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write the HTML report (see `gradebox report`)."),
+    ] = None,
     filter: Annotated[
         list[str] | None,
         typer.Option(
@@ -202,6 +206,17 @@ def run(
                      what="results folder")  # fmt: skip
     if junit:
         write_atomic(junit, junit_xml(results, summary))
+    if report:
+        from ..report.html import write_report
+
+        # One page per file of a run of several (each its own run folder): FILE-<its folder>.
+        pages = [(report, [out_dir])] if not several else [
+            (report.with_name(f"{report.stem}-{d.name}{report.suffix}"), [d]) for d in dirs
+        ]  # fmt: skip
+        for page, folders in pages:
+            write_report(folders, page)
+            output.info(f"report: {escape(str(page))} (it holds the run's outputs: check it "
+                        "first)")  # fmt: skip
     if as_json:
         document: dict[str, Any] = {"summary": summary, "results_dir": str(out_dir)}
         if several:

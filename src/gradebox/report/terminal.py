@@ -1,4 +1,4 @@
-"""Human-readable rendering of results (rich). Machines get ``--json`` instead, never this."""
+"""Human-readable rendering of results in a terminal (rich), and JUnit XML for CI."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-from .protocol import GraderResult, RunSummary, Status, TestResult
+from ..protocol import GraderResult, RunSummary, Status, TestResult
 
 __all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_text"]
 

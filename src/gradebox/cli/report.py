@@ -1,0 +1,67 @@
+"""``gradebox report`` (one HTML file of one run or several) and ``gradebox view`` (the same
+page, live, on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..report import escape
+from ._common import JsonOpt, Output
+
+RunsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Run folders (or their results.jsonl), or `gradebox trials` / `batch` outputs; "
+        "the first is the baseline."
+    ),
+]
+
+
+def report(
+    runs: RunsArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML file of a run, or of several compared with the first
+    (flips, McNemar's p, bootstrap intervals): it opens from disk with no server and no
+    network. It holds the runs' outputs (answers, evidence, diffs): check it before you
+    publish it. Exit 0, or 2 when a run cannot be read.
+    """
+    from ..report.html import write_report
+
+    output = Output(as_json)
+    path = write_report(runs, out)
+    if as_json:
+        output.document({"report": str(path), "bytes": path.stat().st_size})
+    else:
+        output.console.print(f"report: {escape(str(path))}")
+    output.info("[yellow]the report holds the run's outputs: check it before you publish it[/]")
+
+
+def view(
+    run: Annotated[Path, typer.Argument(help="A run folder, finished or still being written.")],
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (0: a free one).")
+    ] = 0,
+) -> None:
+    """Serve the report of RUN on 127.0.0.1 and follow its results.jsonl: results a run
+    appends show up without reloading the page (filters, scroll and opened tests are kept).
+    Ctrl-C stops it.
+    """
+    from ..report.view import ViewServer
+
+    server = ViewServer(run, port)
+    # The URL on stdout (a script can read it); Ctrl-C is the way out.
+    typer.echo(server.url, err=False)
+    Output().info(f"[dim]gradebox view: {escape(str(run))} on {server.url}; Ctrl-C stops[/]")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()

@@ -1,0 +1,151 @@
+"""``gradebox view``: the report's page served on 127.0.0.1, following ``results.jsonl`` while
+a run writes it.
+
+The page asks ``api/results?offset=N&file=ID`` every second and gets the results appended
+since byte N (read by ``gradebox.results``, the reader every output uses); when the file was
+replaced (``--resume`` rewrites it) or shortened it gets everything again, marked ``reset``.
+Only this machine can reach the server (it binds 127.0.0.1), and only under its own name: a
+request whose Host header is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused, so a web
+page that rebinds its own DNS name to 127.0.0.1 cannot read the run (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import ConfigError
+from ..protocol import RunSummary
+from ..results import RunResults, read_results_from, results_file
+from .html import csp, live_row, page, page_data
+
+__all__ = ["ViewServer"]
+
+
+def _identity(file: Path, offset: int) -> str:
+    """What a reader at ``offset`` has read: the file (device, inode) and a digest of the
+    4 KiB before ``offset``. A file rewritten under the same name (``--resume``; an inode can
+    be reused) differs there, and is read again from the start."""
+    try:
+        with file.open("rb") as f:
+            st = os.fstat(f.fileno())
+            start = max(0, offset - 4096)
+            f.seek(start)
+            seen = f.read(offset - start)
+    except OSError:
+        return "none"
+    return f"{st.st_dev}:{st.st_ino}:{hashlib.sha256(seen).hexdigest()[:16]}"
+
+
+class ViewServer:
+    """The live page of one run folder. ``serve_forever`` until Ctrl-C; ``port`` 0 takes a
+    free port (``url`` says which)."""
+
+    def __init__(self, run_dir: Path, port: int = 0) -> None:
+        self.file = results_file(run_dir)
+        if not self.file.parent.is_dir():
+            raise ConfigError("no such run folder", file=str(run_dir))
+        self.name = self.file.parent.name
+        handler = type("Handler", (_Handler,), {"view": self})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def summary(self) -> dict[str, Any] | None:
+        path = self.file.with_name("summary.json")
+        try:
+            return RunSummary.model_validate_json(path.read_bytes()).model_dump(mode="json")
+        except (OSError, ValueError):
+            return None  # none yet (the run goes on), or being written: the next poll has it
+
+    def since(self, offset: int, file_id: str) -> dict[str, Any]:
+        """The results appended since ``offset`` of the file ``file_id`` named."""
+        size = self.file.stat().st_size if self.file.is_file() else 0
+        reset = offset > size or _identity(self.file, offset) != file_id
+        rows, end = read_results_from(self.file, 0 if reset else offset)
+        return {
+            "file": _identity(self.file, end),
+            "offset": end,
+            "reset": reset,
+            "rows": [live_row(r) for r in rows],
+            "summary": self.summary(),
+        }
+
+    def page(self) -> str:
+        """The page with every result so far in it, and where the next read starts."""
+        results, offset = read_results_from(self.file, 0)
+        ident = _identity(self.file, offset)
+        latest = list({r.id: r for r in results}.values())  # a later line for an id wins
+        summary = self.summary()
+        run = RunResults(
+            self.name, self.file.parent,
+            RunSummary.model_validate(summary) if summary else None, latest,
+        )  # fmt: skip
+        return page(page_data([run], live={"file": ident, "offset": offset}), [run])
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def start(self) -> threading.Thread:
+        """Serve from a thread (tests); ``shutdown`` ends it."""
+        thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        thread.start()
+        return thread
+
+    def shutdown(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    view: ViewServer
+    server_version = "gradebox-view"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass  # the terminal shows the URL, not every poll
+
+    def _send(self, code: int, body: bytes, kind: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Content-Security-Policy", csp(live=True) + "; frame-ancestors 'none'")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _host_ok(self) -> bool:
+        port = self.view.port
+        return self.headers.get("Host", "") in {f"127.0.0.1:{port}", f"localhost:{port}"}
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if not self._host_ok():
+            self._send(403, b"forbidden: not this server's name\n", "text/plain; charset=utf-8")
+            return
+        url = urlsplit(self.path)
+        try:
+            if url.path == "/":
+                self._send(200, self.view.page().encode(), "text/html; charset=utf-8")
+            elif url.path == "/api/results":
+                query = parse_qs(url.query)
+                offset = int(query.get("offset", ["0"])[0])
+                data = self.view.since(max(0, offset), query.get("file", [""])[0])
+                body = json.dumps(data, ensure_ascii=True, allow_nan=False).encode()
+                self._send(200, body, "application/json")
+            elif url.path == "/favicon.ico":
+                self._send(204, b"", "image/x-icon")
+            else:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+        except (ConfigError, ValueError, OSError) as exc:
+            message = str(exc).replace(os.linesep, " ")
+            self._send(500, f"gradebox view: {message}\n".encode(), "text/plain; charset=utf-8")

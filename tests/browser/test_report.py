@@ -1,0 +1,365 @@
+"""The HTML report and the live view, in a real headless browser, over runs of our own
+fixtures: the quickstart (and a copy of it with one test made to fail, for a comparison) and
+a run whose agent and grader write markup, scripts, links, SVG, right-to-left overrides and
+a 1 MB line. The screenshots in docs/img/ are taken here."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from gradebox.compare import compare_runs, load_run
+from gradebox.protocol import GraderResult, Status, TestResult
+from gradebox.report.html import write_report
+from gradebox.report.view import ViewServer
+from tests.browser.conftest import DOCS_IMG
+
+pytestmark = pytest.mark.docker  # the runs are real, on the default sandbox
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = ROOT / "tests/fixtures/report/hostile"
+
+
+def gradebox(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gradebox", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def run(suite: Path, out: Path) -> Path:
+    p = gradebox("run", suite, "--out", out, "--workers", "2")
+    assert p.returncode in (0, 1), p.stdout + p.stderr  # ran; some tests fail on purpose
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The quickstart, a copy of it where meaning-of-life fails, and the hostile run."""
+    tmp = tmp_path_factory.mktemp("runs")
+    copy = tmp / "quickstart-b"
+    shutil.copytree(ROOT / "examples/quickstart", copy)
+    suite = copy / "suite.yaml"
+    suite.write_text(suite.read_text().replace('value: "42"', 'value: "43"', 1))
+    return {
+        "a": run(ROOT / "examples/quickstart/suite.yaml", tmp / "main"),
+        "b": run(suite, tmp / "candidate"),
+        "hostile": run(HOSTILE / "suite.yaml", tmp / "hostile"),
+    }
+
+
+def report(dirs: list[Path], out: Path) -> str:
+    p = gradebox("report", *dirs, "-o", out)
+    assert p.returncode == 0, p.stderr
+    assert "holds the run's outputs" in p.stderr  # warned before it is published
+    return out.as_uri()
+
+
+def shown(page: object) -> list[str]:
+    return page.eval_on_selector_all("tbody button.toggle", "bs => bs.map(b => b.textContent)")
+
+
+def shot(page: object, first: str, last: str, path: Path) -> None:
+    """The page from ``first`` down to the end of ``last``, as a reader scrolled to it sees
+    it (an element screenshot would have the sticky filter bar over it)."""
+    page.evaluate("window.scrollTo(0, 0)")
+    top = page.locator(first).first.bounding_box()
+    bottom = page.locator(last).first.bounding_box()
+    height = min(bottom["y"] + bottom["height"] - top["y"], 2400)
+    clip = {"x": 0, "y": top["y"] - 8, "width": 1280, "height": height + 16}
+    page.screenshot(path=str(path), full_page=True, clip=clip)
+
+
+def count(page: object) -> str:
+    return page.text_content("#count")
+
+
+def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
+    w = open_page(report([runs["a"]], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    assert count(page) == "3 of 3 tests"
+    assert shown(page) == ["purposeful-failures", "fix-add", "meaning-of-life"]  # failed first
+    assert page.text_content("header h1") == "quickstart"
+    cards = page.text_content("header .cards")
+    assert "2✔ PASS" in cards and "1✘ FAIL" in cards and "0! ERROR" in cards
+    page.screenshot(path=str(DOCS_IMG / "report-overview.png"), full_page=True)
+
+    page.uncheck("#f-passed")
+    assert shown(page) == ["purposeful-failures"]
+    page.check("#f-passed")
+    page.uncheck("#f-failed")
+    assert sorted(shown(page)) == ["fix-add", "meaning-of-life"]
+    page.check("#f-failed")
+    page.select_option("select[name=grader]", "notes-and-diff")
+    assert shown(page) == ["fix-add"]
+    page.select_option("select[name=grader]", "")
+    page.fill("#q", "MEANING")  # text search: case-insensitive, ids and answers
+    assert shown(page) == ["meaning-of-life"]
+    page.fill("#q", "answer is \\d+")
+    assert shown(page) == []  # as text, no match
+    page.check("#f-re")
+    assert shown(page) == ["meaning-of-life"]
+    page.fill("#q", "(")  # a broken regex matches nothing and says so, no error
+    assert shown(page) == [] and page.get_attribute("#q", "aria-invalid") == "true"
+    page.fill("#q", "")
+    page.uncheck("#f-re")
+    page.click("th >> text=test")
+    assert shown(page) == ["fix-add", "meaning-of-life", "purposeful-failures"]
+    page.click("th >> text=score")  # highest first
+    assert shown(page)[-1] == "purposeful-failures"
+
+    page.uncheck("#f-error")
+    page.fill("#q", "fix")
+    url = page.url
+    assert "q=fix" in url and "status=" in url
+    again = open_page(url, ("file://",)).page  # a link shows the same view
+    assert shown(again) == ["fix-add"] and again.input_value("#q") == "fix"
+    assert not again.is_checked("#f-error")
+    w.assert_clean()
+
+
+def test_an_opened_test_shows_its_evidence_and_the_agents_diff(runs, tmp_path, open_page):
+    w = open_page(report([runs["a"]], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    assert page.query_selector("td.detail") is None  # details are built when opened
+    page.click("button.toggle >> text=fix-add")
+    assert page.get_attribute("button.toggle >> text=fix-add", "aria-expanded") == "true"
+    detail = page.locator("td.detail")
+    files = detail.locator("ul.filelist li").all_text_contents()
+    assert any(f.startswith("calc.py") and "+1" in f for f in files), files
+    assert any(f.startswith("NOTES.md") for f in files), files
+    added = detail.locator(".diffbody .add").all_text_contents()
+    assert "+    return a + b" in added
+    text = detail.text_content()
+    for shown_text in ("notes-and-diff", "pytest", "I fixed add()", "evidence", "oci"):
+        assert shown_text in text, shown_text
+    shot(page, "tr.open", "tr.detailrow", DOCS_IMG / "report-test.png")
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.keyboard.press("Escape")
+    page.keyboard.press("j")  # keyboard: the first test, the next, back, Enter closes it
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    assert page.evaluate("document.activeElement.textContent") == "fix-add"
+    page.keyboard.press("Enter")
+    assert page.query_selector("td.detail") is None
+    assert page.evaluate("document.activeElement.textContent") == "fix-add"  # focus kept
+    w.assert_clean()
+
+
+def test_two_runs_compared(runs, tmp_path, open_page):
+    w = open_page(report([runs["a"], runs["b"]], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    section = page.text_content("section[aria-labelledby=h-cmp]")
+    expected = compare_runs(load_run(runs["a"]), load_run(runs["b"]), seed=0)
+    assert expected.regressions == ["meaning-of-life"]
+    assert f"McNemar p = {expected.p_value:.4f}" in section
+    low, high = expected.pass_rate_ci
+    assert f"[{low * 100:.1f}, {high * 100:.1f}] pp" in section
+    assert "1 pass → fail" in section
+    assert page.locator(".flips button").all_text_contents() == ["meaning-of-life"]
+    page.check("#f-flips")
+    assert shown(page) == ["meaning-of-life"]
+    verdicts = page.text_content("table.tests tbody tr:first-child td:nth-child(2)")
+    assert verdicts.startswith("✔ PASS ✘ FAIL")  # each run's, as text
+    page.locator("section[aria-labelledby=h-cmp]").screenshot(
+        path=str(DOCS_IMG / "report-compare.png")
+    )
+    w.assert_clean()
+
+
+def _result(key: str, passed: bool) -> TestResult:
+    status = Status.passed if passed else Status.failed
+    g = GraderResult(name="g", status=status, passed=passed, score=float(passed))
+    return TestResult(id=key, status=status, passed=passed, score=float(passed), graders=[g])
+
+
+def test_the_live_view_picks_up_an_appended_result(runs, tmp_path, open_page):
+    run_dir = tmp_path / "live"
+    run_dir.mkdir()
+    lines = (runs["a"] / "results.jsonl").read_text().splitlines(keepends=True)
+    results = run_dir / "results.jsonl"
+    results.write_text("".join(lines[:2]))  # a run still going: no summary yet
+    server = ViewServer(run_dir)
+    server.start()
+    try:
+        host = server.url.removesuffix("/")
+        w = open_page(server.url, (host,))
+        page = w.page
+        assert count(page) == "2 of 2 tests"
+        assert "live" in page.text_content("#live")
+        page.uncheck("#f-error")
+        first = shown(page)[0]
+        page.click(f"button.toggle >> text={first}")
+        page.evaluate("window.scrollTo(0, 300)")
+        url = page.url
+        with results.open("a") as f:
+            f.write(lines[2])
+            f.write(_result("appended-later", False).model_dump_json() + "\n")
+        # (expect polls from here: the page's CSP refuses wait_for_function's eval)
+        expect(page.locator("#count")).to_have_text("4 of 4 tests", timeout=30_000)
+        assert "appended-later" in shown(page)
+        assert page.url == url and not page.is_checked("#f-error")  # filters kept
+        assert page.get_attribute(f"button.toggle >> text={first}", "aria-expanded") == "true"
+        assert page.evaluate("window.scrollY") == 300  # no reload, no jump
+        # A partial line (a writer mid-write) waits for its newline.
+        with results.open("a") as f:
+            f.write(_result("torn", True).model_dump_json()[:40])
+        page.wait_for_timeout(2500)
+        assert count(page) == "4 of 4 tests"
+        w.assert_clean()
+    finally:
+        server.shutdown()
+
+
+def test_the_view_answers_only_to_its_own_name(tmp_path):
+    (tmp_path / "results.jsonl").write_text(_result("a", True).model_dump_json() + "\n")
+    server = ViewServer(tmp_path)
+    server.start()
+    try:
+        assert server.httpd.server_address[0] == "127.0.0.1"
+
+        def get(host: str, path: str = "/") -> tuple[int, bytes, dict[str, str]]:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.putrequest("GET", path, skip_host=True)
+            conn.putheader("Host", host)
+            conn.endheaders()
+            resp = conn.getresponse()
+            return resp.status, resp.read(), dict(resp.getheaders())
+
+        # A page that rebinds its own DNS name to 127.0.0.1 sends its own name as Host.
+        assert get(f"attacker.example:{server.port}")[0] == 403
+        assert get("127.0.0.1")[0] == 403
+        code, body, headers = get(f"127.0.0.1:{server.port}", "/api/results?offset=0&file=")
+        assert code == 200 and json.loads(body)["rows"][0]["id"] == "a"
+        assert "connect-src 'self'" in headers["Content-Security-Policy"]
+        assert get(f"localhost:{server.port}")[0] == 200
+    finally:
+        server.shutdown()
+
+
+def _every_text_opened(page: object) -> None:
+    """Open every test, every file of every diff, every "show all"."""
+    for _ in range(100):  # each click draws the rows again: find the next one each time
+        closed = page.query_selector("button.toggle[aria-expanded=false]")
+        if closed is None:
+            break
+        closed.click()
+    page.eval_on_selector_all("details", "ds => ds.forEach(d => { d.open = true; })")
+    for _ in range(100):
+        more = page.query_selector("button.more")
+        if more is None:
+            break
+        more.click()
+    assert page.query_selector("button.more, button.toggle[aria-expanded=false]") is None
+
+
+def test_hostile_outputs_stay_text(runs, tmp_path, open_page):
+    # The same strings through a result gradebox did not write: names, a diff, a summary.
+    evil = "</script><img src=x onerror=alert(9)>\u202e<svg onload=alert(8)>"
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    r = _result(evil, False)
+    r.file_changes = (
+        f"diff --git a/{evil} b/{evil}\n--- /dev/null\n+++ b/{evil}\n@@ -0,0 +1 @@\n+{evil}\n"
+    )
+    r.output, r.metadata = evil, {"target": evil}
+    (hand / "results.jsonl").write_text(r.model_dump_json() + "\n")
+    url = report([runs["hostile"], hand], tmp_path / "r.html")
+    w = open_page(url, ("file://",))
+    page = w.page
+    page.select_option("select[aria-label='verdicts of run']", "0")
+    page.click("#f-passed")  # one test, opened: what a reader of a hostile run sees
+    page.click("button.toggle[aria-expanded=false]")
+    shot(page, "tr.open", "tr.detailrow", DOCS_IMG / "report-hostile.png")
+    page.click("#f-passed")
+    _every_text_opened(page)
+    page.wait_for_timeout(500)
+    text = page.text_content("#app")  # what the page shows (not the data block)
+    assert "</script><script>alert('id')</script>" in text  # shown, as text
+    assert "onerror=alert('evidence')" in text and "javascript:alert('link')" in text
+    assert "<svg onload=alert('svg')><script>alert('svg-script')</script></svg>" in text
+    assert "⟦U+202E⟧" in text and "\u202e" not in text  # the override shown, not obeyed
+    assert "A" * 1_000_000 in text  # the 1 MB line, whole once asked for
+    # Nothing from the run became an element: only our own. (Playwright's screenshots leave
+    # an empty style attribute on inputs: hiding the caret.)
+    made = page.evaluate(
+        '[...document.querySelectorAll(\'img, svg script, script:not([type="application/json"]),'
+        " a, iframe, object, embed, style, link, [onerror], [onload], [href], [src],"
+        " [style]:not([style=\"\"])')].map(e => e.tagName + (e.id ? '#' + e.id : ''))"
+    )
+    assert made == ["STYLE", "SCRIPT"], made
+    blocks = page.evaluate(
+        "[...document.querySelectorAll('script[type=\"application/json\"]')].map(e => e.id)"
+    )
+    assert blocks == ["gradebox-data", "gbx-0-0", "gbx-0-1", "gbx-1-0"]  # data, never run
+    w.assert_clean()
+
+
+def test_light_and_dark(runs, tmp_path, open_page):
+    url = report([runs["a"]], tmp_path / "r.html")
+    light = open_page(url, ("file://",)).page
+    dark = open_page(url, ("file://",), dark=True).page
+    background = "getComputedStyle(document.body).backgroundColor"
+    assert light.evaluate(background) == "rgb(255, 255, 255)"
+    assert dark.evaluate(background) == "rgb(13, 17, 23)"
+    dark.click("button.toggle >> text=fix-add")
+    dark.screenshot(path=str(DOCS_IMG / "report-dark.png"))
+
+
+def test_gradebox_run_writes_the_report(tmp_path):
+    out = tmp_path / "site" / "report.html"
+    p = gradebox("run", ROOT / "examples/quickstart/suite.yaml", "--out", tmp_path / "o",
+                 "--report", out)  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    html = out.read_text()
+    assert "Content-Security-Policy" in html and '"fix-add"' in html
+    assert write_report([tmp_path / "o"], tmp_path / "again.html").is_file()
+
+
+def test_target_node_and_flaky_filters(tmp_path, open_page):
+    """What a local run of our fixtures has only one of: targets, cluster nodes, trials (a
+    Ray run's and a repeat run's fields, written through the same model)."""
+    from gradebox.protocol import TrialRecord
+
+    def trial(passes: list[bool]) -> list[TrialRecord]:
+        return [
+            TrialRecord(sample=i, status=Status.passed if p else Status.failed, score=float(p))
+            for i, p in enumerate(passes)
+        ]
+
+    rows = []
+    for i in range(6):
+        r = _result(f"t{i}", i % 2 == 0)
+        r.metadata = {"target": "model-a" if i < 3 else "model-b"}
+        r.node = f"node-{i % 3}"
+        r.trials = trial([True, False, True]) if i == 0 else trial([True, True]) if i == 2 else None
+        rows.append(r)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    assert count(page) == "6 of 6 tests"
+    page.select_option("select[name=target]", "model-b")
+    assert sorted(shown(page)) == ["t3", "t4", "t5"]
+    page.select_option("select[name=node]", "node-1")
+    assert shown(page) == ["t4"]
+    page.select_option("select[name=target]", "")
+    page.select_option("select[name=node]", "")
+    page.check("#f-flaky")
+    assert shown(page) == ["t0"]  # passed 2 of 3 trials: flaky; t2 passed both
+    marks = page.text_content("table.tests tbody tr:first-child td:nth-child(2)")
+    assert "✔✘✔" in marks and "2/3" in marks and "flaky" in marks
+    trials = page.text_content("section[aria-labelledby=h-trials]")
+    assert "1 flaky" in trials and "pass@k" in trials
+    w.assert_clean()
