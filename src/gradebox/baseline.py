@@ -34,7 +34,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 from .errors import WorkspaceError
 from .fstree import Folder, walk_folders
 from .gitignore import IgnoreFile, parse_ignore_file
+from .scratch import new_scratch
 
 __all__ = ["DEFAULT_DIFF_CAP", "Baseline", "truncate_diff"]
 
@@ -320,7 +320,7 @@ class Baseline:
     ) -> Baseline:
         if shutil.which("git") is None:
             raise WorkspaceError("git is needed on the host to compute file_changes")
-        store = store or Path(tempfile.mkdtemp(prefix="gradebox-baseline-"))
+        store = store or new_scratch("baseline")
         base = cls(root.resolve(), store, include_ignored)
         try:
             base._objects.init()

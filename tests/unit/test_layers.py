@@ -29,6 +29,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_yaml",
             "jsonl",
             "fstree",
+            "scratch",  # scratch names and their sweep: below images (a build's scratch)
             "gitignore",
             "protocol",
             "sdk",
@@ -38,7 +39,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ),  # fmt: skip
     ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)
     ("images", ["images"]),
-    ("files", ["baseline", "workspace", "scratch"]),  # host folders: walks, copies, quotas
+    ("files", ["baseline", "workspace"]),  # host folders: walks, copies, quotas
     ("sandbox", ["sandbox"]),
     ("models", ["llm"]),  # targets, the client and its cache, the grader-facing proxy
     ("graders", ["graders"]),  # one grader: config, container, verdict, verifiers, builtins

@@ -4,7 +4,6 @@ other harnesses, now sandboxed."""
 from __future__ import annotations
 
 import json
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,6 +24,7 @@ from ..protocol import Payload, Status
 from ..report import STYLE, escape
 from ..runner import default_workers
 from ..sandbox import Sandbox
+from ..scratch import scratch_folder
 from ..trials import run_target_trials, summarise_trials
 from ._common import (
     AllowOpt,
@@ -175,7 +175,7 @@ def batch(
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader), workspaces=(workspace,) if workspace else ())
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
         ExitStack() as stack,
     ):
@@ -247,7 +247,7 @@ def trials(
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader))
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
         ExitStack() as stack,
     ):
@@ -338,7 +338,7 @@ def calibrate(
         config = load_grader_ref(grader)
         check_grader(config, set(), file=str(grader))
         with (
-            tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+            scratch_folder("empty") as empty,
             open_sandbox(out, sandbox) as box,
         ):
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
@@ -411,7 +411,7 @@ def assert_(
     payload = Payload.model_validate(data)
     config = grader_for_file(found[name].path, name=name)
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
     ):
         result = run_grader(config, payload, Path(empty), box, images=resolver_for(box, locked))
