@@ -5,6 +5,7 @@ finds the watchdog still on guard (issue 30, classes 6 and 9)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gradebox.cli import UNSANDBOXED
 from tests.conftest import leftovers_of, write
+from tests.fake_models import FakeModel
 
 pytestmark = pytest.mark.docker
 BACKENDS = ["docker", "oci"]
@@ -25,6 +28,7 @@ BACKENDS = ["docker", "oci"]
 # there is no grader to kill them in the middle of.
 NO_CONTAINER = {"validate"}
 SLOW_SCRIPT = "import time\ntime.sleep(600)\n"
+SLOW_GRADER = "{type: script, command: 'sleep 600', timeout: 600s}"
 
 
 def _registered() -> set[str]:
@@ -71,7 +75,7 @@ def _wait_running(engine, proc: subprocess.Popen, count: int = 1, timeout: float
 
 def _batch_output(tmp: Path, records: Path, backend: str) -> Path:
     """A graded file for calibrate, made by a quick batch."""
-    quick = write(tmp / "quick.sh", "cat >/dev/null; echo '{\"pass\": false, \"score\": 0}'\n")
+    quick = write(tmp / "quick.sh", 'cat >/dev/null; echo \'{"pass": false, "score": 0}\'\n')
     out = tmp / "graded.jsonl"
     p = subprocess.run([sys.executable, "-m", "gradebox", "batch", str(records), "-g",
                         str(quick), "-o", str(out), "--sandbox", backend],
@@ -86,7 +90,7 @@ def _scenario(command: str, tmp: Path, backend: str) -> tuple[list[str], Path]:
     records = tmp / "r.jsonl"
     records.write_text(json.dumps({"id": "a", "input": "q", "output": "x", "hint": "x"}) + "\n")
     suite = write(tmp / "suite.yaml", "tests:\n  - id: a\n    input: q\n    expected_output: x\n"
-                  "    assert:\n      - {type: script, command: 'sleep 600', timeout: 600s}\n")  # fmt: skip
+                  f"    assert:\n      - {SLOW_GRADER}\n")  # fmt: skip
     (tmp / "ws").mkdir(exist_ok=True)
     sb = ["--sandbox", backend]
     lines = {
@@ -135,6 +139,12 @@ workspace:
   template: ./template
 tests:
 """
+JUDGED = """  - id: judged{i}
+    input: q
+    output: x
+    assert:
+      - {{type: llm-rubric, value: is it good, target: judge}}
+"""
 SLOW_TEST = """  - id: t{i}
     input: q
     output: x
@@ -143,46 +153,83 @@ SLOW_TEST = """  - id: t{i}
 """
 
 
-def _slow_run(tmp_path: Path, backend: str, engine) -> subprocess.Popen:
-    """A run with four slow tests in flight (each in a workspace of its own, mounted as
-    root), returned once their graders run."""
+def _slow_model(body: dict) -> str:
+    time.sleep(120)  # a judge that takes its time: its call is in flight at the signal
+    return '{"score": 1, "reasoning": "ok"}'
+
+
+@contextlib.contextmanager
+def _slow_run(tmp_path: Path, backend: str, engine) -> Iterator[subprocess.Popen]:
+    """A run with four slow tests in flight, each in a workspace of its own (mounted, as
+    root): two judged by a model that takes two minutes, two by graders that sleep; yields
+    once they are all under way. (The judges' threads are what kept the run alive.)"""
     write(tmp_path / "template" / "f.txt", "1\n")
-    suite = write(tmp_path / "suite.yaml",
-                  SLOW_SUITE + "".join(SLOW_TEST.format(i=i) for i in range(8)))  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(tmp_path / "out"),
-         "--workers", "4", "--sandbox", backend],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    _wait_running(engine, proc, count=4)
-    return proc
+    tests = [JUDGED.format(i=i) for i in range(2)] + [SLOW_TEST.format(i=i) for i in range(6)]
+    suite = write(tmp_path / "suite.yaml", SLOW_SUITE + "".join(tests))
+    with FakeModel(default=_slow_model) as fake:
+        judge = f"{{name: judge, model: m, base_url: '{fake.base_url}'}}"
+        write(tmp_path / ".gradebox" / "targets.yaml", f"targets:\n  - {judge}\n")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gradebox", "run", str(suite), "--out",
+             str(tmp_path / "out"), "--workers", "4", "--sandbox", backend],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "OPENAI_API_KEY": "test-key"},
+        )  # fmt: skip
+        try:
+            _wait_running(engine, proc, count=2)
+            deadline = time.monotonic() + 60
+            while len(fake.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert len(fake.requests) == 2, "the judges were never called"
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_ends_a_run_within_seconds_and_leaves_nothing(tmp_path, engine, backend):
     """SIGTERM with slow tests in flight: exit 130 at once (it was still alive 60 s later,
     waiting for its grader threads), and no container, mount or scratch folder left."""
-    proc = _slow_run(tmp_path, backend, engine)
-    if os.geteuid() == 0:
-        assert _mounts_of(proc.pid), "no workspace mounted: the test would prove less"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=45)  # the graders sleep 600 s
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise AssertionError("SIGTERM did not end the run") from None
-    assert proc.returncode == 130, err
-    assert _settle(engine, proc.pid) == []
+    with _slow_run(tmp_path, backend, engine) as proc:
+        if os.geteuid() == 0:
+            assert _mounts_of(proc.pid), "no workspace mounted: the test would prove less"
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=45)  # the judges answer after 120 s
+        except subprocess.TimeoutExpired:
+            raise AssertionError("SIGTERM did not end the run") from None
+        assert proc.returncode == 130, err
+        assert _settle(engine, proc.pid) == []
+
+
+def _said(proc: subprocess.Popen, words: bytes, timeout: float = 60) -> bytes:
+    """Read the runner's stderr until it says ``words`` (or ends); what it said."""
+    import select
+
+    assert proc.stderr is not None
+    said, deadline = b"", time.monotonic() + timeout
+    while words not in said and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready:
+            chunk = os.read(proc.stderr.fileno(), 1 << 16)
+            if not chunk:
+                break
+            said += chunk
+    return said
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_after_sigterm_still_leaves_nothing(tmp_path, engine, backend):
-    """A harness that sends SIGTERM and then SIGKILL while the run is cleaning up: the
-    watchdog was not told "normal end" by the interruption, so it sweeps what is left."""
-    proc = _slow_run(tmp_path, backend, engine)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)  # the run is in the middle of removing its containers
-    proc.kill()
-    proc.communicate(timeout=60)
-    assert _settle(engine, proc.pid) == []
+    """A harness that sends SIGTERM, then SIGKILL once the run said it was interrupted: the
+    watchdog was not told "normal end" by the interruption (it was, while the judges'
+    threads still ran, and the SIGKILL left their workspaces and scratch), so it sweeps."""
+    with _slow_run(tmp_path, backend, engine) as proc:
+        proc.send_signal(signal.SIGTERM)
+        assert b"interrupted" in _said(proc, b"interrupted")
+        time.sleep(0.5)  # the old runner had dismissed its watchdog by now, and hung on
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.communicate(timeout=60)
+        assert _settle(engine, proc.pid) == []
