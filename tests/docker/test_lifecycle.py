@@ -38,8 +38,8 @@ def _registered() -> set[str]:
     return names | {g.name for g in app.registered_groups}
 
 
-def _scratch_of(pid: int) -> list[Path]:
-    return list(Path(tempfile.gettempdir()).glob(f"gradebox-{pid}-*"))
+def _scratch_of(pid: int, tmp: Path | None = None) -> list[Path]:
+    return list((tmp or Path(tempfile.gettempdir())).glob(f"gradebox-{pid}-*"))
 
 
 def _mounts_of(pid: int) -> list[str]:
@@ -47,15 +47,18 @@ def _mounts_of(pid: int) -> list[str]:
             if f"/gradebox-{pid}-" in m]  # fmt: skip
 
 
-def _left_by(engine, pid: int) -> list[str]:
-    return leftovers_of(engine, pid) + [str(p) for p in _scratch_of(pid)] + _mounts_of(pid)
+def _left_by(engine, pid: int, tmp: Path | None = None) -> list[str]:
+    """Its containers, its mounts, and its scratch folders (with ``tmp``, the runner's own
+    TMPDIR: anything at all left there, a folder no sweep knows as its included)."""
+    folders = [p.name for p in tmp.iterdir()] if tmp else map(str, _scratch_of(pid))
+    return leftovers_of(engine, pid) + [*folders] + _mounts_of(pid)
 
 
-def _settle(engine, pid: int, timeout: float = 60) -> list[str]:
+def _settle(engine, pid: int, timeout: float = 60, tmp: Path | None = None) -> list[str]:
     """What the runner ``pid`` left, once its watchdog had the time of its sweeps (generous:
     the machine is shared); an empty list as soon as nothing is left."""
     deadline = time.monotonic() + timeout
-    while (left := _left_by(engine, pid)) and time.monotonic() < deadline:
+    while (left := _left_by(engine, pid, tmp)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
@@ -104,6 +107,11 @@ def _scenario(command: str, tmp: Path, backend: str) -> tuple[list[str], Path]:
     }
     if command == "assert":
         write(tmp / ".gradebox" / "graders" / "slow.py", SLOW_SCRIPT)
+    if command == "exec":  # exec mounts the current folder: one open to the sandbox user
+        folder = tmp / "grader"
+        folder.mkdir(mode=0o755)
+        folder.chmod(0o755)
+        return lines[command], folder
     if command == "calibrate":
         graded = _batch_output(tmp, records, backend)
         return ["calibrate", str(graded), "-n", "1", "-g", str(slow), *sb], tmp
@@ -123,15 +131,17 @@ def test_every_registered_command_has_a_kill_scenario_here():
 @pytest.mark.parametrize("command", SCENARIOS)
 def test_every_command_killed_mid_grader_leaves_nothing(tmp_path, engine, backend, command):
     argv, cwd = _scenario(command, tmp_path, backend)
+    tmp = tmp_path / "tmpdir"  # the runner's own: whatever it leaves there is seen
+    tmp.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradebox", *argv], cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(tmp)},
     )  # fmt: skip
     _wait_running(engine, proc)
-    assert _scratch_of(proc.pid), "no scratch folder named after the runner"
+    assert _scratch_of(proc.pid, tmp), "no scratch folder named after the runner"
     proc.kill()
     proc.communicate(timeout=60)
-    assert _settle(engine, proc.pid) == []
+    assert _settle(engine, proc.pid, tmp=tmp) == []
 
 
 SLOW_SUITE = """
@@ -233,3 +243,59 @@ def test_sigkill_after_sigterm_still_leaves_nothing(tmp_path, engine, backend):
             proc.kill()
         proc.communicate(timeout=60)
         assert _settle(engine, proc.pid) == []
+
+
+AGENT = """import os
+test = os.environ["GRADEBOX_TEST_ID"]
+line = b"y" * 63 + b"\\n"
+if test == "flood":  # 20 files of 4 MiB of text, each under the bounds of one file: 83 MB
+    for i in range(20):
+        open(f"f{i}.txt", "wb").write(line * 65000)
+elif test == "links":  # 16 MiB of text under 20,000 names: one file to the quota
+    open("big.txt", "wb").write(line * (1 << 18))
+    os.mkdir("l")
+    for i in range(20000):
+        os.link("big.txt", f"l/{i}")
+else:
+    open("small.txt", "w").write("hello\\n")
+print("done")
+"""
+BOUNDED_SUITE = """
+workspace:
+  template: ./template
+target:
+  image: python
+  command: [python3, agent.py]
+  timeout: 300s
+tests:
+  - id: flood
+    input: q
+    assert: [{type: script, command: "true"}]
+  - id: links
+    input: q
+    assert: [{type: script, command: "grep -q 'another name (hard link)'"}]
+  - id: small
+    input: q
+    assert: [{type: script, command: "grep -q hello"}]
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hostile_workspace_is_one_tests_error_and_the_run_goes_on(tmp_path, backend):
+    """An agent's workspace past the diff's bounds makes its test an error that names the
+    bound; a file under 20,000 names is diffed once (and graded); the other test passes."""
+    write(tmp_path / "template" / "agent.py", AGENT)
+    suite = write(tmp_path / "suite.yaml", BOUNDED_SUITE)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(out),
+                        "--sandbox", backend, "--workers", "3"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 3, p.stderr
+    results = {}
+    for line in (out / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        results[r["id"]] = r
+    assert results["flood"]["status"] == "error"
+    assert "past the limit of 67,108,864 bytes a diff may compare" in results["flood"]["error"]
+    assert results["links"]["status"] == "passed", results["links"]["error"]
+    assert results["small"]["status"] == "passed", results["small"]["error"]

@@ -18,6 +18,10 @@ then ends at once, without waiting for its threads, and leaves the rest to its w
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["main"]
 
@@ -42,15 +46,20 @@ def main() -> None:
         dismiss = watch()
     try:
         code = _dispatch(argv)
-        if code == INTERRUPTED:
-            _exit_now(code)  # never dismissed: the watchdog sweeps what threads still had
+    except KeyboardInterrupt:  # a second signal while the first was handled
+        code = INTERRUPTED
+    if code == INTERRUPTED:
+        _exit_now(code)  # never dismissed: the watchdog sweeps what threads still had
+    if argv[:1] == ["exec"]:  # exec ran its one container in this thread: it is over
         if dismiss is not None:
-            _join_threads()
             dismiss()
-    except KeyboardInterrupt:  # a second signal while the first was handled, or at the end
-        _exit_now(INTERRUPTED)
-    if argv[:1] == ["exec"]:
         _exit_now(code)
+    if dismiss is not None:
+        import atexit
+
+        # Exit handlers run once the interpreter has joined every thread that keeps it
+        # alive (a grader thread, a judge's call): only then has the command really ended.
+        atexit.register(_when_alone, dismiss)
     sys.exit(code)
 
 
@@ -73,15 +82,14 @@ def _dispatch(argv: list[str]) -> int:
     return 0
 
 
-def _join_threads() -> None:
-    """Wait for every other thread that would keep the process alive (the interpreter waits
-    for them at its end anyway): until then the command has not really ended."""
+def _when_alone(dismiss: Callable[[], None]) -> None:
+    """Dismiss the watchdog if no thread of ours is left (one still running after the
+    interpreter's join, a signal cut it short: that is no normal end)."""
     import threading
 
     me = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not me and not thread.daemon:
-            thread.join()
+    if not any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        dismiss()
 
 
 def _exit_now(code: int) -> None:
