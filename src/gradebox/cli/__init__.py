@@ -11,8 +11,9 @@ is listed there, and ``tests/docker/test_lifecycle.py`` kills every command the 
 
 Only a real end dismisses the watchdog: the command returned and every other thread of ours
 has finished (a grader thread still starting a container would otherwise land one nobody
-sweeps). An interrupted command (Ctrl-C, SIGTERM: exit 130) has removed what it could; it
-then ends at once, without waiting for its threads, and leaves the rest to its watchdog.
+sweeps). An interrupted command (Ctrl-C, SIGTERM: exit 130) has removed its containers; it gives its
+threads a moment (``GRACE``) to remove their own scratch, then ends without waiting for what
+is still in flight (a judge's model call), and leaves the rest to its watchdog.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main() -> None:
     except KeyboardInterrupt:  # a second signal while the first was handled
         code = INTERRUPTED
     if code == INTERRUPTED:
+        _grace()
         _exit_now(code)  # never dismissed: the watchdog sweeps what threads still had
     if argv[:1] == ["exec"]:  # exec ran its one container in this thread: it is over
         if dismiss is not None:
@@ -80,6 +82,27 @@ def _dispatch(argv: list[str]) -> int:
         sys.stderr.write(f"{code}\n")
         return 1
     return 0
+
+
+# Seconds an interrupted command gives its threads to finish their own clean-up (a test's
+# workspace unmounted, its scratch removed) before it ends; the watchdog has the rest.
+GRACE = 3.0
+
+
+def _grace() -> None:
+    threading = sys.modules.get("threading")
+    if threading is None:  # exec's hot path never started one
+        return
+    import time
+
+    deadline = time.monotonic() + GRACE
+    me = threading.current_thread()
+    try:
+        for thread in threading.enumerate():
+            if thread is not me and not thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # asked again: end now
+        return
 
 
 def _when_alone(dismiss: Callable[[], None]) -> None:
