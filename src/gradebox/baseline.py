@@ -98,8 +98,7 @@ _GIT_OPTS = ["-c", "core.quotepath=false", "-c", "diff.noprefix=false",
              "-c", "core.hooksPath=/dev/null"]  # fmt: skip
 _DIFF = ["diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
          "--src-prefix=a/", "--dst-prefix=b/"]  # fmt: skip
-_LINK_NOTE = b"[gradebox: another name (hard link) of a file shown under its first name: \
-%d bytes, git blob %s]\n"
+_LINK_NOTE = b"[gradebox: another name (hard link) of %s, shown there: %d bytes, git blob %s]\n"
 _IGNORED_NOTE = (
     b"[gradebox: changed paths that the template's .gitignore files ignore; "
     b"A added, M modified, D deleted, T type changed; content not shown]\n"
@@ -276,6 +275,15 @@ def _sparse_stand_in(fd: int, st: os.stat_result) -> bytes:
         st.st_size, st.st_blocks * 512, digest.hexdigest().encode())  # fmt: skip
 
 
+def _shown_path(folder: Folder, name: bytes) -> bytes:
+    """A file's path below the workspace on one line, for a note (its folder's path costs
+    its depth: past ``DEEP_PATH`` only the name is given)."""
+    if folder.length > DEEP_PATH:
+        return b".../" + _quote(name)
+    rel = folder.rel()
+    return _quote(rel + b"/" + name if rel else name)
+
+
 def _special(mode: int) -> bytes:
     what = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
     return f"[gradebox: not a regular file: {what}]\n".encode()
@@ -337,7 +345,8 @@ class Baseline:
         self._ignore: dict[bytes, IgnoreFile] = {}
         self._repos: set[bytes] = set()
         self._cache: dict[tuple[int, int], _Cached] = {}
-        self._named: set[tuple[int, int]] = set()  # files with several names seen this walk
+        # Files with several names met this walk: the first name of each, as shown.
+        self._named: dict[tuple[int, int], bytes] = {}
         self._deadline = float("inf")
         self._before: dict[str, str] = {}
 
@@ -363,7 +372,7 @@ class Baseline:
     def _snapshot(self, first: bool = False) -> dict[str, str]:
         """The three trees of the workspace as it is now."""
         top: dict[str, str] = {}
-        self._named = set()
+        self._named = {}
         with contextlib.closing(walk_folders(self.root)) as walk:  # its folder closed on error
             for entering, folder in walk:
                 self._in_time()
@@ -381,7 +390,7 @@ class Baseline:
             if stat.S_ISDIR(st.st_mode):
                 continue  # entered next; added to this folder's trees when it is left
             kind = self._kind_of(node, name, False)
-            sha, mode = self._blob(folder.fd, name, st, keep=kind != "ignored")
+            sha, mode = self._blob(folder, name, st, keep=kind != "ignored")
             if node.flat is not None:
                 node.flat.entries.append((self._token(node, name) + b"-" + name, mode, sha))
                 node.flat.index.append(b"file %s %s %s\n" % (
@@ -445,8 +454,11 @@ class Baseline:
     def _token(node: _Node, name: bytes) -> bytes:
         return hashlib.sha256(node.token + b"/" + name).hexdigest()[:32].encode()
 
-    def _blob(self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool) -> tuple[str, bytes]:
+    def _blob(
+        self, folder: Folder, name: bytes, st: os.stat_result, keep: bool
+    ) -> tuple[str, bytes]:
         """``(sha, git mode)`` of one entry that is not a folder."""
+        dir_fd = folder.fd
         mode = st.st_mode
         if stat.S_ISLNK(mode):
             return self._objects.put(b"blob", os.readlink(name, dir_fd=dir_fd)), b"120000"
@@ -458,9 +470,11 @@ class Baseline:
         if st.st_nlink > 1:
             # Another name of a file: in full under the first name met, summarised under the
             # others (20,000 names of a 16 MiB file are one file to read and to diff).
-            if key in self._named:
-                return self._objects.put(b"blob", _LINK_NOTE % (st.st_size, sha.encode())), git_mode
-            self._named.add(key)
+            first = self._named.get(key)
+            if first is not None:
+                note = _LINK_NOTE % (first, st.st_size, sha.encode())
+                return self._objects.put(b"blob", note), git_mode
+            self._named[key] = _shown_path(folder, name)
         return sha, git_mode
 
     def _file(self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool,
