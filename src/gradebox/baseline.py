@@ -18,6 +18,21 @@ Every snapshot is three trees, diffed in this order:
 - ``ignored``: what the template's ``.gitignore`` files (as they were at the baseline, never as
   the agent left them) ignore, listed by name and status only, unless ``include_ignored``.
 
+Every host step here is bounded, whatever the agent wrote (the workspace quota allows a
+250 MiB file of newlines, and a 16 MiB file under 20,000 names costs it one file):
+
+- a file is diffed line by line only up to ``DIFF_FILE_BYTES`` and ``DIFF_FILE_LINES`` (git
+  needs about 44 bytes per line); a larger text file is summarised (size, lines, digest), so
+  a change to it shows as its summary changing;
+- a file with several names (hard links) is shown in full under the first name the walk meets
+  and summarised under the others: its bytes are counted, read and diffed once;
+- before git diffs anything, the text it would compare is counted from the trees; past
+  ``DIFF_TOTAL_BYTES`` the diff is not made and the step is an error naming that limit;
+- git runs under an address-space cap (``GIT_MEMORY``, rlimit through ``prlimit``), and the
+  whole step under a time budget (``DIFF_SECONDS``): past either, an error naming it.
+
+The error is the test's (``file_changes`` could not be made); the run goes on.
+
 A folder whose path passes ``PATH_MAX`` (or that lies 1,000 folders down) is kept as one flat
 folder at its top: each entry below it under a digest of its path and its own name, and an
 index (``.gradebox-folders``) of which folder holds what; so git never handles a path longer
@@ -34,7 +49,8 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
+import threading
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +59,7 @@ from pathlib import Path
 from .errors import WorkspaceError
 from .fstree import Folder, walk_folders
 from .gitignore import IgnoreFile, parse_ignore_file
+from .scratch import new_scratch
 
 __all__ = ["DEFAULT_DIFF_CAP", "Baseline", "truncate_diff"]
 
@@ -53,7 +70,12 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DEEP_PATH = 4096
 DEEP_FOLDERS = 1000
 _NUL_SHOWN = "\u2400".encode()  # ␀
-_SMALL_FILE = 8 << 20  # read whole; larger files are streamed through a temporary file
+# The bounds (see the module docstring). A file over either of the first two is summarised.
+DIFF_FILE_BYTES = 4 << 20
+DIFF_FILE_LINES = 100_000
+DIFF_TOTAL_BYTES = 64 << 20  # text git may compare in one diff (the default cap shows 1 MiB)
+DIFF_SECONDS = 60.0  # a snapshot and git's diffs, together
+GIT_MEMORY = 1 << 30  # git's address space
 _MAX_IGNORE_FILE = 1 << 20
 _FLAT_INDEX = b".gradebox-folders"
 _FLAT_HEADER = (
@@ -76,6 +98,7 @@ _GIT_OPTS = ["-c", "core.quotepath=false", "-c", "diff.noprefix=false",
              "-c", "core.hooksPath=/dev/null"]  # fmt: skip
 _DIFF = ["diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
          "--src-prefix=a/", "--dst-prefix=b/"]  # fmt: skip
+_LINK_NOTE = b"[gradebox: another name (hard link) of %s, shown there: %d bytes, git blob %s]\n"
 _IGNORED_NOTE = (
     b"[gradebox: changed paths that the template's .gitignore files ignore; "
     b"A added, M modified, D deleted, T type changed; content not shown]\n"
@@ -97,6 +120,7 @@ class _Store:
         self.path = path
         self.objects = path / "objects"
         self._fanout: set[str] = set()
+        self.text_bytes: dict[str, int] = {}  # blobs git would diff line by line: their size
 
     def init(self) -> None:
         proc = subprocess.run(
@@ -132,57 +156,24 @@ class _Store:
         return folder / sha[2:]
 
     def put_file(self, fd: int, st: os.stat_result, keep: bool) -> str:
-        """The blob for a regular file: its content when ``keep`` and it is text (a NUL in
-        UTF-8 text made visible as ␀: a NUL must not turn code into "Binary files differ"),
-        else a stand-in that differs exactly when the content does."""
+        """The blob for a regular file: its content when ``keep`` and it is text small enough
+        to diff line by line (a NUL in UTF-8 text made visible as ␀: a NUL must not turn code
+        into "Binary files differ"), else a stand-in that differs exactly when the content
+        does (a summary for large text)."""
         size = st.st_size
         if st.st_blocks * 512 < size:
             return self.put(b"blob", _sparse_stand_in(fd, st))
-        if size > _SMALL_FILE:
-            return self._put_large(fd, size, keep)
+        if size > DIFF_FILE_BYTES:
+            return self.put(b"blob", _summary_of(fd, size, keep))
         data = _read_exactly(fd, size)
         text = _as_text(data) if keep else None
-        if text is not None:
-            return self.put(b"blob", text)
-        return self.put(b"blob", _stand_in(size, hashlib.sha1(b"blob %d\0%s" % (size, data))))
-
-    def _put_large(self, fd: int, size: int, keep: bool) -> str:
-        """``put_file`` in two passes of 1 MiB chunks: what it is, then what is stored."""
-        digest = hashlib.sha1(b"blob %d\0" % size)
-        utf8 = codecs.getincrementaldecoder("utf-8")()
-        valid, nuls = keep, 0
-
-        def scan(chunk: bytes) -> None:
-            nonlocal valid, nuls
-            digest.update(chunk)
-            if keep:
-                nuls += chunk.count(b"\0")
-            if valid:
-                try:
-                    utf8.decode(chunk)
-                except UnicodeDecodeError:
-                    valid = False
-
-        _stream(fd, size, scan)
-        if not keep or (nuls and not (valid and _final(utf8))):
+        digest = hashlib.sha1(b"blob %d\0%s" % (size, data))
+        if text is None:
             return self.put(b"blob", _stand_in(size, digest))
-        stored = size + (len(_NUL_SHOWN) - 1) * nuls
-        digest = hashlib.sha1(b"blob %d\0" % stored)
-        z = zlib.compressobj(1)
-        tmp = self.path / f"tmp-{os.getpid()}-{fd}"
-        with open(tmp, "wb") as out:
-
-            def store(chunk: bytes) -> None:
-                chunk = chunk.replace(b"\0", _NUL_SHOWN)
-                digest.update(chunk)
-                out.write(z.compress(chunk))
-
-            out.write(z.compress(b"blob %d\0" % stored))
-            os.lseek(fd, 0, os.SEEK_SET)
-            _stream(fd, size, store)
-            out.write(z.flush())
-        sha = digest.hexdigest()
-        os.replace(tmp, self._path_of(sha))
+        if text.count(b"\n") > DIFF_FILE_LINES:
+            return self.put(b"blob", _text_summary(size, text.count(b"\n"), digest))
+        sha = self.put(b"blob", text)
+        self.text_bytes[sha] = len(text)
         return sha
 
     def tree(self, entries: list[tuple[bytes, bytes, str]]) -> str:
@@ -211,6 +202,39 @@ def _stream(fd: int, size: int, sink) -> None:  # type: ignore[no-untyped-def]
 def _stand_in(size: int, digest: hashlib._Hash) -> bytes:
     # The NUL keeps it binary for git: a diff says "Binary files ... differ", nothing more.
     return b"\0[gradebox: binary, %d bytes, git blob %s]\n" % (size, digest.hexdigest().encode())
+
+
+def _text_summary(size: int, lines: int, digest: hashlib._Hash) -> bytes:
+    # No NUL: git shows the summary as a changed line, so a change to the file is visible.
+    return (
+        b"[gradebox: text, %d bytes, %d lines: past %d bytes or %d lines a file is not diffed "
+        b"line by line; git blob %s]\n"
+        % (size, lines, DIFF_FILE_BYTES, DIFF_FILE_LINES, digest.hexdigest().encode())
+    )
+
+
+def _summary_of(fd: int, size: int, keep: bool) -> bytes:
+    """What a file too large to diff shows, read once in 1 MiB chunks: a summary of its
+    text, or the binary stand-in."""
+    digest = hashlib.sha1(b"blob %d\0" % size)
+    utf8 = codecs.getincrementaldecoder("utf-8")()
+    valid, nuls, lines = keep, 0, 0
+
+    def scan(chunk: bytes) -> None:
+        nonlocal valid, nuls, lines
+        digest.update(chunk)
+        nuls += chunk.count(b"\0")
+        lines += chunk.count(b"\n")
+        if valid:
+            try:
+                utf8.decode(chunk)
+            except UnicodeDecodeError:
+                valid = False
+
+    _stream(fd, size, scan)
+    if not keep or (nuls and not (valid and _final(utf8))):
+        return _stand_in(size, digest)
+    return _text_summary(size, lines, digest)
 
 
 def _as_text(data: bytes) -> bytes | None:
@@ -259,6 +283,15 @@ def _sparse_stand_in(fd: int, st: os.stat_result) -> bytes:
         digest.update(b"%d %d %d" % (st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
     return b"\0[gradebox: sparse file, %d bytes, %d allocated, data digest %s]\n" % (
         st.st_size, st.st_blocks * 512, digest.hexdigest().encode())  # fmt: skip
+
+
+def _shown_path(folder: Folder, name: bytes) -> bytes:
+    """A file's path below the workspace on one line, for a note (its folder's path costs
+    its depth: past ``DEEP_PATH`` only the name is given)."""
+    if folder.length > DEEP_PATH:
+        return b".../" + _quote(name)
+    rel = folder.rel()
+    return _quote(rel + b"/" + name if rel else name)
 
 
 def _special(mode: int) -> bytes:
@@ -322,6 +355,9 @@ class Baseline:
         self._ignore: dict[bytes, IgnoreFile] = {}
         self._repos: set[bytes] = set()
         self._cache: dict[tuple[int, int], _Cached] = {}
+        # Files with several names met this walk: the first name of each, as shown.
+        self._named: dict[tuple[int, int], bytes] = {}
+        self._deadline = float("inf")
         self._before: dict[str, str] = {}
 
     @classmethod
@@ -330,10 +366,11 @@ class Baseline:
     ) -> Baseline:
         if shutil.which("git") is None:
             raise WorkspaceError("git is needed on the host to compute file_changes")
-        store = store or Path(tempfile.mkdtemp(prefix="gradebox-baseline-"))
+        store = store or new_scratch("baseline")
         base = cls(root.resolve(), store, include_ignored)
         try:
             base._objects.init()
+            base._deadline = time.monotonic() + DIFF_SECONDS
             base._before = base._snapshot(first=True)
         except (OSError, subprocess.SubprocessError) as exc:
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -347,8 +384,10 @@ class Baseline:
     def _snapshot(self, first: bool = False) -> dict[str, str]:
         """The three trees of the workspace as it is now."""
         top: dict[str, str] = {}
+        self._named = {}
         with contextlib.closing(walk_folders(self.root)) as walk:  # its folder closed on error
             for entering, folder in walk:
+                self._in_time()
                 if entering:
                     self._enter(folder, first)
                 else:
@@ -363,13 +402,17 @@ class Baseline:
             if stat.S_ISDIR(st.st_mode):
                 continue  # entered next; added to this folder's trees when it is left
             kind = self._kind_of(node, name, False)
-            sha, mode = self._blob(folder.fd, name, st, keep=kind != "ignored")
+            sha, mode = self._blob(folder, name, st, keep=kind != "ignored")
             if node.flat is not None:
                 node.flat.entries.append((self._token(node, name) + b"-" + name, mode, sha))
                 node.flat.index.append(b"file %s %s %s\n" % (
                     self._token(node, name), node.token or b"-", _quote(name)))  # fmt: skip
             else:
                 node.trees[kind].append((name, mode, sha))
+
+    def _in_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise WorkspaceError(_past_time())
 
     def _node_of(self, folder: Folder, parent: _Node | None, first: bool) -> _Node:
         if parent is None:
@@ -423,8 +466,11 @@ class Baseline:
     def _token(node: _Node, name: bytes) -> bytes:
         return hashlib.sha256(node.token + b"/" + name).hexdigest()[:32].encode()
 
-    def _blob(self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool) -> tuple[str, bytes]:
+    def _blob(
+        self, folder: Folder, name: bytes, st: os.stat_result, keep: bool
+    ) -> tuple[str, bytes]:
         """``(sha, git mode)`` of one entry that is not a folder."""
+        dir_fd = folder.fd
         mode = st.st_mode
         if stat.S_ISLNK(mode):
             return self._objects.put(b"blob", os.readlink(name, dir_fd=dir_fd)), b"120000"
@@ -432,22 +478,35 @@ class Baseline:
             return self._objects.put(b"blob", _special(mode)), b"100644"
         git_mode = b"100755" if mode & 0o111 else b"100644"
         key = (st.st_dev, st.st_ino)
+        sha = self._file(dir_fd, name, st, keep, key)
+        if st.st_nlink > 1:
+            # Another name of a file: in full under the first name met, summarised under the
+            # others (20,000 names of a 16 MiB file are one file to read and to diff).
+            first = self._named.get(key)
+            if first is not None:
+                note = _LINK_NOTE % (first, st.st_size, sha.encode())
+                return self._objects.put(b"blob", note), git_mode
+            self._named[key] = _shown_path(folder, name)
+        return sha, git_mode
+
+    def _file(self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool,
+              key: tuple[int, int]) -> str:  # fmt: skip
         hit = self._cache.get(key)
         # A file the agent touched has a newer ctime, which nothing it runs can set back.
         if hit and (hit.size, hit.mtime, hit.ctime, hit.keep) == (
             st.st_size, st.st_mtime_ns, st.st_ctime_ns, keep):  # fmt: skip
-            return hit.sha, git_mode
+            return hit.sha
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      dir_fd=dir_fd)  # fmt: skip
         try:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode):
-                return self._objects.put(b"blob", _special(now.st_mode)), b"100644"
+                return self._objects.put(b"blob", _special(now.st_mode))
             sha = self._objects.put_file(fd, now, keep)
         finally:
             os.close(fd)
         self._cache[key] = _Cached(now.st_size, now.st_mtime_ns, now.st_ctime_ns, keep, sha)
-        return sha, git_mode
+        return sha
 
     def _leave(self, folder: Folder, top: dict[str, str]) -> None:
         node: _Node = folder.data
@@ -476,13 +535,22 @@ class Baseline:
 
     def diff(self, cap: int = DEFAULT_DIFF_CAP) -> str:
         """The diff from the baseline (see the module docstring); the output is streamed,
-        and what passes ``cap`` bytes is counted, not kept."""
+        and what passes ``cap`` bytes is counted, not kept. Past a bound (the text to
+        compare, git's memory, the time budget): ``WorkspaceError`` naming it."""
+        self._deadline = time.monotonic() + DIFF_SECONDS
         try:
             after = self._snapshot()
+            pairs = [(self._before[kind], after[kind]) for kind in ("work", "git")]
+            compared = sum(self._to_compare(old, new) for old, new in pairs)
+            if compared > DIFF_TOTAL_BYTES:
+                raise WorkspaceError(
+                    f"file_changes: the changed text to diff is {compared:,} bytes, past the "
+                    f"limit of {DIFF_TOTAL_BYTES:,} bytes a diff may compare; not diffed"
+                )
             head = bytearray()
             total = 0
-            for kind in ("work", "git"):
-                total = self._stream([*_DIFF, self._before[kind], after[kind]], head, total, cap)
+            for old, new in pairs:
+                total = self._stream([*_DIFF, old, new], head, total, cap)
             args = ["diff-tree", "-r", "--name-status", "--no-renames"]
             total = self._stream([*args, self._before["ignored"], after["ignored"]], head,
                                  total, cap, preamble=_IGNORED_NOTE)  # fmt: skip
@@ -492,28 +560,78 @@ class Baseline:
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
         return _cut(bytes(head), total, cap)
 
+    def _to_compare(self, old: str, new: str) -> int:
+        """The bytes of text git would read to diff tree ``old`` against ``new``: the sizes
+        of both sides of every changed file it diffs line by line (from git's list of the
+        changed entries, which reads no file; stand-ins and summaries are a line each)."""
+        listed = bytearray()
+        self._stream(["diff-tree", "-r", "-z", "--raw", "--no-renames", old, new], listed,
+                     0, 1 << 62)  # fmt: skip
+        sizes = self._objects.text_bytes
+        count = 0
+        # -z --no-renames: ":MODE MODE OLD NEW STATUS" NUL "PATH" NUL, entry after entry (a
+        # path is never read as an entry, whatever it looks like).
+        for record in bytes(listed).split(b"\0")[0::2]:
+            fields = record.split(b" ")
+            if len(fields) == 5:
+                count += sizes.get(fields[2].decode(), 0) + sizes.get(fields[3].decode(), 0)
+        return count
+
     def _stream(self, args: list[str], head: bytearray, total: int, cap: int,
                 preamble: bytes = b"") -> int:  # fmt: skip
-        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest."""
+        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest. git runs
+        under its memory cap and is killed at the time budget's end."""
+        self._in_time()
         with subprocess.Popen(
-            ["git", *_GIT_OPTS, f"--git-dir={self.store}", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=self.store, env={**os.environ, **_GIT_ENV},
+            _capped(["git", *_GIT_OPTS, f"--git-dir={self.store}", *args]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.store,
+            env={**os.environ, **_GIT_ENV},
         ) as proc:  # fmt: skip
             assert proc.stdout is not None and proc.stderr is not None
-            for chunk in _chunks(proc.stdout, preamble):
-                room = cap + 1 - len(head)
-                if room > 0:
-                    head += chunk[:room]
-                total += len(chunk)
-            err = proc.stderr.read()
-            proc.wait()
+            timer = threading.Timer(max(0.0, self._deadline - time.monotonic()), proc.kill)
+            timer.start()
+            try:
+                for chunk in _chunks(proc.stdout, preamble):
+                    room = cap + 1 - len(head)
+                    if room > 0:
+                        head += chunk[:room]
+                    total += len(chunk)
+                err = proc.stderr.read()
+                proc.wait()
+            finally:
+                timer.cancel()
         if proc.returncode != 0:
-            lines = err.decode(errors="replace").strip().splitlines()
+            if time.monotonic() >= self._deadline:
+                raise WorkspaceError(_past_time())
+            text = err.decode(errors="replace")
+            if any(word in text.lower() for word in ("memory", "malloc", "mmap")):
+                raise WorkspaceError(
+                    f"file_changes: git passed its memory cap ({GIT_MEMORY:,} bytes of address "
+                    "space) diffing the workspace; not diffed"
+                )
+            lines = text.strip().splitlines()
             raise _git_error(f"git diff failed in {self.store}: {lines[-1] if lines else '?'}", err)
         return total
 
     def discard(self) -> None:
         shutil.rmtree(self.store, ignore_errors=True)
+
+
+def _past_time() -> str:
+    return (
+        "file_changes: reading and diffing the workspace passed its time budget of "
+        f"{DIFF_SECONDS:g} s; not diffed"
+    )
+
+
+def _capped(argv: list[str]) -> list[str]:
+    """``argv`` under an address-space cap (``GIT_MEMORY``): through ``prlimit`` where
+    util-linux has it, else the shell's ``ulimit -v`` (no ``preexec_fn``: the runner has
+    threads, and a fork that runs Python code before exec is not safe in one)."""
+    prlimit = shutil.which("prlimit")
+    if prlimit:
+        return [prlimit, f"--as={GIT_MEMORY}", "--", *argv]
+    return ["/bin/sh", "-c", f'ulimit -v {GIT_MEMORY // 1024} && exec "$@"', "sh", *argv]
 
 
 def _chunks(stream, preamble: bytes) -> Iterator[bytes]:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ from the root for every entry (that is quadratic in the depth).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import re
@@ -31,6 +33,7 @@ __all__ = [
     "normalise_sub_path",
     "remove_tree",
     "tree_usage",
+    "unmount_below",
     "walk_folders",
 ]
 
@@ -357,3 +360,35 @@ def normalise_sub_path(value: str) -> str:
         elif part not in (".", ""):
             parts.append(part)
     return "/".join(parts)
+
+
+# Mounts: a workspace is a filesystem of its own, detached before its folder is removed.
+_MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
+_libc: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+def _unmount(path: Path) -> None:
+    _lib().umount2(str(path).encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW)
+
+
+def unmount_below(root: Path) -> None:
+    """Detach every mount at or below ``root`` (workspaces a killed runner left mounted).
+    ``root`` itself is not followed if it is a link: what is mounted at a link's target is not
+    below the link (a link planted in /tmp by another user must not unmount the host)."""
+    prefix = str(Path(root).parent.resolve() / Path(root).name)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    points = [line.split()[4] for line in lines if len(line.split()) > 4]
+    for point in sorted(points, key=len, reverse=True):
+        point = point.encode().decode("unicode_escape")
+        if point == prefix or point.startswith(prefix + "/"):
+            _unmount(Path(point))

@@ -1,8 +1,15 @@
 """Scratch folders on the host: payload files, workspaces, private copies, staged templates.
 
-Every one is private (0700, from ``mkdtemp``) and named after the runner's pid, so that
-``gradebox gc`` knows which belong to runners that are gone, and removes them (unmounting the
-workspaces mounted inside them first).
+Every one is private (0700, from ``mkdtemp``) and named after its owner, the runner that made
+it: ``gradebox-PID-nPIDNS-PURPOSE-RANDOM`` (its pid, and the pid namespace that pid is a pid
+in: a runner in a container that shares the host's /tmp has pids of its own). So ``gradebox
+gc`` and the runner's watchdog know which belong to runners that are gone, and remove them
+(unmounting the workspaces mounted inside them first). A folder with no owner in its name is
+one no sweep could ever take: nothing of ours makes one.
+
+Names in /tmp are hostile data: any local user may make ``/tmp/gradebox-3000000000-x`` (a pid
+no process can have), a link, a file, a folder of their own. ``owner_of`` reads a name as
+nothing of ours unless it is exactly what ``new_scratch`` writes.
 """
 
 from __future__ import annotations
@@ -10,22 +17,40 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from .atomic import storage_error
 from .errors import StorageError
 
 __all__ = [
     "TMP_PREFIX",
+    "Owner",
     "collect_scratch",
     "left_by",
     "new_scratch",
+    "owner_of",
     "pid_alive",
     "pid_in",
+    "pid_namespace",
     "scratch_error",
+    "scratch_folder",
 ]
 
 TMP_PREFIX = "gradebox-"
+# The largest pid Linux hands out (PID_MAX_LIMIT, 2**22): a bigger number names no process,
+# and os.kill cannot even take one past a C int (OverflowError).
+PID_MAX = 1 << 22
+
+
+class Owner(NamedTuple):
+    """Who made a scratch folder: a runner's pid, in the pid namespace ``pidns`` (None: the
+    name does not say, as in folders made before names said it)."""
+
+    pid: int
+    pidns: str | None
 
 
 def scratch_error(exc: OSError) -> StorageError:
@@ -43,22 +68,61 @@ def scratch_error(exc: OSError) -> StorageError:
 def pid_alive(pid: int) -> bool:
     """Is the runner with this pid (on this host) still there? (Containers and scratch
     folders are named or labelled after it.)"""
+    if not 0 < pid <= PID_MAX:
+        return False  # no process has it (and os.kill would raise OverflowError)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, someone else's
         return True
+    except (OverflowError, ValueError, OSError):
+        return False
     return True
 
 
 def pid_in(text: str) -> int | None:
     """The runner pid a name or label holds, as gradebox writes it (ASCII digits, no leading
-    zero), else None: '²' is a digit to ``str.isdigit`` but no ``int``, '\u0661\u0662\u0663' is
-    123 to ``int`` and '0123' too, and none of them is a name any runner of ours made."""
-    if text.isascii() and text.isdigit() and not text.startswith("0"):
+    zero, at most ``PID_MAX``), else None: '²' is a digit to ``str.isdigit`` but no ``int``,
+    '\u0661\u0662\u0663' is 123 to ``int`` and '0123' too, 3000000000 is no pid, and none of
+    them is a name any runner of ours made."""
+    if (
+        0 < len(text) <= 7
+        and text.isascii()
+        and text.isdigit()
+        and not text.startswith("0")
+        and int(text) <= PID_MAX
+    ):
         return int(text)
     return None
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (its inode), "" where /proc does not say."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+def owner_of(name: str) -> Owner | None:
+    """The owner a scratch folder's name holds, or None (not a name a runner of ours wrote).
+    ``gradebox-PID-nPIDNS-...`` names both; ``gradebox-PID-...`` (older runners) the pid only."""
+    if not name.startswith(TMP_PREFIX):
+        return None
+    parts = name[len(TMP_PREFIX) :].split("-", 2)
+    pid = pid_in(parts[0])
+    if pid is None or len(parts) < 2:
+        return None
+    ns = parts[1]
+    if len(parts) == 3 and ns.startswith("n") and (ns == "n" or _number(ns[1:])):
+        return Owner(pid, ns[1:] or None)
+    return Owner(pid, None)
+
+
+def _number(text: str) -> bool:
+    """An inode number as this module writes one (ASCII digits, no leading zero)."""
+    return 0 < len(text) <= 20 and text.isascii() and text.isdigit() and not text.startswith("0")
 
 
 def left_by(pid: int | None, everything: bool = False, owner: int | None = None) -> bool:
@@ -73,15 +137,15 @@ def left_by(pid: int | None, everything: bool = False, owner: int | None = None)
 def collect_scratch(everything: bool = False, owner: int | None = None) -> list[Path]:
     """Remove scratch dirs (payload files, workspaces and their mounts, private copies) of
     runners that are gone; ``everything``: all of them, cluster runs' folders too; ``owner``:
-    only that runner's."""
-    from .workspace import remove_tree, unmount_below
+    only that runner's (of this pid namespace)."""
+    from .fstree import remove_tree, unmount_below
 
     removed = []
-    me = os.geteuid()
+    me, here = os.geteuid(), pid_namespace()
     for path in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
-        word = path.name[len(TMP_PREFIX) :].split("-", 1)[0]
-        pid = pid_in(word)
-        if pid is None and word != "ray":
+        made_by = owner_of(path.name)
+        ray = path.name.startswith(f"{TMP_PREFIX}ray-")
+        if made_by is None and not ray:
             continue
         # Only a folder, never a link: any local user may put /tmp/gradebox-<pid>-x -> /mnt
         # there, and unmounting "below" it as root would detach what is mounted at its
@@ -93,16 +157,38 @@ def collect_scratch(everything: bool = False, owner: int | None = None) -> list[
             continue
         if not stat.S_ISDIR(st.st_mode) or (st.st_uid != me and (owner is not None or me != 0)):
             continue
-        # A cluster run's folder on a node (gradebox-ray-RUN) is the driver's to sweep; one
-        # left by a driver that was killed goes with --all.
-        if (pid is not None or everything) and left_by(pid, everything, owner):
+        if made_by is None:
+            # A cluster run's folder on a node (gradebox-ray-RUN) is the driver's to sweep;
+            # one left by a driver that was killed goes with --all.
+            collect = everything and owner is None
+        elif made_by.pidns not in (None, "", here):
+            # Another pid namespace's runner: its pid says nothing here (--all only).
+            collect = everything and owner is None
+        else:
+            collect = left_by(made_by.pid, everything, owner)
+        if collect:
             unmount_below(path)
             remove_tree(path)
             removed.append(path)
     return removed
 
 
-def new_scratch() -> Path:
+def new_scratch(purpose: str = "") -> Path:
     """A private scratch folder (0700: other local users cannot read payloads or copies),
-    named after this process so that `gradebox gc` knows whose it is."""
-    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+    named after this process and its pid namespace so that `gradebox gc` and the watchdog
+    know whose it is; ``purpose`` (a word) only helps a reader of /tmp."""
+    word = f"{purpose}-" if purpose else ""
+    return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-n{pid_namespace()}-{word}"))
+
+
+@contextmanager
+def scratch_folder(purpose: str = "") -> Iterator[Path]:
+    """``new_scratch`` for the length of a ``with``, removed at its end (following no link;
+    a killed runner's is its watchdog's, or ``gradebox gc``'s)."""
+    from .fstree import remove_tree
+
+    path = new_scratch(purpose)
+    try:
+        yield path
+    finally:
+        remove_tree(path)

@@ -23,11 +23,14 @@ from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
 from .errors import WorkspaceError
 from .fstree import (
     QuotaPassed,
+    _lib,
+    _unmount,
     chown_tree,
     copy_tree,
     normalise_sub_path,
     remove_tree,
     tree_usage,
+    unmount_below,
 )
 
 __all__ = [
@@ -156,15 +159,6 @@ class Quota:
 
 
 _MS_NOSUID, _MS_NODEV = 2, 4
-_MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
-_libc: ctypes.CDLL | None = None
-
-
-def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
 
 
 def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> bool:
@@ -206,26 +200,6 @@ def _mount_overlay(lower: Path, layer: Path, merged: Path, owner: tuple[int, int
         log.info("no overlay (%s): the workspace is copied", os.strerror(ctypes.get_errno()))
         return False
     return True
-
-
-def _unmount(path: Path) -> None:
-    _lib().umount2(str(path).encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW)
-
-
-def unmount_below(root: Path) -> None:
-    """Detach every mount at or below ``root`` (workspaces a killed runner left mounted).
-    ``root`` itself is not followed if it is a link: what is mounted at a link's target is not
-    below the link (a link planted in /tmp by another user must not unmount the host)."""
-    prefix = str(Path(root).parent.resolve() / Path(root).name)
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return
-    points = [line.split()[4] for line in lines if len(line.split()) > 4]
-    for point in sorted(points, key=len, reverse=True):
-        point = point.encode().decode("unicode_escape")
-        if point == prefix or point.startswith(prefix + "/"):
-            _unmount(Path(point))
 
 
 class Workspace:

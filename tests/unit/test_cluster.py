@@ -98,7 +98,7 @@ def test_a_watchdogs_sweep_takes_its_runners_folders_alone(tmp_path, monkeypatch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     mine, live = tmp_path / f"gradebox-{os.getpid()}-a", tmp_path / f"gradebox-{os.getppid()}-b"
-    dead, ray = tmp_path / "gradebox-999999999-c", tmp_path / "gradebox-ray-0123abcd"
+    dead, ray = tmp_path / "gradebox-4194304-c", tmp_path / "gradebox-ray-0123abcd"
     for folder in (mine, live, dead, ray):
         write(folder / "f", "1\n")
     assert collect_scratch(owner=os.getpid()) == [mine]

@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "atomic",
             "results",  # a run read back: the one reader of results.jsonl and summary.json
             "fstree",
+            "scratch",  # scratch names and their sweep: below images (a build's scratch)
             "gitignore",
             "protocol",
             "sdk",
@@ -41,7 +42,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ),  # fmt: skip
     ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)
     ("images", ["images"]),
-    ("files", ["baseline", "workspace", "scratch"]),  # host folders: walks, copies, quotas
+    ("files", ["baseline", "workspace"]),  # host folders: walks, copies, quotas
     ("sandbox", ["sandbox"]),
     ("models", ["llm"]),  # targets, the client and its cache, the grader-facing proxy
     ("graders", ["graders"]),  # one grader: config, container, verdict, verifiers, builtins

@@ -4,20 +4,32 @@
 command, and the hot path of every grader a harness runs through ``gradebox exec``, must not
 pay for typer, rich, pydantic and the Docker SDK.
 
-Every command that starts containers first forks its watchdog (``sandbox/watchdog.py``): if
-the command is killed with SIGKILL, what it started is removed at once, not at the next
-``gradebox gc``.
+Every command but the few that never start a container (``UNSANDBOXED``) first forks its
+watchdog (``sandbox/watchdog.py``): if the command is killed with SIGKILL, what it started is
+removed at once, not at the next ``gradebox gc``. A command added later is watched unless it
+is listed there, and ``tests/docker/test_lifecycle.py`` kills every command the app registers.
+
+Only a real end dismisses the watchdog: the command returned and every other thread of ours
+has finished (a grader thread still starting a container would otherwise land one nobody
+sweeps). An interrupted command (Ctrl-C, SIGTERM: exit 130) has removed its containers; it gives its
+threads a moment (``GRACE``) to remove their own scratch, then ends without waiting for what
+is still in flight (a judge's model call), and leaves the rest to its watchdog.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["main"]
 
 
-# The commands that start containers (and so have something to leave behind).
-SANDBOXED = frozenset({"exec", "grade", "run", "batch", "trials", "calibrate", "validate-refs"})
+# The commands that never start a container (gc is the sweep itself). Every other is watched.
+UNSANDBOXED = frozenset({"gc", "schemas", "compare", "images"})
+INTERRUPTED = 130  # Ctrl-C or SIGTERM, as documented in docs/cli.md
 
 
 def main() -> None:
@@ -28,30 +40,86 @@ def main() -> None:
         sys.stdout.write(f"gradebox {__version__}\n")
         return
     dismiss = None
-    if _command(argv) in SANDBOXED:  # --help too: a fork (~1 ms), dismissed at once
+    command = _command(argv)
+    if command is not None and command not in UNSANDBOXED:  # --help too: a fork (~1 ms)
         from ..sandbox.watchdog import watch
 
         dismiss = watch()
     try:
-        if argv[:1] == ["exec"]:
-            from .exec import main as exec_main
-
-            code = exec_main(argv[1:])
-        else:
-            from .app import main as run
-
-            run()
-            return
-    finally:
+        code = _dispatch(argv)
+    except KeyboardInterrupt:  # a second signal while the first was handled
+        code = INTERRUPTED
+    if code == INTERRUPTED:
+        _grace()
+        _exit_now(code)  # never dismissed: the watchdog sweeps what threads still had
+    if argv[:1] == ["exec"]:  # exec ran its one container in this thread: it is over
         if dismiss is not None:
             dismiss()
-    _exit_now(code)
+        _exit_now(code)
+    if dismiss is not None:
+        import atexit
+
+        # Exit handlers run once the interpreter has joined every thread that keeps it
+        # alive (a grader thread, a judge's call): only then has the command really ended.
+        atexit.register(_when_alone, dismiss)
+    sys.exit(code)
+
+
+def _dispatch(argv: list[str]) -> int:
+    """Run the command; its exit code."""
+    if argv[:1] == ["exec"]:
+        from .exec import main as exec_main
+
+        return exec_main(argv[1:])
+    from .app import main as run
+
+    try:
+        run()
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        sys.stderr.write(f"{code}\n")
+        return 1
+    return 0
+
+
+# Seconds an interrupted command gives its threads to finish their own clean-up (a test's
+# workspace unmounted, its scratch removed) before it ends; the watchdog has the rest.
+GRACE = 3.0
+
+
+def _grace() -> None:
+    threading = sys.modules.get("threading")
+    if threading is None:  # exec's hot path never started one
+        return
+    import time
+
+    deadline = time.monotonic() + GRACE
+    me = threading.current_thread()
+    try:
+        for thread in threading.enumerate():
+            if thread is not me and not thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # asked again: end now
+        return
+
+
+def _when_alone(dismiss: Callable[[], None]) -> None:
+    """Dismiss the watchdog if no thread of ours is left (one still running after the
+    interpreter's join, a signal cut it short: that is no normal end)."""
+    import threading
+
+    me = threading.current_thread()
+    if not any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        dismiss()
 
 
 def _exit_now(code: int) -> None:
-    """End ``exec`` without the interpreter's teardown (freeing every module: ~10-20 ms on
-    the hot path of each grader a harness runs). Everything is already closed and removed;
-    the only atexit handlers are the sandboxes' ``close``, already called."""
+    """End without the interpreter's teardown: ``exec``'s (freeing every module: ~10-20 ms
+    on the hot path of each grader a harness runs; everything is already closed and removed,
+    the only atexit handlers are the sandboxes' ``close``, already called), and an
+    interrupted command's (which would wait for threads still in flight)."""
     import contextlib
     import os
 

@@ -375,13 +375,13 @@ def validate_refs(
     `reference_patch` applied (the target is not run). A grader that fails its own reference
     is a grader bug. Exit 0 when every reference passes, 1 when one does not, 2 invalid suite.
     """
-    import tempfile
+    from ..scratch import scratch_folder
 
     output = Output(as_json)
     suite = load_suite(suite_file, format=format)
     checked = [t for t in suite.tests if t.has_reference()]
     privileges = allowed(allow)
-    with tempfile.TemporaryDirectory(prefix="gradebox-refs-") as tmp:
+    with scratch_folder("refs") as tmp:
         out_dir = out or Path(tmp)
         options = RunOptions(out_dir=out_dir, workers=workers, references=True)
         with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:

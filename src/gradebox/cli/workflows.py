@@ -3,7 +3,6 @@ other harnesses, now sandboxed."""
 
 from __future__ import annotations
 
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -28,6 +27,7 @@ from ..protocol import Payload, Status
 from ..report import STYLE, escape
 from ..runner import default_workers
 from ..sandbox import Sandbox
+from ..scratch import scratch_folder
 from ..trials import run_target_trials, summarise_trials
 from ._common import (
     AllowOpt,
@@ -178,7 +178,7 @@ def batch(
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader), workspaces=(workspace,) if workspace else ())
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
         ExitStack() as stack,
     ):
@@ -250,7 +250,7 @@ def trials(
     privileges = allowed(allow)
     check_grader(config, privileges, file=str(grader))
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
         ExitStack() as stack,
     ):
@@ -341,7 +341,7 @@ def calibrate(
         config = load_grader_ref(grader)
         check_grader(config, set(), file=str(grader))
         with (
-            tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+            scratch_folder("empty") as empty,
             open_sandbox(out, sandbox) as box,
         ):
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
@@ -420,7 +420,7 @@ def assert_(
         raise to_config_error(exc, file=str(file or "--input"), lines={}) from None
     config = grader_for_file(found[name].path, name=name)
     with (
-        tempfile.TemporaryDirectory(prefix="gradebox-empty-") as empty,
+        scratch_folder("empty") as empty,
         open_sandbox(out, sandbox) as box,
     ):
         result = run_grader(config, payload, Path(empty), box, images=resolver_for(box, locked))

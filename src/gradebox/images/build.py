@@ -9,13 +9,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine import Engine, NotFound
 from ..errors import ImageError
+from ..scratch import scratch_folder
 from .apt import BASE_PACKAGES, _base_inputs, apt_mirror
 from .catalog import (
     BASE,
@@ -86,7 +86,7 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
             "debootstrap is needed to build the base image without a registry: "
             "apt-get install debootstrap (or run `make images`, which installs it)"
         )
-    with tempfile.TemporaryDirectory(prefix="gradebox-rootfs-") as tmp:
+    with scratch_folder("rootfs") as tmp:
         rootfs = Path(tmp) / "rootfs"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
         cmd = [
@@ -140,7 +140,7 @@ def _bootstrap_unshared(engine: Engine, say: Callable[[str], None]) -> str:
             f"({why}); once, as root: {userns.prerequisite()}"
         )
     assert tool is not None
-    with tempfile.TemporaryDirectory(prefix="gradebox-rootfs-") as tmp:
+    with scratch_folder("rootfs") as tmp:
         tar_path = Path(tmp) / "rootfs.tar"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri} (mmdebstrap, unshare)")
         cmd = [
@@ -185,7 +185,7 @@ def build_image(
     inputs = input_hash(folder, base_id)
     say(f"building {qualified(name)}")
     last = ""
-    with tempfile.TemporaryDirectory(prefix="gradebox-build-") as tmp:
+    with scratch_folder("build") as tmp:
         context = folder
         if (folder / PYPI_LOCK).is_file():
             context = Path(tmp) / "context"

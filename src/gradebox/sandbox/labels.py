@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..scratch import pid_in
+from ..scratch import pid_in, pid_namespace
 
 __all__ = [
     "LABEL_OWNER",
@@ -35,14 +35,6 @@ def owner_labels(session: str) -> dict[str, str]:
         LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
         LABEL_PIDNS: pid_namespace(),
     }
-
-
-def pid_namespace() -> str:
-    """This process's pid namespace (its inode), "" where /proc does not say."""
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return ""
 
 
 def parse_owner(value: str) -> tuple[str, int] | None:
