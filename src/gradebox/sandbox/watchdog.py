@@ -7,8 +7,8 @@ containers would go on running, past the timeout only the runner enforces, until
 of a pipe whose write end only the runner holds. A runner that ends normally says so on the
 pipe and the watcher exits (the command says so only at its real end, once every thread of
 it has finished; an interrupted one never does: see ``gradebox.cli``); end of file without
-that word means the runner died, and the watcher removes that runner's containers (every backend's) and scratch folders, as
-``gradebox gc`` would, at once.
+that word means the runner died, and the watcher removes that runner's containers (every
+backend's) and scratch folders, as ``gradebox gc`` would, at once.
 
 The watcher is a fork, not a new interpreter (no import cost, ~1 ms), made before any thread,
 in a session of its own (a harness that kills our process group leaves it to do its work),
