@@ -56,7 +56,8 @@ def test_grade_input_hostile_payload_is_one_line(tmp_path, case):
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_compare_hostile_results_file_is_one_line(tmp_path, case):
     good = tmp_path / "a.jsonl"
-    good.write_text(json.dumps({"id": "t", "passed": True, "score": 1.0, "graders": []}) + "\n")
+    good.write_text(json.dumps({"id": "t", "status": "passed", "passed": True, "score": 1.0,
+                                "graders": []}) + "\n")  # fmt: skip
     bad = tmp_path / f"{case}.jsonl"
     bad.write_bytes(good.read_bytes() + HOSTILE[case] + b"\n")
     p = gradebox("compare", good, bad)
