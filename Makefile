@@ -22,9 +22,13 @@ install: $(STAMP)
 
 # The base image is bootstrapped with debootstrap from the host's apt mirror (no registry).
 # Not root: mmdebstrap --mode=unshare builds it (the prerequisite line: docs/non-root.md).
+# crun, from the distribution like debootstrap: the oci backend's faster runtime (runc stays
+# the fallback `auto` picks where crun is missing).
 images: $(STAMP)
 	@[ "$$(id -u)" != 0 ] || command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null)
+	@[ "$$(id -u)" != 0 ] || command -v crun >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq crun >/dev/null)
 	$(BIN)/gradebox images build
 	[ -f images/images.lock.json ] || $(BIN)/gradebox images lock
 

@@ -35,7 +35,8 @@ def box(engine: Engine) -> Iterator[DockerSandbox]:
 
 # Every backend that the conformance suite runs against and that claims isolation. The attack
 # battery (tests/docker/test_adversarial.py) runs each attack against each of them.
-ISOLATED_BACKENDS = ["docker", "oci"]
+# "oci" runs the runtime ``auto`` picks (crun where installed), "oci-runc" runc: both pass.
+ISOLATED_BACKENDS = ["docker", "oci", "oci-runc"]
 
 
 @pytest.fixture(scope="session", params=ISOLATED_BACKENDS)
@@ -43,7 +44,14 @@ def sandbox(request, engine: Engine) -> Iterator[object]:
     from gradebox.sandbox import get_sandbox
 
     # get_sandbox raises when a backend is unusable here: its tests fail, they never skip.
-    box = DockerSandbox(engine) if request.param == "docker" else get_sandbox(request.param)
+    if request.param == "docker":
+        box = DockerSandbox(engine)
+    elif request.param == "oci-runc":
+        from gradebox.sandbox.oci import OciSandbox
+
+        box = OciSandbox(engine, runtime="runc")
+    else:
+        box = get_sandbox(request.param)
     yield box
     box.close()
 
@@ -107,7 +115,8 @@ def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
         for c in engine.containers({LABEL_OWNER: None})
         if c["Labels"][LABEL_OWNER].endswith(f":{pid}") and (not running or c["State"] == "running")
     ]
-    folders = [state_root() / "runtime"] + ([] if running else [state_root() / "bundles"])
+    folders = sorted(state_root().glob("runtime*"))  # each runtime's state folder
+    folders += [] if running else [state_root() / "bundles"]
     for folder in folders:
         if folder.is_dir():
             found += [p.name for p in folder.iterdir() if p.name.startswith(f"gradebox-{pid}-")]

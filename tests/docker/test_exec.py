@@ -391,3 +391,39 @@ def test_the_sdk_is_importable_and_node_commands_get_the_node_image(engine, grad
     assert sdk.returncode == 0, sdk.stderr
     node = gbx(engine, "oci", ["--", "node", "-e", "process.stdout.write('js')"], cwd=grader_dir)
     assert (node.returncode, node.stdout) == (0, b"js"), node.stderr
+
+
+@pytest.mark.parametrize("runtime", ["crun", "runc"])
+def test_exec_runs_on_either_oci_runtime_as_hardened(engine, grader_dir, runtime):
+    # The same hardened container on both runtimes (the conformance suite checks every limit
+    # on each: the ``oci`` and ``oci-runc`` backends): not root, no capabilities, loopback
+    # only, a read-only root, in a cgroup of gradebox's.
+    probe = (
+        "import os\n"
+        "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
+        "try:\n    open('/etc/x', 'w'); ro = False\nexcept OSError:\n    ro = True\n"
+        "memory = [l for l in open('/proc/self/cgroup') if ':memory:' in l][0]\n"
+        "print(os.getuid() != 0, int(caps, 16), ro, '/gradebox' in memory,"
+        " sorted(os.listdir('/sys/class/net')))\n"
+    )
+    (grader_dir / "probe.py").write_text(probe)
+    p = gbx(engine, "oci", ["--runtime", runtime, "--", "python3", "probe.py"], cwd=grader_dir)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().strip() == "True 0 True True ['lo']"
+
+
+def test_auto_says_which_runtime_it_chose(engine, tmp_path, ws):
+    # `make` installs crun: auto picks it, and says so in its one line.
+    (tmp_path / "g.yaml").write_text("type: script\ncommand: [python3, -c, 'print(1)']\n")
+    (tmp_path / "in.json").write_text('{"output": "x"}')
+    done = subprocess.run(
+        [GRADEBOX, "grade", "g.yaml", "--input", "in.json", "--workspace", str(ws)],
+        capture_output=True, text=True, env=base_env(), cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert "sandbox: oci (crun" in done.stderr, done.stderr
+    done = subprocess.run(
+        [GRADEBOX, "--runtime", "runc", "grade", "g.yaml", "--input", "in.json",
+         "--workspace", str(ws)],
+        capture_output=True, text=True, env=base_env(), cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert "sandbox: oci (runc: asked for" in done.stderr, done.stderr

@@ -62,12 +62,23 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+# The root's options that take a value (``--runtime crun``); ``--debug`` and ``-v`` take none.
+_VALUED = frozenset({"--runtime"})
+
+
 def _command(args: list[str]) -> str | None:
-    """The command ``args`` name: the first word that is no option (the root's options,
-    ``--debug`` and ``-v``, take no value, and may come before it)."""
+    """The command ``args`` name: the first word that is no option and no root option's
+    value (the root's options may come before it)."""
+    skip = False
     for arg in args:
+        if skip:
+            skip = False
+            continue
         if arg == "--":
             return None
+        if arg in _VALUED:
+            skip = True
+            continue
         if not arg.startswith("-"):
             return arg
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -108,8 +109,24 @@ def _root(
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Tracebacks and engine logs.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More logs on stderr.")] = False,
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime",
+            help="The OCI runtime of the oci backend: auto (crun where it works, else runc), "
+            "crun, runc, or a runtime's path. Default: $GRADEBOX_RUNTIME, else auto.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     _state["debug"] = debug
+    if runtime is not None:
+        from ..sandbox.runtime import checked
+
+        try:  # set for the whole process: its sandboxes, its Ray workers and subprocesses
+            os.environ["GRADEBOX_RUNTIME"] = checked(runtime)
+        except ValueError as exc:
+            raise _fail(f"--runtime: {exc}", 2) from None
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="gradebox: %(message)s", stream=sys.stderr)
 

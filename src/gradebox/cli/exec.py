@@ -60,6 +60,7 @@ class Options:
     workspace: str | None = None
     timeout: float = 60.0
     sandbox: str | None = None
+    runtime: str | None = None
     allow: list[str] = field(default_factory=list)
     env: list[str] = field(default_factory=list)
     target: str | None = None
@@ -91,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         "--sandbox",
         help="auto (default: oci where usable, else docker), oci, docker; "
         "default $GRADEBOX_SANDBOX",
+    )
+    p.add_argument(
+        "--runtime",
+        help="the oci backend's runtime: auto (default: crun where it works, else runc), "
+        "crun, runc or a path; default $GRADEBOX_RUNTIME",
     )
     p.add_argument(
         "--allow",
@@ -149,6 +155,13 @@ def parse(argv: list[str]) -> Options:
         timeout = parse_duration(ns.timeout)
     except ValueError as exc:
         raise ExecError(f"--timeout: {exc}") from None
+    if ns.runtime is not None:
+        from ..sandbox.runtime import checked
+
+        try:
+            ns.runtime = checked(ns.runtime)
+        except ValueError as exc:
+            raise ExecError(f"--runtime: {exc}") from None
     if ns.max_calls < 1:
         raise ExecError("--max-calls: must be at least 1")
     return Options(
@@ -157,6 +170,7 @@ def parse(argv: list[str]) -> Options:
         workspace=ns.workspace,
         timeout=timeout,
         sandbox=ns.sandbox,
+        runtime=ns.runtime,
         allow=ns.allow,
         env=ns.env,
         target=ns.target,
@@ -405,7 +419,7 @@ class Exec:
             from ..sandbox.oci import OciSandbox
 
             # The engine is reached only if the image must be resolved or unpacked by it.
-            return OciSandbox(LazyEngine())
+            return OciSandbox(LazyEngine(), runtime=self.opts.runtime)
         return get_sandbox(name)
 
     def _image(self, command: list[str]) -> str:

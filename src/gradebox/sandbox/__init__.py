@@ -66,13 +66,14 @@ def choose_backend(name: str | None = None) -> str:
 
 def auto_reason() -> tuple[str, str]:
     """What ``auto`` picks on this machine for this user, and why."""
-    from .oci import oci_usable
+    from .oci import choose_runtime, oci_usable
 
     why = oci_usable()
     if why is None:
+        runtime = choose_runtime().why
         if os.geteuid() == 0:
-            return "oci", "runc as root: the fastest backend, every limit kept"
-        return "oci", "runc rootless, in a user namespace, limits in this user's cgroups"
+            return "oci", f"{runtime}, as root: the fastest backend, every limit kept"
+        return "oci", f"{runtime}, rootless in a user namespace, limits in this user's cgroups"
     return "docker", f"the OCI backend cannot keep every promise here: {why}"
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from .._log import LazyLogger
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..scratch import left_by, pid_in
-from . import cgroups, userns
+from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
@@ -60,6 +60,8 @@ from .init import init_binary, sealed_init
 from .labels import slug
 from .oci_config import MOUNT_POINTS, runtime_config
 from .rootfs import RootfsCache, cache_dir
+from .runtime import Runtime
+from .runtime import choose as choose_runtime
 
 if TYPE_CHECKING:
     import socket
@@ -88,20 +90,16 @@ def state_root() -> Path:
     return cache_dir() / "run"
 
 
-def runtime_binary() -> str:
-    """``$GRADEBOX_RUNTIME`` (``runc``, ``crun``, ``runsc``: anything that takes a bundle)."""
-    return os.environ.get("GRADEBOX_RUNTIME", "runc")
-
-
 _delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
 
 
-def oci_usable(engine: _engine.Engine | None = None) -> str | None:
+def oci_usable(engine: _engine.Engine | None = None, runtime: str | None = None) -> str | None:
     """None when this host can run the OCI backend (keeping every limit), else why not (for
     ``auto``). For a non-root user on cgroup v1 this may ask the engine, once per boot, for the
     cgroup subtree rootless containers need (``cgroups.delegate_v1``)."""
-    if shutil.which(runtime_binary()) is None:
-        return f"no OCI runtime {runtime_binary()!r} on PATH"
+    chosen = choose_runtime(runtime)
+    if shutil.which(chosen.binary) is None:
+        return f"no OCI runtime {chosen.name!r} on PATH"
     if init_binary() is None:
         return "no static init (docker-init or tini-static) on PATH"
     if not Path("/sys/fs/cgroup").is_dir():
@@ -158,7 +156,10 @@ class OciSandbox(EngineImages, Sandbox):
             out = box.run(SandboxSpec(image=image, command=["python3", "-c", "print(1)"]))
     """
 
-    def __init__(self, engine: _engine.Engine | None = None, session: str | None = None) -> None:
+    def __init__(
+        self, engine: _engine.Engine | None = None, session: str | None = None,
+        runtime: str | None = None,
+    ) -> None:  # fmt: skip
         if engine is None:
             from . import _engine
 
@@ -166,16 +167,20 @@ class OciSandbox(EngineImages, Sandbox):
         # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is
         # (nor, as root, does the check below reach it).
         self.engine = engine
-        why = oci_usable(self.engine)
+        why = oci_usable(self.engine, runtime)
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
         self.mapping = userns.id_map() if os.geteuid() != 0 else None  # rootless
-        self.holder = userns.Holder(self.mapping) if self.mapping is not None else None
+        self.runtime: Runtime = choose_runtime(runtime)
+        # Rootless, or crun on a hybrid cgroup host: the runtime runs in namespaces of ours.
+        self.holder = (
+            userns.Holder(self.mapping, self.runtime.hide_v2)
+            if self.mapping is not None or self.runtime.hide_v2 else None
+        )  # fmt: skip
         self.session = session or os.urandom(4).hex()
-        self.runtime = runtime_binary()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
         root = state_root()
-        self.state = root / "runtime"
+        self.state = Path(self.runtime.state_dir(root))
         self.bundles = root / "bundles"
         for path in (self.state, self.bundles):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -231,6 +236,10 @@ class OciSandbox(EngineImages, Sandbox):
             spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
             cgroup=f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else ""), report=channel.path,
         )  # fmt: skip
+        if self.runtime.name == "crun":  # the filter compiled once, not at every start
+            bpf = seccomp_bpf.compiled(config["linux"]["seccomp"], str(cache_dir() / "seccomp"))
+            if bpf is not None:
+                config["annotations"] = {seccomp_bpf.ANNOTATION: bpf}
         (bundle / "config.json").write_text(json.dumps(config))
         handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel)
         with self._lock:
@@ -252,7 +261,7 @@ class OciSandbox(EngineImages, Sandbox):
 
     def _delete(self, cid: str, bundle: Path) -> None:
         if (self.state / cid).exists():  # kept (--keep), or its runtime was killed
-            delete_container(self.runtime, self.state, cid, self.mapping)
+            delete_container(self.runtime, self.state, cid, self.mapping, self.holder)
         shutil.rmtree(bundle, ignore_errors=True)
         memcg = MEMCG_ROOT / CGROUP_PARENT / cid
         if memcg.exists():
@@ -314,7 +323,8 @@ class OciPrepared(Prepared):
 
     def start(self) -> None:
         box = self.box
-        argv = [box.runtime, "--root", str(box.state), "--log", str(self.bundle / "runtime.log"),
+        argv = [box.runtime.binary, "--root", str(box.state),
+                "--log", str(self.bundle / "runtime.log"),
                 "--log-format", "json", "run", *(() if self.memcg else ("--keep",)),
                 "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
@@ -325,13 +335,20 @@ class OciPrepared(Prepared):
             if box._closed or self._disposed:
                 raise SandboxClosed()
             try:
-                popen = box.holder.popen if box.holder is not None else subprocess.Popen
-                self.proc = popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                )  # fmt: skip
+                io = dict(
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+                if box.holder is not None:
+                    sees = tuple(str(m.source) for m in self.spec.mounts)
+                    self.proc = box.holder.popen(argv, sees=sees, **io)
+                else:
+                    self.proc = subprocess.Popen(argv, **io)
             except (OSError, GradeboxError) as exc:
-                self.start_error = f"cannot run {box.runtime}: {exc.strerror or exc}"
+                self.start_error = f"cannot run {box.runtime.name}: {exc.strerror or exc}"
 
     def kill(self) -> None:
         """SIGKILL the container's PID 1: the kernel kills everything in its pid namespace."""
@@ -341,8 +358,8 @@ class OciPrepared(Prepared):
         except (OSError, ValueError):
             # Not started yet, or already gone: make sure the runtime itself is gone too.
             if self.proc is not None and self.proc.poll() is None:
-                _runtime_call([self.box.runtime, "--root", str(self.box.state), "kill", "--all",
-                               self.cid, "KILL"], self.box.mapping, timeout=30)  # fmt: skip
+                _runtime_call(self.box.runtime, ["--root", str(self.box.state), "kill", "--all",
+                              self.cid, "KILL"], self.box.mapping, 30, self.box.holder)  # fmt: skip
 
     def execute(self, stdin: bytes | None = None) -> RunOutcome:
         if self._used:
@@ -622,19 +639,34 @@ def _counter(path: Path, key: str) -> int:
     return 0
 
 
-def _runtime_call(argv: list[str], mapping: userns.IdMap | None, timeout: float) -> None:
-    """Run the runtime once more (kill, delete), in the user namespace it ran in."""
-    if mapping is None:
-        subprocess.run(argv, capture_output=True, timeout=timeout)
+def _runtime_call(runtime: Runtime, args: list[str], mapping: userns.IdMap | None,
+                  timeout: float, holder: userns.Holder | None = None) -> None:  # fmt: skip
+    """Run the runtime once more (kill, delete): in the sandbox's ``holder``, where its
+    containers run (a root of another user namespace may not signal them), else in
+    namespaces like those (a runner that is gone: ``gc``)."""
+    argv = [runtime.binary, *args]
+    if holder is not None:
+        proc = holder.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    elif mapping is None:
+        subprocess.run(runtime.one_shot(argv), capture_output=True, timeout=timeout)
     else:
-        userns.run(argv, mapping=mapping, timeout=timeout)
+        userns.run(runtime.one_shot(argv), mapping=mapping, timeout=timeout)
 
 
-def delete_container(runtime: str, state: Path, cid: str,
-                     mapping: userns.IdMap | None = None) -> None:  # fmt: skip
+def delete_container(runtime: Runtime, state: Path, cid: str,
+                     mapping: userns.IdMap | None = None,
+                     holder: userns.Holder | None = None) -> None:  # fmt: skip
     """Force-delete a container (kills what still runs, removes its cgroups and state)."""
     try:
-        _runtime_call([runtime, "--root", str(state), "delete", "--force", cid], mapping, 60)
+        _runtime_call(runtime, ["--root", str(state), "delete", "--force", cid], mapping, 60,
+                      holder)  # fmt: skip
     except (OSError, GradeboxError, subprocess.TimeoutExpired) as exc:
         log.warning("could not delete container %s: %s", cid, exc)
 
@@ -645,23 +677,39 @@ def _owner_pid(cid: str) -> int | None:
     return pid_in(pid) if cid.startswith(ID_PREFIX) else None
 
 
+def _runtimes() -> list[Runtime]:
+    """Every runtime whose state gc may find: the chosen one, and crun and runc if installed
+    (a container is deleted by the runtime that made it, each in its own state folder)."""
+    found = {rt.name: rt for rt in (choose_runtime("runc"), choose_runtime("crun"))
+             if shutil.which(rt.binary)}  # fmt: skip
+    chosen = choose_runtime()
+    found[chosen.name] = chosen
+    return list(found.values())
+
+
 def collect_garbage(everything: bool = False, owner: int | None = None) -> list[str]:
     """Delete containers and bundles whose runner is gone (or all, with ``everything``; only
     the runner ``owner``'s, gone or not, with ``owner``)."""
     root = state_root()
-    state, bundles = root / "runtime", root / "bundles"
-    runtime = runtime_binary()
+    bundles = root / "bundles"
+    states = [(rt, Path(rt.state_dir(root))) for rt in _runtimes()]
     mapping = userns.id_map() if os.geteuid() != 0 else None
     names: set[str] = set()
-    for folder in (state, bundles, MEMCG_ROOT / CGROUP_PARENT):
+    for folder in (*(state for _, state in states), bundles, MEMCG_ROOT / CGROUP_PARENT):
         if folder.is_dir():
             names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
     removed = []
     for cid in sorted(names):
         if left_by(_owner_pid(cid), everything, owner):
-            if shutil.which(runtime) and (state / cid).exists():
-                delete_container(runtime, state, cid, mapping)
+            for runtime, state in states:
+                if (state / cid).exists():
+                    delete_container(runtime, state, cid, mapping)
             shutil.rmtree(bundles / cid, ignore_errors=True)
             _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
+            for runtime, state in states:
+                # Once more, now that its processes are killed: rootless crun cannot signal
+                # a container's from a user namespace other than the one it ran in.
+                if (state / cid).exists():
+                    delete_container(runtime, state, cid, mapping)
             removed.append(cid)
     return removed

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,42 +182,120 @@ def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = No
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-class Holder:
-    """One user namespace kept for a sandbox's containers, held by an idle child: a command
-    runs as its root through ``nsenter`` (a few ms), not a fresh namespace each (a Python
-    child and two mapping helpers: ~25 ms). Like Docker's ``userns-remap``, the containers
-    share the user namespace, each in its own pid, mount, network, ipc and uts namespaces.
-    The holder reads its stdin and ends when it closes: at ``close``, or when we die."""
+RETIRE_AFTER = 5.0  # seconds a replaced holder is kept (see ``Holder._retire``)
 
-    def __init__(self, mapping: IdMap) -> None:
+
+class Holder:
+    """The namespaces a sandbox's runtime calls share, held by an idle child: a command runs
+    in them through ``nsenter`` (a few ms), not in fresh ones each (a Python child and two
+    mapping helpers: ~25 ms).
+
+    - ``mapping`` (a non-root runner): a user namespace, the command runs as its root. Like
+      Docker's ``userns-remap``, the containers share it, each in its own pid, mount,
+      network, ipc and uts namespaces.
+    - ``hide_v2`` (crun on a hybrid cgroup host, see ``runtime.py``): a mount namespace
+      where the cgroup2 mount is covered, for root and non-root alike.
+
+    The holder reads its stdin and ends when it closes: at ``close``, or when we die; the
+    namespaces go with it."""
+
+    def __init__(self, mapping: IdMap | None, hide_v2: bool = False) -> None:
         self.mapping = mapping
+        self.hide_v2 = hide_v2
         self.nsenter = shutil.which("nsenter")
         self._proc: subprocess.Popen[bytes] | None = None
+        # Holders replaced by a newer one: (when to end it, the holder).
+        self._retired: list[tuple[float, subprocess.Popen[bytes]]] = []
         self._lock = threading.Lock()
 
-    def popen(self, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
-        """``argv`` as root of the held namespace (a fresh one without ``nsenter``)."""
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` to run in a fresh set of these namespaces (no holder: one call)."""
+        if not self.hide_v2:
+            return argv
+        from .runtime import v2_hidden
+
+        return v2_hidden(argv)
+
+    def popen(
+        self, argv: list[str], *, sees: tuple[str, ...] = (), **popen: Any
+    ) -> subprocess.Popen[bytes]:
+        """``argv`` in the held namespaces (fresh ones without ``nsenter``).
+
+        ``sees``: host paths the command must find as the host has them (a container's bind
+        sources). A mount namespace is a copy made when the holder started, and a host whose
+        ``/`` is private propagates nothing into it: a workspace mounted since (a tmpfs, an
+        overlay) would be the empty folder under it there. Then a new holder is started,
+        which sees the host as it is now; the old one's namespace stays with whatever still
+        runs in it."""
         if self.nsenter is None:
-            return spawn(argv, self.mapping, **popen)
+            return spawn(self.wrap(argv), self.mapping, **popen)
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = spawn(["/bin/sh", "-c", "read _"], self.mapping,
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            self._reap()
+            if self._proc is None or self._proc.poll() is not None or not self._sees(sees):
+                if self._proc is not None:
+                    self._retire(self._proc)
+                self._proc = self._hold()
             pid = self._proc.pid
-        return subprocess.Popen([self.nsenter, "-U", "-t", str(pid), "--", *argv], **popen)
+        flags = ("-U",) * (self.mapping is not None) + ("-m",) * self.hide_v2
+        return subprocess.Popen([self.nsenter, *flags, "-t", str(pid), "--", *argv], **popen)
+
+    def _hold(self) -> subprocess.Popen[bytes]:
+        # It says a line once its namespaces are ready: joined before that, the mount
+        # namespace could still be the host's.
+        proc = spawn(self.wrap(["/bin/sh", "-c", "echo; read _"]), self.mapping,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        assert proc.stdout is not None
+        if proc.stdout.readline() != b"\n":
+            proc.wait()
+            raise GradeboxError("cannot hold the runtime's namespaces: "
+                                f"its holder exited with {proc.returncode}")  # fmt: skip
+        proc.stdout.close()
+        return proc
+
+    def _sees(self, paths: tuple[str, ...]) -> bool:
+        """Does the holder's mount namespace show each of ``paths`` on the host's device?
+        (``/proc/PID/root``: the path as the holder resolves it.)"""
+        if not self.hide_v2 or self._proc is None:
+            return True
+        root = f"/proc/{self._proc.pid}/root"
+        for path in paths:
+            try:
+                if os.stat(path).st_dev != os.stat(root + path).st_dev:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def _retire(self, proc: subprocess.Popen[bytes]) -> None:
+        # Ended a few seconds later, not now: another thread may have just been given its pid
+        # for an nsenter that has not joined yet. Its namespace then lasts while a container
+        # still uses it.
+        self._retired.append((time.monotonic() + RETIRE_AFTER, proc))
+
+    def _reap(self) -> None:
+        now, kept = time.monotonic(), []
+        for when, proc in self._retired:
+            if when <= now and proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            if proc.poll() is None:
+                kept.append((when, proc))
+        self._retired = kept
 
     def close(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
+            retired, self._retired = [p for _, p in self._retired], []
+        held_all = [*retired, *([proc] if proc is not None else [])]
+        for held in held_all:
+            if held.stdin is not None and not held.stdin.closed:
+                held.stdin.close()
+        for held in held_all:
             try:
-                proc.wait(timeout=5)
+                held.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                held.kill()
+                held.wait()
 
 
 def listen(pid: int, port: int) -> socket.socket:

@@ -1,0 +1,182 @@
+"""The seccomp profile compiled to the kernel's filter once, for runtimes that take it so.
+
+crun compiles ``linux.seccomp`` with libseccomp on every container start (~1.8 ms here);
+given the annotation ``run.oci.seccomp_bpf_data`` (the filter, base64), it loads that
+instead and never reads the profile. ``compiled`` makes that filter from the very profile
+``seccomp.seccomp_profile`` returns (the one source of the rules), with the same libseccomp
+crun links, through ctypes: the rules are added as crun adds them (each name resolved on
+this machine, unknown names skipped; ``value``/``valueTwo`` as libseccomp's ``datum_a``/
+``datum_b``), then ``seccomp_export_bpf``.
+
+The filter is kept in the user's private cache (``<cache>/seccomp/``), named by the hash of
+the profile, libseccomp's version and the machine: only someone who can already run code as
+this user could change it (the same trust as Python's bytecode), and a changed profile is a
+new name. None where libseccomp cannot be loaded: the runtime then compiles the profile.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import ctypes.util
+import hashlib
+import json
+import os
+from typing import Any
+
+__all__ = ["ANNOTATION", "compiled"]
+
+ANNOTATION = "run.oci.seccomp_bpf_data"
+
+_ACTIONS = {"SCMP_ACT_KILL": 0x00000000, "SCMP_ACT_KILL_PROCESS": 0x80000000,
+            "SCMP_ACT_TRAP": 0x00030000, "SCMP_ACT_ALLOW": 0x7FFF0000,
+            "SCMP_ACT_LOG": 0x7FFC0000}  # fmt: skip
+_ERRNO, _TRACE = 0x00050000, 0x7FF00000
+_OPS = {"SCMP_CMP_NE": 1, "SCMP_CMP_LT": 2, "SCMP_CMP_LE": 3, "SCMP_CMP_EQ": 4,
+        "SCMP_CMP_GE": 5, "SCMP_CMP_GT": 6, "SCMP_CMP_MASKED_EQ": 7}  # fmt: skip
+_ARCHES = {"SCMP_ARCH_X86_64": 0xC000003E, "SCMP_ARCH_AARCH64": 0xC00000B7}
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]  # fmt: skip
+
+
+def _action(rule: dict[str, Any], key: str, errno_key: str, default_errno: int = 1) -> int:
+    name = rule[key]
+    if name == "SCMP_ACT_ERRNO":
+        return _ERRNO | (int(rule.get(errno_key, default_errno)) & 0xFFFF)
+    if name == "SCMP_ACT_TRACE":
+        return _TRACE | (int(rule.get(errno_key, 0)) & 0xFFFF)
+    return _ACTIONS[name]
+
+
+def _lib() -> Any:
+    found = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    lib = ctypes.CDLL(found, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_arch_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    lib.seccomp_arch_native.restype = ctypes.c_uint32
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]  # fmt: skip
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    return lib
+
+
+def _version(lib: Any) -> str:
+    class _Version(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+    lib.seccomp_version.restype = ctypes.POINTER(_Version)
+    v = lib.seccomp_version().contents
+    return f"{v.major}.{v.minor}.{v.micro}"
+
+
+def compile_profile(profile: dict[str, Any], lib: Any = None) -> bytes:
+    """The classic-BPF program (``struct sock_filter[]``) for an OCI seccomp profile."""
+    lib = lib or _lib()
+    default = _action(profile, "defaultAction", "defaultErrnoRet")
+    ctx = lib.seccomp_init(default)
+    if not ctx:
+        raise OSError("seccomp_init failed")
+    try:
+        native = lib.seccomp_arch_native()
+        for arch in profile.get("architectures", ()):
+            token = _ARCHES[arch]
+            if token != native:
+                rc = lib.seccomp_arch_add(ctx, token)
+                if rc not in (0, -17):  # -EEXIST: there already
+                    raise OSError(-rc, f"seccomp_arch_add({arch})")
+        for rule in profile.get("syscalls", ()):
+            action = _action(rule, "action", "errnoRet")
+            if action == default:  # what the default does already (runc and crun skip it)
+                continue
+            args = rule.get("args") or []
+            array = (_ArgCmp * max(1, len(args)))()
+            for i, arg in enumerate(args):
+                array[i] = _ArgCmp(arg["index"], _OPS[arg["op"]], arg["value"],
+                                   arg.get("valueTwo", 0))  # fmt: skip
+            for name in rule["names"]:
+                nr = lib.seccomp_syscall_resolve_name(name.encode())
+                if nr < 0:  # a call this machine's libseccomp does not know: crun skips it
+                    continue
+                rc = lib.seccomp_rule_add_array(ctx, action, nr, len(args), array)
+                if rc != 0:
+                    raise OSError(-rc, f"seccomp_rule_add({name})")
+        r, w = os.pipe()
+        try:
+            rc = lib.seccomp_export_bpf(ctx, w)
+            os.close(w)
+            w = -1
+            if rc != 0:
+                raise OSError(-rc, "seccomp_export_bpf")
+            chunks = []
+            while chunk := os.read(r, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        return b"".join(chunks)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+_memo: dict[str, str | None] = {}
+
+
+def compiled(profile: dict[str, Any], cache: str | None = None) -> str | None:
+    """The profile's filter as the annotation takes it (base64), from the private cache or
+    compiled once; None where libseccomp is not there (the runtime compiles the profile)."""
+    text = json.dumps(profile, sort_keys=True, separators=(",", ":"))
+    if text in _memo:
+        return _memo[text]
+    try:
+        lib = _lib()
+        key = hashlib.sha256(f"{text}\0{_version(lib)}\0{os.uname().machine}".encode())
+    except (OSError, AttributeError):
+        _memo[text] = None
+        return None
+    path = os.path.join(cache, key.hexdigest()[:32] + ".bpf") if cache else None
+    data = _read(path) if path else None
+    if data is None:
+        try:
+            data = compile_profile(profile, lib)
+        except (OSError, KeyError, ValueError):
+            _memo[text] = None
+            return None
+        if path:
+            _write(path, data)
+    _memo[text] = base64.b64encode(data).decode()
+    return _memo[text]
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        # O_NOFOLLOW: the cache folder is ours (0700); a link there is not.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_uid != os.getuid():
+            return None  # written by someone else: not the same trust as our own bytecode
+        data = f.read(1 << 20)
+    return data if data and len(data) % 8 == 0 else None  # whole sock_filter entries
+
+
+def _write(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if os.stat(folder).st_uid != os.getuid():
+            return  # not our own folder: nothing of it is trusted, nothing is written
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # whole or not at all
+    except OSError:
+        pass

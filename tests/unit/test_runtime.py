@@ -1,0 +1,99 @@
+"""Which OCI runtime the oci backend drives (sandbox/runtime.py), and how it is named."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gradebox.cli import _command
+from gradebox.sandbox import runtime
+
+
+@pytest.fixture
+def which(monkeypatch):
+    """Pretend these programs are (or are not) installed."""
+    installed: dict[str, str] = {}
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: installed.get(name))
+    monkeypatch.delenv("GRADEBOX_RUNTIME", raising=False)
+    return installed
+
+
+def test_auto_prefers_crun_and_covers_the_hybrid_mount(which, monkeypatch):
+    which.update(crun="/usr/bin/crun", runc="/usr/sbin/runc", unshare="/usr/bin/unshare")
+    monkeypatch.setattr(runtime, "hybrid_v2", lambda: True)
+    chosen = runtime.choose()
+    assert (chosen.name, chosen.binary, chosen.hide_v2) == ("crun", "/usr/bin/crun", True)
+    assert "hybrid" in chosen.why
+    argv = chosen.one_shot([chosen.binary, "delete", "x"])
+    assert argv[:4] == ["unshare", "-m", "--propagation", "slave"]
+    assert argv[-3:] == ["/usr/bin/crun", "delete", "x"]
+    assert runtime.UNIFIED in argv[argv.index("-c") + 1]
+
+
+def test_auto_on_a_plain_host_runs_crun_as_it_is(which, monkeypatch):
+    which.update(crun="/usr/bin/crun", runc="/usr/sbin/runc")
+    monkeypatch.setattr(runtime, "hybrid_v2", lambda: False)
+    chosen = runtime.choose()
+    assert chosen.name == "crun" and not chosen.hide_v2
+    assert chosen.one_shot(["/usr/bin/crun", "kill"]) == ["/usr/bin/crun", "kill"]
+
+
+def test_auto_falls_back_to_runc_and_says_why(which, monkeypatch):
+    which.update(runc="/usr/sbin/runc")
+    monkeypatch.setattr(runtime, "hybrid_v2", lambda: True)
+    chosen = runtime.choose()
+    assert chosen.name == "runc" and not chosen.hide_v2
+    assert "crun is not installed" in chosen.why
+    # A hybrid host without unshare(1): crun could not run there.
+    which.update(crun="/usr/bin/crun")
+    assert runtime.choose().name == "runc"
+    assert "unshare" in runtime.choose().why
+
+
+def test_a_runtime_named_outright_is_used_as_named(which, monkeypatch):
+    which.update(crun="/usr/bin/crun", runc="/usr/sbin/runc")
+    monkeypatch.setattr(runtime, "hybrid_v2", lambda: False)
+    monkeypatch.setenv("GRADEBOX_RUNTIME", "runc")
+    assert runtime.choose().name == "runc"
+    assert runtime.choose("crun").name == "crun"  # the argument wins over the environment
+
+
+def test_each_runtime_keeps_its_own_state():
+    r = runtime.Runtime("runc", "/usr/sbin/runc", "")
+    c = runtime.Runtime("crun", "/usr/bin/crun", "")
+    # runc's keeps the name earlier versions used: gc still finds what they left.
+    assert r.state_dir("/run/gradebox") == "/run/gradebox/runtime"
+    assert c.state_dir("/run/gradebox") == "/run/gradebox/runtime-crun"
+
+
+@pytest.mark.parametrize("value", ["crun", "runc", "auto", "/bin/sh"])
+def test_runtime_option_accepts_names_and_programs(value):
+    assert runtime.checked(value) == value
+
+
+@pytest.mark.parametrize("value", ["kata", "", "bin/crun", "/nonexistent/crun", "/etc/passwd"])
+def test_runtime_option_refuses_anything_else_in_one_line(value):
+    with pytest.raises(ValueError, match="unknown OCI runtime") as info:
+        runtime.checked(value)
+    assert "\n" not in str(info.value)
+
+
+def test_hybrid_is_read_from_the_unified_mount(tmp_path, monkeypatch):
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    monkeypatch.setattr(runtime, "UNIFIED", str(unified))
+    monkeypatch.setattr(runtime.os.path, "exists", lambda p: False if p.endswith(
+        "/sys/fs/cgroup/cgroup.controllers") else os.path.lexists(p))  # fmt: skip
+    assert not runtime.hybrid_v2()  # no cgroup2 mount there
+    (unified / "cgroup.controllers").write_text("\n")
+    assert not runtime.hybrid_v2()  # cgroup2 with no controller: crun takes it
+    (unified / "cgroup.controllers").write_text("hugetlb\n")
+    assert runtime.hybrid_v2()
+
+
+def test_the_root_runtime_option_takes_a_value_before_the_command():
+    # The watchdog is forked for the command named, not for --runtime's value.
+    assert _command(["--runtime", "crun", "run", "suite.yaml"]) == "run"
+    assert _command(["--debug", "--runtime", "runc", "exec", "--", "true"]) == "exec"
+    assert _command(["--runtime", "crun"]) is None
