@@ -4,8 +4,9 @@ path (``SandboxSpec``, ``Mount``, ``RunOutcome``, the default limits).
 Those were dataclasses; importing :mod:`dataclasses` pulls in :mod:`inspect` (``ast``, ``dis``,
 ``tokenize``: ~5-10 ms), a cost every grader run through ``gradebox exec`` paid for nothing.
 A record keeps what their users relied on: keyword or positional construction in field
-order, defaults, equality over the compared fields, a readable ``repr``, frozen or not, and
-``replace`` / ``as_dict`` in place of ``dataclasses.replace`` / ``asdict``.
+order, defaults, equality over the compared fields, a readable ``repr``, frozen or not,
+pickling and copying, and ``replace`` / ``as_dict`` in place of ``dataclasses.replace`` /
+``asdict``.
 
 A subclass names its fields once, in order, as its slots::
 
@@ -94,6 +95,11 @@ class Record:
             f"{f}={getattr(self, f)!r}" for f in self._fields if f not in self._uncompared
         )
         return f"{type(self).__name__}({shown})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle (Ray ships specs and outcomes) and copy rebuild through __init__: their
+        # default would set each slot through __setattr__, which a frozen record refuses.
+        return type(self), tuple(getattr(self, f) for f in self._fields)
 
     def replace(self: _R, **changes: Any) -> _R:
         """A copy with ``changes`` (as ``dataclasses.replace``)."""

@@ -83,3 +83,15 @@ def test_a_scratch_folder_is_made_where_tempfile_and_the_sweep_look(tmp_path):
     env["TMPDIR"] = str(tmp_path / "missing")  # tempfile passes it over: so must we
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert p.stdout.split("\n")[1] == "True False", p.stdout + p.stderr
+
+
+def test_records_pickle_and_copy_frozen_or_not():
+    """Ray ships specs and outcomes between processes; frozen records refuse __setattr__."""
+    import copy
+    import pickle
+
+    calls: list[object] = []
+    spec = SandboxSpec("sha256:1", ["c"], mounts=(Mount(Path("/a"), "/b"),), on_start=calls.append)
+    for value in (Mount(Path("/a"), "/b"), RunOutcome(0, stdout=b"x"), spec, DEFAULT_LIMITS):
+        for again in (pickle.loads(pickle.dumps(value)), copy.copy(value), copy.deepcopy(value)):
+            assert again == value and type(again) is type(value)
