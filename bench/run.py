@@ -38,6 +38,12 @@ ray             `gradebox run` locally vs `--ray` on a local cluster (a head and
 report          the HTML report of a synthetic 10,000-test run: its size against the results',
                 the time to write it, and to open it in headless Chromium (bench/report.py).
                 `--only report` runs this alone.
+speed           (`--only speed`) issue 33's rows for the oci backend with runc and with crun
+                side by side in one run, each measurement interleaved between the runtimes
+                (and bare) so that the machine's load hits them alike: cold trivial grader vs
+                bare, started ahead, graders/s at 2 and 4 workers, a 200-test suite vs the host
+                backend, pytest over 30 tests, `gradebox exec` and `gradebox grade` end to end.
+                The load average is printed with the table: ratios are what to compare.
 """
 
 from __future__ import annotations
@@ -656,6 +662,237 @@ def bench_ray(root: Path, n: int) -> dict[str, float]:
     return r
 
 
+RUNTIMES = ("runc", "crun")
+
+
+class _runtime:
+    """``GRADEBOX_RUNTIME=name`` while the block runs: what ``OciSandbox`` picks up."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.old = name, None
+
+    def __enter__(self) -> None:
+        self.old = os.environ.get("GRADEBOX_RUNTIME")
+        os.environ["GRADEBOX_RUNTIME"] = self.name
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is None:
+            os.environ.pop("GRADEBOX_RUNTIME", None)
+        else:
+            os.environ["GRADEBOX_RUNTIME"] = self.old
+
+
+def _oci_boxes() -> dict[str, object]:
+    from gradebox.sandbox.oci import OciSandbox
+
+    boxes = {rt: OciSandbox(runtime=rt) for rt in RUNTIMES}
+    for rt, box in boxes.items():
+        assert box.runtime.name == rt, (rt, box.runtime)  # never measure one for the other
+    return boxes
+
+
+def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
+    """Issue 33's rows, runc and crun interleaved in one run (see the module's docstring)."""
+    n = 10 if q else 40
+    grader, ws = _script_grader(root)
+    payload = Payload(output="The answer is 42.")
+    out: dict[str, object] = {"load_before": os.getloadavg()}
+    boxes = _oci_boxes()
+    try:
+        images = {rt: box.images() for rt, box in boxes.items()}  # type: ignore[attr-defined]
+        for rt, box in boxes.items():  # warm: roots unpacked, filters compiled
+            assert run_grader(grader, payload, ws, box, images=images[rt]).passed  # type: ignore[arg-type]
+        say("speed: cold…")
+        cold: dict[str, list[float]] = {"bare": [], **{rt: [] for rt in RUNTIMES}}
+        for i in range(n):
+            cold["bare"].append(bare_once(rootfs))
+            for rt in RUNTIMES if i % 2 else RUNTIMES[::-1]:
+                t = time.perf_counter()
+                res = run_grader(grader, payload, ws, boxes[rt], images=images[rt])  # type: ignore[arg-type]
+                cold[rt].append(time.perf_counter() - t)
+                assert res.passed, res
+        out["cold"] = {k: ms(statistics.median(v)) for k, v in cold.items()}
+        say("speed: started ahead…")
+        warm: dict[str, list[float]] = {"bare": [], **{rt: [] for rt in RUNTIMES}}
+        for i in range(n):
+            ready = {rt: prepare_grader(grader, ws, boxes[rt], images=images[rt])  # type: ignore[arg-type]
+                     for rt in RUNTIMES}  # fmt: skip
+            warm["bare"].append(bare_once(rootfs))  # meanwhile, the containers get ready
+            time.sleep(0.05)
+            for rt in RUNTIMES if i % 2 else RUNTIMES[::-1]:
+                t = time.perf_counter()
+                res = ready[rt].run(payload)
+                warm[rt].append(time.perf_counter() - t)
+                assert res.passed, res
+        out["warm"] = {k: ms(statistics.median(v)) for k, v in warm.items()}
+    finally:
+        for box in boxes.values():
+            box.close()  # type: ignore[attr-defined]
+    say("speed: throughput…")
+    rates: dict[str, dict[int, list[float]]] = {rt: {2: [], 4: []} for rt in RUNTIMES}
+    for _ in range(1 if q else 2):
+        for w in (2, 4):
+            for rt in RUNTIMES:
+                with _runtime(rt):
+                    rates[rt][w].append(bench_throughput(_fresh(root), 40 if q else 150, w, "oci"))
+    out["throughput"] = {rt: {w: max(v) for w, v in by.items()} for rt, by in rates.items()}
+    say("speed: suite…")
+    suite: dict[str, float] = {}
+    for key, rt in (("host", None), *((rt, rt) for rt in RUNTIMES)):
+        with _runtime(rt or "auto"):
+            suite[key] = bench_suite(
+                _fresh(root), 40 if q else 200, 4, "host" if rt is None else "oci"
+            )
+    out["suite_w4"] = suite
+    say("speed: pytest…")
+    out["pytest"] = _speed_pytest(_fresh(root), 5 if q else 15, rootfs)
+    say("speed: exec and grade…")
+    out["cli"] = _speed_cli(_fresh(root), 5 if q else 20, rootfs)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+_fresh_counter = iter(range(1_000_000))
+
+
+def _fresh(root: Path) -> Path:
+    path = root / f"f{next(_fresh_counter)}"
+    path.mkdir()
+    return path
+
+
+def _speed_pytest(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
+    """``bench_functional``'s pytest grader, bare and on each runtime, interleaved."""
+    project = root / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (project / "test_calc.py").write_text(
+        "from calc import add\n\n"
+        + "".join(
+            f"def test_add_{i}():\n    assert add({i}, {i}) == {2 * i}\n\n" for i in range(30)
+        )
+    )
+    argv = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    inner = f"cd /workspace && PYTHONDONTWRITEBYTECODE=1 {' '.join(argv)}"
+    bare_cmd = ["unshare", "--mount", "sh", "-c",
+                f'mount --bind "{project}" "{rootfs}/workspace" && '
+                f'chroot "{rootfs}" sh -c "{inner}"']  # fmt: skip
+    (root / "pytest.yaml").write_text(f"type: script\ncommand: {json.dumps(argv)}\n")
+    grader = load_grader(root / "pytest.yaml")
+    times: dict[str, list[float]] = {"bare": [], **{rt: [] for rt in RUNTIMES}}
+    boxes = _oci_boxes()
+    try:
+        images = {rt: box.images() for rt, box in boxes.items()}  # type: ignore[attr-defined]
+        for i in range(runs):
+            t = time.perf_counter()
+            p = subprocess.run(bare_cmd, capture_output=True, text=True)
+            times["bare"].append(time.perf_counter() - t)
+            assert "30 passed" in p.stdout, p.stdout + p.stderr
+            for rt in RUNTIMES if i % 2 else RUNTIMES[::-1]:
+                ready = prepare_grader(grader, project, boxes[rt], images=images[rt])  # type: ignore[arg-type]
+                time.sleep(0.3)  # the agent still working; the container waits
+                t = time.perf_counter()
+                res = ready.run(Payload(output="done"))
+                times[rt].append(time.perf_counter() - t)
+                assert res.passed and "30 passed" in res.evidence, res
+    finally:
+        for box in boxes.values():
+            box.close()  # type: ignore[attr-defined]
+    return {k: ms(statistics.median(v)) for k, v in times.items()}
+
+
+def _speed_cli(root: Path, n: int, rootfs: Path) -> dict[str, float]:
+    """`gradebox exec` and `gradebox grade` (oci) end to end, a process each, with
+    GRADEBOX_RUNTIME=runc and =crun, interleaved with the script bare in the rootfs."""
+    gradebox = str(Path(sys.executable).parent / "gradebox")
+    _, ws = _script_grader(root)
+    folder = root / "grader"
+    folder.mkdir(mode=0o755)
+    (folder / "s.py").write_text(SCRIPT)
+    payload = Payload(output="The answer is 42.").to_wire()
+    (root / "p.json").write_bytes(payload)
+    argvs = {
+        "exec": [gradebox, "exec", "--sandbox", "oci", "--", "python3", "s.py"],
+        "grade": [gradebox, "grade", str(root / "g.yaml"), "-i", str(root / "p.json"),
+                  "-W", str(ws), "--sandbox", "oci"],
+    }  # fmt: skip
+    envs = {rt: {**os.environ, "GRADEBOX_RUNTIME": rt} for rt in RUNTIMES}
+    keys = [f"{what}_{rt}" for what in argvs for rt in RUNTIMES]
+    times: dict[str, list[float]] = {k: [] for k in ["bare", "python", *keys]}
+    for key in keys:  # warm: caches filled
+        what, rt = key.split("_")
+        subprocess.run(argvs[what], cwd=folder, input=payload, env=envs[rt],
+                       capture_output=True, check=True)  # fmt: skip
+    for i in range(n):
+        times["bare"].append(bare_once(rootfs))
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times["python"].append(time.perf_counter() - t)
+        for key in keys if i % 2 else keys[::-1]:
+            what, rt = key.split("_")
+            t = time.perf_counter()
+            p = subprocess.run(argvs[what], cwd=folder, input=payload, env=envs[rt],
+                               capture_output=True)  # fmt: skip
+            times[key].append(time.perf_counter() - t)
+            assert p.returncode == 0 and (what == "grade" or b'"pass": true' in p.stdout), (
+                key, p.stdout, p.stderr,
+            )  # fmt: skip
+    return {k: ms(statistics.median(v)) for k, v in times.items()}
+
+
+def speed_rows(table: Table, sp: dict[str, object]) -> None:
+    cold, warm = sp["cold"], sp["warm"]  # type: ignore[index]
+
+    def over(m: dict[str, float], rt: str) -> str:
+        return f"{m[rt]:.0f} ms (+{m[rt] - m['bare']:.0f})"
+
+    table.add_row(
+        "trivial grader, cold (median)",
+        f"{cold['bare']:.0f} ms bare in rootfs",
+        over(cold, "runc"),
+        over(cold, "crun"),
+        "<= +15 ms",
+    )  # type: ignore[arg-type]
+    table.add_row(
+        "started ahead, input -> result",
+        f"{warm['bare']:.0f} ms bare",
+        over(warm, "runc"),
+        over(warm, "crun"),
+        "<= +5 ms",
+    )  # type: ignore[arg-type]
+    tp = sp["throughput"]
+
+    def rate(rt: str) -> str:
+        by = tp[rt]  # type: ignore[index]
+        return f"{max(by.values()):.1f}/s (2w {by[2]:.1f}, 4w {by[4]:.1f})"
+
+    table.add_row("throughput, trivial graders/s", "", rate("runc"), rate("crun"), ">= 60/s")
+    su = sp["suite_w4"]
+
+    def x(rt: str) -> str:
+        return f"{su[rt]:.1f}/s ({su[rt] / su['host']:.2f}x host)"  # type: ignore[index]
+
+    table.add_row("200-test suite, 4 workers (tests/s)", f"{su['host']:.1f}/s host backend",  # type: ignore[index]
+                  x("runc"), x("crun"), ">= 0.8x host")  # fmt: skip
+    py = sp["pytest"]
+
+    def ratio(rt: str) -> str:
+        return f"{py[rt]:.0f} ms ({py[rt] / py['bare']:.2f}x)"  # type: ignore[index]
+
+    table.add_row("pytest, 30 tests, prepared (median)", f"{py['bare']:.0f} ms bare in rootfs",  # type: ignore[index]
+                  ratio("runc"), ratio("crun"), "<= 1.1x")  # fmt: skip
+    cli = sp["cli"]
+    bare = cli["bare"]  # type: ignore[index]
+    for what, goal in (("exec", "<= +60 ms"), ("grade", "<= +100 ms")):
+        cells = [f"{cli[f'{what}_{rt}']:.0f} ms (+{cli[f'{what}_{rt}'] - bare:.0f})"  # type: ignore[index]
+                 for rt in RUNTIMES]  # fmt: skip
+        table.add_row(f"gradebox {what}, end to end (median)", f"{bare:.0f} ms bare", *cells, goal)
+    table.add_row("  python -c pass", f"{cli['python']:.0f} ms", "", "", "")  # type: ignore[index]
+    lb, la = sp["load_before"], sp["load_after"]  # type: ignore[index]
+    table.add_row("load average (1, 5, 15 min)", f"before {lb[0]:.1f} {lb[1]:.1f} {lb[2]:.1f}",
+                  f"after {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}", "2 cores", "")  # fmt: skip
+
+
 def main() -> None:
     # Bare subprocesses find python3 on PATH; make it this interpreter, not a slow shim
     # (pyenv's adds ~90 ms per start), so the host side is the fastest honest baseline.
@@ -665,7 +902,8 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=["exec", "report"], help="run this section alone")
+    parser.add_argument("--only", choices=["exec", "report", "speed"],
+                        help="run this section alone")
     parser.add_argument("--rows", choices=["all", "nonroot"], default="all")
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)  # bench_nonroot's child
     args = parser.parse_args()
@@ -730,6 +968,17 @@ def main() -> None:
         for col in ("benchmark", "bare / baseline", "docker", "oci", "target (oci)"):
             table.add_column(col)
         exec_rows(table, ex)
+        Console().print(table)
+        return
+    if args.only == "speed":
+        sp = bench_speed(tmp(), q, rootfs)
+        if args.json:
+            print(json.dumps(sp, indent=2, default=str))
+            return
+        table = Table(title="gradebox bench: issue 33 speed rows, oci (one run, interleaved)")
+        for col in ("benchmark", "bare / baseline", "runc", "crun", "goal"):
+            table.add_column(col)
+        speed_rows(table, sp)
         Console().print(table)
         return
     say("grade-cold…")

@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
@@ -42,7 +41,10 @@ _WHERE = {
     "get_sandbox": "sandbox",
 }
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .errors import (
         ConfigError,
         EngineError,

@@ -5,7 +5,10 @@ the configuration models use (``_types.Duration``)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["format_duration", "parse_duration"]
 

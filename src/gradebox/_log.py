@@ -7,7 +7,13 @@ they hold one of these instead of ``logging.getLogger(name)``.
 
 from __future__ import annotations
 
+import sys
+
 __all__ = ["LazyLogger"]
+
+
+def _dropped(*args: object, **kwargs: object) -> None:
+    pass
 
 
 class LazyLogger:
@@ -19,6 +25,11 @@ class LazyLogger:
         self.name = name
 
     def __getattr__(self, attr: str) -> object:
+        if attr in ("debug", "info") and "logging" not in sys.modules:
+            # Nothing configured logging (``-v`` and ``--debug`` do, importing it first): the
+            # root logger's level is WARNING, and these would be dropped. Not importing it
+            # for them is the same, minus the import (`sandbox: oci (...)` on every exec).
+            return _dropped
         import logging
 
         return getattr(logging.getLogger(self.name), attr)

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,12 @@ from gradebox.harness import (
     rewrite_top_level,
     top_level_strings,
 )
-from gradebox.sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY
+from gradebox.sandbox.defaults import (
+    DEFAULT_LIMITS,
+    DEFAULT_SECURITY,
+    LimitValues,
+    SecurityValues,
+)
 from tests.conftest import loaded_by
 
 
@@ -136,9 +140,9 @@ def test_the_plain_defaults_are_the_models_defaults():
     from gradebox.sandbox import Limits, Security
 
     limits, security = Limits(), Security()
-    assert {k: getattr(limits, k) for k in asdict(DEFAULT_LIMITS)} == asdict(DEFAULT_LIMITS)
-    assert {k: getattr(security, k) for k in asdict(DEFAULT_SECURITY)} == {
-        **asdict(DEFAULT_SECURITY),
+    assert {k: getattr(limits, k) for k in LimitValues._fields} == DEFAULT_LIMITS.as_dict()
+    assert {k: getattr(security, k) for k in SecurityValues._fields} == {
+        **DEFAULT_SECURITY.as_dict(),
         "capabilities": [],
     }
 
@@ -147,8 +151,44 @@ def test_the_hot_path_loads_no_heavy_package():
     hot = ["gradebox.cli.exec", "gradebox.harness", "gradebox.graders.spec",
            "gradebox.sandbox.oci", "gradebox.sandbox.oci_config", "gradebox.images.catalog",
            "gradebox.scratch"]  # fmt: skip
-    heavy = ("pydantic", "typer", "rich", "docker", "requests", "yaml", "tenacity", "logging")
+    heavy = ("pydantic", "typer", "rich", "docker", "requests", "yaml", "tenacity", "logging",
+             # stdlib, but each costs the hot path milliseconds for nothing it uses: dataclasses
+             # (its inspect: ast, dis, tokenize), typing (annotations only), argparse (gettext),
+             # tempfile (random, weakref). pathlib stays: the oci backend works in Paths.
+             "dataclasses", "inspect", "typing", "argparse", "tempfile")  # fmt: skip
     assert loaded_by(hot, heavy) == []
+
+
+# What exec runs before its sandbox starts, with the spellings a harness writes; none of it
+# may load what the hot path refuses (argparse, logging: see test above).
+_RUN_HOT = """
+import sys
+from gradebox.cli.exec import parse
+from gradebox.scratch import new_scratch
+from gradebox.sandbox import choose_backend
+from gradebox.fstree import remove_tree
+from gradebox.graders.spec import grader_spec
+opts = parse(["--image", "python", "-W", "/tmp", "--timeout=30s", "--env", "A=b", "-e", "C",
+              "--allow", "network", "--no-locked", "--max-calls", "7", "--", "python3", "x.py"])
+assert (opts.image, opts.workspace, opts.timeout, opts.env, opts.allow, opts.locked,
+        opts.max_calls, opts.command) == ("python", "/tmp", 30.0, ["A=b", "C"], ["network"],
+        False, 7, ["python3", "x.py"]), opts
+scratch = new_scratch()
+spec = grader_spec(image="sha256:" + "0" * 64, command=["true"], inputs=scratch, workspace=None)
+remove_tree(scratch)
+try:
+    choose_backend("oci")  # says `sandbox: oci (...)` at info level
+except Exception:
+    pass  # no runtime here: what it loaded on the way is what counts
+print([m for m in WATCHED if m in sys.modules])
+"""
+
+
+def test_what_exec_runs_before_the_sandbox_loads_nothing_it_refuses():
+    watched = ("argparse", "logging", "tempfile", "dataclasses", "typing", "pydantic")
+    code = f"WATCHED = {watched!r}\n{_RUN_HOT}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_exec_flags_fail_with_one_line_and_125():
@@ -224,3 +264,33 @@ def test_exec_refuses_a_folder_above_the_home_folder(tmp_path, monkeypatch):
         with pytest.raises(ExecError, match="above it"):
             box._refuse_wide(folder)
     box._refuse_wide(home / "evals")  # below it: fine
+
+
+@pytest.mark.parametrize("argv", [
+    ["--", "true"], ["true", "--image", "x"], ["--image", "python", "python3", "a.py"],
+    ["--image=node", "-W", "ws", "--", "node", "-e", "1"], ["--env", "A=1", "-e", "B", "--", "x"],
+    ["--allow", "network", "--allow=root", "--", "x"], ["--locked", "--no-locked", "--", "x"],
+    ["--max-calls", "3", "--", "x"], ["--max-calls", " +4 ", "--", "x"], ["--image=", "--", "x"],
+    ["--env=-x", "--", "x"], ["--timeout", "2m", "--sandbox", "oci", "--runtime", "runc", "x"],
+    ["--target", "judge", "--workspace", "/w", "--", "--", "x"], ["", "x"], ["--image", "p"],
+])  # fmt: skip
+def test_execs_quick_parser_reads_what_argparse_reads(argv):
+    """The hot path's parser and argparse agree wherever the quick one answers."""
+    import argparse
+
+    from gradebox.cli.exec import _parser, _quick
+
+    parser = _parser()
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    assert _quick(argv) == vars(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["-h"], ["--work", "ws", "--", "x"], ["--bogus", "--", "x"], ["-Wws", "x"],
+    ["--env", "-x", "--", "x"], ["--max-calls", "many", "--", "x"], ["--max-calls", "--5", "x"],
+    ["--image"], ["--locked=yes", "x"], ["-W=ws", "x"],
+])  # fmt: skip
+def test_execs_quick_parser_leaves_the_rest_to_argparse(argv):
+    from gradebox.cli.exec import _quick
+
+    assert _quick(argv) is None

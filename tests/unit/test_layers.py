@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_types",
             "_duration",
             "_log",
+            "_record",
             "errors",
             "_yaml",
             "jsonl",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data, load_grader
     from .run import run_grader
     from .verdict import judge

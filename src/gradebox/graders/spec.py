@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from ..sandbox.base import Mount, SandboxSpec
 from ..sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CONTAINER_GRADER_DIR",

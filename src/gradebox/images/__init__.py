@@ -17,9 +17,11 @@ machine's mirror), ``build`` (debootstrap, builds, status), ``lock`` (the lock f
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .apt import BASE_PACKAGES, Mirror, apt_mirror
     from .build import ImageStatus, bootstrap_base, build_image, build_images, status
     from .catalog import (

@@ -10,33 +10,69 @@ Must not import anything beyond the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .._record import Record
+
+TYPE_CHECKING = False
 
 __all__ = ["DEFAULT_LIMITS", "DEFAULT_SECURITY", "LimitValues", "SecurityValues"]
 
 
-@dataclass(frozen=True)
-class LimitValues:
+class LimitValues(Record):
     """Resource limits of one container (bytes, cores, counts)."""
 
-    memory: int = 1 << 30  # RAM; swap is disabled (memory = memswap)
-    cpus: float = 1.0
-    pids: int = 256
-    output: int = 1 << 20  # cap on each of stdout and stderr
-    file_size: int = 256 << 20
-    open_files: int = 1024
-    tmpfs: int = 64 << 20  # size of each writable tmpfs (/tmp, HOME)
+    __slots__ = _fields = (
+        "memory",  # RAM; swap is disabled (memory = memswap)
+        "cpus",
+        "pids",
+        "output",  # cap on each of stdout and stderr
+        "file_size",
+        "open_files",
+        "tmpfs",  # size of each writable tmpfs (/tmp, HOME)
+    )
+    _defaults = {
+        "memory": 1 << 30,
+        "cpus": 1.0,
+        "pids": 256,
+        "output": 1 << 20,
+        "file_size": 256 << 20,
+        "open_files": 1024,
+        "tmpfs": 64 << 20,
+    }
+    _frozen = True
+    if TYPE_CHECKING:
+        memory: int
+        cpus: float
+        pids: int
+        output: int
+        file_size: int
+        open_files: int
+        tmpfs: int
 
 
-@dataclass(frozen=True)
-class SecurityValues:
+class SecurityValues(Record):
     """Hardening switches; the defaults are the locked-down setting."""
 
-    read_only_root: bool = True
-    user: str | None = None  # uid[:gid]; None: 65534:65534, or a non-root invoker's own
-    capabilities: tuple[str, ...] = field(default=())
-    no_new_privileges: bool = True
-    init: bool = True
+    __slots__ = _fields = (
+        "read_only_root",
+        "user",  # uid[:gid]; None: 65534:65534, or a non-root invoker's own
+        "capabilities",
+        "no_new_privileges",
+        "init",
+    )
+    _defaults = {
+        "read_only_root": True,
+        "user": None,
+        "capabilities": (),
+        "no_new_privileges": True,
+        "init": True,
+    }
+    _frozen = True
+    if TYPE_CHECKING:
+        read_only_root: bool
+        user: str | None
+        capabilities: tuple[str, ...]
+        no_new_privileges: bool
+        init: bool
 
 
 DEFAULT_LIMITS = LimitValues()

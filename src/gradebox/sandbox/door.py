@@ -22,12 +22,13 @@ import contextlib
 import os
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any
 
 from ..errors import GradeboxError
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
     import socket
+    from typing import Any
 
 __all__ = ["listen_in_netns", "listen_via_engine"]
 
@@ -95,6 +96,7 @@ def listen_via_engine(
     """The socket of ``listen_in_netns``, made by a short-lived container of the engine that
     shares ``container``'s network namespace (see the module's docstring)."""
     import socket
+    import tempfile  # here: only the docker backend's door needs it
 
     from ..images.catalog import qualified
     from ..scratch import new_scratch

@@ -22,9 +22,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from .._record import Record
 from .base import Mount
 from .init import INIT_PATH, init_binary
 
@@ -77,13 +77,13 @@ def entry_command(command: list[str], *, init: bool) -> list[str]:
             *((INIT_PATH, "--") if init else ()), *gate]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Report:
-    """What the gate and the init said about one run."""
+class Report(Record):
+    """What the gate and the init said about one run: ``started``, the gate released the
+    command; ``start_error``, why it could not; ``signalled``, the init saw the command die
+    of a signal (None: it did not say)."""
 
-    started: bool  # the gate released the command
-    start_error: str | None  # why the gate could not
-    signalled: bool | None  # the init saw the command die of a signal (None: it did not say)
+    __slots__ = _fields = ("started", "start_error", "signalled")
+    _frozen = True
 
 
 def read_report(data: bytes, token: str) -> Report:

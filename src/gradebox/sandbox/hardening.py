@@ -6,15 +6,15 @@ The hardening table (docs/security.md) and this code can be read side by side.
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any
-
 from .base import Mount, default_user
 from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
-
-if TYPE_CHECKING:
-    from .models import Limits, Security
 from .seccomp import seccomp_json
+
+TYPE_CHECKING = False  # not typing's: `gradebox exec` imports this module
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .models import Limits, Security
 
 __all__ = [
     "HOME",
@@ -69,7 +69,7 @@ def privileges_of(
     if not sec.no_new_privileges:
         asked.append("privilege-escalation")
     if limits is not None:
-        for key in (f.name for f in fields(LimitValues)):
+        for key in LimitValues._fields:
             if float(getattr(limits, key)) > float(getattr(DEFAULT_LIMITS, key)):
                 asked.append("limits")
                 break

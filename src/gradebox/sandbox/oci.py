@@ -44,7 +44,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .._log import LazyLogger
 from ..errors import EngineError, GradeboxError, SandboxClosed
@@ -63,6 +62,7 @@ from .rootfs import RootfsCache, cache_dir
 from .runtime import Runtime
 from .runtime import choose as choose_runtime
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
     import socket
 

@@ -15,13 +15,16 @@ The same bundle runs under ``runc`` (the default), ``crun`` or gVisor's ``runsc`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from .base import SandboxSpec
 from .gate import GATE_CWD, INIT_ENV, REPORT_PATH, entry_command
 from .hardening import HOME, SCRATCH_FLAGS, run_as
 from .init import INIT_PATH
 from .seccomp import DENIED_SYSCALLS, seccomp_profile
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DENIED_SYSCALLS",

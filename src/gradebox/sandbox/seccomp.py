@@ -32,7 +32,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ALLOWED_SYSCALLS",

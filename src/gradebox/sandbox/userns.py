@@ -28,14 +28,15 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from .._record import Record
 from ..errors import GradeboxError
 from ..subids import SPAN, missing, prerequisite, subordinate
 
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
     import socket
+    from typing import Any
 
 __all__ = [
     "IdMap",
@@ -50,12 +51,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class IdMap:
+class IdMap(Record):
     """Inside -> outside ranges, as the OCI config's ``uidMappings`` take them."""
 
-    uids: tuple[tuple[int, int, int], ...]
-    gids: tuple[tuple[int, int, int], ...]
+    __slots__ = _fields = ("uids", "gids")  # each tuple[tuple[int, int, int], ...]
+    _frozen = True
 
     def oci(self) -> dict[str, list[dict[str, int]]]:
         def rows(ranges: tuple[tuple[int, int, int], ...]) -> list[dict[str, int]]:
