@@ -902,8 +902,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=["exec", "report", "speed"],
-                        help="run this section alone")
+    parser.add_argument(
+        "--only", choices=["exec", "report", "speed"], help="run this section alone"
+    )
     parser.add_argument("--rows", choices=["all", "nonroot"], default="all")
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)  # bench_nonroot's child
     args = parser.parse_args()

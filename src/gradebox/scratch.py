@@ -58,6 +58,8 @@ def scratch_error(exc: OSError) -> StorageError:
     of space: the machine's fault, which ends the run, named as such rather than as whatever
     a half-made folder broke next. A file named outside it (the OCI backend's own storage)
     is named instead (a relative name is relative to some folder of ours: no help)."""
+    import tempfile
+
     tmp = tempfile.gettempdir()
     name = os.fsdecode(exc.filename) if exc.filename is not None else None
     if name is not None and os.path.isabs(name) and os.path.commonpath([tmp, name]) != tmp:

@@ -273,6 +273,7 @@ def test_exec_refuses_a_folder_above_the_home_folder(tmp_path, monkeypatch):
     ["--max-calls", "3", "--", "x"], ["--max-calls", " +4 ", "--", "x"], ["--image=", "--", "x"],
     ["--env=-x", "--", "x"], ["--timeout", "2m", "--sandbox", "oci", "--runtime", "runc", "x"],
     ["--target", "judge", "--workspace", "/w", "--", "--", "x"], ["", "x"], ["--image", "p"],
+    ["--targets", "/etc/t.yaml", "--target", "judge", "--", "x"],
 ])  # fmt: skip
 def test_execs_quick_parser_reads_what_argparse_reads(argv):
     """The hot path's parser and argparse agree wherever the quick one answers."""
@@ -283,6 +284,15 @@ def test_execs_quick_parser_reads_what_argparse_reads(argv):
     parser = _parser()
     parser.add_argument("command", nargs=argparse.REMAINDER)
     assert _quick(argv) == vars(parser.parse_args(argv))
+
+
+def test_execs_quick_parser_knows_every_option_argparse_has():
+    """An option added to exec's parser and not to the quick one would be silently dropped
+    (the quick parser's answer has no such key): every option argparse takes is known."""
+    from gradebox.cli.exec import _VALUED, _parser
+
+    flags = {s for a in _parser()._actions for s in a.option_strings}
+    assert flags - set(_VALUED) - {"-h", "--help", "--locked", "--no-locked"} == set()
 
 
 @pytest.mark.parametrize("argv", [

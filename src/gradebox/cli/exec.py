@@ -173,6 +173,7 @@ _VALUED = {
     "--env": ("env", True),
     "-e": ("env", True),
     "--target": ("target", False),
+    "--targets": ("targets", False),
     "--max-calls": ("max_calls", False),
 }
 
@@ -185,7 +186,7 @@ def _quick(argv: list[str]) -> dict[str, Any] | None:
     and building argparse's parser costs the hot path ~4 ms; this costs nothing."""
     ns: dict[str, Any] = {"image": None, "workspace": None, "timeout": "60s", "sandbox": None,
                           "runtime": None, "allow": [], "env": [], "target": None,
-                          "max_calls": 50, "locked": None}  # fmt: skip
+                          "targets": None, "max_calls": 50, "locked": None}  # fmt: skip
     i = 0
     while i < len(argv):
         arg = argv[i]

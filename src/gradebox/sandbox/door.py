@@ -96,7 +96,6 @@ def listen_via_engine(
     """The socket of ``listen_in_netns``, made by a short-lived container of the engine that
     shares ``container``'s network namespace (see the module's docstring)."""
     import socket
-    import tempfile  # here: only the docker backend's door needs it
 
     from ..images.catalog import qualified
     from ..scratch import new_scratch

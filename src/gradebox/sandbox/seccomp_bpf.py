@@ -17,8 +17,6 @@ new name. None where libseccomp cannot be loaded: the runtime then compiles the 
 from __future__ import annotations
 
 import base64
-import ctypes
-import hashlib
 import json
 import os
 
@@ -39,11 +37,6 @@ _OPS = {"SCMP_CMP_NE": 1, "SCMP_CMP_LT": 2, "SCMP_CMP_LE": 3, "SCMP_CMP_EQ": 4,
 _ARCHES = {"SCMP_ARCH_X86_64": 0xC000003E, "SCMP_ARCH_AARCH64": 0xC00000B7}
 
 
-class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
-                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]  # fmt: skip
-
-
 def _action(rule: dict[str, Any], key: str, errno_key: str, default_errno: int = 1) -> int:
     name = rule[key]
     if name == "SCMP_ACT_ERRNO":
@@ -53,11 +46,15 @@ def _action(rule: dict[str, Any], key: str, errno_key: str, default_errno: int =
     return _ACTIONS[name]
 
 
-def _lib() -> Any:
-    import ctypes.util  # here: it imports tempfile, which a module import need not pay for
+def _lib(found: str | None = None) -> Any:
+    """libseccomp through ctypes (loaded only to compile: never on a cached start)."""
+    import ctypes
 
-    found = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
-    lib = ctypes.CDLL(found, use_errno=True)
+    class ArgCmp(ctypes.Structure):
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                    ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]  # fmt: skip
+
+    lib = ctypes.CDLL(found or _library_file() or "libseccomp.so.2", use_errno=True)
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
@@ -65,18 +62,10 @@ def _lib() -> Any:
     lib.seccomp_arch_native.restype = ctypes.c_uint32
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
-                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]  # fmt: skip
+                                           ctypes.c_uint, ctypes.POINTER(ArgCmp)]  # fmt: skip
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.ArgCmp = ArgCmp
     return lib
-
-
-def _version(lib: Any) -> str:
-    class _Version(ctypes.Structure):
-        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-
-    lib.seccomp_version.restype = ctypes.POINTER(_Version)
-    v = lib.seccomp_version().contents
-    return f"{v.major}.{v.minor}.{v.micro}"
 
 
 def compile_profile(profile: dict[str, Any], lib: Any = None) -> bytes:
@@ -99,9 +88,9 @@ def compile_profile(profile: dict[str, Any], lib: Any = None) -> bytes:
             if action == default:  # what the default does already (runc and crun skip it)
                 continue
             args = rule.get("args") or []
-            array = (_ArgCmp * max(1, len(args)))()
+            array = (lib.ArgCmp * max(1, len(args)))()
             for i, arg in enumerate(args):
-                array[i] = _ArgCmp(arg["index"], _OPS[arg["op"]], arg["value"],
+                array[i] = lib.ArgCmp(arg["index"], _OPS[arg["op"]], arg["value"],
                                    arg.get("valueTwo", 0))  # fmt: skip
             for name in rule["names"]:
                 nr = lib.seccomp_syscall_resolve_name(name.encode())
@@ -134,28 +123,60 @@ _memo: dict[str, str | None] = {}
 
 def compiled(profile: dict[str, Any], cache: str | None = None) -> str | None:
     """The profile's filter as the annotation takes it (base64), from the private cache or
-    compiled once; None where libseccomp is not there (the runtime compiles the profile)."""
+    compiled once; None where libseccomp is not there (the runtime compiles the profile).
+
+    On the hot path of every crun start: the cache is found without loading libseccomp
+    (named by the library file's identity, not by asking it its version), ctypes or a
+    hashing library (the profile's checksums, zlib's: the key only tells our own profiles
+    apart, in the user's own cache)."""
     text = json.dumps(profile, sort_keys=True, separators=(",", ":"))
     if text in _memo:
         return _memo[text]
-    try:
-        lib = _lib()
-        key = hashlib.sha256(f"{text}\0{_version(lib)}\0{os.uname().machine}".encode())
-    except (OSError, AttributeError):
+    found = _library_file()
+    if found is None:
         _memo[text] = None
         return None
-    path = os.path.join(cache, key.hexdigest()[:32] + ".bpf") if cache else None
+    import zlib
+
+    try:
+        st = os.stat(found)
+    except OSError:
+        _memo[text] = None
+        return None
+    body = text.encode()
+    ident = f"{found}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{os.uname().machine}"
+    key = f"{zlib.crc32(body):08x}{zlib.adler32(body):08x}{len(body):x}-" + (
+        f"{zlib.crc32(ident.encode()):08x}"
+    )  # fmt: skip
+    path = os.path.join(cache, key + ".bpf") if cache else None
     data = _read(path) if path else None
     if data is None:
         try:
-            data = compile_profile(profile, lib)
-        except (OSError, KeyError, ValueError):
+            data = compile_profile(profile, _lib(found))
+        except (OSError, KeyError, ValueError, AttributeError):
             _memo[text] = None
             return None
         if path:
             _write(path, data)
     _memo[text] = base64.b64encode(data).decode()
     return _memo[text]
+
+
+_TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+
+
+def _library_file() -> str | None:
+    """libseccomp's file, where the distribution puts it (no ``ldconfig -p``: a fork)."""
+    triplet = _TRIPLETS.get(os.uname().machine, "")
+    for folder in (f"/usr/lib/{triplet}", f"/lib/{triplet}", "/usr/lib64", "/lib64",
+                   "/usr/lib", "/lib"):  # fmt: skip
+        path = os.path.join(folder, "libseccomp.so.2")
+        if os.path.exists(path):
+            return os.path.realpath(path)
+    import ctypes.util
+
+    name = ctypes.util.find_library("seccomp")
+    return name if name and os.path.isabs(name) else None
 
 
 def _read(path: str) -> bytes | None:

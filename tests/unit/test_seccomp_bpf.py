@@ -1,0 +1,72 @@
+"""The seccomp filter compiled once for crun (sandbox/seccomp_bpf.py): the same rules as the
+profile, a private cache no one else can plant a filter in, and nothing loaded on a cached
+start."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from gradebox.sandbox import seccomp, seccomp_bpf
+
+pytestmark = pytest.mark.skipif(
+    seccomp_bpf._library_file() is None, reason="no libseccomp on this machine"
+)
+
+_ALLOW_ALL = struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000)  # one instruction: RET ALLOW
+
+
+def _fresh(monkeypatch):
+    monkeypatch.setattr(seccomp_bpf, "_memo", {})
+
+
+def test_the_filter_is_compiled_from_the_profile_and_cached(tmp_path, monkeypatch):
+    _fresh(monkeypatch)
+    profile = seccomp.seccomp_profile()
+    data = base64.b64decode(seccomp_bpf.compiled(profile, str(tmp_path)))
+    assert len(data) % 8 == 0 and len(data) > 8 * 50  # whole sock_filter entries, many rules
+    assert data == seccomp_bpf.compile_profile(profile)
+    (cached,) = tmp_path.iterdir()
+    assert cached.read_bytes() == data and (cached.stat().st_mode & 0o077) == 0
+    # Another profile is another file: the name follows the rules.
+    _fresh(monkeypatch)
+    other = {**profile, "defaultErrnoRet": 38}
+    seccomp_bpf.compiled(other, str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_filter_planted_in_the_cache_by_a_link_or_another_user_is_not_used(tmp_path, monkeypatch):
+    _fresh(monkeypatch)
+    profile = seccomp.seccomp_profile()
+    real = base64.b64decode(seccomp_bpf.compiled(profile, str(tmp_path)))
+    (cached,) = tmp_path.iterdir()
+    planted = tmp_path / "planted"
+    planted.write_bytes(_ALLOW_ALL)
+    cached.unlink()
+    cached.symlink_to(planted)  # a link: O_NOFOLLOW
+    _fresh(monkeypatch)
+    assert base64.b64decode(seccomp_bpf.compiled(profile, str(tmp_path))) == real
+    if os.geteuid() == 0:  # a file of another uid, where root can make one
+        cached.unlink()
+        cached.write_bytes(_ALLOW_ALL)
+        os.chown(cached, 65534, 65534)
+        _fresh(monkeypatch)
+        assert base64.b64decode(seccomp_bpf.compiled(profile, str(tmp_path))) == real
+
+
+def test_a_cached_start_loads_no_ctypes_nor_a_hash_library(tmp_path):
+    code = (
+        "import sys\n"
+        "from gradebox.sandbox import seccomp, seccomp_bpf\n"
+        f"assert seccomp_bpf.compiled(seccomp.seccomp_profile(), {str(tmp_path)!r})\n"
+        "print(sorted(m for m in ('ctypes', 'hashlib', 'tempfile') if m in sys.modules))\n"
+    )
+    run = [sys.executable, "-c", code]
+    subprocess.run(run, check=True, capture_output=True)  # compiles, fills the cache
+    out = subprocess.run(run, check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
