@@ -88,6 +88,13 @@ def _line(node_or_event: Any) -> int:
 _Entry = tuple[Any, ...]
 
 
+# A key that is no string is named by str() of its value where an error names it.
+_KEY_NAMES = {
+    "tag:yaml.org,2002:null": lambda text: "None",
+    "tag:yaml.org,2002:bool": lambda text: str(SafeConstructor.bool_values[text.lower()]),
+}
+
+
 class _BoundedComposer(Composer):
     """PyYAML's composer with our limits, and each key's line kept on the way."""
 
@@ -186,7 +193,10 @@ class _BoundedComposer(Composer):
             value = self.compose_node(node, key)
             node.value.append((key, value))
             if isinstance(key, ScalarNode):  # a later duplicate wins, as it does in the data
-                keys[key.value] = (key._gb[0], value._gb[1])  # type: ignore[attr-defined]
+                entry = (key._gb[0], value._gb[1])  # type: ignore[attr-defined]
+                keys[key.value] = entry
+                if key.tag in _KEY_NAMES:  # `~: 1` is found as written and as str(None)
+                    keys[_KEY_NAMES[key.tag](key.value)] = entry
             size += key._gb[2] + value._gb[2]  # type: ignore[attr-defined]
         node.end_mark = self.get_event().end_mark
         node._gb = (_line(start), keys, size)  # type: ignore[attr-defined]
@@ -205,9 +215,7 @@ class _BoundedConstructor(SafeConstructor):
         return value  # type: ignore[no-any-return]
 
 
-_BoundedConstructor.add_constructor(
-    "tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int
-)
+_BoundedConstructor.add_constructor("tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
 
 if yaml.__with_libyaml__:
     from yaml.cyaml import CParser

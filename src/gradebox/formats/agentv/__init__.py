@@ -91,7 +91,7 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
             raise where.error(("evaluate_options",), "evaluate_options is a mapping")
         unknown = set(options) - _EVALUATE_OPTIONS
         if unknown:
-            raise where.error(("evaluate_options", sorted(unknown)[0]),
+            raise where.error(("evaluate_options", sorted(unknown, key=str)[0]),
                               "not an evaluate_options field AgentV knows")  # fmt: skip
         check_repeat(options.get("repeat"), where, ("evaluate_options", "repeat"))
     threshold = data.get("threshold")
@@ -152,7 +152,7 @@ def _default_test(data: dict[str, Any], where: Where, roots: list[Path], env: di
         raise where.error(("default_test",), "default_test is a mapping or file://...")
     unknown = set(value) - _DEFAULT_TEST_KEYS
     if unknown:
-        raise where.error(("default_test", sorted(unknown)[0]), "not a default_test field")
+        raise where.error(("default_test", sorted(unknown, key=str)[0]), "not a default_test field")
     check_shapes(value, where, ("default_test",))
     return value
 

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..._yaml import load_yaml_file
+from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
 from ._base import Case, Lines1, Where, interpolate_env, render, resolve_path
 from .csv_cases import csv_cases
@@ -63,6 +63,14 @@ def _paths(ref: str, base: Path) -> list[Path]:
     return [(base / text).resolve()]
 
 
+def _exists(path: Path) -> bool:
+    # A name no filesystem takes (longer than NAME_MAX, say) names no file: not found.
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _case_folder(path: Path) -> list[Case]:
     out: list[Case] = []
     for sub in sorted(p for p in path.iterdir() if p.is_dir()):
@@ -78,7 +86,7 @@ def _case_folder(path: Path) -> list[Case]:
 
 def _file_cases(ref: str, base: Path, where: Where, loc: tuple[str, ...]) -> list[Case]:
     paths = _paths(ref, base)
-    if not paths or not any(p.exists() for p in paths):
+    if not paths or not any(_exists(p) for p in paths):
         raise where.error(loc, f"test file {ref!r} not found")
     out: list[Case] = []
     for path in paths:
@@ -122,7 +130,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
              ) -> list[Case]:  # fmt: skip
     unknown = set(item) - {"include", "type", "select", "run"}
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), "unknown field of an include entry")
+        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of an include entry")
     kind = item.get("type", "tests")
     if kind == "suite":
         raise where.refuse(
@@ -213,7 +221,7 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             raise swhere.error(sloc, "a scenario is {config: [...], tests: [...]}")
         unknown = set(scenario) - {"description", "config", "tests"}
         if unknown:
-            raise swhere.error((*sloc, sorted(unknown)[0]), "unknown scenario field")
+            raise swhere.error((*sloc, sorted(unknown, key=str)[0]), "unknown scenario field")
         tests = scenario["tests"]
         for c, config in enumerate(scenario["config"]):
             for t, test in enumerate(tests):
@@ -438,7 +446,9 @@ def check_shapes(item: dict[str, Any], where: Where, loc: tuple[str, ...]) -> No
     run = item.get("run") or {}
     unknown = set(run) - {"threshold", "repeat", "timeout_seconds", "budget_usd"}
     if unknown:
-        raise where.error((*loc, "run", sorted(unknown)[0]), "not a run field AgentV knows")
+        raise where.error(
+            (*loc, "run", sorted(unknown, key=str)[0]), "not a run field AgentV knows"
+        )
     for at, value in ((("run", "threshold"), run.get("threshold")), (("threshold",),
                       item.get("threshold"))):  # fmt: skip
         if value is not None and (_number(value) is None or not 0 <= value <= 1):
@@ -457,7 +467,7 @@ def check_repeat(value: Any, where: Where, loc: tuple[str, ...]) -> None:
     if isinstance(value, dict):
         unknown = set(value) - {"count", "strategy", "early_exit", "cost_limit_usd"}
         if unknown:
-            raise where.error((*loc, sorted(unknown)[0]), "not a repeat field")
+            raise where.error((*loc, sorted(unknown, key=str)[0]), "not a repeat field")
         if value.get("strategy", "pass_any") not in _STRATEGIES:
             raise where.error((*loc, "strategy"), f"strategy is one of {', '.join(_STRATEGIES)}")
         value, loc = value.get("count"), (*loc, "count")
@@ -497,8 +507,8 @@ def build_test(
         raise cwhere.error(loc, "a test must be a mapping")
     unknown = set(item) - TEST_KEYS
     if unknown:
-        raise cwhere.error((*loc, sorted(unknown)[0]), "not a test field AgentV knows (check "
-                           "its spelling)")  # fmt: skip
+        raise cwhere.error((*loc, sorted(unknown, key=str)[0]), "not a test field AgentV "
+                           "knows (check its spelling)")  # fmt: skip
     check_shapes(item, cwhere, loc)
     for key, why in (("depends_on", "tests run independently here; put the dependency's "
                       "steps in a before_each hook or the workspace template"),
@@ -598,7 +608,7 @@ def _conversation(
             raise cwhere.error(tloc, "a turn is {input, expected_output?, assert?}")
         unknown = set(turn) - {"input", "expected_output", "assert"}
         if unknown:
-            raise cwhere.error((*tloc, sorted(unknown)[0]), "unknown field of a turn")
+            raise cwhere.error((*tloc, sorted(unknown, key=str)[0]), "unknown field of a turn")
         text = render(turn["input"], variables)
         out.append({
             "input": text if isinstance(text, str) else _messages(
@@ -649,13 +659,22 @@ def read_cases_file(path: Path) -> list[Case]:
 
 def _jsonl_cases(path: Path) -> list[Case]:
     cases: list[Case] = []
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
+            deep = nesting_exceeds(item)  # the limit YAML files have
         except ValueError as exc:
             raise ConfigError(f"invalid JSON: {exc}", file=str(path), line=n) from None
+        except RecursionError:  # deeper than json's own recursion goes
+            deep = True
+        if deep:
+            raise ConfigError(f"refused: nested more than {MAX_DEPTH} levels deep",
+                              file=str(path), line=n)  # fmt: skip
         cases.append((item, Where(path, Lines1(n)), ()))
     return cases

@@ -28,7 +28,7 @@ def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
     if isinstance(hook, dict):
         unknown = set(hook) - {"command", "script", "timeout_ms", "timeoutMs", "cwd", "reset"}
         if unknown:
-            raise where.error((*loc, sorted(unknown)[0]), "unknown field of a hook")
+            raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of a hook")
         command = hook.get("command", hook.get("script"))
         if command is None:
             return None  # `reset: fast` and the like: every test gets a fresh workspace anyway
@@ -55,7 +55,7 @@ def map_workspace(
         raise where.error(loc, "workspace must be a mapping")
     unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode"}
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), "unknown workspace field")
+        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown workspace field")
     out: dict[str, Any] = {}
     if ws.get("template") is not None:
         out["template"] = str((base / str(ws["template"])).resolve())
@@ -119,7 +119,9 @@ def map_environment(
         raise where.error((*loc, "type"), f"environment type {kind!r}: host or docker")
     unknown = set(spec) - allowed
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), f"not a field of a {kind} environment")
+        raise where.error(
+            (*loc, sorted(unknown, key=str)[0]), f"not a field of a {kind} environment"
+        )
     if kind == "docker":
         return {}, _docker(spec, where, loc, base)
     out: dict[str, Any] = {}

@@ -1,0 +1,182 @@
+"""Fuzzed input never crashes us: the crashes a mutation fuzzer found, each pinned by a test,
+then the fuzzer itself (``tests/fuzzing.py``) over the example suites, the example grader files
+and AgentV's eval files, for a bounded count (``GRADEBOX_FUZZ_COUNT`` runs more)."""
+
+from __future__ import annotations
+
+import collections
+import os
+from pathlib import Path
+
+import pytest
+
+from gradebox.errors import ConfigError
+from gradebox.suite import load_suite
+from tests import fuzzing
+
+EVAL = """\
+description: a tiny AgentV eval
+providers:
+  - id: cli
+    label: echo
+    config:
+      command: "printf '%s' {PROMPT} > {OUTPUT_FILE}"
+tests:
+  - id: one
+    input: say hello
+    criteria: greets
+    assert:
+      - type: contains
+        value: hello
+"""
+
+
+def _eval(tmp_path: Path, text: str, name: str = "x.eval.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _one_line(path: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_suite(path)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def test_the_tiny_eval_loads(tmp_path):
+    """The control: each crash below is this file with one thing changed."""
+    suite = load_suite(_eval(tmp_path, EVAL))
+    assert [t.id for t in suite.tests] == ["one"]
+
+
+def test_a_hex_name_of_3600_digits(tmp_path):
+    """Was ValueError (int too large to print) where the suite's name is made."""
+    error = _one_line(_eval(tmp_path, f"name: 0x{'f' * 3600}\n{EVAL}"))
+    assert error.line == 1 and "4,300 digits" in error.message
+
+
+@pytest.mark.parametrize("key", ["~", "1", "null", "true", "1.5"])
+def test_a_key_that_is_no_string_in_a_test(tmp_path, key):
+    """Was TypeError in ``Where.error`` (joining a None or an int into the field's name)."""
+    error = _one_line(_eval(tmp_path, EVAL.replace("    input: say", f"    {key}: 1\n    input: say")))
+    assert error.field is not None and error.field.startswith("tests.0.")
+    assert error.line == 9
+
+
+def test_tests_naming_a_file_too_long_for_any_filesystem(tmp_path):
+    """Was OSError (File name too long) looking for the case file."""
+    text = EVAL.split("tests:")[0] + f"tests: {'a' * 300}\n"
+    error = _one_line(_eval(tmp_path, text))
+    assert "not found" in error.message and error.field == "tests"
+
+
+def test_an_alias_inside_its_own_anchor(tmp_path):
+    """Was RecursionError when the environment was interpolated into the structure."""
+    error = _one_line(_eval(tmp_path, EVAL + "metadata: &m {a: *m}\n"))
+    assert "inside its own anchor" in error.message
+
+
+def _jsonl(tmp_path: Path, line: bytes) -> Path:
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes(b'{"id": "a", "input": "hi", "criteria": "says hi"}\n' + line + b"\n")
+    return path
+
+
+def test_jsonl_cases_control(tmp_path):
+    suite = load_suite(_jsonl(tmp_path, b'{"id": "b", "input": "yo", "criteria": "says yo"}'))
+    assert len(suite.tests) == 2
+
+
+def test_jsonl_cases_with_a_latin1_byte(tmp_path):
+    """Was UnicodeDecodeError."""
+    error = _one_line(_jsonl(tmp_path, b'{"id": "caf\xe9", "input": "x"}'))
+    assert error.file.endswith("cases.jsonl") and "cannot read" in error.message
+
+
+@pytest.mark.parametrize("depth", [200, 1000, 100_000])
+def test_jsonl_cases_nested_deep(tmp_path, depth):
+    """1,000 deep was RecursionError (in json, or later walking the case)."""
+    line = b'{"id": "b", "input": "x", "vars": ' + b"[" * depth + b"]" * depth + b"}"
+    error = _one_line(_jsonl(tmp_path, line))
+    assert error.line == 2 and "nested more than" in error.message
+
+
+def _csv(tmp_path: Path, row: bytes) -> Path:
+    path = tmp_path / "cases.csv"
+    path.write_bytes(b"id,input,__expected\na,hi,contains:hi\n" + row + b"\n")
+    (tmp_path / "x.eval.yaml").write_text(EVAL.split("tests:")[0] + "tests: ./cases.csv\n")
+    return tmp_path / "x.eval.yaml"
+
+
+def test_csv_cases_control(tmp_path):
+    assert len(load_suite(_csv(tmp_path, b"b,yo,contains:yo")).tests) == 2
+
+
+def test_csv_cases_with_a_latin1_byte(tmp_path):
+    """Was UnicodeDecodeError."""
+    error = _one_line(_csv(tmp_path, b"b,caf\xe9,contains:x"))
+    assert error.file.endswith("cases.csv") and "cannot read" in error.message
+
+
+# --------------------------------------------------------------------------------------------
+# The fuzzer.
+
+COUNT = int(os.environ.get("GRADEBOX_FUZZ_COUNT", "300"))
+SEED = int(os.environ.get("GRADEBOX_FUZZ_SEED", "34"))
+
+
+@pytest.fixture(scope="module")
+def all_seeds(agentv_checkout: Path) -> list[fuzzing.Seed]:
+    found = fuzzing.seeds([agentv_checkout / "examples"])
+    kinds = collections.Counter(s.command for s in found)
+    assert kinds["grader"] >= 1 and kinds["validate"] >= 100  # the corpus is there
+    return found
+
+
+def test_fuzzed_files_give_exit_0_or_one_error_line(all_seeds, tmp_path):
+    """Every mutant: exit 0, or exit 2 with ``gradebox: error: file: ...`` lines; never a
+    traceback, a hang past the per-mutant limit, or memory past its limit."""
+    bad = []
+    for mutant in fuzzing.mutants(all_seeds, COUNT, seed=SEED):
+        outcome = fuzzing.check(mutant, tmp_path)
+        if not outcome.ok:
+            bad.append(f"{mutant.seed.name}/{mutant.file} {mutant.mutation}: {outcome.why}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_fuzzed_files_through_the_command(all_seeds, tmp_path):
+    """A few mutants through the ``gradebox`` command itself, in a process of bounded memory."""
+    hostile = ("alias_bomb", "deep", "huge_number", "binary", "odd_key")
+    picked = [m for m in fuzzing.mutants(all_seeds, 400, seed=SEED + 1) if m.mutation in hostile]
+    bad = []
+    for mutant in picked[:5]:
+        outcome = fuzzing.check_cli(mutant, tmp_path)
+        if not outcome.ok:
+            bad.append(f"{mutant.seed.name}/{mutant.file} {mutant.mutation}: {outcome.why}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_fuzzer_finds_what_it_looks_for(tmp_path, monkeypatch):
+    """The fuzzer's own control: a crash, a hang and a traceback are each reported."""
+    seed = fuzzing.Seed("t", tmp_path, Path("x.eval.yaml"), (Path("x.eval.yaml"),))
+    _eval(tmp_path, EVAL)
+    mutant = fuzzing.Mutant(seed, Path("x.eval.yaml"), "none", EVAL.encode())
+    assert fuzzing.check(mutant, tmp_path / "w").ok
+
+    import gradebox.formats.agentv as agentv
+
+    def crash(*args, **kwargs):
+        raise TypeError("boom")
+
+    monkeypatch.setattr(agentv, "build_suite", crash)
+    outcome = fuzzing.check(mutant, tmp_path / "w")
+    assert not outcome.ok and "TypeError: boom" in outcome.why
+
+    def spin(*args, **kwargs):
+        while True:
+            pass
+
+    monkeypatch.setattr(agentv, "build_suite", spin)
+    outcome = fuzzing.check(mutant, tmp_path / "w", seconds=1)
+    assert not outcome.ok and outcome.why.startswith("hang")
