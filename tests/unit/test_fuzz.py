@@ -59,15 +59,32 @@ def test_a_hex_name_of_3600_digits(tmp_path):
 @pytest.mark.parametrize("key", ["~", "1", "null", "true", "1.5"])
 def test_a_key_that_is_no_string_in_a_test(tmp_path, key):
     """Was TypeError in ``Where.error`` (joining a None or an int into the field's name)."""
-    error = _one_line(_eval(tmp_path, EVAL.replace("    input: say", f"    {key}: 1\n    input: say")))
+    error = _one_line(
+        _eval(tmp_path, EVAL.replace("    input: say", f"    {key}: 1\n    input: say"))
+    )
     assert error.field is not None and error.field.startswith("tests.0.")
     assert error.line == 9
+
+
+def test_two_keys_that_do_not_compare(tmp_path):
+    """Was TypeError sorting the unknown keys (None < 1) to name the first."""
+    error = _one_line(
+        _eval(tmp_path, EVAL.replace("    input: say", "    ~: 1\n    1: x\n    input: say"))
+    )
+    assert error.field in ("tests.0.1", "tests.0.None")
 
 
 def test_tests_naming_a_file_too_long_for_any_filesystem(tmp_path):
     """Was OSError (File name too long) looking for the case file."""
     text = EVAL.split("tests:")[0] + f"tests: {'a' * 300}\n"
     error = _one_line(_eval(tmp_path, text))
+    assert "not found" in error.message and error.field == "tests"
+
+
+@pytest.mark.parametrize("pattern", ["'**a'", "'a/**b/*.yaml'"])
+def test_tests_naming_a_glob_pattern_glob_refuses(tmp_path, pattern):
+    """Was ValueError (Invalid pattern: '**' can only be an entire path component)."""
+    error = _one_line(_eval(tmp_path, EVAL.split("tests:")[0] + f"tests: {pattern}\n"))
     assert "not found" in error.message and error.field == "tests"
 
 

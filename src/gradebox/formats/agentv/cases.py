@@ -59,7 +59,10 @@ class Context:
 def _paths(ref: str, base: Path) -> list[Path]:
     text = ref.strip().removeprefix("file://")
     if _GLOB.search(text):
-        return sorted(p.resolve() for p in base.glob(text) if p.is_file())
+        try:
+            return sorted(p.resolve() for p in base.glob(text) if _is_file(p))
+        except (ValueError, OSError):  # a pattern glob refuses ('a**'): it matches nothing
+            return []
     return [(base / text).resolve()]
 
 
@@ -67,6 +70,13 @@ def _exists(path: Path) -> bool:
     # A name no filesystem takes (longer than NAME_MAX, say) names no file: not found.
     try:
         return path.exists()
+    except OSError:
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
     except OSError:
         return False
 
