@@ -136,6 +136,15 @@ def test_csv_cases_with_a_latin1_byte(tmp_path):
     assert error.file.endswith("cases.csv") and "cannot read" in error.message
 
 
+def test_csv_column_nesting_past_the_limit(tmp_path):
+    """A ``vars.a.a.a...`` column makes nested vars: as deep as YAML may nest, no deeper."""
+    path = tmp_path / "cases.csv"
+    path.write_text("id,input,vars." + "a." * 1000 + "z\na,hi,1\n")
+    (tmp_path / "x.eval.yaml").write_text(EVAL.split("tests:")[0] + "tests: ./cases.csv\n")
+    error = _one_line(tmp_path / "x.eval.yaml")
+    assert error.file.endswith("cases.csv") and error.line == 2 and "nests more" in error.message
+
+
 # --------------------------------------------------------------------------------------------
 # The fuzzer.
 
