@@ -81,6 +81,28 @@ def test_tests_naming_a_file_too_long_for_any_filesystem(tmp_path):
     assert "not found" in error.message and error.field == "tests"
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "environment: {type: host, workdir: LONG}",
+        "environment: {type: host, setup: {command: [bash, ./LONG.sh]}}",
+        "workspace: {repos: [{path: r, source: {type: local, path: LONG}}]}",
+        "defaults: file://LONG",
+        "scenarios: [file://LONG]",
+        "tests: [{include: LONG}]",
+    ],
+)
+def test_names_too_long_for_any_filesystem_elsewhere(tmp_path, extra):
+    """Each was OSError (File name too long) where the name was looked up."""
+    text = EVAL.split("tests:")[0] + extra.replace("LONG", "c" * 300) + "\n"
+    if not extra.startswith("tests:"):
+        text += "tests:" + EVAL.split("tests:")[1]
+    try:
+        load_suite(_eval(tmp_path, text))
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+
+
 @pytest.mark.parametrize("pattern", ["'**a'", "'a/**b/*.yaml'"])
 def test_tests_naming_a_glob_pattern_glob_refuses(tmp_path, pattern):
     """Was ValueError (Invalid pattern: '**' can only be an entire path component)."""

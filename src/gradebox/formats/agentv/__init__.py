@@ -28,7 +28,7 @@ from ..._yaml import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED
 from ...suite import Suite, SuiteFile, build_suite
-from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
+from ._base import Where, dotenv, interpolate_env, is_file, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace
 from .providers import resolve_target
@@ -170,7 +170,7 @@ def _eval_defaults(data: dict[str, Any], base: Path) -> dict[str, Any]:
     value = data.get("defaults")
     if isinstance(value, str) and value.strip().startswith("file://"):
         path = (base / value.strip().removeprefix("file://")).resolve()
-        value = load_yaml_file(path)[0] if path.is_file() else {}
+        value = load_yaml_file(path)[0] if is_file(path) else {}
     return value if isinstance(value, dict) else {}
 
 

@@ -22,7 +22,17 @@ from typing import Any
 
 from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
-from ._base import Case, Lines1, Where, interpolate_env, render, resolve_path
+from ._base import (
+    Case,
+    Lines1,
+    Where,
+    exists,
+    interpolate_env,
+    is_dir,
+    is_file,
+    render,
+    resolve_path,
+)
 from .csv_cases import csv_cases
 from .environment import map_environment, map_workspace
 
@@ -60,25 +70,10 @@ def _paths(ref: str, base: Path) -> list[Path]:
     text = ref.strip().removeprefix("file://")
     if _GLOB.search(text):
         try:
-            return sorted(p.resolve() for p in base.glob(text) if _is_file(p))
+            return sorted(p.resolve() for p in base.glob(text) if is_file(p))
         except (ValueError, OSError):  # a pattern glob refuses ('a**'): it matches nothing
             return []
     return [(base / text).resolve()]
-
-
-def _exists(path: Path) -> bool:
-    # A name no filesystem takes (longer than NAME_MAX, say) names no file: not found.
-    try:
-        return path.exists()
-    except OSError:
-        return False
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:
-        return False
 
 
 def _case_folder(path: Path) -> list[Case]:
@@ -96,11 +91,11 @@ def _case_folder(path: Path) -> list[Case]:
 
 def _file_cases(ref: str, base: Path, where: Where, loc: tuple[str, ...]) -> list[Case]:
     paths = _paths(ref, base)
-    if not paths or not any(_exists(p) for p in paths):
+    if not paths or not any(exists(p) for p in paths):
         raise where.error(loc, f"test file {ref!r} not found")
     out: list[Case] = []
     for path in paths:
-        if path.is_dir():
+        if is_dir(path):
             out += _case_folder(path)
         elif re.search(r"\.eval\.ya?ml$", path.name, re.I):
             raise where.error(loc, f"{ref!r} is an eval file: include it with "
@@ -152,7 +147,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
         raise where.error((*loc, "type"), "type is tests or suite")
     cases: list[Case] = []
     for path in _paths(str(item["include"]), base):
-        if not path.exists():
+        if not exists(path):
             raise where.error((*loc, "include"), f"{item['include']!r} not found")
         if re.search(r"\.eval\.ya?ml$", path.name, re.I):
             data, lines = load_yaml_file(path)
@@ -162,7 +157,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
             elif isinstance(tests, list):
                 cases += [(t, Where(path, lines), ("tests", str(i))) for i, t in enumerate(tests)
                           if isinstance(t, dict)]  # fmt: skip
-        elif path.is_dir():
+        elif is_dir(path):
             cases += _case_folder(path)
         else:
             cases += read_cases_file(path)
@@ -211,7 +206,7 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             if not item.startswith("file://"):
                 raise where.error(("scenarios", str(i)), "a scenario reference is file://...")
             paths = _paths(item, base)
-            if not any(p.is_file() for p in paths):
+            if not any(is_file(p) for p in paths):
                 raise where.error(("scenarios", str(i)), f"no scenario file matches {item!r}")
             for path in paths:
                 data, lines = load_yaml_file(path)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._yaml import load_yaml_file
-from ._base import Where, interpolate_env
+from ._base import Where, interpolate_env, is_dir, is_file
 
 __all__ = ["map_environment", "map_workspace"]
 
@@ -93,7 +93,7 @@ def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str
     checkout = repo.get("checkout") if isinstance(repo.get("checkout"), dict) else {}
     ref = checkout.get("base_commit") or checkout.get("ref") or repo.get("commit")
     path = (base / local).resolve()
-    if not path.is_dir():
+    if not is_dir(path):
         raise where.error((*loc, "source", "path"), f"{local!r} is not a directory")
     return {"path": str(repo["path"]), "source": str(path), "ref": ref}
 
@@ -127,7 +127,7 @@ def map_environment(
     out: dict[str, Any] = {}
     workdir = spec.get("workdir")
     folder = (base / str(workdir)).resolve() if workdir is not None else None
-    if folder is not None and folder.is_dir():
+    if folder is not None and is_dir(folder):
         out["template"] = str(folder)
     setup = spec.get("setup")
     if setup is not None:
@@ -156,7 +156,7 @@ def _relative_to(command: Any, cwd: Path, suite_dir: Path) -> Any:
         text = str(arg)
         # normpath, not resolve: the setup's own cwd may not exist yet (it makes it).
         candidate = Path(os.path.normpath(cwd / text))
-        if not Path(text).is_absolute() and ("/" in text or "." in text) and candidate.is_file():
+        if not Path(text).is_absolute() and ("/" in text or "." in text) and is_file(candidate):
             out.append(os.path.relpath(candidate, suite_dir))
         else:
             out.append(text)
