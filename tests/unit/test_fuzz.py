@@ -167,6 +167,18 @@ def test_csv_column_nesting_past_the_limit(tmp_path):
     assert error.file.endswith("cases.csv") and error.line == 2 and "nests more" in error.message
 
 
+@pytest.mark.parametrize("key", ['"a\\nb"', '"\\e]0;owned\\a\\e[2J"', '"x\\u2028y"'])
+def test_a_key_with_control_characters_stays_on_one_line(tmp_path, key):
+    """Was an error of two lines (or an escape sequence sent to the user's terminal)."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\n{key}: 1\ntests: [{{id: t, output: x, assert: [contains]}}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_suite(suite)
+    text = str(info.value)
+    assert "\n" not in text and "\x1b" not in text and "\u2028" not in text
+    assert text.startswith(f"{suite}:2: ") and "unknown field" in text
+
+
 # --------------------------------------------------------------------------------------------
 # The fuzzer.
 
