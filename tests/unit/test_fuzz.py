@@ -99,8 +99,30 @@ def test_names_too_long_for_any_filesystem_elsewhere(tmp_path, extra):
         text += "tests:" + EVAL.split("tests:")[1]
     try:
         load_suite(_eval(tmp_path, text))
-    except ConfigError as exc:
-        assert "\n" not in str(exc)
+    except ConfigError as exc:  # one line per error, each naming a file
+        assert all(line.startswith(str(tmp_path)) for line in str(exc).splitlines())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "workspace: {template: ./LONG}",
+        "tests: [{id: t, output: x, assert: [{type: pytest, files: [LONG.py]}]}]",
+        "tests: [{id: t, output: x, assert: [{type: script, command: [x, LONG.py], cwd: LONG}]}]",
+        "tests: [{id: t, output: x, assert: [{type: llm-grader, prompt: file://LONG.md}]}]",
+    ],
+)
+def test_names_too_long_in_a_gradebox_suite(tmp_path, extra):
+    """Each was OSError (File name too long) where the suite was compiled."""
+    text = "name: s\n" + extra.replace("LONG", "c" * 300) + "\n"
+    if "tests:" not in extra:
+        text += "tests: [{id: t, output: x, assert: [contains]}]\n"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(text)
+    try:
+        load_suite(suite)
+    except ConfigError as exc:  # one line per error, each naming the file
+        assert all(line.startswith(f"{suite}:") for line in str(exc).splitlines())
 
 
 @pytest.mark.parametrize("pattern", ["'**a'", "'a/**b/*.yaml'"])

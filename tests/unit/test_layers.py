@@ -27,6 +27,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_log",
             "errors",
             "_yaml",
+            "_pathnames",
             "jsonl",
             "fstree",
             "gitignore",

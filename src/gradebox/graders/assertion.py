@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._pathnames import exists, is_dir, is_file
 from .._types import format_duration
 from .._yaml import LineMap, validate
 from ..errors import ConfigError, UnsupportedFeature
@@ -457,7 +458,7 @@ def _grader(
             if not isinstance(cwd, str):
                 raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
             source = (ctx.suite_dir / cwd).resolve()
-            if not source.is_dir():
+            if not is_dir(source):
                 raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
             root = project_folder(ctx.suite_dir)
             if source != root and root not in source.parents:
@@ -511,11 +512,11 @@ def _found_script(arg: Any, ctx: CompileContext) -> Any:
     folder so that it is mounted."""
     if not isinstance(arg, str) or not _SCRIPT_LIKE.search(arg) or Path(arg).is_absolute():
         return arg
-    if (ctx.suite_dir / arg).exists():
+    if exists(ctx.suite_dir / arg):
         return arg
     for root in ctx.search_roots:
         candidate = root / arg
-        if candidate.is_file():
+        if is_file(candidate):
             return os.path.relpath(candidate.resolve(), ctx.suite_dir)
     return arg
 
@@ -607,7 +608,7 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
     if "\n" in rel or len(rel) > 1024:
         return None
     path = (ctx.suite_dir / rel).resolve()
-    if path.is_file():
+    if is_file(path):
         try:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

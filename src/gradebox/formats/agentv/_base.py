@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..._pathnames import exists, is_dir, is_file
 from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
 
@@ -156,31 +157,6 @@ def search_roots(eval_file: Path) -> list[Path]:
     if cwd not in roots:
         roots.append(cwd)
     return roots
-
-
-def is_file(path: Path) -> bool:
-    """``path.is_file()``, False for a name no filesystem takes (longer than NAME_MAX): such
-    a name, written in an eval file, names nothing rather than crashing the reader."""
-    try:
-        return path.is_file()
-    except OSError:
-        return False
-
-
-def is_dir(path: Path) -> bool:
-    """``path.is_dir()``, likewise."""
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-def exists(path: Path) -> bool:
-    """``path.exists()``, likewise."""
-    try:
-        return path.exists()
-    except OSError:
-        return False
 
 
 def resolve_path(rel: str, roots: list[Path]) -> Path | None:
