@@ -348,6 +348,8 @@ def placed(mutant: Mutant, workdir: Path) -> Iterator[Path]:
 
 
 _ERROR = re.compile(r"^gradebox: error: \S")
+_NAMES_A_FILE = re.compile(r"^[^:\s]*[/.][^:]*:(\d+:)? ")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\u2028\u2029]")
 
 # What AgentV's example targets read from the environment: set (to values that reach nothing)
 # so that validation goes past them, as it does on a user's machine.
@@ -376,10 +378,15 @@ def judge(mutant: Mutant, code: int | None, stdout: str, stderr: str) -> Outcome
         return Outcome(mutant, False, code, f"traceback: {tail[:300]}")
     if code == 0:
         return Outcome(mutant, True, code, "")
-    first = stderr.splitlines()[0] if stderr else ""
-    if code == 2 and _ERROR.match(first):
-        return Outcome(mutant, True, code, first[:300])
-    return Outcome(mutant, False, code, f"exit {code}: {stderr.strip()[:300]!r}")
+    lines = stderr.splitlines()
+    first = lines[0] if lines else ""
+    if code != 2 or not _ERROR.match(first):
+        return Outcome(mutant, False, code, f"exit {code}: {stderr.strip()[:300]!r}")
+    # One line per error, each naming its file first (``ConfigErrors`` lists several).
+    for line in [first.removeprefix("gradebox: error: "), *lines[1:]]:
+        if not _NAMES_A_FILE.match(line) or _CONTROL.search(line):
+            return Outcome(mutant, False, code, f"not a file: field: message line: {line[:300]!r}")
+    return Outcome(mutant, True, code, first[:300])
 
 
 def check(mutant: Mutant, workdir: Path, seconds: float = TIME_LIMIT) -> Outcome:
