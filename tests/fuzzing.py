@@ -136,7 +136,8 @@ _WRONG = [b"[]", b"{}", b"1", b"-7", b"true", b"null", b"~", b'"text"', b"[1, {a
           b"1.5", b"2001-12-14", b"!!binary aGVsbG8=", b"!!set {a, b}", b"!custom x",
           b"!!python/object:os.system x", b"'{{ env.HOME }}'", b"'{{ vars.x }}'",
           b"file://nothing.yaml", b"'*'", b"'../../../../etc/passwd'", b"/dev/null",
-          b"''", b"' '", b"'0'", b"- a\n- b"]  # fmt: skip
+          b"''", b"' '", b"'0'", b"- a\n- b", b"2001-13-45", b"2001-02-03 04:05:99",
+          b"!!float x", b"!!bool maybe", b"!!timestamp x", b"!!int 0x"]  # fmt: skip
 _HUGE = [b"1" * 4301, b"-" + b"9" * 5000, b"0x" + b"f" * 3600, b"0b" + b"1" * 4000,
          b"1e99999", b"-1e99999", b".nan", b"1" * 300, b"9" * 20, b"0o" + b"7" * 5000,
          b":".join([b"59"] * 3000), b"1" + b"_0" * 3000]  # fmt: skip

@@ -204,6 +204,18 @@ class _BoundedComposer(Composer):
 
 
 class _BoundedConstructor(SafeConstructor):
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            # PyYAML's own constructors raise these for a scalar its resolver took for a date
+            # or a number and that is none (``2001-13-45``, ``!!float abc``, ``!!bool maybe``).
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            value = str(node.value)[:60] if isinstance(node, ScalarNode) else kind
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not a valid {kind}: {value!r} ({exc})", node.start_mark
+            ) from None
+
     def construct_yaml_int(self, node: ScalarNode) -> int:
         if len(node.value) > MAX_INT_DIGITS:
             raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))

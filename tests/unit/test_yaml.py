@@ -112,6 +112,15 @@ def test_huge_integers_refused_at_their_line(tmp_path, number):
     assert "integer of more than 4,300 digits" in error.message and error.line == 2
 
 
+@pytest.mark.parametrize("value", ["2001-13-45", "2001-02-30 25:61:61", "!!float abc",
+                                   "!!int abc", "!!timestamp x", "!!bool maybe",
+                                   "9999-12-31 23:59:59 -24:00"])  # fmt: skip
+def test_scalars_pyyaml_cannot_construct_are_errors_at_their_line(tmp_path, value):
+    """Each was a ValueError, KeyError or AttributeError out of PyYAML's constructors."""
+    error = _refused(_write(tmp_path, f"a: 1\nb: [{value}]\n"))
+    assert error.line == 2 and "not a valid" in error.message
+
+
 def test_integers_that_fit_still_load(tmp_path):
     data, _ = load_yaml_file(_write(tmp_path, f"a: {'9' * 4000}\nb: 0x{'f' * 3000}\nc: 1_000\n"))
     assert data["a"] == int("9" * 4000) and data["b"] == int("f" * 3000, 16)
