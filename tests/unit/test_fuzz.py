@@ -201,6 +201,18 @@ def test_a_key_with_control_characters_stays_on_one_line(tmp_path, key):
     assert text.startswith(f"{suite}:2: ") and "unknown field" in text
 
 
+@pytest.mark.parametrize("kind", ["{a: 1}", "[script]", "*t", "1"])
+def test_a_grader_type_that_is_no_string(tmp_path, kind):
+    """A mapping or list as a grader file's type was TypeError (unhashable)."""
+    from gradebox.graders.config import load_grader
+
+    grader = tmp_path / "grader.yaml"
+    grader.write_text(f"t: &t {{x: 1}}\ntype: {kind}\ncommand: [python3, g.py]\n")
+    with pytest.raises(ConfigError) as info:
+        load_grader(grader)
+    assert str(info.value).startswith(f"{grader}:2: type: unknown grader type")
+
+
 # --------------------------------------------------------------------------------------------
 # The fuzzer.
 
