@@ -241,12 +241,14 @@ if yaml.__with_libyaml__:
             _BoundedConstructor.__init__(self)
             Resolver.__init__(self)
 
-else:  # pragma: no cover (PyYAML built without libyaml: the same, at Python's speed)
+else:  # PyYAML built without libyaml: the same, at Python's speed (a test runs it)
     from yaml.parser import Parser
     from yaml.reader import Reader
     from yaml.scanner import Scanner
 
-    class _Loader(_BoundedComposer, Reader, Scanner, Parser, _BoundedConstructor, Resolver):  # type: ignore[no-redef]
+    class _Loader(  # type: ignore[no-redef]
+        _BoundedComposer, Reader, Scanner, Parser, _BoundedConstructor, Resolver
+    ):
         def __init__(self, text: str) -> None:
             Reader.__init__(self, text)
             Scanner.__init__(self)

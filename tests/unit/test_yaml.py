@@ -156,6 +156,27 @@ def test_the_loader_uses_libyaml_when_pyyaml_has_it():
         assert issubclass(_yaml._Loader, yaml.cyaml.CParser)
 
 
+def test_without_libyaml_the_same_limits_and_lines(tmp_path):
+    """PyYAML built without libyaml: the pure-Python parser under the same composer."""
+    _write(tmp_path, LAUGHS, "bomb.yaml")
+    _write(tmp_path, "a: 1\nb:\n  c: [x, y]\n", "ok.yaml")
+    code = (
+        "import yaml; yaml.__with_libyaml__ = False\n"
+        "from pathlib import Path\n"
+        "from gradebox import _yaml\n"
+        "assert not issubclass(_yaml._Loader, getattr(yaml, 'CParser', ()))\n"
+        f"data, lines = _yaml.load_yaml_file(Path({str(tmp_path / 'ok.yaml')!r}))\n"
+        "assert data == {'a': 1, 'b': {'c': ['x', 'y']}} and lines.get(('b', 'c')) == 3\n"
+        "try:\n"
+        f"    _yaml.load_yaml_file(Path({str(tmp_path / 'bomb.yaml')!r}))\n"
+        "except _yaml.ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "aliases expand past" in p.stdout
+
+
 def test_duplicate_anchor_names_both_lines(tmp_path):
     error = _refused(_write(tmp_path, "a: &x 1\nb: &x 2\n"))
     assert error.line == 2 and "line 1" in error.message
