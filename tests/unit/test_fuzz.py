@@ -201,6 +201,25 @@ def test_a_key_with_control_characters_stays_on_one_line(tmp_path, key):
     assert text.startswith(f"{suite}:2: ") and "unknown field" in text
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{type: assert-set, assert: [contains], 1.5: x}",
+        "{type: assert-set, assert: [contains], ~: x, 1: y}",
+        "{type: llm-grader, prompt: p, 1: x, ~: y}",
+        "{type: pytest, files: [t.py], 1: x, ~: y}",
+    ],
+)
+def test_a_key_that_is_no_string_in_an_assertion(tmp_path, entry):
+    """Was TypeError naming the field (joining a float) or sorting None against 1."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\ntests:\n  - id: t\n    output: x\n    assert:\n      - {entry}\n")
+    with pytest.raises(ConfigError) as info:
+        load_suite(suite)
+    assert str(info.value).startswith(f"{suite}:6: tests.0.assert.0.")
+    assert "unknown field" in str(info.value)
+
+
 @pytest.mark.parametrize("kind", ["{a: 1}", "[script]", "*t", "1"])
 def test_a_grader_type_that_is_no_string(tmp_path, kind):
     """A mapping or list as a grader file's type was TypeError (unhashable)."""

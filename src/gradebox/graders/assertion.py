@@ -280,6 +280,7 @@ class CompileContext:
 
 
 def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigError:
+    loc = tuple(str(part) for part in loc)  # a key written as 1.5 or ~ is no string
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
@@ -404,7 +405,7 @@ def _assert_set(
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
     unknown = set(body) - {"type", "assert", "threshold", "config"}
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of an assert-set (check its spelling)")
     children = body.get("assert")
     if not isinstance(children, list) or not children:
@@ -630,7 +631,7 @@ def _llm(
         allowed |= set(body) - {"transform"}
     unknown = set(body) - allowed
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of an LLM grader (check its spelling)")
     if "transform" in body:
         raise UnsupportedFeature(
@@ -741,7 +742,7 @@ def _verifier(
 
     unknown = set(body) - _VERIFIER_KEYS
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of a verifier (check its spelling)")
     try:
         if body["type"] == "pytest":
