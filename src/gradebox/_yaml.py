@@ -217,16 +217,20 @@ class _BoundedConstructor(SafeConstructor):
             ) from None
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
-        if len(node.value) > MAX_INT_DIGITS:
+        # Written with too many digits: refused before any work (``int()`` would refuse a
+        # decimal one; sexagesimal ``1:2:3...`` grows in quadratic time).
+        text = node.value.replace("_", "").lstrip("+-")
+        if len(text) > 2 * MAX_INT_DIGITS or (text.isdigit() and len(text) > MAX_INT_DIGITS):
             raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))
         value = super().construct_yaml_int(node)
-        # 0x... and 0b... reach more digits than they are written with; 14,000 bits is about
-        # 4,200 decimal digits, so every integer we keep can be printed.
-        if value.bit_length() > 14_000:
+        # 0x... and 0b... reach more digits than they are written with: each integer we keep
+        # can be printed.
+        if abs(value) >= _INT_CEILING:
             raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))
         return value  # type: ignore[no-any-return]
 
 
+_INT_CEILING = 10**MAX_INT_DIGITS
 _BoundedConstructor.add_constructor("tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
 
 if yaml.__with_libyaml__:

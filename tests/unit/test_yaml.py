@@ -122,9 +122,11 @@ def test_scalars_pyyaml_cannot_construct_are_errors_at_their_line(tmp_path, valu
 
 
 def test_integers_that_fit_still_load(tmp_path):
-    data, _ = load_yaml_file(_write(tmp_path, f"a: {'9' * 4000}\nb: 0x{'f' * 3000}\nc: 1_000\n"))
-    assert data["a"] == int("9" * 4000) and data["b"] == int("f" * 3000, 16)
-    assert data["c"] == 1000
+    text = f"a: {'9' * 4300}\nb: 0x{'f' * 3000}\nc: 1_000\nd: -{'9' * 4300}\n"
+    data, _ = load_yaml_file(_write(tmp_path, text))
+    assert data["a"] == int("9" * 4300) and data["b"] == int("f" * 3000, 16)
+    assert data["c"] == 1000 and data["d"] == -data["a"]
+    assert len(str(data["a"])) == 4300
 
 
 def test_file_too_large_refused_unread(tmp_path, monkeypatch):
