@@ -150,6 +150,8 @@ class _BoundedComposer(Composer):
         value = event.value
         if len(value) > MAX_SCALAR_CHARS:
             raise _Refused(f"a value longer than {MAX_SCALAR_CHARS:,} characters", _line(event))
+        if "\0" in value:  # ("\0" in YAML) no path, argument or variable can carry one
+            raise _Refused("a value holds a NUL character", _line(event))
         tag = event.tag
         if tag is None or tag == "!":
             tag = self.resolve(ScalarNode, value, event.implicit)
@@ -329,6 +331,16 @@ def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
         data = None if node is None else loader.construct_document(node)
     except _Refused as exc:
         raise ConfigError(f"refused: {exc.message}", file=str(path), line=exc.line) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses, at an offset
+        # libyaml counts bytes (of the UTF-8 it was given: ``raw``), Python's reader characters.
+        source: Any = raw if yaml.__with_libyaml__ else text
+        newline = b"\n" if isinstance(source, bytes) else "\n"
+        position = exc.position if isinstance(exc.position, int) else 0
+        line = source.count(newline, 0, position) + 1
+        raise ConfigError(
+            f"invalid YAML: character #x{exc.character:04x}: {exc.reason}",
+            file=str(path), line=line,
+        ) from None  # fmt: skip
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)

@@ -163,6 +163,30 @@ def test_jsonl_cases_nested_deep(tmp_path, depth):
     assert error.line == 2 and "nested more than" in error.message
 
 
+def test_jsonl_cases_with_a_nul(tmp_path):
+    """As in a YAML file (a raw NUL is no JSON already)."""
+    error = _one_line(_jsonl(tmp_path, b'{"id": "b", "input_files": ["a\\u0000"]}'))
+    assert error.line == 2 and "NUL" in error.message
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        'workspace: {template: "./a\\0b"}',
+        'environment: {type: host, workdir: "a\\0b"}',
+        'tests: "a\\0b"',
+        'scenarios: ["file://a\\0"]',
+    ],
+)
+def test_a_nul_in_an_eval_file(tmp_path, extra):
+    """Was ValueError (embedded null byte) resolving the path."""
+    text = EVAL.split("tests:")[0] + extra + "\n"
+    if not extra.startswith("tests:"):
+        text += "tests:" + EVAL.split("tests:")[1]
+    error = _one_line(_eval(tmp_path, text))
+    assert error.line == 7 and "NUL" in error.message
+
+
 def _csv(tmp_path: Path, row: bytes) -> Path:
     path = tmp_path / "cases.csv"
     path.write_bytes(b"id,input,__expected\na,hi,contains:hi\n" + row + b"\n")

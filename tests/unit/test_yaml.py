@@ -179,6 +179,19 @@ def test_without_libyaml_the_same_limits_and_lines(tmp_path):
     assert "aliases expand past" in p.stdout
 
 
+@pytest.mark.parametrize("text", ['a: 1\nb: "x\0y"\n', "\ufeffa: é\nb: \x07\n"])
+def test_a_character_yaml_refuses_is_named_at_its_line(tmp_path, text):
+    """Was an error without a line, its message spread over two lines."""
+    error = _refused(_write(tmp_path, text))
+    assert error.line == 2 and "control characters are not allowed" in error.message
+
+
+def test_a_nul_character_in_a_value_is_refused(tmp_path):
+    """A NUL (``"\\0"``) was ValueError (embedded null byte) wherever a path was resolved."""
+    error = _refused(_write(tmp_path, 'a: 1\nb: [x, "./a\\0b"]\n'))
+    assert error.line == 2 and "NUL" in error.message
+
+
 def test_duplicate_anchor_names_both_lines(tmp_path):
     error = _refused(_write(tmp_path, "a: &x 1\nb: &x 2\n"))
     assert error.line == 2 and "line 1" in error.message

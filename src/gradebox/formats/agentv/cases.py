@@ -678,6 +678,8 @@ def _jsonl_cases(path: Path) -> list[Case]:
             raise ConfigError(f"invalid JSON: {exc}", file=str(path), line=n) from None
         except RecursionError:  # deeper than json's own recursion goes
             deep = True
+        if "\x00" in line or "\\u0000" in line:  # as YAML files: see _yaml
+            raise ConfigError("refused: a value holds a NUL character", file=str(path), line=n)
         if deep:
             raise ConfigError(f"refused: nested more than {MAX_DEPTH} levels deep",
                               file=str(path), line=n)  # fmt: skip
