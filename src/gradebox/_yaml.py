@@ -1,23 +1,67 @@
 """Load YAML keeping line numbers, and turn pydantic errors into ``file:line: field: message``.
 
 This is the one edge where configuration text becomes typed objects: everything inward gets
-validated models, never dicts.
+validated models, never dicts. Every YAML file gradebox reads (suites, grader files, AgentV
+eval, case, scenario and targets files, includes) comes through ``load_yaml_file``, because any
+of them may be written by someone the user does not trust (a grader pack, a shared eval).
+
+Reading is bounded by limits of our own (PyYAML has none): the file's size, how deep it nests,
+a scalar's length, an integer's digits, and what aliases expand to (a "billion laughs" of nested
+anchors is refused in the composing pass, before anything is built, naming the anchor's line).
+Events come from libyaml (``CParser``) when PyYAML has it; nodes are composed here, once, with
+those limits and the line of each key, so no second parse is needed for line numbers.
 """
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import (
+    AliasEvent,
+    MappingEndEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
 
 from .errors import ConfigError, ConfigErrors
 
-__all__ = ["LineMap", "load_yaml_file", "validate"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_INT_DIGITS",
+    "MAX_SCALAR_CHARS",
+    "LineMap",
+    "load_yaml_file",
+    "nesting_exceeds",
+    "validate",
+]
 
 M = TypeVar("M", bound=BaseModel)
 LineMap = dict[tuple[str, ...], int]
+
+MAX_FILE_BYTES = 64 << 20
+"""A configuration file larger than this is refused unread (a 20 MB suite is well inside)."""
+MAX_DEPTH = 100
+"""Collections nested deeper than this are refused (our code and pydantic walk them)."""
+MAX_SCALAR_CHARS = 1 << 20
+"""One scalar (a string, a number) of more characters than this is refused."""
+MAX_INT_DIGITS = 4300
+"""An integer of more digits is refused: Python refuses to print one (``sys.int_info``)."""
+MAX_ALIASES = 100_000
+"""Aliases (``*name``) one file may use."""
+MAX_ALIAS_NODES = 1_000_000
+"""Nodes the aliases of one file may add once expanded (an alias of an alias counts whole)."""
 
 # pydantic's stock wording, rewritten for people who write YAML rather than Python.
 _REWRITES = {
@@ -26,74 +70,303 @@ _REWRITES = {
 }
 
 
-def _walk(node: yaml.Node, path: tuple[str, ...], lines: LineMap) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            lines[child] = key.start_mark.line + 1
-            _walk(value, child, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _walk(item, (*path, str(index)), lines)
+class _Refused(yaml.YAMLError):
+    """A limit of ours, at a line of the file."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+def _line(node_or_event: Any) -> int:
+    return int(node_or_event.start_mark.line) + 1
+
+
+# Each composed node gets ``_gb = (line, lines, size)``: its line, the lines below it (a dict
+# key -> (key's line, lines below), a list of the items' ``_gb``, or None) and how many nodes it
+# stands for once aliases are expanded. An aliased node shares all of it: nothing is copied.
+_Entry = tuple[Any, ...]
+
+
+# A key that is no string is named by str() of its value where an error names it.
+_KEY_NAMES = {
+    "tag:yaml.org,2002:null": lambda text: "None",
+    "tag:yaml.org,2002:bool": lambda text: str(SafeConstructor.bool_values[text.lower()]),
+}
+
+
+class _BoundedComposer(Composer):
+    """PyYAML's composer with our limits, and each key's line kept on the way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+        self._aliases = 0
+        self._alias_nodes = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        kind = type(event)
+        if kind is AliasEvent:
+            return self._alias(self.get_event())
+        anchor = event.anchor
+        if anchor is not None and anchor in self.anchors:
+            first = _line(self.anchors[anchor])
+            raise yaml.composer.ComposerError(
+                None, None, f"a second anchor &{anchor} (the first is on line {first})",
+                event.start_mark,
+            )  # fmt: skip
+        if kind is ScalarEvent:
+            return self._scalar(anchor)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", _line(event))
+        node = self._sequence(anchor) if kind is SequenceStartEvent else self._mapping(anchor)
+        self._depth -= 1
+        return node
+
+    def _alias(self, event: Any) -> Node:
+        anchor = event.anchor
+        if anchor not in self.anchors:
+            raise yaml.composer.ComposerError(
+                None, None, f"found undefined alias {anchor!r}", event.start_mark
+            )
+        node = self.anchors[anchor]
+        done = getattr(node, "_gb", None)
+        if done is None:  # still being composed: a structure that contains itself
+            raise _Refused(f"the alias *{anchor} is inside its own anchor", _line(event))
+        self._aliases += 1
+        self._alias_nodes += done[2]
+        if self._aliases > MAX_ALIASES or self._alias_nodes > MAX_ALIAS_NODES:
+            raise _Refused(
+                f"aliases expand past gradebox's limit ({MAX_ALIASES:,} aliases, "
+                f"{MAX_ALIAS_NODES:,} nodes): refused at *{anchor}, whose anchor &{anchor} "
+                "is on this line", _line(node),
+            )  # fmt: skip
+        return node  # type: ignore[no-any-return]
+
+    def _scalar(self, anchor: str | None) -> Node:
+        event = self.get_event()
+        value = event.value
+        if len(value) > MAX_SCALAR_CHARS:
+            raise _Refused(f"a value longer than {MAX_SCALAR_CHARS:,} characters", _line(event))
+        if "\0" in value:  # ("\0" in YAML) no path, argument or variable can carry one
+            raise _Refused("a value holds a NUL character", _line(event))
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(ScalarNode, value, event.implicit)
+        node = ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
+        node._gb = (_line(event), None, 1)  # type: ignore[attr-defined]
+        if anchor is not None:
+            self.anchors[anchor] = node
+        return node
+
+    def _sequence(self, anchor: str | None) -> Node:
+        start = self.get_event()
+        tag = start.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(SequenceNode, None, start.implicit)
+        node = SequenceNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        if anchor is not None:
+            self.anchors[anchor] = node
+        items: list[_Entry] = []
+        size = 1
+        while type(self.peek_event()) is not SequenceEndEvent:
+            item = self.compose_node(node, len(items))
+            node.value.append(item)
+            items.append(item._gb)  # type: ignore[attr-defined]
+            size += item._gb[2]  # type: ignore[attr-defined]
+        node.end_mark = self.get_event().end_mark
+        node._gb = (_line(start), items, size)  # type: ignore[attr-defined]
+        return node
+
+    def _mapping(self, anchor: str | None) -> Node:
+        start = self.get_event()
+        tag = start.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(MappingNode, None, start.implicit)
+        node = MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        if anchor is not None:
+            self.anchors[anchor] = node
+        keys: dict[str, _Entry] = {}
+        size = 1
+        while type(self.peek_event()) is not MappingEndEvent:
+            key = self.compose_node(node, None)
+            value = self.compose_node(node, key)
+            node.value.append((key, value))
+            if isinstance(key, ScalarNode):  # a later duplicate wins, as it does in the data
+                entry = (key._gb[0], value._gb[1])  # type: ignore[attr-defined]
+                keys[key.value] = entry
+                if key.tag in _KEY_NAMES:  # `~: 1` is found as written and as str(None)
+                    keys[_KEY_NAMES[key.tag](key.value)] = entry
+            size += key._gb[2] + value._gb[2]  # type: ignore[attr-defined]
+        node.end_mark = self.get_event().end_mark
+        node._gb = (_line(start), keys, size)  # type: ignore[attr-defined]
+        return node
+
+
+class _BoundedConstructor(SafeConstructor):
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            # PyYAML's own constructors raise these for a scalar its resolver took for a date
+            # or a number and that is none (``2001-13-45``, ``!!float abc``, ``!!bool maybe``).
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            value = str(node.value)[:60] if isinstance(node, ScalarNode) else kind
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not a valid {kind}: {value!r} ({exc})", node.start_mark
+            ) from None
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        # Written with too many digits: refused before any work (``int()`` would refuse a
+        # decimal one; sexagesimal ``1:2:3...`` grows in quadratic time).
+        text = node.value.replace("_", "").lstrip("+-")
+        if len(text) > 2 * MAX_INT_DIGITS or (text.isdigit() and len(text) > MAX_INT_DIGITS):
+            raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))
+        value = super().construct_yaml_int(node)
+        # 0x... and 0b... reach more digits than they are written with: each integer we keep
+        # can be printed.
+        if abs(value) >= _INT_CEILING:
+            raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))
+        return value  # type: ignore[no-any-return]
+
+
+_INT_CEILING = 10**MAX_INT_DIGITS
+_BoundedConstructor.add_constructor("tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
+
+if yaml.__with_libyaml__:
+    from yaml.cyaml import CParser
+
+    class _Loader(_BoundedComposer, CParser, _BoundedConstructor, Resolver):  # type: ignore[misc]
+        """libyaml's events; our composer (listed first, so CParser's own is not used)."""
+
+        def __init__(self, text: str) -> None:
+            CParser.__init__(self, text)
+            _BoundedComposer.__init__(self)
+            _BoundedConstructor.__init__(self)
+            Resolver.__init__(self)
+
+else:  # PyYAML built without libyaml: the same, at Python's speed (a test runs it)
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Loader(  # type: ignore[no-redef]
+        _BoundedComposer, Reader, Scanner, Parser, _BoundedConstructor, Resolver
+    ):
+        def __init__(self, text: str) -> None:
+            Reader.__init__(self, text)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            _BoundedComposer.__init__(self)
+            _BoundedConstructor.__init__(self)
+            Resolver.__init__(self)
 
 
 class _Lines(dict[tuple[str, ...], int]):
-    """Key path -> line, computed on first use: only an error needs line numbers, so the
-    common path parses once with the fast C loader and keeps no node tree in memory."""
+    """Key path -> line, looked up in what the composer kept (nothing is parsed again)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, root: _Entry | None) -> None:
         super().__init__()
-        self._text: str | None = text
+        self._root = root
 
-    def _fill(self) -> None:
-        if self._text is not None:
-            text, self._text = self._text, None
-            try:
-                node = yaml.compose(text, Loader=yaml.SafeLoader)
-            except yaml.YAMLError:
-                # The C loader read it and the Python one does not (their corners differ):
-                # errors then go without line numbers rather than with a traceback.
-                return
-            if node is not None:
-                _walk(node, (), self)
+    def _find(self, key: tuple[Any, ...]) -> int | None:
+        if self._root is None:
+            return None
+        entry = self._root
+        for part in key:
+            below = entry[1]
+            if isinstance(below, dict):
+                found = below.get(str(part))
+            elif isinstance(below, list) and str(part).isdigit() and int(part) < len(below):
+                found = below[int(part)]
+            else:
+                return None
+            if found is None:
+                return None
+            entry = found
+        return int(entry[0])
 
     def __bool__(self) -> bool:
         return True
 
     def get(self, key, default=None):  # type: ignore[no-untyped-def,override]
-        self._fill()
-        return super().get(key, default)
+        found = self._find(key) if isinstance(key, tuple) else None
+        return default if found is None else found
 
     def __contains__(self, key: object) -> bool:
-        self._fill()
-        return super().__contains__(key)
+        return isinstance(key, tuple) and self._find(key) is not None
 
     def __getitem__(self, key: tuple[str, ...]) -> int:
-        self._fill()
-        return super().__getitem__(key)
-
-
-_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        found = self._find(key)
+        if found is None:
+            raise KeyError(key)
+        return found
 
 
 def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
-    """Parse ``path`` (YAML or JSON); the map from key paths to 1-based lines is lazy."""
+    """Parse ``path`` (YAML or JSON) within our limits; also a map from key paths to lines."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError("file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"larger than {MAX_FILE_BYTES >> 20} MiB: refused", file=str(path))
     try:
-        data = yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 (a safe loader)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    loader = _Loader(text)
+    # Every node and value made here lives until the end: the cyclic collector would walk the
+    # growing heap again and again for nothing (it made loading 5-10 times slower). Nothing
+    # composed here is cyclic (an alias inside its own anchor is refused).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
+    except _Refused as exc:
+        raise ConfigError(f"refused: {exc.message}", file=str(path), line=exc.line) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses, at an offset
+        # libyaml counts bytes (of the UTF-8 it was given: ``raw``), Python's reader characters.
+        source: Any = raw if yaml.__with_libyaml__ else text
+        newline = b"\n" if isinstance(source, bytes) else "\n"
+        position = exc.position if isinstance(exc.position, int) else 0
+        line = source.count(newline, 0, position) + 1
+        raise ConfigError(
+            f"invalid YAML: character #x{exc.character:04x}: {exc.reason}",
+            file=str(path), line=line,
+        ) from None  # fmt: skip
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(
             f"invalid YAML: {problem}", file=str(path), line=mark.line + 1 if mark else None
         ) from None
-    return data, _Lines(text)
+    finally:
+        loader.dispose()
+        if collecting:
+            gc.enable()
+    return data, _Lines(None if node is None else node._gb)
+
+
+def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (lists and dicts, as JSON makes them) nests deeper than ``limit``;
+    iterative, so a value too deep for recursion is measured too."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth >= limit:
+                return True
+            stack += [(child, depth + 1) for child in item]
+    return False
 
 
 def _line_for(loc: tuple[str, ...], lines: LineMap) -> int | None:

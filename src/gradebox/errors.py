@@ -23,6 +23,8 @@ edge, ``gradebox.sandbox._engine``; nothing above it imports them.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "ClusterError",
     "ConfigError",
@@ -69,7 +71,17 @@ class ConfigError(GradeboxError):
         if self.file:
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         field = f"{self.field}: " if self.field else ""
-        return f"{where}{field}{self.message}"
+        return _printable(f"{where}{field}{self.message}")
+
+
+# C0 and C1 controls, DEL and the Unicode line separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _printable(text: str) -> str:
+    """Control characters as escapes: a key or value from a hostile file (``"a\\nb": 1``, an
+    ANSI escape) can neither break an error's one line nor drive the user's terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class ConfigErrors(ConfigError):

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ._pathnames import is_dir
 from ._types import Bytes, Duration
 from ._yaml import LineMap, load_yaml_file, validate
 from .errors import ConfigError, collect
@@ -523,7 +524,7 @@ def build_suite(
     suite = Suite(path, spec, tests, customs, targets[0] if targets else None)
     for i, test in enumerate(tests):
         template = suite.template_dir(test.workspace)
-        if template is not None and not template.is_dir():
+        if template is not None and not is_dir(template):
             file, file_lines, where = (
                 origins[i] if origins else (str(path), lines, ("tests", str(i)))
             )

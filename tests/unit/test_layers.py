@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_record",
             "errors",
             "_yaml",
+            "_pathnames",
             "jsonl",
             "atomic",
             "results",  # a run read back: the one reader of results.jsonl and summary.json

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._pathnames import exists, is_dir, is_file
 from .._types import format_duration
 from .._yaml import LineMap, validate
 from ..errors import ConfigError, UnsupportedFeature
@@ -326,6 +327,7 @@ class CompileContext:
 
 
 def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigError:
+    loc = tuple(str(part) for part in loc)  # a key written as 1.5 or ~ is no string
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
@@ -467,7 +469,7 @@ def _assert_set(
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
     unknown = set(body) - {"type", "assert", "threshold", "config"}
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of an assert-set (check its spelling)")
     children = body.get("assert")
     if not isinstance(children, list) or not children:
@@ -612,7 +614,7 @@ def _grader(
             if not isinstance(cwd, str):
                 raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
             source = (ctx.suite_dir / cwd).resolve()
-            if not source.is_dir():
+            if not is_dir(source):
                 raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
             root = project_folder(ctx.suite_dir)
             if source != root and root not in source.parents:
@@ -670,11 +672,11 @@ def _found_script(arg: Any, ctx: CompileContext) -> Any:
     folder so that it is mounted."""
     if not isinstance(arg, str) or not _SCRIPT_LIKE.search(arg) or Path(arg).is_absolute():
         return arg
-    if (ctx.suite_dir / arg).exists():
+    if exists(ctx.suite_dir / arg):
         return arg
     for root in ctx.search_roots:
         candidate = root / arg
-        if candidate.is_file():
+        if is_file(candidate):
             return os.path.relpath(candidate.resolve(), ctx.suite_dir)
     return arg
 
@@ -766,7 +768,7 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
     if "\n" in rel or len(rel) > 1024:
         return None
     path = (ctx.suite_dir / rel).resolve()
-    if path.is_file():
+    if is_file(path):
         try:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -788,7 +790,7 @@ def _llm(
         allowed |= set(body) - {"transform"}
     unknown = set(body) - allowed
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of an LLM grader (check its spelling)")
     if "transform" in body:
         raise UnsupportedFeature(
@@ -908,7 +910,7 @@ def _verifier(
 
     unknown = set(body) - _VERIFIER_KEYS
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(unknown, key=str)[0]
         raise _fail(ctx, (*loc, key), "unknown field of a verifier (check its spelling)")
     try:
         if body["type"] == "pytest":

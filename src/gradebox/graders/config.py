@@ -258,9 +258,10 @@ def grader_from_data(
     if kind is None and ("program" in data or "command" in data):
         kind = "program" if "program" in data else "script"
         data = {**data, "type": kind}
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
+        named = repr(kind[:60]) if isinstance(kind, str) else f"(a {type(kind).__name__})"
         raise ConfigError(
-            f"unknown grader type {kind!r}; expected 'program' or 'script'",
+            f"unknown grader type {named}; expected 'program' or 'script'",
             file=file,
             line=lines.get((*prefix, "type")),
             field=".".join((*prefix, "type")),

@@ -29,6 +29,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from .._pathnames import is_dir, is_file
 from ..protocol import Check, GraderResult, Status
 
 __all__ = ["judge_junit", "judge_node", "node_test_grader_data", "pytest_grader_data"]
@@ -52,7 +53,7 @@ def _files(body: dict[str, Any], suite_dir: Path) -> list[str]:
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         raise ValueError("files: a list of test files, relative to the suite")
     for f in files:
-        if not (suite_dir / f).is_file():
+        if not is_file(suite_dir / f):
             raise ValueError(f"verifier file {f!r} not found next to the suite")
     return files
 
@@ -64,7 +65,7 @@ def pytest_grader_data(
     files = _files(body, suite_dir)
     dest = body.get("dest")
     allowed, template_files = [], {}
-    if template is not None and template.is_dir():
+    if template is not None and is_dir(template):
         for path in template.rglob("*"):
             if path.is_symlink() or not path.is_file():
                 continue
@@ -81,7 +82,7 @@ def pytest_grader_data(
         sources.append(f)
         dests.append((base / rel.name).as_posix())
         conftest = (rel.parent / "conftest.py").as_posix()
-        if (suite_dir / conftest).is_file() and conftest not in sources:
+        if is_file(suite_dir / conftest) and conftest not in sources:
             allowed.append(_hash(suite_dir / conftest))  # the verifier folder's own conftest
             sources.append(conftest)
             dests.append((base / "conftest.py").as_posix())

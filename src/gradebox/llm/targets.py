@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from .._pathnames import is_file
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
 from ..provenance import Origin, Source, owned
@@ -347,7 +348,7 @@ def _included(value: Any, base: Path) -> tuple[Any, Path, LineMap] | None:
     if not isinstance(value, str) or not value.strip().startswith("file://"):
         return None
     path = (base / value.strip().removeprefix("file://")).resolve()
-    if not path.is_file():
+    if not is_file(path):
         return None
     data, lines = load_yaml_file(path)
     return data, path, lines

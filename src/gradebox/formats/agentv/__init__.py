@@ -34,7 +34,7 @@ from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
 from ...llm.targets import TargetSources
 from ...suite import Suite, SuiteFile, build_suite
-from ._base import Where, dotenv, interpolate_env, render, resolve_path, search_roots
+from ._base import Where, dotenv, interpolate_env, is_file, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace, workspace_docker
 from .providers import CHOSEN_TARGET, resolve_target
@@ -155,7 +155,7 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
             raise where.error(("evaluate_options",), "evaluate_options is a mapping")
         unknown = set(options) - _EVALUATE_OPTIONS
         if unknown:
-            raise where.error(("evaluate_options", sorted(unknown)[0]),
+            raise where.error(("evaluate_options", sorted(unknown, key=str)[0]),
                               "not an evaluate_options field AgentV knows")  # fmt: skip
         check_repeat(options.get("repeat"), where, ("evaluate_options", "repeat"))
     threshold = data.get("threshold")
@@ -216,7 +216,7 @@ def _default_test(data: dict[str, Any], where: Where, roots: list[Path], env: di
         raise where.error(("default_test",), "default_test is a mapping or file://...")
     unknown = set(value) - _DEFAULT_TEST_KEYS
     if unknown:
-        raise where.error(("default_test", sorted(unknown)[0]), "not a default_test field")
+        raise where.error(("default_test", sorted(unknown, key=str)[0]), "not a default_test field")
     check_shapes(value, where, ("default_test",))
     return value
 
@@ -234,7 +234,7 @@ def _eval_defaults(data: dict[str, Any], base: Path) -> dict[str, Any]:
     value = data.get("defaults")
     if isinstance(value, str) and value.strip().startswith("file://"):
         path = (base / value.strip().removeprefix("file://")).resolve()
-        value = load_yaml_file(path)[0] if path.is_file() else {}
+        value = load_yaml_file(path)[0] if is_file(path) else {}
     return value if isinstance(value, dict) else {}
 
 

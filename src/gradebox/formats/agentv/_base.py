@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..._pathnames import exists, is_dir, is_file
 from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
 from ...provenance import owned
@@ -23,7 +24,10 @@ from ...provenance import owned
 __all__ = [
     "Where",
     "dotenv",
+    "exists",
     "interpolate_env",
+    "is_dir",
+    "is_file",
     "render",
     "resolve_path",
     "search_roots",
@@ -39,16 +43,23 @@ class Where:
         self.path, self.lines = path, lines
 
     def error(self, loc: tuple[str, ...], message: str) -> ConfigError:
+        loc = _keys(loc)
         return ConfigError(
             message, file=str(self.path), line=self.lines.get(loc), field=".".join(loc) or None
         )
 
     def refuse(self, loc: tuple[str, ...], feature: str, message: str) -> UnsupportedFeature:
         """A feature gradebox does not run, named, with what to do instead."""
+        loc = _keys(loc)
         return UnsupportedFeature(
             feature, message, file=str(self.path), line=self.lines.get(loc),
             field=".".join(loc) or None,
         )  # fmt: skip
+
+
+def _keys(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    # A key the user wrote as a number, null or bool (``1: x``, ``~: 1``) is no string.
+    return tuple(str(part) for part in loc)
 
 
 class Lines1(dict):  # type: ignore[type-arg]
@@ -173,7 +184,10 @@ Case = tuple[Any, Where, tuple[str, ...]]
 
 def csv_rows(path: Path) -> list[tuple[int, dict[str, str]]]:
     """``(line, {header: cell})`` for each data row of a CSV file."""
-    text = path.read_text(encoding="utf-8-sig")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         rows = [(reader.line_num, row) for row in reader]

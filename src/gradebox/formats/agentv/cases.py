@@ -20,9 +20,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..._yaml import load_yaml_file
+from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
-from ._base import Case, Lines1, Where, interpolate_env, render, resolve_path
+from ._base import (
+    Case,
+    Lines1,
+    Where,
+    exists,
+    interpolate_env,
+    is_dir,
+    is_file,
+    render,
+    resolve_path,
+)
 from .csv_cases import csv_cases
 from .environment import map_environment, map_workspace
 
@@ -59,7 +69,10 @@ class Context:
 def _paths(ref: str, base: Path) -> list[Path]:
     text = ref.strip().removeprefix("file://")
     if _GLOB.search(text):
-        return sorted(p.resolve() for p in base.glob(text) if p.is_file())
+        try:
+            return sorted(p.resolve() for p in base.glob(text) if is_file(p))
+        except (ValueError, OSError):  # a pattern glob refuses ('a**'): it matches nothing
+            return []
     return [(base / text).resolve()]
 
 
@@ -78,11 +91,11 @@ def _case_folder(path: Path) -> list[Case]:
 
 def _file_cases(ref: str, base: Path, where: Where, loc: tuple[str, ...]) -> list[Case]:
     paths = _paths(ref, base)
-    if not paths or not any(p.exists() for p in paths):
+    if not paths or not any(exists(p) for p in paths):
         raise where.error(loc, f"test file {ref!r} not found")
     out: list[Case] = []
     for path in paths:
-        if path.is_dir():
+        if is_dir(path):
             out += _case_folder(path)
         elif re.search(r"\.eval\.ya?ml$", path.name, re.I):
             raise where.error(loc, f"{ref!r} is an eval file: include it with "
@@ -122,7 +135,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
              ) -> list[Case]:  # fmt: skip
     unknown = set(item) - {"include", "type", "select", "run"}
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), "unknown field of an include entry")
+        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of an include entry")
     kind = item.get("type", "tests")
     if kind == "suite":
         raise where.refuse(
@@ -134,7 +147,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
         raise where.error((*loc, "type"), "type is tests or suite")
     cases: list[Case] = []
     for path in _paths(str(item["include"]), base):
-        if not path.exists():
+        if not exists(path):
             raise where.error((*loc, "include"), f"{item['include']!r} not found")
         if re.search(r"\.eval\.ya?ml$", path.name, re.I):
             data, lines = load_yaml_file(path)
@@ -144,7 +157,7 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
             elif isinstance(tests, list):
                 cases += [(t, Where(path, lines), ("tests", str(i))) for i, t in enumerate(tests)
                           if isinstance(t, dict)]  # fmt: skip
-        elif path.is_dir():
+        elif is_dir(path):
             cases += _case_folder(path)
         else:
             cases += read_cases_file(path)
@@ -193,7 +206,7 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             if not item.startswith("file://"):
                 raise where.error(("scenarios", str(i)), "a scenario reference is file://...")
             paths = _paths(item, base)
-            if not any(p.is_file() for p in paths):
+            if not any(is_file(p) for p in paths):
                 raise where.error(("scenarios", str(i)), f"no scenario file matches {item!r}")
             for path in paths:
                 data, lines = load_yaml_file(path)
@@ -213,7 +226,7 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             raise swhere.error(sloc, "a scenario is {config: [...], tests: [...]}")
         unknown = set(scenario) - {"description", "config", "tests"}
         if unknown:
-            raise swhere.error((*sloc, sorted(unknown)[0]), "unknown scenario field")
+            raise swhere.error((*sloc, sorted(unknown, key=str)[0]), "unknown scenario field")
         tests = scenario["tests"]
         for c, config in enumerate(scenario["config"]):
             for t, test in enumerate(tests):
@@ -438,7 +451,9 @@ def check_shapes(item: dict[str, Any], where: Where, loc: tuple[str, ...]) -> No
     run = item.get("run") or {}
     unknown = set(run) - {"threshold", "repeat", "timeout_seconds", "budget_usd"}
     if unknown:
-        raise where.error((*loc, "run", sorted(unknown)[0]), "not a run field AgentV knows")
+        raise where.error(
+            (*loc, "run", sorted(unknown, key=str)[0]), "not a run field AgentV knows"
+        )
     for at, value in ((("run", "threshold"), run.get("threshold")), (("threshold",),
                       item.get("threshold"))):  # fmt: skip
         if value is not None and (_number(value) is None or not 0 <= value <= 1):
@@ -457,7 +472,7 @@ def check_repeat(value: Any, where: Where, loc: tuple[str, ...]) -> None:
     if isinstance(value, dict):
         unknown = set(value) - {"count", "strategy", "early_exit", "cost_limit_usd"}
         if unknown:
-            raise where.error((*loc, sorted(unknown)[0]), "not a repeat field")
+            raise where.error((*loc, sorted(unknown, key=str)[0]), "not a repeat field")
         if value.get("strategy", "pass_any") not in _STRATEGIES:
             raise where.error((*loc, "strategy"), f"strategy is one of {', '.join(_STRATEGIES)}")
         value, loc = value.get("count"), (*loc, "count")
@@ -519,8 +534,8 @@ def build_test(
         raise cwhere.error(loc, "a test must be a mapping")
     unknown = set(item) - TEST_KEYS
     if unknown:
-        raise cwhere.error((*loc, sorted(unknown)[0]), "not a test field AgentV knows (check "
-                           "its spelling)")  # fmt: skip
+        raise cwhere.error((*loc, sorted(unknown, key=str)[0]), "not a test field AgentV "
+                           "knows (check its spelling)")  # fmt: skip
     check_shapes(item, cwhere, loc)
     for key, why in (("depends_on", "tests run independently here; put the dependency's "
                       "steps in a before_each hook or the workspace template"),
@@ -644,7 +659,7 @@ def _conversation(
             raise cwhere.error(tloc, "a turn is {input, expected_output?, assert?}")
         unknown = set(turn) - {"input", "expected_output", "assert", "assertions"}
         if unknown:
-            raise cwhere.error((*tloc, sorted(unknown)[0]), "unknown field of a turn")
+            raise cwhere.error((*tloc, sorted(unknown, key=str)[0]), "unknown field of a turn")
         text = render(turn["input"], variables)
         out.append({
             "input": text if isinstance(text, str) else _messages(
@@ -695,13 +710,24 @@ def read_cases_file(path: Path) -> list[Case]:
 
 def _jsonl_cases(path: Path) -> list[Case]:
     cases: list[Case] = []
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
+            deep = nesting_exceeds(item)  # the limit YAML files have
         except ValueError as exc:
             raise ConfigError(f"invalid JSON: {exc}", file=str(path), line=n) from None
+        except RecursionError:  # deeper than json's own recursion goes
+            deep = True
+        if "\x00" in line or "\\u0000" in line:  # as YAML files: see _yaml
+            raise ConfigError("refused: a value holds a NUL character", file=str(path), line=n)
+        if deep:
+            raise ConfigError(f"refused: nested more than {MAX_DEPTH} levels deep",
+                              file=str(path), line=n)  # fmt: skip
         cases.append((item, Where(path, Lines1(n)), ()))
     return cases

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..._yaml import MAX_DEPTH
 from ...errors import ConfigError
 from ._base import Case, Lines1, Where, csv_rows
 
@@ -136,6 +137,9 @@ def csv_cases(path: Path) -> list[Case]:
                 raise where.error((), f"{key} was removed from AgentV's CSV imports; use a "
                                   "mock or replay provider for fixed answers")  # fmt: skip
             elif key:
+                if key.count(".") > MAX_DEPTH:  # the limit YAML files have
+                    raise where.error((), f"refused: the column {key[:40]}... nests more than "
+                                      f"{MAX_DEPTH} levels deep")  # fmt: skip
                 _set_var(variables, key, value)
         if "input" in case:
             case["input"] = f"{prefix}{case['input']}{suffix}"

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..._yaml import load_yaml_file
 from ...sandbox.defaults import DEFAULT_LIMITS
-from ._base import Where, interpolate_env
+from ._base import Where, interpolate_env, is_dir, is_file
 
 __all__ = ["map_environment", "map_workspace", "workspace_docker"]
 
@@ -34,7 +34,7 @@ def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
     if isinstance(hook, dict):
         unknown = set(hook) - {"command", "script", "timeout_ms", "timeoutMs", "cwd", "reset"}
         if unknown:
-            raise where.error((*loc, sorted(unknown)[0]), "unknown field of a hook")
+            raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of a hook")
         command = hook.get("command", hook.get("script"))
         if command is None:
             return None  # `reset: fast` and the like: every test gets a fresh workspace anyway
@@ -65,7 +65,7 @@ def map_workspace(
     unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode",
                          "path", "docker"}  # fmt: skip
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), "unknown workspace field")
+        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown workspace field")
     mode = ws.get("mode")
     if mode is not None and mode not in ("pooled", "temp", "static"):
         raise where.error((*loc, "mode"), "mode is pooled, temp or static")
@@ -166,7 +166,7 @@ def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str
     checkout = repo.get("checkout") if isinstance(repo.get("checkout"), dict) else {}
     ref = checkout.get("base_commit") or checkout.get("ref") or repo.get("commit")
     path = (base / local).resolve()
-    if not path.is_dir():
+    if not is_dir(path):
         raise where.error((*loc, "source", "path"), f"{local!r} is not a directory")
     return {"path": str(repo["path"]), "source": str(path), "ref": ref}
 
@@ -192,13 +192,15 @@ def map_environment(
         raise where.error((*loc, "type"), f"environment type {kind!r}: host or docker")
     unknown = set(spec) - allowed
     if unknown:
-        raise where.error((*loc, sorted(unknown)[0]), f"not a field of a {kind} environment")
+        raise where.error(
+            (*loc, sorted(unknown, key=str)[0]), f"not a field of a {kind} environment"
+        )
     if kind == "docker":
         return {}, _docker(spec, where, loc, base)
     out: dict[str, Any] = {}
     workdir = spec.get("workdir")
     folder = (base / str(workdir)).resolve() if workdir is not None else None
-    if folder is not None and folder.is_dir():
+    if folder is not None and is_dir(folder):
         out["template"] = str(folder)
     setup = spec.get("setup")
     if setup is not None:
@@ -227,7 +229,7 @@ def _relative_to(command: Any, cwd: Path, suite_dir: Path) -> Any:
         text = str(arg)
         # normpath, not resolve: the setup's own cwd may not exist yet (it makes it).
         candidate = Path(os.path.normpath(cwd / text))
-        if not Path(text).is_absolute() and ("/" in text or "." in text) and candidate.is_file():
+        if not Path(text).is_absolute() and ("/" in text or "." in text) and is_file(candidate):
             out.append(os.path.relpath(candidate, suite_dir))
         else:
             out.append(text)
