@@ -14,8 +14,6 @@ from the root for every entry (that is quadratic in the depth).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
 import re
@@ -380,13 +378,17 @@ def normalise_sub_path(value: str) -> str:
 
 # Mounts: a workspace is a filesystem of its own, detached before its folder is removed.
 _MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
-_libc: ctypes.CDLL | None = None
+_libc: Any = None
 
 
-def _lib() -> ctypes.CDLL:
+def _lib() -> Any:
+    """The C library, loaded on first use: ctypes is not on `gradebox exec`'s path, and the
+    process's own symbols hold it (no ``find_library``: it forks ``ldconfig``)."""
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
     return _libc
 
 
