@@ -185,3 +185,25 @@ def test_a_vacuous_regex_holds_for_answers_of_every_kind():
     assert not all(re.search("^\\s*$", a) for a in answers)
     with pytest.raises(ValueError, match="holds for every answer"):
         BuiltinAssertion(type="regex", value=".*")
+
+
+@pytest.mark.parametrize(
+    ("vars_", "value"),
+    [("{answer: ''}", "\\\\b{{ answer }}\\\\b"), ("{}", "\\\\b{{ answer }}\\\\b"),
+     ("{answer: ''}", "Answer: {{ answer }}"), ("{other: x}", "^{{ vars.answer }}\\\\.")],
+)  # fmt: skip
+def test_a_check_whose_var_renders_to_nothing_is_refused(tmp_path, vars_, value):
+    """A var that renders to nothing inside a pattern leaves a check no vacuity rule can tell
+    from a real one: ``\\b\\b`` holds for any answer with a word in it, ``Answer: `` for any
+    answer in the expected form. The control: the same check with the var set loads, and a
+    wrong answer fails it."""
+    kind = "regex" if "\\\\" in value else "contains"
+    text = (f"tests:\n  - id: t\n    input: q\n    vars: {vars_}\n"
+            f'    assert:\n      - {{type: {kind}, value: "{value}"}}\n')  # fmt: skip
+    path = write(tmp_path / "evals" / "e.eval.yaml", text)
+    with pytest.raises(ConfigError, match="renders to nothing") as info:
+        load_suite(path)
+    assert info.value.file == str(path) and info.value.field == "tests.0.assert.0.value"
+    good = text.replace(f"vars: {vars_}", "vars: {answer: '4'}")
+    (check,) = load_suite(write(path, good)).tests[0].assertions
+    assert check.check.evaluate("Answer: 5").status.value == "failed"
