@@ -207,3 +207,23 @@ def test_a_check_whose_var_renders_to_nothing_is_refused(tmp_path, vars_, value)
     good = text.replace(f"vars: {vars_}", "vars: {answer: '4'}")
     (check,) = load_suite(write(path, good)).tests[0].assertions
     assert check.check.evaluate("Answer: 5").status.value == "failed"
+
+
+@pytest.mark.parametrize("value", [0, 0.0])
+def test_a_v4_composite_threshold_of_zero_is_refused(tmp_path, value):
+    """AgentV v4's ``threshold`` aggregator passes when the share of members that passed
+    reaches it: 0 is reached when none did. The control (0.5) loads, and fails a wrong answer."""
+    text = ("tests:\n  - id: t\n    input: q\n    assertions:\n      - name: comp\n"
+            "        type: composite\n        assertions:\n"
+            "          - {name: a, type: contains, value: '4'}\n"
+            f"        aggregator: {{type: threshold, threshold: {value}}}\n")  # fmt: skip
+    path = write(tmp_path / "evals" / "e.eval.yaml", text)
+    with pytest.raises(ConfigError, match="holds for every answer") as info:
+        load_suite(path)
+    assert info.value.field == "tests.0.assertions.0.aggregator.threshold", info.value
+    from gradebox.graders.assertion import fold
+
+    (comp,) = load_suite(write(path, text.replace(f"threshold: {value}}}", "threshold: 0.5}"))
+                         ).tests[0].assertions  # fmt: skip
+    (child,) = comp.children
+    assert fold(comp, {id(child): child.check.evaluate("5")}).status.value == "failed"
