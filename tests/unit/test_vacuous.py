@@ -227,3 +227,31 @@ def test_a_v4_composite_threshold_of_zero_is_refused(tmp_path, value):
                          ).tests[0].assertions  # fmt: skip
     (child,) = comp.children
     assert fold(comp, {id(child): child.check.evaluate("5")}).status.value == "failed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["mode: any_order, minimums: {}", "mode: any_order, minimums: {search: 0}",
+     "mode: in_order, expected: []", "mode: exact, expected: []",
+     "mode: superset, expected: []"],
+)  # fmt: skip
+def test_a_v4_tool_trajectory_every_run_holds_is_refused(tmp_path, body):
+    """v4 scores a tool-trajectory with nothing to require 1.0: every run, one calling only
+    ``rm`` included, would pass. The controls (a minimum of 1; one expected tool; subset with
+    none expected, which allows no call) load and fail that run."""
+    from gradebox.protocol import Payload
+
+    def suite(entry: str) -> Path:
+        return write(tmp_path / "evals" / "e.eval.yaml", "tests:\n  - id: t\n    input: q\n"
+                     f"    assertions:\n      - {{type: tool-trajectory, {entry}}}\n")  # fmt: skip
+
+    with pytest.raises(ConfigError, match="holds for every run") as info:
+        load_suite(suite(body))
+    assert info.value.line is not None, info.value
+    run = Payload(output="x", messages=[{"role": "assistant", "content": "x",
+                                         "tool_calls": [{"name": "rm"}]}])  # fmt: skip
+    control = (body.replace("{}", "{search: 1}").replace("search: 0", "search: 1")
+               .replace("[]", "[{tool: search}]"))  # fmt: skip
+    for entry in (control, "mode: subset, expected: []"):
+        (check,) = load_suite(suite(entry)).tests[0].assertions
+        assert check.check.evaluate(run).status.value == "failed", entry
