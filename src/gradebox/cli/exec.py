@@ -582,8 +582,9 @@ SECRET_SCAN_LIMIT = 20_000
 
 def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
     """``.env`` files anywhere in a mounted folder (a service's ``app/.env`` as much as the
-    top one), each covered by an empty file (not ``/dev/null``: mounts are ``nodev``). Links
-    are not followed; a folder too big to look through is refused, not mounted unchecked."""
+    top one) and a repository's ``.git/config``, each covered by an empty file (not
+    ``/dev/null``: mounts are ``nodev``). Links are not followed; a folder too big to look
+    through is refused, not mounted unchecked."""
     from ..sandbox.base import Mount
 
     names: list[str] = []
@@ -596,6 +597,10 @@ def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
                 ".env before it is mounted; run from the grader's own folder"
             )
         rel = os.path.relpath(top, folder)
+        if ".git" in dirs:  # CI's checkout keeps its token in .git/config; objects unread
+            dirs.remove(".git")
+            if os.path.isfile(os.path.join(top, ".git", "config")):
+                names.append(".git/config" if rel == "." else f"{rel}/.git/config")
         for n in files:
             if (n == ".env" or n.startswith(".env.")) and os.path.isfile(os.path.join(top, n)):
                 names.append(n if rel == "." else f"{rel}/{n}")
