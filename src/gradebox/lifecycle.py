@@ -580,9 +580,13 @@ class TestRun:
                                 evidence="a child assertion gave no verdict")  # fmt: skip
         results = {r.name: _v4_score(r) for r in children}
         if isinstance(program, LlmGraderAssertion):
+            # The members' evidence quotes the answer: it reaches the judge fenced as the
+            # answer does, never as prompt text of ours (nor as placeholders to fill).
             text = json.dumps(results, indent=2, ensure_ascii=False)
-            prompt = (program.llm.prompt or "").replace("{{EVALUATOR_RESULTS_JSON}}", text)
-            llm = dataclasses.replace(program.llm, prompt=prompt)
+            prompt = (program.llm.prompt or "").replace("{{EVALUATOR_RESULTS_JSON}}",
+                                                        "{{evaluator_results_json}}")  # fmt: skip
+            llm = dataclasses.replace(program.llm, prompt=prompt,
+                                      agent_data={"evaluator_results_json": text})  # fmt: skip
             return llm.grade(payload, runtime, program.display_name())
         assert isinstance(program, GraderAssertion)
         body = AggregatorInput(results=results)

@@ -428,3 +428,36 @@ def test_auto_says_which_runtime_it_chose(engine, tmp_path, ws):
         capture_output=True, text=True, env=base_env(), cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert "sandbox: oci (runc: asked for" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dotenv_below_the_current_folder_is_masked_too(engine, backend, grader_dir):
+    """The current folder is mounted whole: a service's ``app/.env`` is as much a key as the
+    top one, and so is CI's token in ``.git/config``. The control: a file of another name
+    there is read as it is."""
+    for rel in ("app/.env", "app/deep/.env.local", "app/notes.txt"):
+        path = grader_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        path.parent.chmod(0o755)
+        path.write_text(f"OPENAI_API_KEY=sk-nested-{path.name}\n")
+        path.chmod(0o644)
+    (grader_dir / ".git").mkdir(mode=0o755)
+    (grader_dir / ".git" / "config").write_text("[http]\n\textraheader = basic sk-git-token\n")
+    (grader_dir / ".git" / "config").chmod(0o644)
+    script = "cat app/.env app/deep/.env.local .git/config; echo; cat app/notes.txt"
+    p = gbx(engine, backend, ["--", "sh", "-c", script], cwd=grader_dir)
+    assert p.returncode == 0, p.stderr
+    assert b"sk-nested-.env" not in p.stdout and b"sk-nested-notes.txt" in p.stdout, p.stdout
+    assert b"sk-git-token" not in p.stdout, p.stdout
+
+
+def test_a_current_folder_too_big_to_check_for_keys_is_refused(engine, grader_dir):
+    from gradebox.cli.exec import SECRET_SCAN_LIMIT
+
+    many = grader_dir / "many"
+    many.mkdir()
+    for i in range(SECRET_SCAN_LIMIT + 1):
+        (many / str(i)).touch()
+    p = gbx(engine, "oci", ["--", "true"], cwd=grader_dir)
+    assert p.returncode == 125 and b"holds more than" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -134,10 +134,12 @@ def test_superset_consumes_calls_and_subset_allows_only_the_listed():
     assert _score(subset, _calls({"tool": "a"}, {"tool": "b"})) == ("failed", 0.5)
 
 
-def test_no_trace_is_a_fail_and_an_empty_expectation_a_pass():
+def test_no_trace_is_a_fail_and_an_empty_expectation_refused():
     check = ToolTrajectory(mode="any_order", minimums={"a": 1})
     assert _score(check, Payload(output="")) == ("failed", 0.0)
-    assert _score(ToolTrajectory(mode="any_order", minimums={}), _calls()) == ("passed", 1.0)
+    # v4 scores an empty expectation 1.0, a check every run holds: refused (test_vacuous.py)
+    with pytest.raises(ValueError, match="holds for every run"):
+        ToolTrajectory(mode="any_order", minimums={})
 
 
 def test_skill_trigger_evidence():

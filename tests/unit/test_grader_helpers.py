@@ -83,3 +83,25 @@ def test_pythonpath_names_helpers_and_uv_run_finds_a_src_layout(proj: Path) -> N
     write(proj / "pyproject.toml", "[project]\nname = 'x'\n")
     assert uv_src_layout(argv, proj / "evals") == "/grader-up1/src"
     assert uv_src_layout(["python3", "x.py"], proj / "evals") is None
+
+
+def test_a_repositorys_git_folder_is_never_a_helper(proj: Path) -> None:
+    """CI's checkout keeps its token in ``.git/config`` (an ``extraheader``): a grader pack
+    inside the project must not name it, the folder, nor a folder holding one. The control:
+    a folder without one is accepted."""
+    write(proj / ".git" / "config", "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    assert "is in a repository's .git" in refused(proj, "files: [../.git]")
+    assert "is in a repository's .git" in refused(proj, "files: [../.git/config]")
+    assert "is in a repository's .git" in refused(
+        proj, "env: {PYTHONPATH: /grader-up1/.git}")  # fmt: skip
+    (proj / "vendor" / "lib" / ".git").mkdir(parents=True)
+    assert "holds vendor/lib/.git" in refused(proj, "files: [../vendor]")
+    check(proj, "files: [../src]")
+
+
+def test_a_command_naming_a_file_in_git_mounts_nothing_of_it(proj: Path) -> None:
+    from gradebox.graders.run import grader_file
+
+    write(proj / ".git" / "config", "[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    assert grader_file("../.git/config", proj / "evals") is None
+    assert grader_file("../scripts/check.py", proj / "evals") == "../scripts/check.py"

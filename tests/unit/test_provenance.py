@@ -333,3 +333,47 @@ def test_an_operators_file_in_either_format(tmp_path):
                    "    api_key: ${{ GEM_KEY }}\n")  # fmt: skip
     found = load_targets(TargetSources(operator=(agentv,))).targets["judge"]
     assert found.api_key_env == "GEM_KEY" and found.model == "gemini-2.5-flash"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("how", ["link", "their-folder", "their-link-to-folder", None])
+def test_a_link_or_a_folder_another_user_made_above_the_suite_is_not_the_project(tmp_path, how):
+    """The same walk, with what owner checks on the file alone let through: another user's
+    link to a file of ours (one the agent wrote, say: its text is theirs), and a file of ours
+    in a folder of theirs (they swap it for their own between the check and the read). None
+    is the control: our own files, in our own folders, are read."""
+    from gradebox.formats.agentv._base import dotenv
+
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    texts = {".gradebox/targets.yaml": "targets:\n  - {name: judge, model: planted, "
+             "base_url: 'http://127.0.0.1:9/v1', api_key_env: RUNNER_KEY}\n",
+             ".agentv/targets.yaml": "targets:\n  - {name: j2, provider: openai, model: m}\n",
+             ".env": "LLM_TARGET=planted\n"}  # fmt: skip
+    for rel, text in texts.items():
+        if how in ("link", "their-link-to-folder"):
+            target = write(elsewhere / rel, text)  # ours: written by us, from their text
+            if how == "link":
+                (shared / rel).parent.mkdir(parents=True, exist_ok=True)
+                (shared / rel).symlink_to(target)
+                os.lchown(shared / rel, 12345, 12345)
+        else:
+            write(shared / rel, text)
+    shared.mkdir(exist_ok=True)
+    if how == "their-link-to-folder":
+        for name in (".gradebox", ".agentv"):
+            (shared / name).symlink_to(elsewhere / name)
+            os.lchown(shared / name, 12345, 12345)
+    if how == "their-folder":
+        for folder in (shared / ".gradebox", shared / ".agentv", shared):
+            os.chown(folder, 12345, 12345)
+    project = shared / "proj"
+    project.mkdir()
+    found = load_targets(project)
+    env = dotenv(project)
+    if how is None:
+        assert found.targets["judge"].model == "planted" and "j2" in found.targets
+        assert env == {"LLM_TARGET": "planted"}
+    elif how == "their-link-to-folder":
+        assert found.targets == {}
+    else:
+        assert found.targets == {} and env == {}

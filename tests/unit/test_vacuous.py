@@ -185,3 +185,73 @@ def test_a_vacuous_regex_holds_for_answers_of_every_kind():
     assert not all(re.search("^\\s*$", a) for a in answers)
     with pytest.raises(ValueError, match="holds for every answer"):
         BuiltinAssertion(type="regex", value=".*")
+
+
+@pytest.mark.parametrize(
+    ("vars_", "value"),
+    [("{answer: ''}", "\\\\b{{ answer }}\\\\b"), ("{}", "\\\\b{{ answer }}\\\\b"),
+     ("{answer: ''}", "Answer: {{ answer }}"), ("{other: x}", "^{{ vars.answer }}\\\\.")],
+)  # fmt: skip
+def test_a_check_whose_var_renders_to_nothing_is_refused(tmp_path, vars_, value):
+    """A var that renders to nothing inside a pattern leaves a check no vacuity rule can tell
+    from a real one: ``\\b\\b`` holds for any answer with a word in it, ``Answer: `` for any
+    answer in the expected form. The control: the same check with the var set loads, and a
+    wrong answer fails it."""
+    kind = "regex" if "\\\\" in value else "contains"
+    text = (f"tests:\n  - id: t\n    input: q\n    vars: {vars_}\n"
+            f'    assert:\n      - {{type: {kind}, value: "{value}"}}\n')  # fmt: skip
+    path = write(tmp_path / "evals" / "e.eval.yaml", text)
+    with pytest.raises(ConfigError, match="renders to nothing") as info:
+        load_suite(path)
+    assert info.value.file == str(path) and info.value.field == "tests.0.assert.0.value"
+    good = text.replace(f"vars: {vars_}", "vars: {answer: '4'}")
+    (check,) = load_suite(write(path, good)).tests[0].assertions
+    assert check.check.evaluate("Answer: 5").status.value == "failed"
+
+
+@pytest.mark.parametrize("value", [0, 0.0])
+def test_a_v4_composite_threshold_of_zero_is_refused(tmp_path, value):
+    """AgentV v4's ``threshold`` aggregator passes when the share of members that passed
+    reaches it: 0 is reached when none did. The control (0.5) loads, and fails a wrong answer."""
+    text = ("tests:\n  - id: t\n    input: q\n    assertions:\n      - name: comp\n"
+            "        type: composite\n        assertions:\n"
+            "          - {name: a, type: contains, value: '4'}\n"
+            f"        aggregator: {{type: threshold, threshold: {value}}}\n")  # fmt: skip
+    path = write(tmp_path / "evals" / "e.eval.yaml", text)
+    with pytest.raises(ConfigError, match="holds for every answer") as info:
+        load_suite(path)
+    assert info.value.field == "tests.0.assertions.0.aggregator.threshold", info.value
+    from gradebox.graders.assertion import fold
+
+    (comp,) = load_suite(write(path, text.replace(f"threshold: {value}}}", "threshold: 0.5}"))
+                         ).tests[0].assertions  # fmt: skip
+    (child,) = comp.children
+    assert fold(comp, {id(child): child.check.evaluate("5")}).status.value == "failed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["mode: any_order, minimums: {}", "mode: any_order, minimums: {search: 0}",
+     "mode: in_order, expected: []", "mode: exact, expected: []",
+     "mode: superset, expected: []"],
+)  # fmt: skip
+def test_a_v4_tool_trajectory_every_run_holds_is_refused(tmp_path, body):
+    """v4 scores a tool-trajectory with nothing to require 1.0: every run, one calling only
+    ``rm`` included, would pass. The controls (a minimum of 1; one expected tool; subset with
+    none expected, which allows no call) load and fail that run."""
+    from gradebox.protocol import Payload
+
+    def suite(entry: str) -> Path:
+        return write(tmp_path / "evals" / "e.eval.yaml", "tests:\n  - id: t\n    input: q\n"
+                     f"    assertions:\n      - {{type: tool-trajectory, {entry}}}\n")  # fmt: skip
+
+    with pytest.raises(ConfigError, match="holds for every run") as info:
+        load_suite(suite(body))
+    assert info.value.line is not None, info.value
+    run = Payload(output="x", messages=[{"role": "assistant", "content": "x",
+                                         "tool_calls": [{"name": "rm"}]}])  # fmt: skip
+    control = (body.replace("{}", "{search: 1}").replace("search: 0", "search: 1")
+               .replace("[]", "[{tool: search}]"))  # fmt: skip
+    for entry in (control, "mode: subset, expected: []"):
+        (check,) = load_suite(suite(entry)).tests[0].assertions
+        assert check.check.evaluate(run).status.value == "failed", entry

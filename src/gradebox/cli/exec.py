@@ -663,19 +663,34 @@ def _copy_in(source: Path, dest: Path) -> bool:
     return True
 
 
+SECRET_SCAN_LIMIT = 20_000
+"""Entries of the current folder looked at for ``.env`` files before it is mounted."""
+
+
 def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
-    """``.env`` files at the top of a mounted folder, each covered by an empty file (not
-    ``/dev/null``: mounts are ``nodev``)."""
+    """``.env`` files anywhere in a mounted folder (a service's ``app/.env`` as much as the
+    top one) and a repository's ``.git/config``, each covered by an empty file (not
+    ``/dev/null``: mounts are ``nodev``). Links are not followed; a folder too big to look
+    through is refused, not mounted unchecked."""
     from ..sandbox.base import Mount
 
-    try:
-        names = [
-            e.name
-            for e in os.scandir(folder)
-            if (e.name == ".env" or e.name.startswith(".env.")) and e.is_file()
-        ]
-    except OSError:
-        return []
+    names: list[str] = []
+    seen = 0
+    for top, dirs, files in os.walk(folder):
+        seen += len(dirs) + len(files)
+        if seen > SECRET_SCAN_LIMIT:
+            raise ExecError(
+                f"{folder} holds more than {SECRET_SCAN_LIMIT} entries, each checked for a "
+                ".env before it is mounted; run from the grader's own folder"
+            )
+        rel = os.path.relpath(top, folder)
+        if ".git" in dirs:  # CI's checkout keeps its token in .git/config; objects unread
+            dirs.remove(".git")
+            if os.path.isfile(os.path.join(top, ".git", "config")):
+                names.append(".git/config" if rel == "." else f"{rel}/.git/config")
+        for n in files:
+            if (n == ".env" or n.startswith(".env.")) and os.path.isfile(os.path.join(top, n)):
+                names.append(n if rel == "." else f"{rel}/{n}")
     if not names:
         return []
     empty = scratch / "empty"

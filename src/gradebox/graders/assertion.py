@@ -554,6 +554,9 @@ def _composite(
         value = agg.get("threshold")
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise _fail(ctx, (*aloc, "threshold"), "threshold must be a number from 0 to 1")
+        if value <= 0:  # the share of members that passed always reaches 0
+            raise _fail(ctx, (*aloc, "threshold"), "threshold 0 holds for every answer (no "
+                        "member needs to pass): give one above 0")  # fmt: skip
         return AssertSet(children=children, threshold=float(value), aggregator="count", **score)
     program: GraderAssertion | LlmGraderAssertion
     if kind == "code-grader":

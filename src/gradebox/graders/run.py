@@ -102,6 +102,12 @@ def _secret(name: str) -> bool:
     return name == ".env" or name.startswith(".env.")  # keys: never mounted
 
 
+def _in_git(*paths: Path) -> bool:
+    """A path in a repository's ``.git``: its ``config`` holds what a clone was given (CI's
+    checkout keeps its token there), never a grader's to read."""
+    return any(".git" in p.parts for p in paths)
+
+
 def grader_file(arg: str, source_dir: Path | None, root: Path | None = None) -> str | None:
     """If ``arg`` names a file relative to the grader's folder, its normalised relative path.
 
@@ -119,6 +125,8 @@ def grader_file(arg: str, source_dir: Path | None, root: Path | None = None) -> 
         candidate = (source_dir / rel).resolve()
         lexical = Path(os.path.normpath(source_dir / rel))
         if not candidate.is_file() or _secret(candidate.name) or _secret(lexical.name):
+            return None
+        if _in_git(candidate, lexical):
             return None
         if not (_inside(candidate, root) and _inside(lexical, root)):
             return None  # outside the project folder, or a link that would lead out of it
@@ -326,10 +334,15 @@ def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
                              "and its answers): name the folder it reads")  # fmt: skip
     if _secret(lexical.name) or _secret(resolved.name):
         raise ValueError(f"{rel!r} is a .env file: keys are never mounted")
+    if _in_git(lexical, resolved):
+        raise ValueError(f"{rel!r} is in a repository's .git (its config may hold a token): "
+                         "never mounted")  # fmt: skip
     if resolved.is_dir():
         secret = _secret_inside(resolved)
         if secret is not None:
-            raise ValueError(f"{rel!r} holds {secret}: a folder with a .env is never mounted")
+            raise ValueError(
+                f"{rel!r} holds {secret}: a folder with a .env or a .git folder is never mounted"
+            )
     return PurePosixPath(os.path.relpath(resolved, source)).as_posix(), resolved
 
 
@@ -340,7 +353,7 @@ def _secret_inside(folder: Path) -> str | None:
     for top, dirs, names in os.walk(folder):
         for name in (*dirs, *names):
             seen += 1
-            if _secret(name):
+            if _secret(name) or (name == ".git" and name in dirs):
                 return os.path.relpath(os.path.join(top, name), folder.parent)
         if seen > HELPER_SCAN_LIMIT:
             return f"more than {HELPER_SCAN_LIMIT} entries (each is checked for a .env)"

@@ -112,6 +112,11 @@ class ToolTrajectory(BaseModel):
             raise ValueError("any_order needs minimums: {tool: count}")
         if self.mode != "any_order" and self.expected is None:
             raise ValueError(f"{self.mode} needs expected: [{{tool, args?}}]")
+        # v4 scores these 1.0 ("no tool requirements specified"): a check every run holds.
+        if self.mode == "any_order" and not any(v > 0 for v in (self.minimums or {}).values()):
+            raise ValueError("any_order with no minimum above 0 holds for every run")
+        if self.mode in ("in_order", "exact", "superset") and not self.expected:
+            raise ValueError(f"{self.mode} with an empty expected list holds for every run")
         return self
 
     def display_name(self) -> str:

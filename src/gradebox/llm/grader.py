@@ -167,19 +167,21 @@ def _tool_calls(payload: Payload) -> str:
 AGENT_VARIABLES = ("output", "tool_calls", "file_changes")
 
 
-def agent_nonce(variables: dict[str, str]) -> str:
+def agent_nonce(variables: dict[str, str], keys: tuple[str, ...] = AGENT_VARIABLES) -> str:
     """The tag that delimits the agent's text in one prompt: a digest of that very text, so
     the agent cannot write the closing tag into it (it would have to contain its own hash),
     and the same text gets the same prompt (the response cache still answers a re-run)."""
-    return digest(*(variables.get(k, "") for k in AGENT_VARIABLES)).removeprefix("sha256:")[:24]
+    return digest(*(variables.get(k, "") for k in keys)).removeprefix("sha256:")[:24]
 
 
-def _fence(variables: dict[str, str], nonce: str) -> dict[str, str]:
+def _fence(
+    variables: dict[str, str], nonce: str, keys: tuple[str, ...] = AGENT_VARIABLES
+) -> dict[str, str]:
     """The agent's variables, each inside its delimited block."""
     return {
         **variables,
         **{k: f"<agent-data-{nonce}>\n{variables[k]}\n</agent-data-{nonce}>"
-           for k in AGENT_VARIABLES if k in variables},
+           for k in keys if k in variables},
     }  # fmt: skip
 
 
@@ -350,6 +352,9 @@ class LlmAssertion:
     pass_score: float = PASS_SCORE
     label: str = "llm-grader"
     unresolved: str | None = None  # AgentV files: a judge named nowhere fails when it grades
+    # More prompt variables holding text the agent wrote or that quotes it (a composite's
+    # member results, for its LLM aggregator): fenced like the answer.
+    agent_data: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> Any:
         return {
@@ -369,7 +374,8 @@ class LlmAssertion:
                                 score=0.0, evidence=why)  # fmt: skip
         try:
             output = runtime.candidate_text(payload, self.preprocessors)
-            variables = template_variables(payload, self.rubrics, output)
+            variables = {**template_variables(payload, self.rubrics, output), **self.agent_data}
+            keys = (*AGENT_VARIABLES, *self.agent_data)
             system = ANSWER_FORMAT
             if self.prompt_command is not None:
                 # The command wrote the whole prompt: how it sets the agent's text apart is
@@ -378,8 +384,9 @@ class LlmAssertion:
                     self.prompt_command, self.prompt_config, payload
                 )
             else:
-                nonce = agent_nonce(variables)
-                prompt = render_prompt(self.prompt or DEFAULT_PROMPT, _fence(variables, nonce))
+                nonce = agent_nonce(variables, keys)
+                prompt = render_prompt(self.prompt or DEFAULT_PROMPT,
+                                       _fence(variables, nonce, keys))  # fmt: skip
                 system = f"{ANSWER_FORMAT}\n{AGENT_DATA.format(nonce=nonce)}"
             done = hub.complete(self.target, [{"role": "user", "content": prompt}],
                                 system=system, schema=VERDICT_SCHEMA)  # fmt: skip

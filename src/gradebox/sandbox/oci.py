@@ -329,6 +329,12 @@ class OciPrepared(Prepared):
                 "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
 
+        if box.mapping is not None:
+            # crun writes its pid file as the user namespace's root (a subordinate id) with
+            # mode 0700, which we could not read: made ours first, it is written into as is.
+            with contextlib.suppress(OSError):
+                os.close(os.open(self.bundle / "pid", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
+                                 0o644))  # fmt: skip
         # Under the lock: close() may have run between prepare() and here, and nothing may
         # start after it (it would outlive the run).
         with box._lock:

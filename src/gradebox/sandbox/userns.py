@@ -254,14 +254,16 @@ class Holder:
         return proc
 
     def _sees(self, paths: tuple[str, ...]) -> bool:
-        """Does the holder's mount namespace show each of ``paths`` on the host's device?
-        (``/proc/PID/root``: the path as the holder resolves it.)"""
+        """Does the holder's mount namespace show each of ``paths`` as the host does (the same
+        device and inode; ``/proc/PID/root``: the path as the holder resolves it)?"""
         if not self.hide_v2 or self._proc is None:
             return True
         root = f"/proc/{self._proc.pid}/root"
         for path in paths:
             try:
-                if os.stat(path).st_dev != os.stat(root + path).st_dev:
+                host, held = os.stat(path), os.stat(root + path)
+                # The device tells a mount apart; the inode a bind of the same filesystem.
+                if (host.st_dev, host.st_ino) != (held.st_dev, held.st_ino):
                     return False
             except OSError:
                 return False

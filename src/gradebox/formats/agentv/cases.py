@@ -17,15 +17,19 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
+from ...graders.builtin import is_builtin
 from ._base import (
+    _VAR,
     Case,
     Lines1,
     Where,
+    _lookup,
     exists,
     interpolate_env,
     is_dir,
@@ -615,7 +619,7 @@ def build_test(
         "criteria": criteria if isinstance(criteria, str) else None,
         "metadata": metadata,
         "input_files": files,
-        "assert": render(asserts, variables),
+        "assert": _render_checks(asserts, variables, cwhere, (*loc, "assert")),
         "skip_defaults": skip_defaults,
         "threshold": _threshold(item, execution, ctx),
         "repeat": _repeat(item, ctx)[0],
@@ -625,6 +629,35 @@ def build_test(
     if item.get("mode") == "conversation" or item.get("turns"):
         test["conversation"] = _conversation(item, variables, ctx, cwhere, roots, loc)
     return test, settings
+
+
+def _blank_refs(value: Any, variables: dict[str, Any]) -> Iterator[str]:
+    """The ``{{ name }}`` placeholders in ``value`` that render to nothing (missing, or an
+    empty value)."""
+    if isinstance(value, str):
+        for m in _VAR.finditer(value):
+            if not m.group(1).startswith("env.") and _lookup(variables, m.group(1)) in (None, ""):
+                yield m.group(1)
+    elif isinstance(value, list | dict):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from _blank_refs(v, variables)
+
+
+def _render_checks(
+    asserts: list[Any], variables: dict[str, Any], where: Where, loc: tuple[str, ...]
+) -> Any:  # fmt: skip
+    """``render`` over a test's assertions, refusing a built-in check whose value names a
+    variable that renders to nothing: ``regex: "\\b{{ answer }}\\b"`` would become ``\\b\\b``
+    and ``contains: "Answer: {{ answer }}"`` ``Answer: ``, checks a wrong answer holds that
+    the vacuity rules cannot tell from real ones."""
+    for i, entry in enumerate(asserts):
+        if isinstance(entry, dict) and is_builtin(str(entry.get("type", ""))):
+            name = next(_blank_refs(entry.get("value"), variables), None)
+            if name is not None:
+                raise where.error((*loc, str(i), "value"), f"{{{{ {name} }}}} renders to nothing "
+                                  "(the test has no such var, or it is empty): the check would "
+                                  "hold for answers it was written to fail")  # fmt: skip
+    return render(asserts, variables)
 
 
 def _suite_input(
@@ -665,7 +698,8 @@ def _conversation(
             "input": text if isinstance(text, str) else _messages(
                 text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
             "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
-            "assert": render(list(turn.get("assert", turn.get("assertions")) or []), variables),
+            "assert": _render_checks(list(turn.get("assert", turn.get("assertions")) or []),
+                                     variables, cwhere, (*loc, "turns", str(i), "assert")),
         })  # fmt: skip
     conversation: dict[str, Any] = {"turns": out}
     for key in ("aggregation", "on_turn_failure", "window_size"):
