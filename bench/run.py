@@ -250,7 +250,10 @@ def bench_suite(root: Path, n: int, workers: int, backend: str) -> float:
     return n / elapsed
 
 
-def bench_functional(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
+def _pytest_project(root: Path, rootfs: Path) -> tuple[Path, list[str], list[str]]:
+    """30 pytest tests of a small project, the grader's command, and the same pytest bare in
+    the image's root filesystem (the project bound at /workspace in a private mount
+    namespace, then chroot)."""
     project = root / "project"
     project.mkdir()
     (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
@@ -261,12 +264,15 @@ def bench_functional(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
         )
     )
     argv = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    # Bare pytest in the image's root filesystem: the project bound at /workspace in a
-    # private mount namespace, then chroot.
     inner = f"cd /workspace && PYTHONDONTWRITEBYTECODE=1 {' '.join(argv)}"
     bare_cmd = ["unshare", "--mount", "sh", "-c",
                 f'mount --bind "{project}" "{rootfs}/workspace" && '
                 f'chroot "{rootfs}" sh -c "{inner}"']  # fmt: skip
+    return project, argv, bare_cmd
+
+
+def bench_functional(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
+    project, argv, bare_cmd = _pytest_project(root, rootfs)
     bare = []
     for _ in range(runs):
         t = time.perf_counter()
@@ -763,20 +769,7 @@ def _fresh(root: Path) -> Path:
 
 def _speed_pytest(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
     """``bench_functional``'s pytest grader, bare and on each runtime, interleaved."""
-    project = root / "project"
-    project.mkdir()
-    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-    (project / "test_calc.py").write_text(
-        "from calc import add\n\n"
-        + "".join(
-            f"def test_add_{i}():\n    assert add({i}, {i}) == {2 * i}\n\n" for i in range(30)
-        )
-    )
-    argv = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    inner = f"cd /workspace && PYTHONDONTWRITEBYTECODE=1 {' '.join(argv)}"
-    bare_cmd = ["unshare", "--mount", "sh", "-c",
-                f'mount --bind "{project}" "{rootfs}/workspace" && '
-                f'chroot "{rootfs}" sh -c "{inner}"']  # fmt: skip
+    project, argv, bare_cmd = _pytest_project(root, rootfs)
     (root / "pytest.yaml").write_text(f"type: script\ncommand: {json.dumps(argv)}\n")
     grader = load_grader(root / "pytest.yaml")
     times: dict[str, list[float]] = {"bare": [], **{rt: [] for rt in RUNTIMES}}
