@@ -82,6 +82,11 @@ def count(page: object) -> str:
     return page.text_content("#count")
 
 
+def searched(page: object) -> None:
+    """Wait for the regex search's worker to answer."""
+    expect(page.locator("#count")).not_to_contain_text("searching", timeout=30_000)
+
+
 def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
     w = open_page(report([runs["a"]], tmp_path / "r.html"), ("file://",))
     page = w.page
@@ -106,6 +111,7 @@ def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
     page.fill("#q", "answer is \\d+")
     assert shown(page) == []  # as text, no match
     page.check("#f-re")
+    searched(page)  # a regex runs in a worker: its answer comes a moment later
     assert shown(page) == ["meaning-of-life"]
     page.fill("#q", "(")  # a broken regex matches nothing and says so, no error
     assert shown(page) == [] and page.get_attribute("#q", "aria-invalid") == "true"
@@ -362,4 +368,31 @@ def test_target_node_and_flaky_filters(tmp_path, open_page):
     assert "✔✘✔" in marks and "2/3" in marks and "flaky" in marks
     trials = page.text_content("section[aria-labelledby=h-trials]")
     assert "1 flaky" in trials and "pass@k" in trials
+    w.assert_clean()
+
+
+def test_a_regex_that_backtracks_for_ever_does_not_freeze_the_page(tmp_path, open_page):
+    """The search is in the URL: a link with a catastrophic regex (`(.+)+X` takes 2^n steps
+    on any text without an X) froze the page before it was drawn, for every report. The
+    regex runs in a worker that is stopped after 2 s; the page says so and goes on."""
+    from urllib.parse import quote
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [_result("t" * 40 + str(i), i % 2 == 0) for i in range(4)]
+    rows[1].output = "the answer is 42, " * 20
+    (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    url = report([run], tmp_path / "r.html")
+    w = open_page(f"{url}#re=1&q={quote('(.+)+X')}", ("file://",))
+    page = w.page
+    searched(page)
+    assert "regex stopped after 2 s" in count(page)
+    assert shown(page) == [] and page.get_attribute("#q", "aria-invalid") == "true"
+    page.fill("#q", r"answer is \d+")  # control: the page still answers, a fine regex works
+    searched(page)
+    assert shown(page) == ["t" * 40 + "1"] and count(page) == "1 of 4 tests"
+    assert page.get_attribute("#q", "aria-invalid") is None
+    page.fill("#q", "(.+)+Y")  # typed, not only linked
+    searched(page)
+    assert "regex stopped" in count(page) and shown(page) == []
     w.assert_clean()

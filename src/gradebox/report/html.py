@@ -73,12 +73,13 @@ def _sha256(text: str) -> str:
 
 def csp(live: bool = False) -> str:
     """The page's Content-Security-Policy: our two inline blocks, nothing else; the live
-    view may also fetch from its own origin."""
+    view may also fetch from its own origin. The regex search's worker is a ``blob:`` our
+    script makes (no other script runs to make one)."""
     connect = "'self'" if live else "'none'"
     return (
         f"default-src 'none'; script-src '{_sha256(_asset('report.js'))}'; "
         f"style-src '{_sha256(_asset('report.css'))}'; img-src 'none'; "
-        f"connect-src {connect}; base-uri 'none'; form-action 'none'"
+        f"connect-src {connect}; worker-src blob:; base-uri 'none'; form-action 'none'"
     )
 
 
