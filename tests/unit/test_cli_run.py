@@ -138,3 +138,30 @@ def test_target_picks_the_run_target(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert target is not None and (target.provider, target.model) == ("model", "judge")
     code, text = gradebox("run", path, "--target", "rude", "--target", "polite", "--out", "c")
     assert code == 2 and "one --target per run" in text
+
+
+def test_a_results_folder_of_one_file_and_one_of_several_are_not_mixed(tree: Path) -> None:
+    """A run of one file keeps results.jsonl at the folder's top; a run of several, one
+    folder per file and summary.json over all. Resuming (or reusing) one kind as the other
+    ran everything again and left the old results.jsonl beside a summary.json of other
+    suites: `gradebox report` of the folder then showed one suite's rows under the other
+    run's totals."""
+    one, other = "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml"
+    assert gradebox("run", one, "--out", "single")[0] == 0
+    before = (tree / "single" / "summary.json").read_text()
+    for flag in ("--resume", "--out"):
+        code, text = gradebox("run", one, other, flag, "single")
+        assert code == 2 and "holds the results of a run of one suite file" in text, text
+        assert (tree / "single" / "summary.json").read_text() == before  # nothing ran
+        assert sorted(p.name for p in (tree / "single").iterdir() if p.is_dir()) == []
+    assert gradebox("run", one, other, "--out", "several")[0] == 1
+    before = (tree / "several" / "summary.json").read_text()
+    code, text = gradebox("run", one, "--resume", "several")
+    assert code == 2 and "holds a run of several suite files" in text, text
+    assert (tree / "several" / "summary.json").read_text() == before
+    assert not (tree / "several" / "results.jsonl").exists()
+    # control: the same files resume their own run, each test once, nothing run again
+    code, text = gradebox("run", one, other, "--resume", "several", "--json")
+    assert code == 1 and json.loads(text)["summary"]["reused"] == 4, text
+    code, text = gradebox("run", one, "--resume", "single", "--json")
+    assert code == 0 and json.loads(text)["summary"]["reused"] == 2, text

@@ -158,6 +158,7 @@ def run(
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0].name if not several else "run")
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
     dirs = [out_dir / name for name in result_folders(files)] if several else [out_dir]
+    _same_layout(out_dir, several, "--resume" if resume is not None else "--out")
     privileges = allowed(allow)
 
     progress = Progress(
@@ -270,6 +271,30 @@ def _run_one(
             output.info(f"[dim]ray: {remote.describe()}[/]")
         return run_suite(suite, box, images, options, on_result=on_result,
                          on_start=on_start, executor=remote)  # fmt: skip
+
+
+def _same_layout(out_dir: Path, several: bool, field: str) -> None:
+    """A results folder holds a run of one file (its ``results.jsonl``) or of several (one
+    folder each, ``summary.json`` over all): a run of the other kind over it would leave the
+    old results beside a new ``summary.json`` (a report of the folder then mixes both), and a
+    ``--resume`` of the other kind would find nothing to resume and run everything again."""
+    top = out_dir / "results.jsonl"
+    if several and top.exists():
+        raise ConfigError(
+            f"{out_dir} holds the results of a run of one suite file ({top}); a run of several "
+            "files keeps each file's in a folder of its own: give another folder, or the one "
+            "file", field=field,
+        )  # fmt: skip
+    # (Its summary.json at the top, no results.jsonl there: a folder that merely holds run
+    # folders, as gradebox-runs/ does, is not one.)
+    if not several and not top.exists() and (out_dir / "summary.json").is_file():
+        theirs = sorted(p.parent.name for p in out_dir.glob("*/results.jsonl"))
+        if theirs:
+            raise ConfigError(
+                f"{out_dir} holds a run of several suite files ({', '.join(theirs[:3])}"
+                f"{', ...' if len(theirs) > 3 else ''}); name the same files to resume it, "
+                "or give another folder", field=field,
+            )  # fmt: skip
 
 
 def _suite_sandbox(suites: list[Suite], chosen: str | None) -> str | None:
