@@ -165,3 +165,28 @@ def test_a_results_folder_of_one_file_and_one_of_several_are_not_mixed(tree: Pat
     assert code == 1 and json.loads(text)["summary"]["reused"] == 4, text
     code, text = gradebox("run", one, "--resume", "single", "--json")
     assert code == 0 and json.loads(text)["summary"]["reused"] == 2, text
+
+
+def test_a_glob_never_walks_into_linked_folders(tree: Path) -> None:
+    """`**` followed links to folders: three links to "." made glob.glob walk 3^40 paths
+    (the run never started), and one link found each file again under a new name, run
+    again under a results folder of its own."""
+    import os
+    import threading
+
+    for name in ("x", "y", "z"):
+        os.symlink(".", tree / "evals" / "a" / name)
+    os.symlink("first.eval.yaml", tree / "evals" / "a" / "again.eval.yaml")  # a linked file
+    found: list[list[Path]] = []
+    search = threading.Thread(
+        target=lambda: found.append(expand_suite_paths(["evals/**/*.yaml"], tree)), daemon=True
+    )
+    search.start()
+    search.join(120)  # generous: the machine is shared; the walk takes milliseconds
+    assert not search.is_alive(), "the glob walked the link loop"
+    assert found == [[Path("evals/.hidden/third.eval.yaml"), Path("evals/a/again.eval.yaml"),
+                      Path("evals/b/deep/eval.yaml"), Path("evals/b/other.yaml")]]  # fmt: skip
+    # the folder form too, and a file named twice (itself and a link to it) runs once
+    assert expand_suite_paths(["evals/a", "evals/a/first.eval.yaml"], tree) == [
+        Path("evals/a/again.eval.yaml")
+    ]
