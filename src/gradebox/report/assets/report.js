@@ -713,19 +713,33 @@
     }
     body.append(frag);
   }
+  // Files of one diff drawn at once: a 1 MiB diff can name 11,000 files (100,000 elements,
+  // seconds to open the test); the rest are drawn on request, DIFF_FILES at a time.
+  const DIFF_FILES = 200;
   function diff(text, bytes) {
     const files = parseDiff(text);
     const total = files.reduce((a, f) => a + f.lines.length, 0);
-    const list = h('ul', { class: 'filelist' }, files.map((f) => h('li', null, visible(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`))));
-    const blocks = files.map((f) => {
-      const body = h('div', { class: 'diffbody' });
-      const d = h('details', { class: 'file', open: total <= 400 }, h('summary', null, h('span', null, visible(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`)), body);
-      let drawn = false;
-      const draw = () => { if (!drawn && d.open) { drawn = true; diffLines(f, body, 0); } };
-      d.addEventListener('toggle', draw);
-      draw();
-      return d;
-    });
+    const list = h('ul', { class: 'filelist' });
+    const blocks = h('div');
+    const drawFiles = (from) => {
+      const end = Math.min(files.length, from + DIFF_FILES);
+      for (const f of files.slice(from, end)) {
+        list.append(h('li', null, visible(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`)));
+        const body = h('div', { class: 'diffbody' });
+        const d = h('details', { class: 'file', open: total <= 400 }, h('summary', null, h('span', null, visible(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`)), body);
+        let drawn = false;
+        const draw = () => { if (!drawn && d.open) { drawn = true; diffLines(f, body, 0); } };
+        d.addEventListener('toggle', draw);
+        draw();
+        blocks.append(d);
+      }
+      if (end < files.length) {
+        const more = h('button', { type: 'button', class: 'more', onclick: () => { more.remove(); drawFiles(end); } },
+          `show ${Math.min(DIFF_FILES, files.length - end)} more files (${(files.length - end).toLocaleString()} not shown)`);
+        blocks.append(more);
+      }
+    };
+    drawFiles(0);
     return [h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}, ${bytes.toLocaleString()} bytes`), list, blocks];
   }
   function detail(t, summary) {
