@@ -190,3 +190,30 @@ def test_a_glob_never_walks_into_linked_folders(tree: Path) -> None:
     assert expand_suite_paths(["evals/a", "evals/a/first.eval.yaml"], tree) == [
         Path("evals/a/again.eval.yaml")
     ]
+
+
+def test_a_second_run_over_a_folder_of_several_files_runs_nothing(tree: Path) -> None:
+    """Each file's folder was locked only while that file ran: a second run given the same
+    folder ran (and replaced) the results of every file the first had finished, up to the
+    one still running, and only then was refused. The whole folder is held now."""
+    import os
+
+    from gradebox.atomic import lock_folder
+
+    one, other = "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml"
+    assert gradebox("run", one, other, "--out", "o")[0] == 1
+    first = tree / "o" / "evals-a-first.eval.yaml" / "results.jsonl"
+    before = first.read_bytes()
+    # the first run, now at its second file: it holds that file's folder (and the whole)
+    held = [lock_folder(tree / "o", field="--out"),
+            lock_folder(tree / "o" / "evals-b-deep-eval.yaml", field="--out")]  # fmt: skip
+    try:
+        code, text = gradebox("run", one, other, "--out", "o")
+        assert code == 2 and "is in use by another run" in text, text
+        assert first.read_bytes() == before  # its finished results untouched, nothing ran
+    finally:
+        for fd in held:
+            os.close(fd)
+    # control: once the first run has ended, the folder is free again (in this process too)
+    assert gradebox("run", one, other, "--out", "o")[0] == 1
+    assert gradebox("run", one, other, "--resume", "o")[0] == 1

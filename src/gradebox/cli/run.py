@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..atomic import write_atomic
+from ..atomic import lock_folder, writable_folder, write_atomic
 from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
@@ -75,6 +75,7 @@ SuitesArg = Annotated[
 
 
 def run(
+    ctx: typer.Context,
     suite_files: SuitesArg,
     workers: WorkersOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
@@ -158,7 +159,13 @@ def run(
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0].name if not several else "run")
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
     dirs = [out_dir / name for name in result_folders(files)] if several else [out_dir]
-    _same_layout(out_dir, several, "--resume" if resume is not None else "--out")
+    field = "--resume" if resume is not None else "--out"
+    _same_layout(out_dir, several, field)
+    if several:
+        # The whole folder is this run's from the start: a second run given it would run
+        # (and replace) each file's results the first had finished, up to the one in use.
+        held = lock_folder(writable_folder(out_dir, field=field), field=field)
+        ctx.call_on_close(lambda: os.close(held))
     privileges = allowed(allow)
 
     progress = Progress(
