@@ -497,7 +497,7 @@
         return { q, tests, hits: new Set(), failed: 'regex search needs Web Workers, which this browser refused' };
       }
       const mine = rx.worker, its = tests;
-      mine.onmessage = (e) => { if (rx.worker === mine && e.data.q === rx.asked) finish({ q: e.data.q, tests: its, hits: new Set(e.data.hits.map((i) => its[i])) }); };
+      mine.onmessage = (e) => { if (rx.worker === mine && e.data.q === rx.asked) finish({ q: e.data.q, tests: its, hits: new Set(e.data.hits.map((i) => its[i].id)) }); };
       mine.onerror = (e) => { e.preventDefault(); if (rx.worker === mine) { rx.worker.terminate(); rx.worker = null; finish({ q: rx.asked, tests: its, hits: new Set(), failed: 'the regex search failed' }); } };
       mine.postMessage({ hays: tests.map(haystack) });
       rx.tests = tests;
@@ -524,8 +524,11 @@
       const done = regexHits(state.q);
       if (done && done.failed) return badRegex(done.failed);
       controls.q.classList.remove('re-bad'); controls.q.removeAttribute('aria-invalid');
-      if (!done) { rx.note = 'searching…'; return () => false; }
-      return (t) => done.hits.has(t);
+      // While a search is on its way, the last answer to the same pattern stands (the live
+      // view's rows change every second: the table does not empty meanwhile).
+      const shown = done || (rx.done && rx.done.q === state.q && !rx.done.failed ? rx.done : null);
+      if (!done) rx.note = 'searching…';
+      return shown ? (t) => shown.hits.has(t.id) : () => false;
     }
     controls.q.classList.remove('re-bad');
     const q = state.q.toLowerCase();
