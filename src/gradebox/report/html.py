@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 from datetime import UTC, datetime
 from functools import cache
@@ -84,9 +85,26 @@ def csp(live: bool = False) -> str:
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold.
+    NaN and Infinity (a results file from elsewhere may hold them: no JSON, and JSON.parse
+    would refuse the whole page) become null, which the page shows as "–"."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)  # fmt: skip
     return _script_safe(text)
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every NaN and infinity made None (page data: a few levels deep)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _script_safe(text: str) -> str:
