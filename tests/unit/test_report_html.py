@@ -220,3 +220,17 @@ def test_a_results_file_holding_nan_still_makes_a_report(tmp_path):
     rows = json.loads(block.group(1), parse_constant=strict)["runs"][0]["rows"]
     assert [(r["id"], r.get("score")) for r in rows] == [("odd", None), ("good", 1.0)]
     assert script_json({"x": float("inf"), "y": [float("nan"), 0.5]}) == '{"x":null,"y":[null,0.5]}'
+
+
+def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path):
+    import socket
+
+    (tmp_path / "results.jsonl").write_text(_result("a").model_dump_json() + "\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{port}"):
+            ViewServer(tmp_path, port=port)
+    server = ViewServer(tmp_path)  # control: a free port
+    server.httpd.server_close()
