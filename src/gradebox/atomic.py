@@ -67,6 +67,10 @@ def write_atomic(path: Path, data: bytes | str, *, what: str = "folder") -> None
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise write_error(exc, path, what) from None
+    except BaseException:  # Ctrl-C or SIGTERM mid-write: no temporary file outlives the run
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     _sync_folder(folder)
 
 

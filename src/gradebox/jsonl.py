@@ -126,6 +126,10 @@ def rewrite_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise write_error(exc, path, "results folder") from None
+    except BaseException:  # Ctrl-C or SIGTERM mid-write: no temporary file outlives the run
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class JsonlWriter:

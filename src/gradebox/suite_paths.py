@@ -12,7 +12,6 @@ This module only names files; reading them is ``suite.load_suite``'s.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from pathlib import Path
@@ -79,12 +78,27 @@ def result_folders(files: list[Path]) -> list[str]:
 
 
 def _glob(pattern: str) -> list[str]:
-    return [m for m in glob.glob(pattern, recursive=True, include_hidden=True)
-            if os.path.isfile(m)]  # fmt: skip
+    """The files ``pattern`` (absolute) matches. ``**`` never enters a linked folder
+    (pathlib's walk): ``glob.glob`` did, so a folder holding ``x -> .`` and ``y -> .`` (a
+    loop any checkout may hold, node_modules' among them) cost 2^40 paths, and one link
+    found every file again under another name."""
+    parts = Path(pattern).parts
+    if parts and parts[-1] == "**":  # everything below (pathlib's `**` alone: folders only)
+        parts = (*parts, "*")
+    first = next((i for i, part in enumerate(parts) if _GLOB.search(part)), len(parts))
+    if first == len(parts):
+        return [pattern] if os.path.isfile(pattern) else []
+    try:
+        return [str(m) for m in Path(*parts[:first]).glob(str(Path(*parts[first:])))
+                if m.is_file()]  # fmt: skip
+    except RecursionError:  # pathlib walks by recursion: a tree ~1,000 folders deep
+        raise ConfigError(f"folders nested too deep to search for {pattern!r}",
+                          field="SUITE_FILES") from None  # fmt: skip
 
 
 def _key(path: Path) -> str:
-    return os.path.normpath(os.path.abspath(path))
+    """One file, however it is named (a link to it, ``a/../b``): each runs once."""
+    return os.path.realpath(path)
 
 
 def _shown(path: Path, base: Path) -> Path:

@@ -67,7 +67,8 @@ class Watched:
         dialog.dismiss()
 
     def _request(self, request: object) -> None:
-        if not request.url.startswith(self.allowed):
+        # blob: is the regex search's worker, which the page's own script makes.
+        if not request.url.startswith((*self.allowed, "blob:")):
             self.requests.append(request.url[:200])
 
     def _console(self, msg: object) -> None:

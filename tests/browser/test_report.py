@@ -82,6 +82,11 @@ def count(page: object) -> str:
     return page.text_content("#count")
 
 
+def searched(page: object) -> None:
+    """Wait for the regex search's worker to answer."""
+    expect(page.locator("#count")).not_to_contain_text("searching", timeout=30_000)
+
+
 def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
     w = open_page(report([runs["a"]], tmp_path / "r.html"), ("file://",))
     page = w.page
@@ -106,6 +111,7 @@ def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
     page.fill("#q", "answer is \\d+")
     assert shown(page) == []  # as text, no match
     page.check("#f-re")
+    searched(page)  # a regex runs in a worker: its answer comes a moment later
     assert shown(page) == ["meaning-of-life"]
     page.fill("#q", "(")  # a broken regex matches nothing and says so, no error
     assert shown(page) == [] and page.get_attribute("#q", "aria-invalid") == "true"
@@ -362,4 +368,60 @@ def test_target_node_and_flaky_filters(tmp_path, open_page):
     assert "✔✘✔" in marks and "2/3" in marks and "flaky" in marks
     trials = page.text_content("section[aria-labelledby=h-trials]")
     assert "1 flaky" in trials and "pass@k" in trials
+    w.assert_clean()
+
+
+def test_a_regex_that_backtracks_for_ever_does_not_freeze_the_page(tmp_path, open_page):
+    """The search is in the URL: a link with a catastrophic regex (`(.+)+X` takes 2^n steps
+    on any text without an X) froze the page before it was drawn, for every report. The
+    regex runs in a worker that is stopped after 2 s; the page says so and goes on."""
+    from urllib.parse import quote
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [_result("t" * 40 + str(i), i % 2 == 0) for i in range(4)]
+    rows[1].output = "the answer is 42, " * 20
+    (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    url = report([run], tmp_path / "r.html")
+    w = open_page(f"{url}#re=1&q={quote('(.+)+X')}", ("file://",))
+    page = w.page
+    searched(page)
+    assert "regex stopped after 2 s" in count(page)
+    assert shown(page) == [] and page.get_attribute("#q", "aria-invalid") == "true"
+    page.fill("#q", r"answer is \d+")  # control: the page still answers, a fine regex works
+    searched(page)
+    assert shown(page) == ["t" * 40 + "1"] and count(page) == "1 of 4 tests"
+    assert page.get_attribute("#q", "aria-invalid") is None
+    page.fill("#q", "(.+)+Y")  # typed, not only linked
+    searched(page)
+    assert "regex stopped" in count(page) and shown(page) == []
+    w.assert_clean()
+
+
+def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_page):
+    """A 1 MiB diff (the cap) can name 11,000 files: every one was drawn when the test was
+    opened (100,000 elements, seconds of a frozen page). 200 are drawn, then on request."""
+    run = tmp_path / "run"
+    run.mkdir()
+    diff = "".join(
+        f"diff --git a/f{i} b/f{i}\nnew file mode 100644\n--- /dev/null\n+++ b/f{i}\n"
+        f"@@ -0,0 +1 @@\n+line {i}\n"
+        for i in range(1000)
+    )
+    r = _result("many", False)
+    r.file_changes = diff
+    (run / "results.jsonl").write_text(r.model_dump_json() + "\n")
+    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    page.click("button.toggle")
+    assert "1000 files" in page.text_content(".opened")
+    assert page.locator("details.file").count() == 200
+    assert page.locator(".filelist li").count() == 200
+    page.click("text=show 200 more files (800 not shown)")
+    assert page.locator("details.file").count() == 400
+    for _ in range(3):
+        page.click("text=show 200 more files")
+    assert page.locator("details.file").count() == 1000  # every file, on request
+    assert page.locator("text=more files").count() == 0
+    assert page.locator("details.file").last.text_content().startswith("f999")
     w.assert_clean()

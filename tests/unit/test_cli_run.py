@@ -138,3 +138,82 @@ def test_target_picks_the_run_target(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert target is not None and (target.provider, target.model) == ("model", "judge")
     code, text = gradebox("run", path, "--target", "rude", "--target", "polite", "--out", "c")
     assert code == 2 and "one --target per run" in text
+
+
+def test_a_results_folder_of_one_file_and_one_of_several_are_not_mixed(tree: Path) -> None:
+    """A run of one file keeps results.jsonl at the folder's top; a run of several, one
+    folder per file and summary.json over all. Resuming (or reusing) one kind as the other
+    ran everything again and left the old results.jsonl beside a summary.json of other
+    suites: `gradebox report` of the folder then showed one suite's rows under the other
+    run's totals."""
+    one, other = "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml"
+    assert gradebox("run", one, "--out", "single")[0] == 0
+    before = (tree / "single" / "summary.json").read_text()
+    for flag in ("--resume", "--out"):
+        code, text = gradebox("run", one, other, flag, "single")
+        assert code == 2 and "holds the results of a run of one suite file" in text, text
+        assert (tree / "single" / "summary.json").read_text() == before  # nothing ran
+        assert sorted(p.name for p in (tree / "single").iterdir() if p.is_dir()) == []
+    assert gradebox("run", one, other, "--out", "several")[0] == 1
+    before = (tree / "several" / "summary.json").read_text()
+    code, text = gradebox("run", one, "--resume", "several")
+    assert code == 2 and "holds a run of several suite files" in text, text
+    assert (tree / "several" / "summary.json").read_text() == before
+    assert not (tree / "several" / "results.jsonl").exists()
+    # control: the same files resume their own run, each test once, nothing run again
+    code, text = gradebox("run", one, other, "--resume", "several", "--json")
+    assert code == 1 and json.loads(text)["summary"]["reused"] == 4, text
+    code, text = gradebox("run", one, "--resume", "single", "--json")
+    assert code == 0 and json.loads(text)["summary"]["reused"] == 2, text
+
+
+def test_a_glob_never_walks_into_linked_folders(tree: Path) -> None:
+    """`**` followed links to folders: three links to "." made glob.glob walk 3^40 paths
+    (the run never started), and one link found each file again under a new name, run
+    again under a results folder of its own."""
+    import os
+    import threading
+
+    for name in ("x", "y", "z"):
+        os.symlink(".", tree / "evals" / "a" / name)
+    os.symlink("first.eval.yaml", tree / "evals" / "a" / "again.eval.yaml")  # a linked file
+    found: list[list[Path]] = []
+    search = threading.Thread(
+        target=lambda: found.append(expand_suite_paths(["evals/**/*.yaml"], tree)), daemon=True
+    )
+    search.start()
+    search.join(120)  # generous: the machine is shared; the walk takes milliseconds
+    assert not search.is_alive(), "the glob walked the link loop"
+    assert found == [[Path("evals/.hidden/third.eval.yaml"), Path("evals/a/again.eval.yaml"),
+                      Path("evals/b/deep/eval.yaml"), Path("evals/b/other.yaml")]]  # fmt: skip
+    # the folder form too, and a file named twice (itself and a link to it) runs once
+    assert expand_suite_paths(["evals/a", "evals/a/first.eval.yaml"], tree) == [
+        Path("evals/a/again.eval.yaml")
+    ]
+
+
+def test_a_second_run_over_a_folder_of_several_files_runs_nothing(tree: Path) -> None:
+    """Each file's folder was locked only while that file ran: a second run given the same
+    folder ran (and replaced) the results of every file the first had finished, up to the
+    one still running, and only then was refused. The whole folder is held now."""
+    import os
+
+    from gradebox.atomic import lock_folder
+
+    one, other = "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml"
+    assert gradebox("run", one, other, "--out", "o")[0] == 1
+    first = tree / "o" / "evals-a-first.eval.yaml" / "results.jsonl"
+    before = first.read_bytes()
+    # the first run, now at its second file: it holds that file's folder (and the whole)
+    held = [lock_folder(tree / "o", field="--out"),
+            lock_folder(tree / "o" / "evals-b-deep-eval.yaml", field="--out")]  # fmt: skip
+    try:
+        code, text = gradebox("run", one, other, "--out", "o")
+        assert code == 2 and "is in use by another run" in text, text
+        assert first.read_bytes() == before  # its finished results untouched, nothing ran
+    finally:
+        for fd in held:
+            os.close(fd)
+    # control: once the first run has ended, the folder is free again (in this process too)
+    assert gradebox("run", one, other, "--out", "o")[0] == 1
+    assert gradebox("run", one, other, "--resume", "o")[0] == 1

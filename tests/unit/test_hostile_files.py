@@ -117,6 +117,29 @@ def test_a_failed_write_leaves_the_previous_summary_whole(tmp_path, monkeypatch)
     assert sorted(os.listdir(tmp_path)) == ["summary.json"]  # no temporary file left
 
 
+@pytest.mark.parametrize("writer", ["summary", "rewrite"])
+def test_a_signal_mid_write_leaves_no_temporary_file(tmp_path, monkeypatch, writer):
+    """SIGTERM is a KeyboardInterrupt in the runner (cli.app): one that lands while
+    summary.json, a report or a resumed results.jsonl is written (the fsync of a large
+    file is the widest window) left the .tmp file beside it for good."""
+    from gradebox.jsonl import rewrite_jsonl
+
+    target = tmp_path / ("summary.json" if writer == "summary" else "results.jsonl")
+    target.write_text("{}\n")
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        if writer == "summary":
+            write_atomic(target, '{"passed": 8}\n')
+        else:
+            rewrite_jsonl(target, [_result(0)])
+    assert target.read_text() == "{}\n"  # the previous file, whole
+    assert sorted(os.listdir(tmp_path)) == [target.name]  # and nothing beside it
+
+
 def test_a_results_line_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
     path = tmp_path / "results.jsonl"
     writer = JsonlWriter(path)

@@ -198,3 +198,39 @@ def test_a_trials_output_is_one_test_per_prompt_with_its_trials(tmp_path):
     assert row["_trials"]["n"] == 3 and row["_trials"]["c"] == 2  # as `gradebox trials` counts
     assert [t["status"] for t in row["trials"]] == ["passed", "failed", "passed"]
     assert write_report([out], tmp_path / "r.html").is_file()
+
+
+def test_a_results_file_holding_nan_still_makes_a_report(tmp_path):
+    """A results file from elsewhere may hold NaN (the model reads it as a float): the
+    report ended in a traceback (ValueError from json.dumps). It is shown as no score."""
+    run = tmp_path / "run"
+    run.mkdir()
+    good = _result("good")
+    (run / "results.jsonl").write_text(
+        '{"id":"odd","status":"failed","passed":false,"score":NaN}\n'
+        + good.model_dump_json()
+        + "\n"
+    )
+    html = write_report([run], tmp_path / "r.html").read_text()
+    block = re.search(r'<script type="application/json" id="gradebox-data">(.*?)</script>', html)
+
+    def strict(token: str) -> None:
+        raise ValueError(f"{token} is no JSON")
+
+    rows = json.loads(block.group(1), parse_constant=strict)["runs"][0]["rows"]
+    assert [(r["id"], r.get("score")) for r in rows] == [("odd", None), ("good", 1.0)]
+    assert script_json({"x": float("inf"), "y": [float("nan"), 0.5]}) == '{"x":null,"y":[null,0.5]}'
+
+
+def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path):
+    import socket
+
+    (tmp_path / "results.jsonl").write_text(_result("a").model_dump_json() + "\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{port}"):
+            ViewServer(tmp_path, port=port)
+    server = ViewServer(tmp_path)  # control: a free port
+    server.httpd.server_close()

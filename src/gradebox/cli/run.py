@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..atomic import write_atomic
+from ..atomic import lock_folder, writable_folder, write_atomic
 from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
 from ..plan import plan_suite
@@ -75,6 +75,7 @@ SuitesArg = Annotated[
 
 
 def run(
+    ctx: typer.Context,
     suite_files: SuitesArg,
     workers: WorkersOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
@@ -158,6 +159,13 @@ def run(
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0].name if not several else "run")
         out_dir = Path("gradebox-runs") / f"{slug}-{datetime.now():%Y%m%d-%H%M%S}"
     dirs = [out_dir / name for name in result_folders(files)] if several else [out_dir]
+    field = "--resume" if resume is not None else "--out"
+    _same_layout(out_dir, several, field)
+    if several:
+        # The whole folder is this run's from the start: a second run given it would run
+        # (and replace) each file's results the first had finished, up to the one in use.
+        held = lock_folder(writable_folder(out_dir, field=field), field=field)
+        ctx.call_on_close(lambda: os.close(held))
     privileges = allowed(allow)
 
     progress = Progress(
@@ -270,6 +278,30 @@ def _run_one(
             output.info(f"[dim]ray: {remote.describe()}[/]")
         return run_suite(suite, box, images, options, on_result=on_result,
                          on_start=on_start, executor=remote)  # fmt: skip
+
+
+def _same_layout(out_dir: Path, several: bool, field: str) -> None:
+    """A results folder holds a run of one file (its ``results.jsonl``) or of several (one
+    folder each, ``summary.json`` over all): a run of the other kind over it would leave the
+    old results beside a new ``summary.json`` (a report of the folder then mixes both), and a
+    ``--resume`` of the other kind would find nothing to resume and run everything again."""
+    top = out_dir / "results.jsonl"
+    if several and top.exists():
+        raise ConfigError(
+            f"{out_dir} holds the results of a run of one suite file ({top}); a run of several "
+            "files keeps each file's in a folder of its own: give another folder, or the one "
+            "file", field=field,
+        )  # fmt: skip
+    # (Its summary.json at the top, no results.jsonl there: a folder that merely holds run
+    # folders, as gradebox-runs/ does, is not one.)
+    if not several and not top.exists() and (out_dir / "summary.json").is_file():
+        theirs = sorted(p.parent.name for p in out_dir.glob("*/results.jsonl"))
+        if theirs:
+            raise ConfigError(
+                f"{out_dir} holds a run of several suite files ({', '.join(theirs[:3])}"
+                f"{', ...' if len(theirs) > 3 else ''}); name the same files to resume it, "
+                "or give another folder", field=field,
+            )  # fmt: skip
 
 
 def _suite_sandbox(suites: list[Suite], chosen: str | None) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import re
 from datetime import UTC, datetime
 from functools import cache
@@ -73,19 +74,37 @@ def _sha256(text: str) -> str:
 
 def csp(live: bool = False) -> str:
     """The page's Content-Security-Policy: our two inline blocks, nothing else; the live
-    view may also fetch from its own origin."""
+    view may also fetch from its own origin. The regex search's worker is a ``blob:`` our
+    script makes (no other script runs to make one)."""
     connect = "'self'" if live else "'none'"
     return (
         f"default-src 'none'; script-src '{_sha256(_asset('report.js'))}'; "
         f"style-src '{_sha256(_asset('report.css'))}'; img-src 'none'; "
-        f"connect-src {connect}; base-uri 'none'; form-action 'none'"
+        f"connect-src {connect}; worker-src blob:; base-uri 'none'; form-action 'none'"
     )
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold.
+    NaN and Infinity (a results file from elsewhere may hold them: no JSON, and JSON.parse
+    would refuse the whole page) become null, which the page shows as "–"."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)  # fmt: skip
     return _script_safe(text)
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every NaN and infinity made None (page data: a few levels deep)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _script_safe(text: str) -> str:

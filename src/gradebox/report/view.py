@@ -53,7 +53,11 @@ class ViewServer:
             raise ConfigError("no such run folder", file=str(run_dir))
         self.name = self.file.parent.name
         handler = type("Handler", (_Handler,), {"view": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        try:
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        except OSError as exc:  # the port is taken, or privileged: the operator's to choose
+            raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}",
+                              field="--port") from None  # fmt: skip
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/"

@@ -472,15 +472,63 @@
     document.getElementById('l-node').hidden = nodes.size === 0;
     document.getElementById('l-flaky').hidden = !trials;
   }
+  // A regular expression runs in a worker of its own, never on the page: one that backtracks
+  // for ever (`(.+)+X`, typed, or in a link someone sent: the search is in the URL) would
+  // freeze the page, and JavaScript cannot stop a match once it runs. The worker gets every
+  // test's text once (again when the tests change) and a pattern per search; one that has
+  // not answered within REGEX_MS is ended, and the search is reported as too slow.
+  const REGEX_MS = 2000;
+  const WORKER = "'use strict'; let hays = [];"
+    + "onmessage = (e) => { if (e.data.hays) { hays = e.data.hays; return; }"
+    + " const re = new RegExp(e.data.q, 'i'); const hits = [];"
+    + " for (let i = 0; i < hays.length; i++) if (re.test(hays[i])) hits.push(i);"
+    + " postMessage({ q: e.data.q, hits }); };";
+  const rx = { worker: null, tests: null, asked: null, timer: 0, done: null, note: '' };
+  function regexHits(q) {
+    if (rx.done && rx.done.q === q && rx.done.tests === tests) return rx.done;
+    if (rx.asked === q && rx.tests === tests) return null; // on its way
+    if (rx.worker && (rx.asked !== null || rx.tests !== tests)) { rx.worker.terminate(); rx.worker = null; }
+    clearTimeout(rx.timer);
+    const finish = (done) => { clearTimeout(rx.timer); rx.asked = null; rx.done = done; refreshTable(); };
+    if (!rx.worker) {
+      try {
+        rx.worker = new Worker(URL.createObjectURL(new Blob([WORKER], { type: 'text/javascript' })));
+      } catch (e) { // no worker here: no regex search (never one on the page)
+        return { q, tests, hits: new Set(), failed: 'regex search needs Web Workers, which this browser refused' };
+      }
+      const mine = rx.worker, its = tests;
+      mine.onmessage = (e) => { if (rx.worker === mine && e.data.q === rx.asked) finish({ q: e.data.q, tests: its, hits: new Set(e.data.hits.map((i) => its[i].id)) }); };
+      mine.onerror = (e) => { e.preventDefault(); if (rx.worker === mine) { rx.worker.terminate(); rx.worker = null; finish({ q: rx.asked, tests: its, hits: new Set(), failed: 'the regex search failed' }); } };
+      mine.postMessage({ hays: tests.map(haystack) });
+      rx.tests = tests;
+    }
+    rx.asked = q;
+    rx.worker.postMessage({ q });
+    rx.timer = setTimeout(() => {
+      if (rx.worker) rx.worker.terminate();
+      rx.worker = null;
+      finish({ q, tests, hits: new Set(), failed: `regex stopped after ${REGEX_MS / 1000} s: it takes too long on this run's text` });
+    }, REGEX_MS);
+    return null;
+  }
+  function badRegex(why) {
+    controls.q.classList.add('re-bad'); controls.q.setAttribute('aria-invalid', 'true');
+    rx.note = why;
+    return () => false;
+  }
   function matcher() {
+    rx.note = '';
     if (!state.q) return () => true;
     if (state.re) {
-      let re;
-      try { re = new RegExp(state.q, 'i'); controls.q.classList.remove('re-bad'); controls.q.removeAttribute('aria-invalid'); } catch (e) {
-        controls.q.classList.add('re-bad'); controls.q.setAttribute('aria-invalid', 'true');
-        return () => false;
-      }
-      return (t) => re.test(haystack(t));
+      try { new RegExp(state.q, 'i'); } catch (e) { return badRegex('not a regular expression'); }
+      const done = regexHits(state.q);
+      if (done && done.failed) return badRegex(done.failed);
+      controls.q.classList.remove('re-bad'); controls.q.removeAttribute('aria-invalid');
+      // While a search is on its way, the last answer to the same pattern stands (the live
+      // view's rows change every second: the table does not empty meanwhile).
+      const shown = done || (rx.done && rx.done.q === state.q && !rx.done.failed ? rx.done : null);
+      if (!done) rx.note = 'searching…';
+      return shown ? (t) => shown.hits.has(t.id) : () => false;
     }
     controls.q.classList.remove('re-bad');
     const q = state.q.toLowerCase();
@@ -586,7 +634,7 @@
       const n = tests.filter((t) => { const r = primary(t); return r && r.status === st; }).length;
       document.getElementById(`n-${st}`).textContent = `(${n})`;
     }
-    document.getElementById('count').textContent = `${list.length} of ${tests.length} tests`;
+    document.getElementById('count').textContent = `${list.length} of ${tests.length} tests${rx.note ? ` (${rx.note})` : ''}`;
     pager.replaceChildren(
       h('button', { type: 'button', disabled: state.page === 0, onclick: () => { state.page -= 1; refreshTable(); } }, '‹ previous'),
       h('span', null, `page ${state.page + 1} of ${pages}`),
@@ -668,19 +716,33 @@
     }
     body.append(frag);
   }
+  // Files of one diff drawn at once: a 1 MiB diff can name 11,000 files (100,000 elements,
+  // seconds to open the test); the rest are drawn on request, DIFF_FILES at a time.
+  const DIFF_FILES = 200;
   function diff(text, bytes) {
     const files = parseDiff(text);
     const total = files.reduce((a, f) => a + f.lines.length, 0);
-    const list = h('ul', { class: 'filelist' }, files.map((f) => h('li', null, visible(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`))));
-    const blocks = files.map((f) => {
-      const body = h('div', { class: 'diffbody' });
-      const d = h('details', { class: 'file', open: total <= 400 }, h('summary', null, h('span', null, visible(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`)), body);
-      let drawn = false;
-      const draw = () => { if (!drawn && d.open) { drawn = true; diffLines(f, body, 0); } };
-      d.addEventListener('toggle', draw);
-      draw();
-      return d;
-    });
+    const list = h('ul', { class: 'filelist' });
+    const blocks = h('div');
+    const drawFiles = (from) => {
+      const end = Math.min(files.length, from + DIFF_FILES);
+      for (const f of files.slice(from, end)) {
+        list.append(h('li', null, visible(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`)));
+        const body = h('div', { class: 'diffbody' });
+        const d = h('details', { class: 'file', open: total <= 400 }, h('summary', null, h('span', null, visible(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`)), body);
+        let drawn = false;
+        const draw = () => { if (!drawn && d.open) { drawn = true; diffLines(f, body, 0); } };
+        d.addEventListener('toggle', draw);
+        draw();
+        blocks.append(d);
+      }
+      if (end < files.length) {
+        const more = h('button', { type: 'button', class: 'more', onclick: () => { more.remove(); drawFiles(end); } },
+          `show ${Math.min(DIFF_FILES, files.length - end)} more files (${(files.length - end).toLocaleString()} not shown)`);
+        blocks.append(more);
+      }
+    };
+    drawFiles(0);
     return [h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}, ${bytes.toLocaleString()} bytes`), list, blocks];
   }
   function detail(t, summary) {
