@@ -331,3 +331,13 @@ def test_an_unmounted_copy_stops_at_the_quota_not_after(tmp_path, monkeypatch, t
     ok = wsmod.Workspace.create(tmp_path / "fits", small, quota=quota)
     assert (ok.path / "answer.txt").stat().st_size == 1 << 20
     ok.close()
+
+
+def test_junit_names_each_result_by_its_own_suite():
+    # A run of several files: labelled ids of two suites may read alike ("a" + "b: c" and
+    # "a: b" + "c" are both "a: b: c"); their classnames keep them apart.
+    first = _result("x").model_copy(update={"id": "a: b: c", "suite": "a"})
+    second = _result("x").model_copy(update={"id": "a: b: c", "suite": "a: b"})
+    root = ET.fromstring(junit_xml([first, second], _summary()).split("\n", 1)[1])
+    cases = {(c.get("classname"), c.get("name")) for c in root.iter("testcase")}
+    assert cases == {("a", "a: b: c"), ("a: b", "a: b: c")}

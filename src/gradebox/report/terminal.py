@@ -139,7 +139,9 @@ def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=xml_text(summary.suite),
+            # Each result's own suite: a run of several files is one JUnit file, and two
+            # suites' labelled ids may read alike ("a" + "b: c", "a: b" + "c").
+            classname=xml_text(r.suite or summary.suite),
             name=xml_text(r.id),
             time=f"{r.timings_ms.get('total', 0) / 1000:.3f}",
         )
