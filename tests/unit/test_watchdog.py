@@ -135,6 +135,17 @@ def _dispatched(monkeypatch, argv: list[str], code: int = 0, during=None) -> dic
     at_exit: list = []
     monkeypatch.setattr(cli, "_exit_now", exit_now)
     monkeypatch.setattr(atexit, "register", lambda fn, *args: at_exit.append((fn, args)))
+    # The command's threads are those it started: not what earlier tests left in this
+    # process (a real `gradebox` process has no others).
+    import threading
+
+    before, enumerate_ = (
+        set(threading.enumerate()) - {threading.current_thread()},
+        threading.enumerate,
+    )
+    monkeypatch.setattr(
+        threading, "enumerate", lambda: [t for t in enumerate_() if t not in before]
+    )
     with pytest.raises(SystemExit) as ended:
         cli.main()
     seen["exit"] = ended.value.code

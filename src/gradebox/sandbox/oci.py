@@ -99,7 +99,7 @@ def oci_usable(engine: _engine.Engine | None = None, runtime: str | None = None)
     cgroup subtree rootless containers need (``cgroups.delegate_v1``)."""
     chosen = choose_runtime(runtime)
     if shutil.which(chosen.binary) is None:
-        return f"no OCI runtime {chosen.name!r} on PATH"
+        return f"no OCI runtime {chosen.binary!r} on PATH"
     if init_binary() is None:
         return "no static init (docker-init or tini-static) on PATH"
     if not Path("/sys/fs/cgroup").is_dir():
