@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from pathlib import Path
 
 from .errors import ConfigError, GradeboxError, StorageError
@@ -51,7 +50,7 @@ def write_atomic(path: Path, data: bytes | str, *, what: str = "folder") -> None
     the disk is at fault (no space, read-only), else a ``ConfigError`` naming ``path``."""
     body = data.encode("utf-8") if isinstance(data, str) else data
     folder = path.parent
-    tmp = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = folder / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -106,7 +105,7 @@ def writable_folder(path: Path, *, field: str, what: str = "results folder") -> 
         raise ConfigError(f"{path}: a parent of it is a file, not a folder", field=field) from None
     except OSError as exc:
         raise _refused(exc, path, field, what) from None
-    probe = path / f".gradebox-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    probe = path / f".gradebox-probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         probe.unlink()

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .atomic import storage_error
-from .errors import StorageError
+TYPE_CHECKING = False  # typing is not on `gradebox exec`'s hot path
+if TYPE_CHECKING:
+    from .errors import StorageError
 
 __all__ = [
     "TMP_PREFIX",
@@ -70,6 +71,8 @@ def scratch_error(exc: OSError) -> StorageError:
     a half-made folder broke next. A file named outside it (the OCI backend's own storage)
     is named instead (a relative name is relative to some folder of ours: no help)."""
     import tempfile
+
+    from .atomic import storage_error  # on a fault only: not on exec's hot path
 
     tmp = tempfile.gettempdir()
     name = os.fsdecode(exc.filename) if exc.filename is not None else None
