@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,9 @@ def test_rows_filters_search_sort_and_the_url(runs, tmp_path, open_page):
 
     page.uncheck("#f-error")
     page.fill("#q", "fix")
+    # The view is written to the URL as the search answers (a moment later on a loaded
+    # machine): expect polls page.url, since the page's CSP refuses wait_for_function's eval.
+    expect(page).to_have_url(re.compile(r"q=fix"), timeout=30_000)
     url = page.url
     assert "q=fix" in url and "status=" in url
     again = open_page(url, ("file://",)).page  # a link shows the same view
