@@ -392,24 +392,31 @@ def _importtime(argv: list[str], cwd: Path, stdin: bytes) -> dict[str, float]:
     return by
 
 
-def bench_exec(root: Path, n: int, rootfs: Path) -> dict[str, object]:
-    """`gradebox exec` and `gradebox grade` end to end, both backends, vs bare; interleaved."""
+def _cli_inputs(root: Path) -> tuple[Path, bytes, Callable[[str, str], list[str]]]:
+    """What `gradebox exec` and `gradebox grade` are timed on: the folder they run in (the
+    script as s.py), the payload (also as p.json) and ``argv(command, backend)``."""
     gradebox = str(Path(sys.executable).parent / "gradebox")
-    grader, ws = _script_grader(root)
+    _, ws = _script_grader(root)
     folder = root / "grader"
     folder.mkdir(mode=0o755)
     (folder / "s.py").write_text(SCRIPT)
     payload = Payload(output="The answer is 42.").to_wire()
     (root / "p.json").write_bytes(payload)
-    runs = {
-        f"exec_{b}": [gradebox, "exec", "--sandbox", b, "--", "python3", "s.py"]
-        for b in ("oci", "docker")
-    }
-    runs |= {
-        f"grade_{b}": [gradebox, "grade", str(root / "g.yaml"), "-i", str(root / "p.json"),
-                       "-W", str(ws), "--sandbox", b]
-        for b in ("oci", "docker")
-    }  # fmt: skip
+
+    def argv(command: str, backend: str) -> list[str]:
+        if command == "exec":
+            return [gradebox, "exec", "--sandbox", backend, "--", "python3", "s.py"]
+        return [gradebox, "grade", str(root / "g.yaml"), "-i", str(root / "p.json"),
+                "-W", str(ws), "--sandbox", backend]  # fmt: skip
+
+    return folder, payload, argv
+
+
+def bench_exec(root: Path, n: int, rootfs: Path) -> dict[str, object]:
+    """`gradebox exec` and `gradebox grade` end to end, both backends, vs bare; interleaved."""
+    folder, payload, argv = _cli_inputs(root)
+    runs = {f"exec_{b}": argv("exec", b) for b in ("oci", "docker")}
+    runs |= {f"grade_{b}": argv("grade", b) for b in ("oci", "docker")}
     floors = _runtime_floors(root, rootfs, payload)
     times: dict[str, list[float]] = {k: [] for k in [*runs, *floors, "bare", "python"]}
     for argv in runs.values():  # warm: images resolved, roots unpacked, caches filled
@@ -797,18 +804,8 @@ def _speed_pytest(root: Path, runs: int, rootfs: Path) -> dict[str, float]:
 def _speed_cli(root: Path, n: int, rootfs: Path) -> dict[str, float]:
     """`gradebox exec` and `gradebox grade` (oci) end to end, a process each, with
     GRADEBOX_RUNTIME=runc and =crun, interleaved with the script bare in the rootfs."""
-    gradebox = str(Path(sys.executable).parent / "gradebox")
-    _, ws = _script_grader(root)
-    folder = root / "grader"
-    folder.mkdir(mode=0o755)
-    (folder / "s.py").write_text(SCRIPT)
-    payload = Payload(output="The answer is 42.").to_wire()
-    (root / "p.json").write_bytes(payload)
-    argvs = {
-        "exec": [gradebox, "exec", "--sandbox", "oci", "--", "python3", "s.py"],
-        "grade": [gradebox, "grade", str(root / "g.yaml"), "-i", str(root / "p.json"),
-                  "-W", str(ws), "--sandbox", "oci"],
-    }  # fmt: skip
+    folder, payload, argv = _cli_inputs(root)
+    argvs = {"exec": argv("exec", "oci"), "grade": argv("grade", "oci")}
     envs = {rt: {**os.environ, "GRADEBOX_RUNTIME": rt} for rt in RUNTIMES}
     keys = [f"{what}_{rt}" for what in argvs for rt in RUNTIMES]
     times: dict[str, list[float]] = {k: [] for k in ["bare", "python", *keys]}

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .atomic import storage_error, write_error
+from .atomic import storage_error, write_atomic, write_error
 from .errors import ConfigError
 
 __all__ = [
@@ -111,25 +111,10 @@ def open_jsonl_for_append(path: Path) -> int:
 
 
 def rewrite_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
-    """Replace the file with exactly ``items`` (atomically: a crash or a full disk leaves the
-    old file whole, never a part of the new one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as f:
-            for item in items:
-                f.write(item.model_dump_json(by_alias=True).encode() + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise write_error(exc, path, "results folder") from None
-    except BaseException:  # Ctrl-C or SIGTERM mid-write: no temporary file outlives the run
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """Replace the file with exactly ``items`` (``write_atomic``: a crash or a full disk
+    leaves the old file whole, never a part of the new one)."""
+    body = b"".join(item.model_dump_json(by_alias=True).encode() + b"\n" for item in items)
+    write_atomic(path, body, what="results folder")
 
 
 class JsonlWriter:

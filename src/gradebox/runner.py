@@ -25,7 +25,7 @@ from .atomic import lock_folder, writable_folder, write_atomic
 from .errors import StorageError
 from .executor import Executor, LocalExecutor, default_workers
 from .jobs import TestJob, Worker
-from .jsonl import JsonlWriter, read_jsonl, rewrite_jsonl
+from .jsonl import JsonlWriter, rewrite_jsonl
 from .lifecycle import after_all, not_run, now
 from .protocol import RunSummary, Status, TestResult, Usage
 from .results import read_results  # the one reader (re-exported: callers import it here)
@@ -147,6 +147,7 @@ def _run_locked(
     full: StorageError | None = None  # the results or scratch folder could not take more
     warnings: list[str] = []
     nodes: dict[str, int] = {}
+    remote_usage, remote_counted = Usage(), False  # a cluster's calls: each in its test's result
     by_id = {t.id: t for t in todo}
     try:
         for done in executor.map([TestJob(t.id) for t in todo], workers):
@@ -161,6 +162,9 @@ def _run_locked(
             finished[result.id] = (result.status, result.score)
             if result.node:
                 nodes[result.node] = nodes.get(result.node, 0) + 1
+            if executor.remote and result.usage is not None:
+                remote_usage.merge(result.usage)
+                remote_counted = True
             on_result(result)
     except KeyboardInterrupt:
         interrupted = True
@@ -198,7 +202,7 @@ def _run_locked(
         summary.warnings = warnings
         summary.usage = executor.usage()
         if executor.remote:  # the models were called on the nodes: each test's in its result
-            summary.usage = _usage_total(out / "results.jsonl", set(by_id))
+            summary.usage = remote_usage if remote_counted else None
             summary.nodes = nodes
         if full is not None:
             summary.warnings.append(f"stopped: {full}")
@@ -211,17 +215,6 @@ def _run_locked(
                 raise
             log.warning("summary.json not written: the results folder is full")
     return summary
-
-
-def _usage_total(path: Path, ran: set[str]) -> Usage | None:
-    """This run's model usage, summed over the results of the tests it ran (a cluster's calls
-    were made on the nodes, each in its test's result)."""
-    total, seen = Usage(), False
-    for r in read_jsonl(path, TestResult):
-        if r.id in ran and r.usage is not None:
-            total.merge(r.usage)
-            seen = True
-    return total if seen else None
 
 
 def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:

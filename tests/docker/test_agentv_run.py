@@ -39,6 +39,21 @@ def _run(path: Path, out: Path, box, engine) -> dict:
     return read_results(out / "results.jsonl")
 
 
+def _assert_verdicts(results: dict, expected: dict) -> None:
+    """Each test's (status, score, [(status, score) per grader]) is the one expected; a miss
+    shows the tests that differ with their errors and evidence."""
+    got = {
+        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
+                                                for g in r.graders])
+        for k, r in results.items()
+    }  # fmt: skip
+    assert got == expected, {
+        k: (r.error, [g.evidence for g in r.graders])
+        for k, r in results.items()
+        if got[k] != expected.get(k)
+    }
+
+
 # What AgentV gives each test of the fixture (worked out in its comments from AgentV's source):
 # (status, score) of the test, and of each of its graders.
 AGENTV_VERDICTS = {
@@ -60,16 +75,7 @@ AGENTV_VERDICTS = {
 
 def test_verdicts_are_the_ones_agentv_gives(tmp_path, box, engine):
     results = _run(SEMANTICS / "evals" / "semantics.eval.yaml", tmp_path / "out", box, engine)
-    got = {
-        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
-                                                for g in r.graders])
-        for k, r in results.items()
-    }  # fmt: skip
-    assert got == AGENTV_VERDICTS, {
-        k: (r.error, [g.evidence for g in r.graders])
-        for k, r in results.items()
-        if got[k] != AGENTV_VERDICTS[k]
-    }
+    _assert_verdicts(results, AGENTV_VERDICTS)
     assert results["required-gate"].gates_failed == ["contains '43' scored 0.00 < required 0.8"]
 
 
@@ -286,16 +292,7 @@ V4_VERDICTS = {
 
 def test_v4_constructs_give_v4s_verdicts(tmp_path, box, engine):
     results = _run(V4 / "evals" / "v4.eval.yaml", tmp_path / "out", box, engine)
-    got = {
-        k: (r.status.value, round(r.score, 3), [(g.status.value, round(g.score, 3))
-                                                for g in r.graders])
-        for k, r in results.items()
-    }  # fmt: skip
-    assert got == V4_VERDICTS, {
-        k: (r.error, [g.evidence for g in r.graders])
-        for k, r in results.items()
-        if got[k] != V4_VERDICTS.get(k)
-    }
+    _assert_verdicts(results, V4_VERDICTS)
     # The aggregator ran in a container and read the members' results; they are kept under it.
     (gate,) = results["code-aggregator-bad"].graders
     assert [c.name for c in gate.children] == ["order", "says"]

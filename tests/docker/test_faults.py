@@ -168,15 +168,21 @@ def test_a_results_folder_that_cannot_be_written_is_one_line(tmp_path, tmpfs):
     assert p.returncode == 0, p.stderr
 
 
+def _started_run(suite: Path, out: Path, sandbox: str,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:  # fmt: skip
+    """`gradebox run` in a process of its own, its output captured (to communicate with)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(out),
+         "--sandbox", sandbox],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
 def test_two_runs_given_one_results_folder(tmp_path):
     write(tmp_path / "slow.py", "import time; time.sleep(8); print('{\"pass\": true}')\n")
     suite = write(tmp_path / "suite.yaml", suite_of(2, grader="slow.py"))
     out = tmp_path / "out"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(out),
-         "--sandbox", "host"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    first = _started_run(suite, out, "host")
     deadline = time.monotonic() + 120
     while not (out / ".gradebox.lock").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -247,12 +253,7 @@ def test_an_engine_lost_mid_run_is_an_error_never_a_pass(tmp_path, engine):
     write(tmp_path / "slow.py", "import time; time.sleep(600); print('{\"pass\": true}')\n")
     suite = write(tmp_path / "suite.yaml", suite_of(2, grader="slow.py"))
     out = tmp_path / "out"
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "gradebox", "run", str(suite), "--out", str(out),
-         "--sandbox", "docker"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "DOCKER_HOST": f"unix://{sock}"},
-    )  # fmt: skip
+    runner = _started_run(suite, out, "docker", {**os.environ, "DOCKER_HOST": f"unix://{sock}"})
     deadline = time.monotonic() + 120
     while not leftovers_of(engine, runner.pid, running=True):
         assert time.monotonic() < deadline, "the runner never started its graders"

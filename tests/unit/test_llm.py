@@ -62,6 +62,22 @@ def test_a_repeated_request_is_served_from_the_cache_unless_told_not_to():
         assert len(fake.requests) == 2
 
 
+def test_a_cache_entry_that_cannot_be_written_leaves_nothing_beside_it(tmp_path, monkeypatch):
+    """The reply still comes back; the cache folder holds no temporary file for good."""
+    import os
+
+    def refused(src, dst):
+        raise PermissionError(13, "refused")
+
+    with FakeModel(default="same") as fake:
+        hub, target = _hub(fake)
+        monkeypatch.setattr(os, "replace", refused)
+        done = hub.complete(target, [{"role": "user", "content": "q"}])
+    assert done.text == "same" and not done.cached
+    left = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert left == []
+
+
 def test_anthropic_messages():
     with FakeModel("anthropic", default="hello") as fake:
         hub, target = _hub(fake)

@@ -68,7 +68,7 @@ def test_backend_selection(monkeypatch):
     assert choose_backend("docker") == "docker"
     monkeypatch.setenv("GRADEBOX_SANDBOX", "host")
     assert choose_backend(None) == "host"
-    monkeypatch.setattr("gradebox.sandbox.oci.oci_usable", lambda: "no runtime")
+    monkeypatch.setattr("gradebox.sandbox.oci.oci_usable", lambda runtime=None: "no runtime")
     assert choose_backend("auto") == "docker"
-    monkeypatch.setattr("gradebox.sandbox.oci.oci_usable", lambda: None)
+    monkeypatch.setattr("gradebox.sandbox.oci.oci_usable", lambda runtime=None: None)
     assert choose_backend("auto") == "oci"

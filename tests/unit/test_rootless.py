@@ -46,10 +46,12 @@ def test_the_prerequisite_names_the_user_and_the_packages():
 def test_auto_says_why_it_falls_back(monkeypatch):
     from gradebox.sandbox import auto_reason, oci
 
-    monkeypatch.setattr(oci, "oci_usable", lambda engine=None: "no cgroups for the limits")
+    monkeypatch.setattr(
+        oci, "oci_usable", lambda engine=None, runtime=None: "no cgroups for the limits"
+    )
     chosen, why = auto_reason()
     assert chosen == "docker" and "no cgroups for the limits" in why
-    monkeypatch.setattr(oci, "oci_usable", lambda engine=None: None)
+    monkeypatch.setattr(oci, "oci_usable", lambda engine=None, runtime=None: None)
     assert auto_reason()[0] == "oci"
 
 

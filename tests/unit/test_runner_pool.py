@@ -152,3 +152,37 @@ def test_interruption_stops_queued_work_and_leaves_nothing_waiting(tmp_path):
     import json
 
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["interrupted"] is True
+
+
+def test_a_remote_run_sums_its_usage_without_reading_its_results_back(tmp_path, monkeypatch):
+    """A cluster's model calls are counted from the results as they come in: results.jsonl
+    (100,000 lines for a large run) is not read again once the run is over."""
+    from gradebox import jsonl, runner
+    from gradebox.executor import Done, Executor
+    from gradebox.protocol import Status, TestResult, Usage
+
+    class Remote(Executor):
+        run_id, remote = "r1", True
+
+        def map(self, jobs, in_flight):
+            for n, job in enumerate(jobs, 1):
+                result = TestResult(id=job.test_id, status=Status.passed, passed=True, score=1.0,
+                                    usage=Usage(calls=n, input_tokens=10 * n))  # fmt: skip
+                yield Done(job, result, node=f"node-{n}")
+
+    read: list[Path] = []
+    real = jsonl.read_jsonl
+
+    def counted(path, model):
+        read.append(path)
+        return real(path, model)
+
+    monkeypatch.setattr(runner, "read_jsonl", counted, raising=False)  # if it came back
+    box = ScriptedSandbox()
+    suite = load_suite(_suite(tmp_path, ["a", "b", "c"]))
+    summary = run_suite(suite, box, box.images(), RunOptions(tmp_path / "out"),
+                        executor=Remote())  # fmt: skip
+    assert summary.usage is not None
+    assert (summary.usage.calls, summary.usage.input_tokens) == (6, 60)
+    assert summary.nodes == {"node-1": 1, "node-2": 1, "node-3": 1}
+    assert read == []

@@ -97,3 +97,23 @@ def test_the_root_runtime_option_takes_a_value_before_the_command():
     assert _command(["--runtime", "crun", "run", "suite.yaml"]) == "run"
     assert _command(["--debug", "--runtime", "runc", "exec", "--", "true"]) == "exec"
     assert _command(["--runtime", "crun"]) is None
+
+
+def test_auto_looks_for_the_runtime_once(monkeypatch):
+    """``auto`` checks the OCI backend and names its runtime from one choice (each choice
+    looks up programs and reads cgroup files: ~0.2 ms, on every ``gradebox exec``)."""
+    from gradebox.sandbox import auto_reason, oci, userns
+
+    calls: list[str | None] = []
+
+    def choose(wanted=None):
+        calls.append(wanted)
+        return runtime.Runtime("runc", "/bin/sh", "runc: a stand-in")
+
+    monkeypatch.setattr(oci, "choose_runtime", choose)
+    monkeypatch.setattr(oci, "init_binary", lambda: "/bin/sh")
+    monkeypatch.setattr(userns, "missing", lambda: None)
+    monkeypatch.setattr(oci, "rootless_cgroups", lambda engine=None: None)
+    chosen, why = auto_reason()
+    assert chosen == "oci" and why.startswith("runc: a stand-in")
+    assert calls == [None]

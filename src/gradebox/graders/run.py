@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from .. import _pathnames
 from ..errors import ConfigError
 from ..images import DEFAULT_IMAGE
 from ..jsonl import digest
@@ -142,10 +143,7 @@ def outside_project(arg: str, source_dir: Path, root: Path | None = None) -> boo
     project folder (``../../x``, a link out)? Such a file is never mounted."""
     if grader_file(arg, source_dir, root) is not None or not _looks_like_path(arg):
         return False
-    try:
-        return (source_dir / arg.replace("\\", "/")).is_file()
-    except (OSError, ValueError):
-        return False
+    return _pathnames.is_file(source_dir / arg.replace("\\", "/"))
 
 
 def container_path(rel: str) -> str:
@@ -237,7 +235,7 @@ def check_grader_files(
     for i in named_script_paths(argv):
         arg = argv[i]
         bases = [grader.source_dir, *also_in] if grader.source_dir else list(also_in)
-        if any(_exists(base, arg) for base in bases if base is not None):
+        if any(_pathnames.exists(base / arg.replace("\\", "/")) for base in bases if base):
             continue
         raise ConfigError(
             f"{arg!r} names a script that does not exist next to the grader file "
@@ -381,13 +379,6 @@ def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mo
             host = copy
         mounts.append(Mount(host, target, read_only=True))
     return mounts
-
-
-def _exists(base: Path, arg: str) -> bool:
-    try:
-        return (base / arg.replace("\\", "/")).exists()
-    except (OSError, ValueError):
-        return False
 
 
 def translate_args(

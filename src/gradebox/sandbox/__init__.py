@@ -68,9 +68,10 @@ def auto_reason() -> tuple[str, str]:
     """What ``auto`` picks on this machine for this user, and why."""
     from .oci import choose_runtime, oci_usable
 
-    why = oci_usable()
+    chosen = choose_runtime()
+    why = oci_usable(runtime=chosen)
     if why is None:
-        runtime = choose_runtime().why
+        runtime = chosen.why
         if os.geteuid() == 0:
             return "oci", f"{runtime}, as root: the fastest backend, every limit kept"
         return "oci", f"{runtime}, rootless in a user namespace, limits in this user's cgroups"

@@ -93,11 +93,14 @@ def state_root() -> Path:
 _delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
 
 
-def oci_usable(engine: _engine.Engine | None = None, runtime: str | None = None) -> str | None:
+def oci_usable(
+    engine: _engine.Engine | None = None, runtime: str | Runtime | None = None
+) -> str | None:
     """None when this host can run the OCI backend (keeping every limit), else why not (for
-    ``auto``). For a non-root user on cgroup v1 this may ask the engine, once per boot, for the
-    cgroup subtree rootless containers need (``cgroups.delegate_v1``)."""
-    chosen = choose_runtime(runtime)
+    ``auto``). ``runtime``: a name for ``choose_runtime``, or the runtime already chosen. For a
+    non-root user on cgroup v1 this may ask the engine, once per boot, for the cgroup subtree
+    rootless containers need (``cgroups.delegate_v1``)."""
+    chosen = runtime if isinstance(runtime, Runtime) else choose_runtime(runtime)
     if shutil.which(chosen.binary) is None:
         return f"no OCI runtime {chosen.binary!r} on PATH"
     if init_binary() is None:
@@ -167,11 +170,11 @@ class OciSandbox(EngineImages, Sandbox):
         # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is
         # (nor, as root, does the check below reach it).
         self.engine = engine
-        why = oci_usable(self.engine, runtime)
+        self.runtime: Runtime = choose_runtime(runtime)
+        why = oci_usable(self.engine, self.runtime)
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
         self.mapping = userns.id_map() if os.geteuid() != 0 else None  # rootless
-        self.runtime: Runtime = choose_runtime(runtime)
         # Rootless, or crun on a hybrid cgroup host: the runtime runs in namespaces of ours.
         self.holder = (
             userns.Holder(self.mapping, self.runtime.hide_v2)
