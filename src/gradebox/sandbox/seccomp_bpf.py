@@ -166,7 +166,8 @@ _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 
 
 def _library_file() -> str | None:
-    """libseccomp's file, where the distribution puts it (no ``ldconfig -p``: a fork)."""
+    """libseccomp's file, where the distribution puts it, found with a few ``stat`` calls;
+    ``ctypes.util.find_library`` (which forks ``ldconfig -p``) only where it is elsewhere."""
     triplet = _TRIPLETS.get(os.uname().machine, "")
     for folder in (f"/usr/lib/{triplet}", f"/lib/{triplet}", "/usr/lib64", "/lib64",
                    "/usr/lib", "/lib"):  # fmt: skip
