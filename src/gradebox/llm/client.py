@@ -32,6 +32,7 @@ from tenacity import (
     stop_when_event_set,
 )
 
+from ..atomic import write_atomic
 from ..errors import GradeboxError
 from ..jsonl import digest
 from ..protocol import Usage
@@ -369,16 +370,13 @@ class ModelHub:
             return None
 
     def _write(self, key: str, done: Completion) -> None:
-        path = self._path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            body = {"text": done.text, "input_tokens": done.input_tokens,
-                    "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
-            tmp.write_text(json.dumps(body), encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache that cannot be written costs money later, never a verdict
+        body = {"text": done.text, "input_tokens": done.input_tokens,
+                "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
+        # write_atomic removes its temporary file when the write fails (a full disk left
+        # half-written .tmp files in the cache for ever).
+        with contextlib.suppress(GradeboxError):
+            # a cache that cannot be written costs money later, never a verdict
+            write_atomic(self._path(key), json.dumps(body), what="model cache")
 
 
 ANSWER_TOOL = "record_answer"
