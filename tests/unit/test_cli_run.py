@@ -107,6 +107,19 @@ def test_a_glob_that_matches_nothing_runs_nothing(tree: Path) -> None:
     assert code == 2 and "z.eval.yaml" in text and not (tree / "o").exists()
 
 
+def test_a_filter_that_selects_no_test_runs_nothing(tree: Path) -> None:
+    # A typo in --test-id / --filter ran no test and exited 0 ("0 passed"): a pass it did not
+    # earn, as a glob naming no file would be (that one is exit 2 already).
+    for files in (["evals/a/first.eval.yaml"], ["evals/a/first.eval.yaml", "evals/b/other.yaml"]):
+        code, text = gradebox("run", *files, "--test-id", "tl*", "--filter", "x", "--out", "o")
+        assert code == 2 and "--filter" in text and "tl*" in text, text
+        assert not (tree / "o").exists()
+    # control: one pattern of several selects a test in one file of two: that runs
+    code, text = gradebox("run", "evals/a/first.eval.yaml", "evals/b/other.yaml",
+                          "--test-id", "o", "--test-id", "zz*", "--out", "o", "--json")  # fmt: skip
+    assert code == 0 and json.loads(text)["summary"]["total"] == 1, text
+
+
 def _agentv(tmp_path: Path) -> Path:
     write(tmp_path / ".agentv" / "config.yaml", "providers: file://providers.yaml\n")
     write(

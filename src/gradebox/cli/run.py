@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from contextlib import ExitStack
@@ -150,6 +151,14 @@ def run(
         )  # fmt: skip
     chosen = target[0] if target else None
     suites = [_load(f, format, targets, chosen) for f in files]
+    if filter and not any(
+        fnmatch.fnmatchcase(t.id, p) for s in suites for t in s.tests for p in filter
+    ):
+        # A typo would run nothing and pass (exit 0), as a glob naming no file would.
+        raise ConfigError(
+            f"no test matches {' or '.join(map(repr, filter))} in {len(suites)} file(s)",
+            field="--filter",
+        )
     several = len(suites) > 1
     if resume is not None:
         out_dir = resume
