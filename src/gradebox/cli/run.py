@@ -364,13 +364,22 @@ def validate(
     allow: AllowOpt = None,
     format: FormatOpt = None,
     targets: TargetsOpt = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Check it against this target, as `run --target` would run it (a file with "
+            "several execution.targets is refused without one).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 listing every error,
     one per line). It needs no secrets: an unset key or variable is a warning."""
     output = Output(as_json)
-    suite = _load(suite_file, format, targets)
+    suite = _load(suite_file, format, targets, target)
     privileges = allowed(allow)
     with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         plan = plan_suite(
