@@ -81,3 +81,24 @@ def test_a_cached_start_loads_no_ctypes_nor_a_hash_library(tmp_path):
     subprocess.run(run, check=True, capture_output=True)  # compiles, fills the cache
     out = subprocess.run(run, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+_ON_A_FULL_DISK = """
+import base64, os, resource, signal, sys
+from gradebox.sandbox import seccomp, seccomp_bpf
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not the process
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))
+got = seccomp_bpf.compiled(seccomp.seccomp_profile(), sys.argv[1])
+print(len(base64.b64decode(got)) if got else 0)
+"""
+
+
+def test_a_filter_the_cache_cannot_take_leaves_no_partial_file(tmp_path):
+    # The disk refuses the filter part-way (a file-size limit, as a full disk would): the
+    # filter is still used, and nothing half-written stays in the cache for good.
+    cache = tmp_path / "seccomp"
+    done = subprocess.run([sys.executable, "-c", _ON_A_FULL_DISK, str(cache)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 8 * 50  # compiled and returned whole
+    assert list(cache.iterdir()) == []
