@@ -20,6 +20,7 @@ from gradebox.compare import compare_runs, load_run
 from gradebox.protocol import GraderResult, Status, TestResult
 from gradebox.report.html import write_report
 from gradebox.report.view import ViewServer
+from gradebox.runner import read_results
 from tests.browser.conftest import DOCS_IMG
 
 pytestmark = pytest.mark.docker  # the runs are real, on the default sandbox
@@ -44,12 +45,15 @@ def run(suite: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The quickstart, a copy of it where meaning-of-life fails, and the hostile run."""
+    """The quickstart, a copy of it whose agent fails meaning-of-life, and the hostile run."""
     tmp = tmp_path_factory.mktemp("runs")
     copy = tmp / "quickstart-b"
     shutil.copytree(ROOT / "examples/quickstart", copy)
     suite = copy / "suite.yaml"
-    suite.write_text(suite.read_text().replace('value: "42"', 'value: "43"', 1))
+    # The agent's answer changes, not the suite's checks: the same grader (``contains '42'``)
+    # flips, so the comparison has a flip per grader to show (a changed value renames it).
+    agent = copy / "agent.py"
+    agent.write_text(agent.read_text().replace("The answer is 42.", "The answer is 43.", 1))
     return {
         "a": run(ROOT / "examples/quickstart/suite.yaml", tmp / "main"),
         "b": run(suite, tmp / "candidate"),
@@ -177,6 +181,19 @@ def test_two_runs_compared(runs, tmp_path, open_page):
     assert f"[{low * 100:.1f}, {high * 100:.1f}] pp" in section
     assert "1 pass → fail" in section
     assert page.locator(".flips button").all_text_contents() == ["meaning-of-life"]
+    # Flips per grader (issue 32): the graders whose verdict on a test changed, counted each
+    # way, as the two results files say.
+    a, b = (read_results(runs[k] / "results.jsonl")["meaning-of-life"] for k in ("a", "b"))
+    before = {g.name: g.passed for g in a.graders}
+    flipped = {g.name for g in b.graders if before.get(g.name) is True and g.passed is False}
+    assert flipped, "the fixture's candidate run flips no grader"
+    rows = page.eval_on_selector_all(
+        "section[aria-labelledby=h-cmp] h4:text-is('per grader') + table tbody tr",
+        "rs => rs.map(r => [...r.cells].map(c => c.textContent))",
+    )
+    assert rows, "no per-grader table"
+    counted = {r[0]: (r[5], r[6]) for r in rows if (r[5], r[6]) != ("0", "0")}
+    assert counted == {name: ("1", "0") for name in flipped}, rows
     page.check("#f-flips")
     assert shown(page) == ["meaning-of-life"]
     verdicts = page.text_content("table.tests tbody tr:first-child td:nth-child(2)")
@@ -224,8 +241,20 @@ def test_the_live_view_picks_up_an_appended_result(runs, tmp_path, open_page):
         # A partial line (a writer mid-write) waits for its newline.
         with results.open("a") as f:
             f.write(_result("torn", True).model_dump_json()[:40])
-        page.wait_for_timeout(2500)
+        # Three polls answered after the write, not a wait of so many seconds (on a loaded
+        # machine no poll may come in it, and the check held whatever the view did): one
+        # may have been under way before the write, the next read the torn tail, and the
+        # third is asked only once the page has taken in the one before.
+        for _ in range(3):
+            with page.expect_response(lambda r: "/api/results?" in r.url, timeout=30_000):
+                pass
         assert count(page) == "4 of 4 tests"
+        assert "ok" in page.get_attribute("#live", "class")  # still following the run
+        # The rest of the line: the result is read whole, once (its start was not skipped).
+        with results.open("a") as f:
+            f.write(_result("torn", True).model_dump_json()[40:] + "\n")
+        expect(page.locator("#count")).to_have_text("5 of 5 tests", timeout=30_000)
+        assert shown(page).count("torn") == 1
         w.assert_clean()
     finally:
         server.shutdown()

@@ -107,6 +107,19 @@ def test_a_glob_that_matches_nothing_runs_nothing(tree: Path) -> None:
     assert code == 2 and "z.eval.yaml" in text and not (tree / "o").exists()
 
 
+def test_a_filter_that_selects_no_test_runs_nothing(tree: Path) -> None:
+    # A typo in --test-id / --filter ran no test and exited 0 ("0 passed"): a pass it did not
+    # earn, as a glob naming no file would be (that one is exit 2 already).
+    for files in (["evals/a/first.eval.yaml"], ["evals/a/first.eval.yaml", "evals/b/other.yaml"]):
+        code, text = gradebox("run", *files, "--test-id", "tl*", "--filter", "x", "--out", "o")
+        assert code == 2 and "--filter" in text and "tl*" in text, text
+        assert not (tree / "o").exists()
+    # control: one pattern of several selects a test in one file of two: that runs
+    code, text = gradebox("run", "evals/a/first.eval.yaml", "evals/b/other.yaml",
+                          "--test-id", "o", "--test-id", "zz*", "--out", "o", "--json")  # fmt: skip
+    assert code == 0 and json.loads(text)["summary"]["total"] == 1, text
+
+
 def _agentv(tmp_path: Path) -> Path:
     write(tmp_path / ".agentv" / "config.yaml", "providers: file://providers.yaml\n")
     write(
@@ -217,3 +230,44 @@ def test_a_second_run_over_a_folder_of_several_files_runs_nothing(tree: Path) ->
     # control: once the first run has ended, the folder is free again (in this process too)
     assert gradebox("run", one, other, "--out", "o")[0] == 1
     assert gradebox("run", one, other, "--resume", "o")[0] == 1
+
+
+V4_MATRIX = (
+    "execution:\n  targets:\n    - one\n    - {name: two, use_target: one}\n"
+    "tests:\n  - id: a\n    input: hi\n    criteria: says hi\n"
+    "    assertions:\n      - {type: contains, value: hi}\n"
+)
+V4_DOCKER = V4_MATRIX.replace(
+    "execution:\n  targets:\n    - one\n    - {name: two, use_target: one}\n",
+    "execution: {target: one}\nworkspace:\n  docker: {image: 'swebench/x:1', memory: 2g}\n",
+)
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_v4_matrix_and_workspace_image_are_one_line_from_the_command_line(tmp_path, command):
+    """Issue 31: ``execution.targets`` refused in one line naming ``--target``, and
+    ``workspace.docker`` with an image we do not have refused in one line, from the real
+    command (no traceback, exit 2); control: ``--target`` picks one of the matrix and runs."""
+    import subprocess
+    import sys
+
+    write(tmp_path / ".agentv" / "targets.yaml",
+          "targets:\n  - {name: one, provider: mock, response: hi there}\n")  # fmt: skip
+    matrix = write(tmp_path / "evals" / "m.eval.yaml", V4_MATRIX)
+    docker = write(tmp_path / "evals" / "d.eval.yaml", V4_DOCKER)
+
+    def cli(*args: object) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "gradebox", command, *map(str, args), "--sandbox", "host"]
+        out = ["--out", tmp_path / f"o-{len(list(tmp_path.iterdir()))}"] if command == "run" else []
+        return subprocess.run([*argv, *map(str, out)], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)  # fmt: skip
+
+    for path, field, words in ((matrix, "execution.targets", "--target NAME"),
+                               (docker, "workspace.docker.image", "swebench/x:1")):  # fmt: skip
+        done = cli(path)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, done.stderr
+        assert [x for x in lines if x.startswith("gradebox: error:")] == lines[-1:], lines
+        assert "Traceback" not in done.stderr and field in lines[-1] and words in lines[-1]
+    done = cli(matrix, "--target", "two")  # the matrix's second entry, redirected to `one`
+    assert done.returncode == 0, done.stderr

@@ -584,3 +584,44 @@ def test_a_candidates_verdict_retyped_by_the_judge_is_no_verdict(retyped):
         assert isinstance(got, str) and "different verdict objects" in got, (answer, got)
     # Control: the judge's verdict given twice, the same, is its verdict.
     assert parse_verdict(f"{OWN}\nAgain: {OWN}", [])[0] == 0.1  # type: ignore[index]
+
+
+# A model reply cached on a disk that refuses it mid-write (a file-size limit: EFBIG after a
+# short write, as a full disk gives ENOSPC): the reply still reaches the caller, the entries
+# already cached stay whole, and no half-written temporary file is left in the cache.
+_CACHE_ON_A_FULL_DISK = """
+import os, resource, signal, sys
+from pathlib import Path
+from gradebox.llm import ModelHub, ModelTarget, TargetSet
+from tests.fake_models import FakeModel
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not the process
+with FakeModel(default="y" * 20000) as fake:
+    target = ModelTarget(name="judge", provider=fake.kind, model="m", base_url=fake.base_url,
+                         api_key_env="FAKE_KEY")
+    hub = ModelHub(TargetSet({"judge": target}, "judge"))
+    first = hub.complete(target, [{"role": "user", "content": "first"}])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+    second = hub.complete(target, [{"role": "user", "content": "second"}])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(len(first.text), len(second.text))
+"""
+
+
+def test_a_cache_write_that_fails_leaves_no_partial_file(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cache = tmp_path / "cache"
+    env = {**os.environ, "GRADEBOX_CACHE": str(cache), "FAKE_KEY": "sk-test",
+           "GRADEBOX_LLM_BACKOFF": "0.01", "PYTHONPATH": str(root)}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _CACHE_ON_A_FULL_DISK], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["20000", "20000"]  # both replies reached the caller
+    files = sorted(p for p in (cache / "llm").rglob("*") if p.is_file())
+    assert [p.suffix for p in files] == [".json"], files  # the first entry, nothing half-written
+    assert json.loads(files[0].read_text())["text"] == "y" * 20000

@@ -117,3 +117,35 @@ def test_auto_looks_for_the_runtime_once(monkeypatch):
     chosen, why = auto_reason()
     assert chosen == "oci" and why.startswith("runc: a stand-in")
     assert calls == [None]
+
+
+@pytest.mark.parametrize("command", ["validate", "exec"])
+def test_a_runtime_named_in_the_environment_is_checked_as_the_option_is(tmp_path, command):
+    """$GRADEBOX_RUNTIME with a typo (`crnu`) fell back to the docker backend (for `exec`
+    without a word) where `--runtime crnu` is refused: both are one line, exit 2 (exec's own
+    failure, 125, for exec), nothing run. Control: a known name goes through."""
+    import subprocess
+    import sys
+
+    tmp_path.chmod(0o755)  # exec's current folder: open to the sandbox user
+    (tmp_path / "suite.yaml").write_text(
+        "tests:\n  - {id: t, output: x, assert: [{type: equals, value: x}]}\n"
+    )
+    argv = {"validate": ["validate", "suite.yaml", "--sandbox", "host"],
+            # (--max-calls 0 is refused after the runtime: exec's control starts nothing)
+            "exec": ["exec", "--max-calls", "0", "--", "true"]}[command]  # fmt: skip
+
+    def cli(value: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "GRADEBOX_RUNTIME": value}
+        return subprocess.run([sys.executable, "-m", "gradebox", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    bad = cli("crnu")
+    assert bad.returncode == (125 if command == "exec" else 2), bad.stderr
+    assert "$GRADEBOX_RUNTIME: unknown OCI runtime 'crnu'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    good = cli("runc")
+    if command == "exec":
+        assert good.returncode == 125 and "--max-calls" in good.stderr, good.stderr
+    else:
+        assert good.returncode == 0, good.stderr

@@ -140,13 +140,18 @@ def _root(
     ] = None,
 ) -> None:
     _state["debug"] = debug
-    if runtime is not None:
+    # The variable is checked as the option is: a typo in it fell back to the docker backend
+    # (with `exec`, without a word), where the operator had named a runtime outright.
+    named, where = (runtime, "--runtime") if runtime is not None else (
+        os.environ.get("GRADEBOX_RUNTIME") or None, "$GRADEBOX_RUNTIME"
+    )  # fmt: skip
+    if named is not None:
         from ..sandbox.runtime import checked
 
         try:  # set for the whole process: its sandboxes, its Ray workers and subprocesses
-            os.environ["GRADEBOX_RUNTIME"] = checked(runtime)
+            os.environ["GRADEBOX_RUNTIME"] = checked(named)
         except ValueError as exc:
-            raise _fail(f"--runtime: {exc}", 2) from None
+            raise _fail(f"{where}: {exc}", 2) from None
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="gradebox: %(message)s", stream=sys.stderr)
 

@@ -248,13 +248,15 @@ def parse(argv: list[str]) -> Options:
         timeout = parse_duration(ns.timeout)
     except ValueError as exc:
         raise ExecError(f"--timeout: {exc}") from None
-    if ns.runtime is not None:
+    named = ns.runtime if ns.runtime is not None else os.environ.get("GRADEBOX_RUNTIME") or None
+    if named is not None:
         from ..sandbox.runtime import checked
 
+        where = "--runtime" if ns.runtime is not None else "$GRADEBOX_RUNTIME"
         try:
-            ns.runtime = checked(ns.runtime)
+            ns.runtime = checked(named)
         except ValueError as exc:
-            raise ExecError(f"--runtime: {exc}") from None
+            raise ExecError(f"{where}: {exc}") from None
     if ns.max_calls < 1:
         raise ExecError("--max-calls: must be at least 1")
     return Options(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from contextlib import ExitStack
@@ -150,6 +151,14 @@ def run(
         )  # fmt: skip
     chosen = target[0] if target else None
     suites = [_load(f, format, targets, chosen) for f in files]
+    if filter and not any(
+        fnmatch.fnmatchcase(t.id, p) for s in suites for t in s.tests for p in filter
+    ):
+        # A typo would run nothing and pass (exit 0), as a glob naming no file would.
+        raise ConfigError(
+            f"no test matches {' or '.join(map(repr, filter))} in {len(suites)} file(s)",
+            field="--filter",
+        )
     several = len(suites) > 1
     if resume is not None:
         out_dir = resume
@@ -355,13 +364,22 @@ def validate(
     allow: AllowOpt = None,
     format: FormatOpt = None,
     targets: TargetsOpt = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Check it against this target, as `run --target` would run it (a file with "
+            "several execution.targets is refused without one).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 listing every error,
     one per line). It needs no secrets: an unset key or variable is a warning."""
     output = Output(as_json)
-    suite = _load(suite_file, format, targets)
+    suite = _load(suite_file, format, targets, target)
     privileges = allowed(allow)
     with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
         plan = plan_suite(

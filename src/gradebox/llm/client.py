@@ -372,8 +372,10 @@ class ModelHub:
     def _write(self, key: str, done: Completion) -> None:
         body = {"text": done.text, "input_tokens": done.input_tokens,
                 "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
-        # A cache that cannot be written costs money later, never a verdict.
+        # write_atomic removes its temporary file when the write fails (a full disk left
+        # half-written .tmp files in the cache for ever).
         with contextlib.suppress(GradeboxError):
+            # a cache that cannot be written costs money later, never a verdict
             write_atomic(self._path(key), json.dumps(body), what="model cache")
 
 

@@ -79,11 +79,18 @@ def _sealed(source: Path) -> Path:
     partial = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, SEALED_MODE)
-    finally:
-        os.close(fd)
-    os.replace(partial, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, SEALED_MODE)
+        finally:
+            os.close(fd)
+        os.replace(partial, path)
+    except BaseException:
+        # A full disk (or a signal) mid-copy: the partial copy goes too, or each start on
+        # that disk left one more of up to the binary's size in the cache.
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
     return path

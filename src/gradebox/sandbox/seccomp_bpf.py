@@ -201,8 +201,16 @@ def _write(path: str, data: bytes) -> None:
             return  # not our own folder: nothing of it is trusted, nothing is written
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)  # whole or not at all
     except OSError:
-        pass
+        # A full disk: the partial file goes too (it stayed for good, and its name, this
+        # pid's, refused the next write of a process given the same pid).
+        try:  # noqa: SIM105 (no contextlib import on exec's hot path for a rare failure)
+            os.unlink(tmp)
+        except OSError:
+            pass
