@@ -49,6 +49,7 @@ from .._log import LazyLogger
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..scratch import left_by, pid_in
 from . import cgroups, seccomp_bpf, userns
+from .slots import Slot, SlotPool, SlotProcess, slots_unusable
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
@@ -198,6 +199,17 @@ class OciSandbox(EngineImages, Sandbox):
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
         self._closed = False
+        # crun on cgroup v1: containers start inside cgroups made and entered ahead (slots.py).
+        self.slots_off = slots_unusable(self.runtime.name, self.mapping is not None)
+        self.slots: SlotPool | None = None
+        if self.slots_off is None:
+            holder = self.holder
+            self.slots = SlotPool(
+                self.cgroup_parent.strip("/"), f"{ID_PREFIX}{os.getpid()}-{self.session}-",
+                hide_v2=self.runtime.hide_v2,
+                join=(lambda: holder.pid()) if holder is not None and self.mapping else None,
+            )  # fmt: skip
+            self.slots.spare()  # the first container's, made while the caller gets ready
         self._docker: Sandbox | None = None
         self._remover = BackgroundRemover(
             lambda cid: self._delete(cid, self.bundles / cid), "gradebox-oci-rm"
@@ -232,19 +244,30 @@ class OciSandbox(EngineImages, Sandbox):
             rootfs = self.cache.path_for(spec.image)
         except EngineError as exc:
             return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
-        memcg = _make_memcg(cid, int(spec.limits.memory))
-        bundle.mkdir(parents=True, mode=0o700)
-        channel = ReportChannel(bundle)
-        config = runtime_config(
-            spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
-            cgroup=f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else ""), report=channel.path,
-        )  # fmt: skip
-        if self.runtime.name == "crun":  # the filter compiled once, not at every start
-            bpf = seccomp_bpf.compiled(config["linux"]["seccomp"], str(cache_dir() / "seccomp"))
-            if bpf is not None:
-                config["annotations"] = {seccomp_bpf.ANNOTATION: bpf}
-        (bundle / "config.json").write_text(json.dumps(config))
-        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel)
+        slot = self.slots.acquire(spec.limits) if self.slots is not None else None
+        memcg = None if slot else _make_memcg(cid, int(spec.limits.memory))
+        try:
+            bundle.mkdir(parents=True, mode=0o700)
+            channel = ReportChannel(bundle)
+            cgroup = None if slot else f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else "")
+            config = runtime_config(
+                spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
+                cgroup=cgroup, report=channel.path,
+            )  # fmt: skip
+            if self.runtime.name == "crun":  # the filter compiled once, not at every start
+                bpf = seccomp_bpf.compiled(config["linux"]["seccomp"],
+                                           str(cache_dir() / "seccomp"))  # fmt: skip
+                if bpf is not None:
+                    config["annotations"] = {seccomp_bpf.ANNOTATION: bpf}
+            (bundle / "config.json").write_text(json.dumps(config))
+        except BaseException:  # a full disk, a signal: nothing of it is kept
+            if slot is not None and self.slots is not None:
+                self.slots.release(slot)
+            if memcg is not None:
+                _remove_memcg(memcg)
+            shutil.rmtree(bundle, ignore_errors=True)
+            raise
+        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel, slot=slot)
         with self._lock:
             self._live[cid] = handle
             closed = self._closed
@@ -301,6 +324,8 @@ class OciSandbox(EngineImages, Sandbox):
             handle.discard()
         for handle in live:
             self._delete(handle.cid, handle.bundle)
+        if self.slots is not None:
+            self.slots.close()
         if self.holder is not None:
             self.holder.close()
         if self._docker is not None:
@@ -313,22 +338,24 @@ class OciPrepared(Prepared):
     def __init__(
         self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
         start_error: str | None = None, memcg: Path | None = None,
-        channel: ReportChannel | None = None,
+        channel: ReportChannel | None = None, slot: Slot | None = None,
     ) -> None:  # fmt: skip
         self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
+        self.slot = slot  # the cgroups it starts in, made ahead (None: the runtime makes them)
         self.channel = channel  # what the gate and the init report (see gate.py)
         self.memcg = memcg  # our memory cgroup, the container's parent (None: --keep instead)
         self.start_error = start_error
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | SlotProcess | None = None
         self._used = False
         self._disposed = False
         self.backend = "oci"
 
     def start(self) -> None:
         box = self.box
-        argv = [box.runtime.binary, "--root", str(box.state),
+        manager = ("--cgroup-manager=disabled",) if self.slot is not None else ()
+        argv = [box.runtime.binary, *manager, "--root", str(box.state),
                 "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", *(() if self.memcg else ("--keep",)),
+                "--log-format", "json", "run", *(() if self.memcg or self.slot else ("--keep",)),
                 "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
 
@@ -351,13 +378,16 @@ class OciPrepared(Prepared):
                     start_new_session=True,
                     close_fds=True,
                 )
-                if box.holder is not None:
+                if self.slot is not None:
+                    self.proc = self.slot.popen(argv)
+                elif box.holder is not None:
                     sees = tuple(str(m.source) for m in self.spec.mounts)
                     self.proc = box.holder.popen(argv, sees=sees, **io)
                 else:
                     self.proc = subprocess.Popen(argv, **io)
             except (OSError, GradeboxError) as exc:
-                self.start_error = f"cannot run {box.runtime.name}: {exc.strerror or exc}"
+                why = getattr(exc, "strerror", None) or exc
+                self.start_error = f"cannot run {box.runtime.name}: {why}"
 
     def kill(self) -> None:
         """SIGKILL the container's PID 1: the kernel kills everything in its pid namespace."""
@@ -366,7 +396,9 @@ class OciPrepared(Prepared):
             os.kill(pid, signal.SIGKILL)
         except (OSError, ValueError):
             # Not started yet, or already gone: make sure the runtime itself is gone too.
-            if self.proc is not None and self.proc.poll() is None:
+            if self.slot is not None:
+                self.slot.kill_all()  # the slot holds nothing else of anyone's
+            elif self.proc is not None and self.proc.poll() is None:
                 _runtime_call(self.box.runtime, ["--root", str(self.box.state), "kill", "--all",
                               self.cid, "KILL"], self.box.mapping, 30, self.box.holder)  # fmt: skip
 
@@ -438,7 +470,10 @@ class OciPrepared(Prepared):
         if start_error is None and code and not report.started:
             start_error = _runtime_error(self.bundle / "runtime.log") or never_released(code)
         oom = code == 137 and bool(report.signalled) and not timed_out
-        oom = oom and _oom_killed(self.cid, self.memcg, self.box.cgroup_parent)
+        if self.slot is not None:
+            oom = oom and self.slot.oom_killed()
+        else:
+            oom = oom and _oom_killed(self.cid, self.memcg, self.box.cgroup_parent)
         return RunOutcome(
             exit_code=None if timed_out else code,
             stdout=bytes(out.stdout),
@@ -478,6 +513,8 @@ class OciPrepared(Prepared):
                     self.proc.kill()
                     self.proc.wait()
             self._hang_up()
+        if self.slot is not None and self.box.slots is not None:
+            self.box.slots.release(self.slot)  # checked empty first, else retired
         if self.bundle.exists():
             self.box._dispose(self.cid, self.bundle)
         else:

@@ -75,7 +75,7 @@ def runtime_config(
     spec: SandboxSpec,
     *,
     rootfs: Path,
-    cgroup: str,
+    cgroup: str | None,
     init_source: Path | None,
     hostname: str = "gradebox",
     memory: bool = True,
@@ -84,8 +84,10 @@ def runtime_config(
     """The OCI runtime configuration (``config.json``) that runs ``spec`` behind the gate.
 
     ``memory=False``: the caller has put the memory limit on the parent of ``cgroup`` itself
-    (where the OOM killer's count outlives the container's own cgroup). ``report``: the host
-    FIFO of the report channel (``gate.ReportChannel``)."""
+    (where the OOM killer's count outlives the container's own cgroup). ``cgroup=None``: the
+    container is started inside cgroups that already hold every limit (a slot, ``slots.py``),
+    with the runtime's cgroup manager disabled: no cgroup path, no resources. ``report``: the
+    host FIFO of the report channel (``gate.ReportChannel``)."""
     limits, security = spec.limits, spec.security
     uid, _, gid = run_as(security).partition(":")
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -128,6 +130,13 @@ def runtime_config(
         mounts.append({"destination": m.target, "type": "bind", "source": str(m.source),
                        "options": ["rbind", "ro" if m.read_only else "rw", "nosuid", "nodev",
                                    "rprivate"]})  # fmt: skip
+    resources = {
+        "devices": [{"allow": False, "access": "rwm"}],
+        "pids": {"limit": limits.pids},
+        "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
+        # Memory and memory+swap equal: no swap, an OOM kill instead of thrashing.
+        **({"memory": {"limit": int(limits.memory), "swap": int(limits.memory)}} if memory else {}),
+    }
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
     if spec.network == "none":
         namespaces.append({"type": "network"})  # a new one: the runtime brings up lo only
@@ -159,18 +168,7 @@ def runtime_config(
         "mounts": mounts,
         "linux": {
             "namespaces": namespaces,
-            "cgroupsPath": cgroup,
-            "resources": {
-                "devices": [{"allow": False, "access": "rwm"}],
-                "pids": {"limit": limits.pids},
-                "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
-                # Memory and memory+swap equal: no swap, an OOM kill instead of thrashing.
-                **(
-                    {"memory": {"limit": int(limits.memory), "swap": int(limits.memory)}}
-                    if memory
-                    else {}
-                ),
-            },
+            **({} if cgroup is None else {"cgroupsPath": cgroup, "resources": resources}),
             "maskedPaths": list(MASKED_PATHS),
             "readonlyPaths": list(READONLY_PATHS),
             "seccomp": seccomp_profile(),

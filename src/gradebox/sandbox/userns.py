@@ -239,6 +239,17 @@ class Holder:
         flags = ("-U",) * (self.mapping is not None) + ("-m",) * self.hide_v2
         return subprocess.Popen([self.nsenter, *flags, "-t", str(pid), "--", *argv], **popen)
 
+    def pid(self) -> int:
+        """The holder's pid (started now if need be): a process that joins its namespaces
+        (a slot's server, ``slots.py``) joins them through ``/proc/PID/ns``."""
+        with self._lock:
+            self._reap()
+            if self._proc is None or self._proc.poll() is not None:
+                if self._proc is not None:
+                    self._retire(self._proc)
+                self._proc = self._hold()
+            return self._proc.pid
+
     def _hold(self) -> subprocess.Popen[bytes]:
         # It says a line once its namespaces are ready: joined before that, the mount
         # namespace could still be the host's.

@@ -1,0 +1,558 @@
+"""Cgroup slots: a container's cgroups made, limited and entered before the container exists.
+
+On cgroup v1 the largest single cost of starting a container is not the runtime's work but
+one kernel wait: writing a pid into a ``cgroup.procs`` file takes the global threadgroup lock,
+which waits for an RCU grace period (~10 ms here) and holds up every fork and exit on the
+machine meanwhile. crun does that write for every container it starts (into each hierarchy).
+A process that already sits in the right cgroups needs none: its children are born there.
+
+So a sandbox keeps a pool of **slots**. A slot is one cgroup in each hierarchy that holds a
+limit (``memory``, ``pids``, ``cpu``, and as root ``devices``) and a small **server** inside
+them: a Python interpreter (``-I -S``, the standard library only) that moved itself in once,
+when the slot was made (that one wait off any container's path), and then forks the runtime
+for each container the slot runs, with ``crun --cgroup-manager=disabled``: crun touches no
+cgroup, and the container inherits the slot's. A container's limits are written into the
+slot's files before it starts (a write of a limit is no migration); its OOM verdict is the
+slot's ``oom_kill`` counter, read before and after.
+
+One container at a time runs in a slot. Before a slot is used again it is checked empty (no
+process but its server: a grader's daemons die with its pid namespace, and whatever would not
+is killed, or the slot is retired), and its counters (``memory.max_usage_in_bytes``,
+``memory.failcnt`` and their ``memsw`` twins) are reset. What a grader cannot leave behind in
+a slot: processes (its pid namespace dies with it), memory (its tmpfs mounts die with its mount
+namespace; page cache it caused is reclaimable and counts toward the next limit only until
+reclaimed), IPC (its own namespace), its counters (reset) and its limits (rewritten).
+
+The server runs each runtime in a mount namespace of its own where the hybrid host's cgroup2
+mount is covered (``runtime.py``): a fresh copy of the host's mounts per container, so a
+workspace mounted a moment ago is there (the reason a long-lived namespace cannot be used on a
+host whose ``/`` propagates nothing). For a non-root runner it joins the user namespace of the
+sandbox's ``userns.Holder`` (as its root, after moving into the slot as the runner's own uid:
+the only one cgroup v1 lets move it), so every container shares that namespace, as they do
+without slots, and the runtime's ``kill``/``delete`` still reach them.
+
+Nothing of a slot outlives its runner: its cgroups are named like the runner's containers
+(``gradebox-<pid>-<session>-s<n>``), so the watchdog and ``gradebox gc`` kill what is in them
+and remove them; a server whose runner is gone (its socket closed) kills everything in its
+slot and exits.
+
+Where slots cannot be used (runc, which has no disabled cgroup manager; cgroup v2, where crun
+starts a container straight into its cgroup with ``clone3(CLONE_INTO_CGROUP)`` itself; no
+``pidfd_open``; ``GRADEBOX_OCI_SLOTS=off``) the backend makes a cgroup per container as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .._log import LazyLogger
+from ..errors import GradeboxError
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from .base import Limits
+
+__all__ = ["HELD", "Slot", "SlotPool", "SlotProcess", "slots_unusable"]
+
+log = LazyLogger("gradebox.sandbox")
+
+ROOT = Path("/sys/fs/cgroup")
+# The hierarchies a slot limits. ``devices`` only as root: cgroup v1 lets nobody else write
+# its rules (rootless crun has none either, and a non-root runner can make no device node).
+LIMITED = ("memory", "pids", "cpu")
+# Processes of a slot that are not the grader's: its server and the runtime's own process
+# (``crun run`` waits for the container). The pids limit is the grader's plus these.
+HELD = 2
+READY_TIMEOUT = 30.0
+
+# The devices a container may use, as crun allows them by default (the rest: denied).
+DEVICES = (
+    "c 1:3 rwm",  # null
+    "c 1:5 rwm",  # zero
+    "c 1:7 rwm",  # full
+    "c 1:8 rwm",  # random
+    "c 1:9 rwm",  # urandom
+    "c 5:0 rwm",  # tty
+    "c 5:1 rwm",  # console
+    "c 5:2 rwm",  # ptmx
+    "c 136:* rwm",  # pts
+)
+
+# The server, run as ``python3 -I -S -c SERVER SOCK HIDE JOIN PROCS...``: nothing from the
+# environment is imported, and it is single-threaded (joining a user namespace requires it).
+# Protocol over a SOCK_SEQPACKET pair: it says ``r`` once inside (or ``e<why>``); each request
+# is a NUL-separated argv with three fds (stdin, stdout, stderr), answered ``p<pid>`` once the
+# runtime is exec'd (or ``e<why>``), then ``x<code>`` when it exits (a Popen returncode).
+_SERVER = r"""
+import os, signal, socket, sys
+sock = socket.socket(fileno=int(sys.argv[1]))
+hide, join, procs = sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4:]
+def fail(why):
+    try: sock.send(b"e" + why.encode()[:900])
+    finally: os._exit(1)
+try:
+    for path in procs:  # into the slot: the one migration, before anything is started
+        fd = os.open(path, os.O_WRONLY)
+        os.write(fd, b"0")
+        os.close(fd)
+    if hide or join:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(name, *args):
+            if getattr(libc, name)(*args) != 0:
+                raise OSError(ctypes.get_errno(), name)
+    if join:
+        ns = os.open(f"/proc/{join}/ns/user", os.O_RDONLY)
+        call("setns", ns, 0x10000000)
+        os.close(ns)
+        os.setresgid(0, 0, 0); os.setgroups([]); os.setresuid(0, 0, 0)
+except OSError as exc:
+    fail(f"{exc.filename or ''}: {os.strerror(exc.errno or 0)}")
+here = procs[0].rsplit("/", 1)[0] if procs else ""
+def sweep():
+    # Whatever of ours is still in the slot goes with us (the runner is gone).
+    for _ in range(20):
+        try:
+            with open(here + "/cgroup.procs") as f:
+                left = [int(p) for p in f.read().split() if int(p) != os.getpid()]
+        except (OSError, ValueError):
+            return
+        if not left:
+            return
+        for p in left:
+            try: os.kill(p, 9)
+            except OSError: pass
+        import time; time.sleep(0.05)
+sock.send(b"r")
+while True:
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+    except OSError:
+        msg, fds = b"", []
+    if not msg or len(fds) != 3:
+        for fd in fds: os.close(fd)
+        sweep(); os._exit(0)
+    argv = msg.split(b"\0")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setsid()
+            for i, fd in enumerate(fds): os.dup2(fd, i)
+            for sig in ("SIGPIPE", "SIGXFSZ"):  # as subprocess does: the runtime gets defaults
+                signal.signal(getattr(signal, sig), signal.SIG_DFL)
+            if hide:  # a mount namespace of its own where the hybrid cgroup2 mount is covered
+                call("unshare", 0x00020000)
+                call("mount", None, b"/", None, 0x4000 | 0x80000, None)  # MS_REC | MS_SLAVE
+                call("mount", b"gradebox-no-v2", b"/sys/fs/cgroup/unified", b"tmpfs", 0,
+                     b"size=1m,mode=0755")
+            os.closerange(3, w); os.closerange(w + 1, 1 << 16)
+            os.execv(argv[0], argv)
+        except BaseException as exc:
+            try: os.write(w, str(exc).encode()[:900] or b"failed")
+            except BaseException: pass
+        os._exit(127)
+    os.close(w)
+    for fd in fds: os.close(fd)
+    why = os.read(r, 1000)
+    os.close(r)
+    if why:
+        os.waitpid(pid, 0)
+        sock.send(b"e" + why)
+        continue
+    sock.send(b"p%d" % pid)
+    pidfd = os.pidfd_open(pid)
+    import select
+    while True:
+        ready, _, _ = select.select([sock, pidfd], [], [])
+        if pidfd in ready:
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            os.close(pidfd)
+            sock.send(b"x%d" % code)
+            break
+        if not sock.recv(16, socket.MSG_PEEK):  # the runner is gone: so is the slot
+            try: os.kill(pid, 9)
+            except OSError: pass
+            sweep(); os._exit(0)
+        sock.recv(16)  # nothing else is said while a runtime runs
+"""
+
+
+def slots_unusable(runtime_name: str, rootless: bool) -> str | None:
+    """Why this host cannot start containers from slots (None: it can)."""
+    if os.environ.get("GRADEBOX_OCI_SLOTS", "").strip().lower() in ("0", "off", "no"):
+        return "GRADEBOX_OCI_SLOTS=off"
+    if runtime_name != "crun":
+        return f"{runtime_name} has no disabled cgroup manager"
+    if (ROOT / "cgroup.controllers").exists():
+        return "cgroup v2: crun starts each container into its cgroup itself"
+    if not hasattr(os, "pidfd_open") or not hasattr(socket, "recv_fds"):
+        return "no pidfd_open"
+    for name in LIMITED:
+        if not (ROOT / name / "cgroup.procs").exists():
+            return f"no cgroup v1 {name} hierarchy"
+    return None
+
+
+def _write(path: Path, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+class SlotProcess:
+    """The runtime a slot's server started, as much of ``subprocess.Popen`` as the backend
+    uses: our ends of its three pipes, ``pid``, ``poll``, ``wait``, ``kill``."""
+
+    def __init__(self, slot: Slot, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.slot, self.pid = slot, pid
+        self.returncode: int | None = None
+        self.stdin = open(stdin, "wb", buffering=0)  # noqa: SIM115 - closed by the backend
+        self.stdout = open(stdout, "rb", buffering=0)  # noqa: SIM115
+        self.stderr = open(stderr, "rb", buffering=0)  # noqa: SIM115
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.slot._exit_code(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.slot._exit_code(timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(["slot", self.slot.name], timeout or 0)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class Slot:
+    """One slot: its cgroups (``paths``, by hierarchy) and the server inside them."""
+
+    def __init__(self, name: str, parent: str, hide_v2: bool, join: int | None) -> None:
+        self.name = name
+        self.paths = {h: ROOT / h / parent / name for h in LIMITED}
+        if os.geteuid() == 0 and (ROOT / "devices" / "cgroup.procs").exists():
+            self.paths["devices"] = ROOT / "devices" / parent / name
+        self.limits: dict[str, str] = {}
+        self.server: subprocess.Popen[bytes] | None = None
+        self.broken: str | None = None
+        self._ready = False
+        self._running: SlotProcess | None = None
+        self._oom_base = 0
+        for hierarchy, path in self.paths.items():
+            (path.parent).mkdir(exist_ok=True)
+            path.mkdir()
+            if hierarchy == "devices":
+                _write(path / "devices.deny", "a")
+                for rule in DEVICES:
+                    _write(path / "devices.allow", rule)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        try:
+            procs = [str(p / "cgroup.procs") for p in self.paths.values()]
+            self.server = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _SERVER, str(theirs.fileno()),
+                 "1" if hide_v2 else "0", str(join or 0), *procs],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            self.broken = f"cannot start the slot's server: {exc.strerror or exc}"
+        finally:
+            theirs.close()
+
+    # -- the server's words ------------------------------------------------------------------
+
+    def _recv(self, timeout: float | None) -> bytes | None:
+        """The server's next message; None at the timeout; b"" when it is gone."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1024)
+        except TimeoutError:
+            return None
+        except OSError:
+            return b""
+
+    def ready(self) -> None:
+        """Wait until the server is inside the slot (made ahead: usually it already is)."""
+        if self._ready or self.broken:
+            if self.broken:
+                raise GradeboxError(self.broken)
+            return
+        said = self._recv(READY_TIMEOUT)
+        if said != b"r":
+            self.broken = "the slot's server did not start" + (
+                f": {said[1:].decode(errors='replace')}" if said and said[:1] == b"e" else ""
+            )
+            raise GradeboxError(self.broken)
+        self._ready = True
+
+    def popen(self, argv: list[str]) -> SlotProcess:
+        """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdio."""
+        self.ready()
+        if self._running is not None:
+            raise GradeboxError(f"slot {self.name} is running a container already")
+        self._oom_base = self.oom_kills()
+        pipes = [os.pipe() for _ in range(3)]  # (read, write) each
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        try:
+            socket.send_fds(self.sock, [b"\0".join(a.encode() for a in argv)], theirs)
+            said = self._recv(READY_TIMEOUT)
+        except OSError as exc:
+            said = b"e" + str(exc).encode()
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        if not said or said[:1] != b"p":
+            for fd in ours:
+                os.close(fd)
+            why = said[1:].decode(errors="replace") if said else "its server is gone"
+            if not said or said[:1] != b"e":
+                self.broken = f"slot {self.name}: {why}"
+            raise GradeboxError(why)
+        self._running = SlotProcess(self, int(said[1:]), *ours)
+        return self._running
+
+    def _exit_code(self, timeout: float | None) -> int | None:
+        said = self._recv(timeout)
+        if said is None:
+            return None
+        if said[:1] == b"x":
+            self._running = None
+            return int(said[1:])
+        # The server died with the runtime still ours to wait for: its code is lost.
+        self.broken = f"slot {self.name}: its server is gone"
+        self._running = None
+        return -int(signal.SIGKILL)
+
+    # -- limits and counters -----------------------------------------------------------------
+
+    def apply(self, limits: Limits) -> None:
+        """Write this container's limits into the slot (only those that change)."""
+        memory = str(int(limits.memory))
+        want = {
+            "pids/pids.max": str(int(limits.pids) + HELD),
+            "cpu/cpu.cfs_period_us": "100000",
+            "cpu/cpu.cfs_quota_us": str(int(limits.cpus * 100_000)),
+        }
+        mem = self.paths["memory"]
+        swap = (mem / "memory.memsw.limit_in_bytes").exists()
+        if self.limits.get("memory") != memory:
+            # memory <= memory+swap at every step: raise memsw first, lower memory first.
+            old = int(self.limits.get("memory") or 0)
+            order = ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]
+            if 0 < int(memory) < old or not old:
+                order.reverse()
+            for name in order:
+                if name.startswith("memory.memsw") and not swap:
+                    continue
+                _write(mem / name, memory)
+            self.limits["memory"] = memory
+        for key, value in want.items():
+            if self.limits.get(key) != value:
+                hierarchy, name = key.split("/")
+                _write(self.paths[hierarchy] / name, value)
+                self.limits[key] = value
+
+    def oom_kills(self) -> int:
+        for line in _read(self.paths["memory"] / "memory.oom_control").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
+
+    def oom_killed(self) -> bool:
+        """Did the OOM killer strike in this slot since its last container started?"""
+        return self.oom_kills() > self._oom_base
+
+    def strays(self) -> list[int]:
+        """Processes in the slot other than its server (in any of its hierarchies)."""
+        server = self.server.pid if self.server is not None else -1
+        found: set[int] = set()
+        for path in self.paths.values():
+            for text in _read(path / "cgroup.procs").split():
+                if text.isdigit() and int(text) != server:
+                    found.add(int(text))
+        return sorted(found)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the slot but its server."""
+        for pid in self.strays():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def recycle(self) -> bool:
+        """Make the slot ready for another container: empty, counters reset. False: it is
+        not fit for another (retire it)."""
+        if self.broken or self._running is not None:
+            return False
+        if self.server is None or self.server.poll() is not None:
+            self.broken = f"slot {self.name}: its server exited"
+            return False
+        deadline = time.monotonic() + 1.0
+        while self.strays():
+            if time.monotonic() > deadline:
+                log.warning("slot %s: processes left in it; retired", self.name)
+                return False
+            self.kill_all()
+            time.sleep(0.01)
+        mem = self.paths["memory"]
+        for name in ("memory.max_usage_in_bytes", "memory.failcnt",
+                     "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"):  # fmt: skip
+            with contextlib.suppress(OSError):
+                _write(mem / name, "0")
+        return True
+
+    def destroy(self) -> None:
+        """End the server, kill what is left, remove the cgroups."""
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self.server is not None:
+            try:
+                self.server.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+        for path in self.paths.values():
+            for _ in range(100):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy: something still in it
+                    for text in _read(path / "cgroup.procs").split():
+                        with contextlib.suppress(OSError, ValueError):
+                            os.kill(int(text), signal.SIGKILL)
+                    time.sleep(0.02)
+
+
+class SlotPool:
+    """The slots of one sandbox: a free one (made ahead) for each container it starts.
+
+    ``parent``: the cgroup the slots go under (``gradebox``, ``gradebox-<uid>``); ``prefix``:
+    the name every slot starts with (the runner's pid and the sandbox's session, as its
+    containers' ids); ``join``: for a non-root runner, a call that returns the pid whose user
+    namespace the servers join. One spare slot is kept made ahead, so a container seldom
+    waits for one; at most ``limit`` exist at once (past that, the caller makes a cgroup of
+    its own for the container, as without slots)."""
+
+    def __init__(self, parent: str, prefix: str, *, hide_v2: bool,
+                 join: object = None, limit: int = 64) -> None:  # fmt: skip
+        self.parent, self.prefix, self.hide_v2 = parent, prefix, hide_v2
+        self._join = join
+        self.limit = limit
+        self._free: list[Slot] = []
+        self._all: list[Slot] = []
+        self._count = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _make(self) -> Slot | None:
+        with self._lock:
+            if self._closed or len(self._all) >= self.limit:
+                return None
+            name = f"{self.prefix}s{self._count}"
+            self._count += 1
+        try:
+            join = self._join() if callable(self._join) else None
+            slot = Slot(name, self.parent, self.hide_v2, join)
+        except (OSError, GradeboxError) as exc:
+            log.info("no cgroup slot (%s): a cgroup per container instead", exc)
+            return None
+        with self._lock:
+            self._all.append(slot)
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+        if closed:
+            self._retire(slot)
+            return None
+        return slot
+
+    def spare(self) -> None:
+        """Make a slot ahead, if none is free."""
+        with self._lock:
+            if self._free or self._closed:
+                return
+        slot = self._make()
+        if slot is not None:
+            with self._lock:
+                self._free.append(slot)
+
+    def acquire(self, limits: Limits) -> Slot | None:
+        """A slot with ``limits`` written, ready to start a container; None: none to be had."""
+        for _ in range(3):
+            with self._lock:
+                slot = self._free.pop() if self._free else None
+                ahead = not self._free
+            if slot is None:
+                slot = self._make()
+            if slot is None:
+                return None
+            try:
+                slot.ready()
+                slot.apply(limits)
+            except (OSError, GradeboxError) as exc:
+                log.info("slot %s unusable: %s", slot.name, exc)
+                self._retire(slot)
+                continue
+            if ahead:
+                self.spare()
+            return slot
+        return None
+
+    def release(self, slot: Slot) -> None:
+        """The container of ``slot`` is gone: the slot is free again, or retired."""
+        if slot.recycle():
+            with self._lock:
+                if not self._closed:
+                    self._free.append(slot)
+                    return
+        self._retire(slot)
+
+    def _retire(self, slot: Slot) -> None:
+        slot.destroy()
+        with self._lock:
+            if slot in self._all:
+                self._all.remove(slot)
+            if slot in self._free:
+                self._free.remove(slot)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [s.name for s in self._all]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            slots, self._all, self._free = list(self._all), [], []
+        for slot in slots:
+            slot.kill_all()
+        for slot in slots:
+            slot.destroy()
