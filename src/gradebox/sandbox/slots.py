@@ -291,7 +291,7 @@ class Slot:
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(1024)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):  # settimeout(0): a poll
             return None
         except OSError:
             return b""
