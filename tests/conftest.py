@@ -120,6 +120,10 @@ def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
     for folder in folders:
         if folder.is_dir():
             found += [p.name for p in folder.iterdir() if p.name.startswith(f"gradebox-{pid}-")]
+    if not running:  # its cgroups: a container's own, or a slot's (and the server in it)
+        for hierarchy in ("memory", "pids", "cpu", "devices"):
+            for parent in Path("/sys/fs/cgroup", hierarchy).glob("gradebox*"):
+                found += [f"{hierarchy}:{p.name}" for p in parent.glob(f"gradebox-{pid}-*")]
     return found
 
 

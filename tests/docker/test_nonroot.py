@@ -50,6 +50,7 @@ SUBSET = [
     ),
     ("tests/docker/test_llm.py", "reaches_its_proxy or sdk or apart"),
     ("tests/docker/test_exec.py", "sigkill"),  # the watchdog's sweep, rootless and via docker
+    ("tests/docker/test_slots.py", None),  # slots in the user's delegated cgroups
 ]
 
 

@@ -322,18 +322,18 @@ class Slot:
         try:
             socket.send_fds(self.sock, [b"\0".join(a.encode() for a in argv)], theirs)
             said = self._recv(READY_TIMEOUT)
-        except OSError as exc:
-            said = b"e" + str(exc).encode()
+        except OSError:
+            said = b""  # its server is gone
         finally:
             for fd in theirs:
                 os.close(fd)
         if not said or said[:1] != b"p":
             for fd in ours:
                 os.close(fd)
-            why = said[1:].decode(errors="replace") if said else "its server is gone"
-            if not said or said[:1] != b"e":
-                self.broken = f"slot {self.name}: {why}"
-            raise GradeboxError(why)
+            if said and said[:1] == b"e":  # the runtime could not be started; the slot is fine
+                raise GradeboxError(said[1:].decode(errors="replace"))
+            self.broken = f"slot {self.name}: its server is gone"
+            raise GradeboxError(self.broken)
         self._running = SlotProcess(self, int(said[1:]), *ours)
         return self._running
 
@@ -516,6 +516,8 @@ class SlotPool:
             if slot is None:
                 return None
             try:
+                if slot.server is None or slot.server.poll() is not None:
+                    raise GradeboxError(f"slot {slot.name}: its server exited")
                 slot.ready()
                 slot.apply(limits)
             except (OSError, GradeboxError) as exc:
