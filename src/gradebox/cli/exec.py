@@ -338,6 +338,9 @@ class Exec:
         opts = self.opts
         security, network = self._privileges()
         user, owner = run_as(security), run_as_ids(security)
+        # First: the oci backend makes the container's cgroup slot ahead (slots.py), and its
+        # one kernel wait then passes while the rest below is read and built.
+        self.box = self._sandbox()
         self._refuse_wide(self.cwd)
         env = self._env()
         stdin = _read_stdin()
@@ -400,7 +403,6 @@ class Exec:
             [(here, there)] + ([(workspace, CONTAINER_WORKSPACE)] if workspace is not None else []),
         )
 
-        self.box = self._sandbox()
         image = self._image(command)
         if opts.target:
             self.proxy = self._proxy()

@@ -86,105 +86,8 @@ DEVICES = (
     "c 136:* rwm",  # pts
 )
 
-# The server, run as ``python3 -I -S -c SERVER SOCK HIDE JOIN PROCS...``: nothing from the
-# environment is imported, and it is single-threaded (joining a user namespace requires it).
-# Protocol over a SOCK_SEQPACKET pair: it says ``r`` once inside (or ``e<why>``); each request
-# is a NUL-separated argv with three fds (stdin, stdout, stderr), answered ``p<pid>`` once the
-# runtime is exec'd (or ``e<why>``), then ``x<code>`` when it exits (a Popen returncode).
-_SERVER = r"""
-import os, signal, socket, sys
-sock = socket.socket(fileno=int(sys.argv[1]))
-hide, join, procs = sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4:]
-def fail(why):
-    try: sock.send(b"e" + why.encode()[:900])
-    finally: os._exit(1)
-try:
-    for path in procs:  # into the slot: the one migration, before anything is started
-        fd = os.open(path, os.O_WRONLY)
-        os.write(fd, b"0")
-        os.close(fd)
-    if hide or join:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        def call(name, *args):
-            if getattr(libc, name)(*args) != 0:
-                raise OSError(ctypes.get_errno(), name)
-    if join:
-        ns = os.open(f"/proc/{join}/ns/user", os.O_RDONLY)
-        call("setns", ns, 0x10000000)
-        os.close(ns)
-        os.setresgid(0, 0, 0); os.setgroups([]); os.setresuid(0, 0, 0)
-except OSError as exc:
-    fail(f"{exc.filename or ''}: {os.strerror(exc.errno or 0)}")
-here = procs[0].rsplit("/", 1)[0] if procs else ""
-def sweep():
-    # Whatever of ours is still in the slot goes with us (the runner is gone).
-    for _ in range(20):
-        try:
-            with open(here + "/cgroup.procs") as f:
-                left = [int(p) for p in f.read().split() if int(p) != os.getpid()]
-        except (OSError, ValueError):
-            return
-        if not left:
-            return
-        for p in left:
-            try: os.kill(p, 9)
-            except OSError: pass
-        import time; time.sleep(0.05)
-sock.send(b"r")
-while True:
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
-    except OSError:
-        msg, fds = b"", []
-    if not msg or len(fds) != 3:
-        for fd in fds: os.close(fd)
-        sweep(); os._exit(0)
-    argv = msg.split(b"\0")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setsid()
-            for i, fd in enumerate(fds): os.dup2(fd, i)
-            for sig in ("SIGPIPE", "SIGXFSZ"):  # as subprocess does: the runtime gets defaults
-                signal.signal(getattr(signal, sig), signal.SIG_DFL)
-            if hide:  # a mount namespace of its own where the hybrid cgroup2 mount is covered
-                call("unshare", 0x00020000)
-                call("mount", None, b"/", None, 0x4000 | 0x80000, None)  # MS_REC | MS_SLAVE
-                call("mount", b"gradebox-no-v2", b"/sys/fs/cgroup/unified", b"tmpfs", 0,
-                     b"size=1m,mode=0755")
-            os.closerange(3, w); os.closerange(w + 1, 1 << 16)
-            os.execv(argv[0], argv)
-        except BaseException as exc:
-            try: os.write(w, str(exc).encode()[:900] or b"failed")
-            except BaseException: pass
-        os._exit(127)
-    os.close(w)
-    for fd in fds: os.close(fd)
-    why = os.read(r, 1000)
-    os.close(r)
-    if why:
-        os.waitpid(pid, 0)
-        sock.send(b"e" + why)
-        continue
-    sock.send(b"p%d" % pid)
-    pidfd = os.pidfd_open(pid)
-    import select
-    while True:
-        ready, _, _ = select.select([sock, pidfd], [], [])
-        if pidfd in ready:
-            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            os.close(pidfd)
-            sock.send(b"x%d" % code)
-            break
-        if not sock.recv(16, socket.MSG_PEEK):  # the runner is gone: so is the slot
-            try: os.kill(pid, 9)
-            except OSError: pass
-            sweep(); os._exit(0)
-        sock.recv(16)  # nothing else is said while a runtime runs
-"""
+# The server (``_slot_server.py``), as a script of its own.
+SERVER = str(Path(__file__).with_name("_slot_server.py"))
 
 
 def slots_unusable(runtime_name: str, rootless: bool) -> str | None:
@@ -217,6 +120,65 @@ def _read(path: Path) -> str:
             return f.read()
     except OSError:
         return ""
+
+
+def _single_threaded() -> bool:
+    """May this process fork a server that runs Python (no lock another thread holds)?"""
+    threading_ = sys.modules.get("threading")
+    return threading_ is None or threading_.active_count() == 1
+
+
+class _Forked:
+    """A server that is a fork of this (single-threaded) process, not a new interpreter: the
+    ~15 ms of CPU a ``python3 -I -S`` start costs, spared on ``gradebox exec``'s path. As
+    much of ``Popen`` as a slot uses: ``pid``, ``poll``, ``wait``, ``kill``."""
+
+    def __init__(self, sock: socket.socket, hide: bool, join: int, procs: list[str]) -> None:
+        keep = sock.fileno()
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.setsid()  # a harness that kills our process group leaves it to its sweep
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                # None of the caller's files: a harness waiting for our stdout to close, or a
+                # watchdog waiting for its pipe's end, is not kept waiting by the server.
+                os.closerange(3, keep)
+                os.closerange(keep + 1, 1 << 16)
+                from ._slot_server import serve
+
+                serve(socket.socket(fileno=keep), hide, join, procs)
+            finally:
+                os._exit(1)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["slot server"], timeout or 0)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
 
 
 class SlotProcess:
@@ -257,7 +219,7 @@ class Slot:
         if os.geteuid() == 0 and (ROOT / "devices" / "cgroup.procs").exists():
             self.paths["devices"] = ROOT / "devices" / parent / name
         self.limits: dict[str, str] = {}
-        self.server: subprocess.Popen[bytes] | None = None
+        self.server: subprocess.Popen[bytes] | _Forked | None = None
         self.broken: str | None = None
         self._ready = False
         self._running: SlotProcess | None = None
@@ -271,14 +233,18 @@ class Slot:
                     _write(path / "devices.allow", rule)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
+        procs = [str(p / "cgroup.procs") for p in self.paths.values()]
         try:
-            procs = [str(p / "cgroup.procs") for p in self.paths.values()]
-            self.server = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _SERVER, str(theirs.fileno()),
-                 "1" if hide_v2 else "0", str(join or 0), *procs],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+            if _single_threaded():
+                self.server = _Forked(theirs, hide_v2, join or 0, procs)
+            else:
+                self.server = subprocess.Popen(
+                    [sys.executable, "-I", "-S", SERVER, str(theirs.fileno()),
+                     "1" if hide_v2 else "0", str(join or 0), *procs],
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )  # fmt: skip
         except OSError as exc:
             self.broken = f"cannot start the slot's server: {exc.strerror or exc}"
         finally:
@@ -457,9 +423,11 @@ class SlotPool:
     ``parent``: the cgroup the slots go under (``gradebox``, ``gradebox-<uid>``); ``prefix``:
     the name every slot starts with (the runner's pid and the sandbox's session, as its
     containers' ids); ``join``: for a non-root runner, a call that returns the pid whose user
-    namespace the servers join. One spare slot is kept made ahead, so a container seldom
-    waits for one; at most ``limit`` exist at once (past that, the caller makes a cgroup of
-    its own for the container, as without slots)."""
+    namespace the servers join. ``spare`` makes one ahead (the sandbox's first container's);
+    others are made when every slot is busy, and kept for the next container. None is made
+    ahead while containers start: a server moving into its cgroups holds up every fork on the
+    machine for that wait, the runtime's own too. At most ``limit`` exist at once (past that,
+    the caller makes a cgroup of its own for the container, as without slots)."""
 
     def __init__(self, parent: str, prefix: str, *, hide_v2: bool,
                  join: object = None, limit: int = 64) -> None:  # fmt: skip
@@ -510,7 +478,6 @@ class SlotPool:
         for _ in range(3):
             with self._lock:
                 slot = self._free.pop() if self._free else None
-                ahead = not self._free
             if slot is None:
                 slot = self._make()
             if slot is None:
@@ -524,8 +491,6 @@ class SlotPool:
                 log.info("slot %s unusable: %s", slot.name, exc)
                 self._retire(slot)
                 continue
-            if ahead:
-                self.spare()
             return slot
         return None
 

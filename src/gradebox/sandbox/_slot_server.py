@@ -1,0 +1,172 @@
+"""A slot's server (see ``slots.py``): the process inside a slot's cgroups that starts the
+runtime for each container the slot runs. The standard library only, so that it also runs as
+a script (``python3 -I -S _slot_server.py SOCK HIDE JOIN PROCS...``: nothing from the
+environment imported), or in a fork of a single-threaded caller (``gradebox exec``: no second
+interpreter to start).
+
+Protocol over a SOCK_SEQPACKET pair: it says ``r`` once inside the slot (or ``e<why>``); each
+request is a NUL-separated argv with three fds (stdin, stdout, stderr), answered ``p<pid>``
+once the runtime is exec'd (or ``e<why>``), then ``x<code>`` when it exits (a Popen
+returncode). Its socket closed (the runner is gone): it kills everything in its slot and ends.
+"""
+
+import os
+import signal
+import socket
+import sys
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_REC_SLAVE = 0x4000 | 0x80000
+UNIFIED = b"/sys/fs/cgroup/unified"
+
+
+def serve(sock: socket.socket, hide: bool, join: int, procs: list[str]) -> None:
+    """Move into the slot (``procs``: its ``cgroup.procs`` files), join the user namespace of
+    ``join`` (0: none), then start runtimes until the socket closes. Never returns."""
+    try:
+        for path in procs:  # the one migration, before anything is started
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        call = _libc() if hide or join else None
+        if join and call is not None:
+            ns = os.open(f"/proc/{join}/ns/user", os.O_RDONLY)
+            call("setns", ns, CLONE_NEWUSER)
+            os.close(ns)
+            os.setresgid(0, 0, 0)
+            os.setgroups([])
+            os.setresuid(0, 0, 0)
+    except OSError as exc:
+        _say(sock, b"e" + f"{exc.filename or ''}: {os.strerror(exc.errno or 0)}".encode())
+        os._exit(1)
+    here = procs[0].rsplit("/", 1)[0] if procs else ""
+    _say(sock, b"r")
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        except OSError:
+            msg, fds = b"", []
+        if not msg or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            _sweep(here)
+            os._exit(0)
+        pid, why = _start(msg.split(b"\0"), fds, hide, call)
+        if why:
+            _say(sock, b"e" + why)
+            continue
+        _say(sock, b"p%d" % pid)
+        _await(sock, pid, here)
+
+
+def _libc():  # type: ignore[no-untyped-def]
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(name: str, *args: object) -> None:
+        if getattr(libc, name)(*args) != 0:
+            raise OSError(ctypes.get_errno(), name)
+
+    return call
+
+
+def _say(sock: socket.socket, what: bytes) -> None:
+    try:
+        sock.send(what)
+    except OSError:
+        pass  # the runner is gone: the next receive says so
+
+
+def _start(argv: list[bytes], fds: list[int], hide: bool, call: object) -> tuple[int, bytes]:
+    """Fork and exec ``argv`` with ``fds`` as its stdio; (pid, b"") or (0, why)."""
+    r, w = os.pipe()  # close-on-exec: end of file once the exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setsid()
+            for i, fd in enumerate(fds):
+                os.dup2(fd, i)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess: the defaults back
+                signal.signal(sig, signal.SIG_DFL)
+            if hide and callable(call):
+                # A mount namespace of its own, a copy of the host's as it is now, where the
+                # hybrid cgroup2 mount is covered (runtime.py), propagating nothing back.
+                call("unshare", CLONE_NEWNS)
+                call("mount", None, b"/", None, MS_REC_SLAVE, None)
+                call("mount", b"gradebox-no-v2", UNIFIED, b"tmpfs", 0, b"size=1m,mode=0755")
+            os.closerange(3, w)
+            os.closerange(w + 1, 1 << 16)
+            os.execv(argv[0], argv)
+        except BaseException as exc:  # noqa: BLE001 - said to the runner, whatever it was
+            try:
+                os.write(w, str(exc).encode()[:900] or b"failed")
+            except BaseException:  # noqa: BLE001
+                pass
+        os._exit(127)
+    os.close(w)
+    for fd in fds:
+        os.close(fd)
+    why = os.read(r, 1000)
+    os.close(r)
+    if why:
+        os.waitpid(pid, 0)
+        return 0, why
+    return pid, b""
+
+
+def _await(sock: socket.socket, pid: int, here: str) -> None:
+    """Report ``pid``'s exit; if the runner goes first, kill it and what is in the slot."""
+    import select
+
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            ready, _, _ = select.select([sock, pidfd], [], [])
+            if pidfd in ready:
+                code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                _say(sock, b"x%d" % code)
+                return
+            try:
+                said = sock.recv(16)
+            except OSError:
+                said = b""
+            if not said:  # the runner is gone: so is the slot
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                _sweep(here)
+                os._exit(0)
+    finally:
+        os.close(pidfd)
+
+
+def _sweep(here: str) -> None:
+    """Kill whatever is in the slot but this server (its runner is gone)."""
+    import time
+
+    me = os.getpid()
+    for _ in range(20):
+        try:
+            with open(here + "/cgroup.procs") as f:
+                left = [int(p) for p in f.read().split() if int(p) != me]
+        except (OSError, ValueError):
+            return
+        if not left:
+            return
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2] == "1", int(sys.argv[3]),
+          sys.argv[4:])  # fmt: skip
