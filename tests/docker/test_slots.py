@@ -212,3 +212,25 @@ def test_a_runner_killed_with_sigkill_leaves_no_slot(tmp_path, python_image, eng
         time.sleep(0.1)
     collect_garbage(owner=proc.pid)
     assert not leftovers_of(engine, proc.pid), leftovers_of(engine, proc.pid)
+
+
+def test_page_cache_a_grader_left_is_not_charged_to_the_next(slotted, python_image, tmp_path):
+    from gradebox.sandbox.base import Mount
+
+    _only_slot(slotted)
+    os.chmod(tmp_path, 0o777)
+    out = slotted.run(
+        SandboxSpec(image=python_image, command=["/bin/sh", "-c", "head -c 67108864 /dev/zero "
+                    "> /w/big; grep :memory: /proc/self/cgroup"],
+                    mounts=(Mount(tmp_path, "/w", read_only=False),), name="slot-test")
+    )  # fmt: skip
+    assert out.exit_code == 0, out
+    slot = out.stdout.decode().strip().rsplit("/", 1)[-1]
+    usage = Path("/sys/fs/cgroup/memory").glob(f"gradebox*/{slot}/memory.usage_in_bytes")
+    path = next(iter(usage))
+    deadline = time.monotonic() + 30
+    while int(path.read_text()) > 16 << 20:  # emptied on a thread of the pool's
+        assert time.monotonic() < deadline, f"{int(path.read_text())} bytes still charged"
+        time.sleep(0.1)
+    probe, again = _sh(slotted, python_image, "echo fine")
+    assert again == slot and probe.exit_code == 0

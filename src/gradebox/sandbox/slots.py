@@ -72,6 +72,9 @@ LIMITED = ("memory", "pids", "cpu")
 # (``crun run`` waits for the container). The pids limit is the grader's plus these.
 HELD = 2
 READY_TIMEOUT = 30.0
+# Memory still charged to a free slot past which it is emptied before reuse (its server's own
+# pages are a few MiB at most).
+CHARGED_MAX = 16 << 20
 
 # The devices a container may use, as crun allows them by default (the rest: denied).
 DEVICES = (
@@ -112,6 +115,11 @@ def _write(path: Path, value: str) -> None:
         os.write(fd, value.encode())
     finally:
         os.close(fd)
+
+
+def _int(path: Path) -> int:
+    text = _read(path).strip()
+    return int(text) if text.isdigit() else 0
 
 
 def _read(path: Path) -> str:
@@ -387,6 +395,11 @@ class Slot:
             self.kill_all()
             time.sleep(0.01)
         mem = self.paths["memory"]
+        if _int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
+            # Page cache the last grader caused (files it read or wrote) still charged here:
+            # reclaimed now, so the next grader starts under its limit as in a new cgroup.
+            with contextlib.suppress(OSError):
+                _write(mem / "memory.force_empty", "0")
         for name in ("memory.max_usage_in_bytes", "memory.failcnt",
                      "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"):  # fmt: skip
             with contextlib.suppress(OSError):
@@ -495,7 +508,16 @@ class SlotPool:
         return None
 
     def release(self, slot: Slot) -> None:
-        """The container of ``slot`` is gone: the slot is free again, or retired."""
+        """The container of ``slot`` is gone: the slot is free again, or retired. A slot with
+        much memory still charged is emptied on a thread of its own (writing back what the
+        grader left dirty takes a while), off the caller's path."""
+        if _int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
+            threading.Thread(target=self._release, args=(slot,), daemon=True,
+                             name="gradebox-slot-empty").start()  # fmt: skip
+            return
+        self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
         if slot.recycle():
             with self._lock:
                 if not self._closed:
