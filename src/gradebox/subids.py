@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 from pathlib import Path
+
+from ._programs import which
 
 __all__ = ["SPAN", "missing", "prerequisite", "subordinate", "user_name"]
 
@@ -53,7 +54,7 @@ def subordinate(path: str, uid: int) -> tuple[int, int] | None:
 def missing() -> str | None:
     """Why this user cannot map ids (None: it can)."""
     for tool in ("newuidmap", "newgidmap"):
-        if shutil.which(tool) is None:
+        if which(tool) is None:
             return f"no {tool} (package uidmap)"
     for path in ("/etc/subuid", "/etc/subgid"):
         if subordinate(path, os.getuid()) is None:

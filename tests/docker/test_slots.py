@@ -145,8 +145,12 @@ def test_each_grader_gets_its_own_limits_in_a_reused_slot(slotted, python_image)
 def test_a_grader_that_still_runs_at_its_timeout_leaves_a_clean_slot(slotted, python_image):
     _only_slot(slotted)
     out = slotted.run(
-        SandboxSpec(image=python_image, command=["/bin/sh", "-c", "trap '' TERM; sleep 300 & "
-                    "sleep 300"], timeout=1, name="slot-test")  # fmt: skip
+        SandboxSpec(
+            image=python_image,
+            command=["/bin/sh", "-c", "trap '' TERM; sleep 300 & sleep 300"],
+            timeout=1,
+            name="slot-test",
+        )  # fmt: skip
     )
     assert out.timed_out
     assert all(not s.strays() for s in slotted.slots._all)

@@ -154,8 +154,10 @@ def test_the_hot_path_loads_no_heavy_package():
     heavy = ("pydantic", "typer", "rich", "docker", "requests", "yaml", "tenacity", "logging",
              # stdlib, but each costs the hot path milliseconds for nothing it uses: dataclasses
              # (its inspect: ast, dis, tokenize), typing (annotations only), argparse (gettext),
-             # tempfile (random, weakref). pathlib stays: the oci backend works in Paths.
-             "dataclasses", "inspect", "typing", "argparse", "tempfile")  # fmt: skip
+             # tempfile (random, weakref), shutil (bz2, lzma), socket (its enums: the slots
+             # speak _socket). pathlib stays: the oci backend works in Paths.
+             "dataclasses", "inspect", "typing", "argparse", "tempfile", "shutil", "bz2",
+             "lzma", "socket")  # fmt: skip
     assert loaded_by(hot, heavy) == []
 
 

@@ -14,7 +14,7 @@ from gradebox.sandbox import runtime
 def which(monkeypatch):
     """Pretend these programs are (or are not) installed."""
     installed: dict[str, str] = {}
-    monkeypatch.setattr(runtime.shutil, "which", lambda name: installed.get(name))
+    monkeypatch.setattr(runtime, "which", lambda name: installed.get(name))
     monkeypatch.delenv("GRADEBOX_RUNTIME", raising=False)
     return installed
 

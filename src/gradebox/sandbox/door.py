@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 
 from ..errors import GradeboxError
@@ -142,6 +141,8 @@ def listen_via_engine(
         return sock
     finally:
         server.close()
+        import shutil  # here: it loads bz2 and lzma (~2 ms)
+
         shutil.rmtree(folder, ignore_errors=True)
         if cid is not None:
             engine.remove(cid)

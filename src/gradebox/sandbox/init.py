@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import threading
 from pathlib import Path
 
 from .._log import LazyLogger
+from .._programs import which
 from .rootfs import cache_dir
 
 __all__ = ["INIT_PATH", "init_binary", "sealed_init"]
@@ -38,7 +38,7 @@ SEALED_MODE = 0o111  # execute, never read: the kernel makes the process non-dum
 def init_binary() -> Path | None:
     """The host's static tini, which Docker ships as ``docker-init``."""
     for name in ("docker-init", "tini-static"):
-        found = shutil.which(name)
+        found = which(name)
         if found:
             return Path(found).resolve()
     return None

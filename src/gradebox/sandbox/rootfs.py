@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -123,9 +122,13 @@ class RootfsCache:
                 init.touch()
             (tmp / ".gradebox-complete").write_text(image_id + "\n")
             if final.exists():  # a half-made leftover of a killed unpacker
+                import shutil  # here: it loads bz2 and lzma (~2 ms)
+
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
+            import shutil  # here: it loads bz2 and lzma (~2 ms)
+
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
@@ -183,6 +186,8 @@ class RootfsCache:
         """Remove an entry: its files belong to subordinate ids for a non-root runner."""
         mine = os.geteuid() != 0 and path.name.split("-u")[-1] == str(os.getuid())
         if self.mapping is None and not mine:
+            import shutil  # here: it loads bz2 and lzma (~2 ms)
+
             shutil.rmtree(path, ignore_errors=True)
         elif path.exists():
             userns.run(["rm", "-rf", "--", str(path)], mapping=self.mapping)

@@ -24,7 +24,8 @@ else runc. It says which and why: that is the ``sandbox: oci (...)`` line.
 from __future__ import annotations
 
 import os
-import shutil
+
+from .._programs import which
 
 __all__ = ["HIDE_V2", "NAMED", "Runtime", "checked", "choose", "hybrid_v2", "v2_hidden"]
 
@@ -77,7 +78,7 @@ def hybrid_v2() -> bool:
 
 
 def _unshare_usable() -> bool:
-    return shutil.which("unshare") is not None
+    return which("unshare") is not None
 
 
 NAMED = ("auto", "crun", "runc")
@@ -100,11 +101,11 @@ def choose(wanted: str | None = None) -> Runtime:
     picks crun where it keeps every limit, else runc, else whichever is installed."""
     wanted = (wanted or os.environ.get("GRADEBOX_RUNTIME") or "auto").strip()
     if wanted != "auto":
-        binary = shutil.which(wanted) or wanted
+        binary = which(wanted) or wanted
         name = os.path.basename(wanted)
         hide = name == "crun" and hybrid_v2()
         return Runtime(name, binary, f"{name}: asked for", hide)
-    crun, runc = shutil.which("crun"), shutil.which("runc")
+    crun, runc = which("crun"), which("runc")
     why_not = _crun_unusable() if crun else "crun is not installed"
     if crun and why_not is None:
         hide = hybrid_v2()

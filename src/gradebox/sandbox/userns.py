@@ -23,12 +23,12 @@ network namespace.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 
+from .._programs import which
 from .._record import Record
 from ..errors import GradeboxError
 from ..subids import SPAN, missing, prerequisite, subordinate
@@ -202,7 +202,7 @@ class Holder:
     def __init__(self, mapping: IdMap | None, hide_v2: bool = False) -> None:
         self.mapping = mapping
         self.hide_v2 = hide_v2
-        self.nsenter = shutil.which("nsenter")
+        self.nsenter = which("nsenter")
         self._proc: subprocess.Popen[bytes] | None = None
         # Holders replaced by a newer one: (when to end it, the holder).
         self._retired: list[tuple[float, subprocess.Popen[bytes]]] = []
