@@ -422,12 +422,15 @@ def test_auto_says_which_runtime_it_chose(engine, tmp_path, ws):
         capture_output=True, text=True, env=base_env(), cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert "sandbox: oci (crun" in done.stderr, done.stderr
+    # cgroup v1 (this host): crun starts each container from a cgroup slot (sandbox/slots.py).
+    assert "cgroup slots made ahead" in done.stderr, done.stderr
     done = subprocess.run(
         [GRADEBOX, "--runtime", "runc", "grade", "g.yaml", "--input", "in.json",
          "--workspace", str(ws)],
         capture_output=True, text=True, env=base_env(), cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert "sandbox: oci (runc: asked for" in done.stderr, done.stderr
+    assert "slots" not in done.stderr, done.stderr  # runc has no disabled cgroup manager
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -71,7 +71,11 @@ def auto_reason() -> tuple[str, str]:
     chosen = choose_runtime()
     why = oci_usable(runtime=chosen)
     if why is None:
+        from .slots import slots_unusable
+
         runtime = chosen.why
+        if slots_unusable(chosen.name, os.geteuid() != 0) is None:
+            runtime += ", cgroup slots made ahead"
         if os.geteuid() == 0:
             return "oci", f"{runtime}, as root: the fastest backend, every limit kept"
         return "oci", f"{runtime}, rootless in a user namespace, limits in this user's cgroups"
