@@ -238,3 +238,19 @@ def test_page_cache_a_grader_left_is_not_charged_to_the_next(slotted, python_ima
         time.sleep(0.1)
     probe, again = _sh(slotted, python_image, "echo fine")
     assert again == slot and probe.exit_code == 0
+
+
+@pytest.mark.parametrize("flags", [["--allow", "bogus"], ["--workspace", "/nonexistent"]])
+def test_exec_that_fails_before_its_container_leaves_no_slot(tmp_path, engine, flags):
+    """``gradebox exec`` makes its first slot before it reads anything: an exec that then
+    fails (a bad flag, a missing workspace) removes it all the same."""
+    _crun_or_fail()
+    from tests.conftest import leftovers_of
+
+    gradebox = str(Path(sys.executable).parent / "gradebox")
+    proc = subprocess.Popen([gradebox, "exec", *flags, "--", "true"], cwd=tmp_path,
+                            env={**os.environ, "GRADEBOX_RUNTIME": "crun"},
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 125, err
+    assert leftovers_of(engine, proc.pid) == [], leftovers_of(engine, proc.pid)

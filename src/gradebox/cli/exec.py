@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _term)
     try:
         opts = parse(argv)
-        return Exec(opts).run()
+        return Exec(opts, _first_slot(opts)).run()
     except KeyboardInterrupt:
         sys.stderr.write("gradebox exec: interrupted; the sandbox was removed\n")
         return 130
@@ -299,6 +299,21 @@ def main(argv: list[str] | None = None) -> int:
         return _own_failure(str(exc))
 
 
+def _first_slot(opts: Options) -> tuple[Any, str, Any] | None:
+    """(runtime, session, slot): the oci backend's first cgroup slot, made before anything
+    else is imported or read, so that its one kernel wait passes meanwhile (see
+    ``sandbox/slots.py``); None where exec will not run crun from a slot."""
+    wanted = (opts.sandbox or os.environ.get("GRADEBOX_SANDBOX") or "auto").strip().lower()
+    if wanted not in ("auto", "oci") or {"network", "writable-root"} & set(opts.allow):
+        return None
+    from ..sandbox.runtime import choose
+    from ..sandbox.slots import first_slot
+
+    runtime, session = choose(opts.runtime), os.urandom(4).hex()
+    slot = first_slot(runtime, session)
+    return (runtime, session, slot) if slot is not None else None
+
+
 def _own_failure(message: str) -> int:
     sys.stderr.write(f"gradebox exec: error: {message}\n")
     return EXIT_USAGE
@@ -307,8 +322,9 @@ def _own_failure(message: str) -> int:
 class Exec:
     """One ``gradebox exec`` run: read what the harness gave, build the spec, run, report."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, first: tuple[Any, str, Any] | None = None) -> None:
         self.opts = opts
+        self.first = first  # (runtime, session, slot) made ahead; the sandbox takes it
         self.cwd = Path.cwd().resolve()
         self.scratch: Path | None = None
         self.box: Any = None
@@ -512,7 +528,12 @@ class Exec:
             from ..sandbox.oci import OciSandbox
 
             # The engine is reached only if the image must be resolved or unpacked by it.
-            return OciSandbox(LazyEngine(), runtime=self.opts.runtime)
+            if self.first is None:
+                return OciSandbox(LazyEngine(), runtime=self.opts.runtime)
+            runtime, session, slot = self.first
+            box = OciSandbox(LazyEngine(), runtime=runtime, session=session, slot=slot)
+            self.first = None  # the sandbox's now (taken, or removed)
+            return box
         return get_sandbox(name)
 
     def _image(self, command: list[str]) -> str:
@@ -591,6 +612,8 @@ class Exec:
         return code
 
     def _clean(self) -> None:
+        if self.first is not None:  # made ahead, never taken: the backend was another
+            self.first[2].destroy()
         if self.proxy is not None:
             self.proxy.close()
         if self.box is not None:

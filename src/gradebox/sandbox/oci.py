@@ -162,7 +162,7 @@ class OciSandbox(EngineImages, Sandbox):
 
     def __init__(
         self, engine: _engine.Engine | None = None, session: str | None = None,
-        runtime: str | None = None,
+        runtime: str | Runtime | None = None, slot: Slot | None = None,
     ) -> None:  # fmt: skip
         if engine is None:
             from . import _engine
@@ -171,7 +171,7 @@ class OciSandbox(EngineImages, Sandbox):
         # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is
         # (nor, as root, does the check below reach it).
         self.engine = engine
-        self.runtime: Runtime = choose_runtime(runtime)
+        self.runtime: Runtime = runtime if isinstance(runtime, Runtime) else choose_runtime(runtime)
         why = oci_usable(self.engine, self.runtime)
         if why:
             raise EngineError(f"OCI backend unavailable: {why}")
@@ -202,12 +202,16 @@ class OciSandbox(EngineImages, Sandbox):
         # crun on cgroup v1: containers start inside cgroups made and entered ahead (slots.py).
         self.slots_off = slots_unusable(self.runtime.name, self.mapping is not None)
         self.slots: SlotPool | None = None
+        prefix = f"{ID_PREFIX}{os.getpid()}-{self.session}-"
+        if slot is not None and (self.slots_off or not slot.name.startswith(prefix)):
+            slot.destroy()  # made for a sandbox like this one, which this is not
+            slot = None
         if self.slots_off is None:
             holder = self.holder
             self.slots = SlotPool(
-                self.cgroup_parent.strip("/"), f"{ID_PREFIX}{os.getpid()}-{self.session}-",
-                hide_v2=self.runtime.hide_v2,
+                self.cgroup_parent.strip("/"), prefix, hide_v2=self.runtime.hide_v2,
                 join=(lambda: holder.pid()) if holder is not None and self.mapping else None,
+                first=slot,
             )  # fmt: skip
             self.slots.spare()  # the first container's, made while the caller gets ready
         self._docker: Sandbox | None = None

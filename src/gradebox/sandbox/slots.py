@@ -47,9 +47,7 @@ import _socket  # not socket's module (its enums: ~2 ms of every `gradebox exec`
 import contextlib
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -58,7 +56,10 @@ from ..errors import GradeboxError
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
+    import subprocess
+
     from .base import Limits
+    from .runtime import Runtime
 
 __all__ = ["HELD", "Slot", "SlotPool", "SlotProcess", "slots_unusable"]
 
@@ -107,6 +108,22 @@ def slots_unusable(runtime_name: str, rootless: bool) -> str | None:
         if not (ROOT / name / "cgroup.procs").exists():
             return f"no cgroup v1 {name} hierarchy"
     return None
+
+
+def first_slot(runtime: Runtime, session: str) -> Slot | None:
+    """The first slot of a sandbox still to be made (``OciSandbox(session=session,
+    slot=...)`` takes it), made as early as its caller can so that its one wait passes while
+    the caller reads its input and builds the spec: ``gradebox exec`` makes it before it has
+    imported the backend. As root only (a non-root runner's server joins the user namespace
+    of a holder the sandbox makes); None where there are no slots."""
+    if os.geteuid() != 0 or slots_unusable(runtime.name, False) is not None:
+        return None
+    from .cgroups import parent_name
+
+    try:
+        return Slot(f"gradebox-{os.getpid()}-{session}-s0", parent_name(), runtime.hide_v2, None)
+    except OSError:
+        return None  # the sandbox makes its own, or says why it cannot
 
 
 def _write(path: Path, value: str) -> None:
@@ -177,11 +194,17 @@ class _Forked:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["slot server"], timeout or 0)
-            time.sleep(0.005)
+        """Its exit code; TimeoutError after ``timeout`` seconds (a pidfd: no polling)."""
+        if self.poll() is None:
+            import select
+
+            fd = os.pidfd_open(self.pid)
+            try:
+                if not select.select([fd], [], [], timeout)[0]:
+                    raise TimeoutError(f"slot server {self.pid} still running")
+            finally:
+                os.close(fd)
+            self.poll()
         assert self.returncode is not None
         return self.returncode
 
@@ -211,6 +234,8 @@ class SlotProcess:
         if self.returncode is None:
             self.returncode = self.slot._exit_code(timeout)
             if self.returncode is None:
+                import subprocess  # loaded already: the backend waits on its Popen too
+
                 raise subprocess.TimeoutExpired(["slot", self.slot.name], timeout or 0)
         return self.returncode
 
@@ -248,6 +273,8 @@ class Slot:
             if _single_threaded():
                 self.server = _Forked(theirs, hide_v2, join or 0, procs)
             else:
+                import subprocess
+
                 self.server = subprocess.Popen(
                     [sys.executable, "-I", "-S", SERVER, str(theirs.fileno()),
                      "1" if hide_v2 else "0", str(join or 0), *procs],
@@ -417,7 +444,7 @@ class Slot:
         if self.server is not None:
             try:
                 self.server.wait(timeout=2)
-            except subprocess.TimeoutExpired:
+            except Exception:  # noqa: BLE001 - subprocess's TimeoutExpired, or ours
                 self.server.kill()
                 self.server.wait()
         for path in self.paths.values():
@@ -446,14 +473,17 @@ class SlotPool:
     machine for that wait, the runtime's own too. At most ``limit`` exist at once (past that,
     the caller makes a cgroup of its own for the container, as without slots)."""
 
-    def __init__(self, parent: str, prefix: str, *, hide_v2: bool,
-                 join: object = None, limit: int = 64) -> None:  # fmt: skip
+    def __init__(self, parent: str, prefix: str, *, hide_v2: bool, join: object = None,
+                 limit: int = 64, first: Slot | None = None) -> None:  # fmt: skip
         self.parent, self.prefix, self.hide_v2 = parent, prefix, hide_v2
         self._join = join
         self.limit = limit
-        self._free: list[Slot] = []
-        self._all: list[Slot] = []
-        self._count = 0
+        # ``first``: a slot made for this pool before it was (``first_slot``).
+        self._free: list[Slot] = [first] if first is not None else []
+        self._all: list[Slot] = list(self._free)
+        self._count = len(self._free)
+        import threading
+
         self._lock = threading.Lock()
         self._closed = False
 
@@ -513,6 +543,8 @@ class SlotPool:
         much memory still charged is emptied on a thread of its own (writing back what the
         grader left dirty takes a while), off the caller's path."""
         if _int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
+            import threading
+
             threading.Thread(target=self._release, args=(slot,), daemon=True,
                              name="gradebox-slot-empty").start()  # fmt: skip
             return
