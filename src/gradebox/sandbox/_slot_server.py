@@ -5,9 +5,18 @@ environment imported), or in a fork of a single-threaded caller (``gradebox exec
 interpreter to start).
 
 Protocol over a SOCK_SEQPACKET pair: it says ``r`` once inside the slot (or ``e<why>``); each
-request is a NUL-separated argv with three fds (stdin, stdout, stderr), answered ``p<pid>``
-once the runtime is exec'd (or ``e<why>``), then ``x<code>`` when it exits (a Popen
+request is a flag byte (``F``: the runtime needs a fresh copy of the host's mounts, ``-``: the
+one held will do) and a NUL-separated argv, with three fds (stdin, stdout, stderr), answered
+``p<pid>`` once the runtime is exec'd (or ``e<why>``), then ``x<code>`` when it exits (a Popen
 returncode). Its socket closed (the runner is gone): it kills everything in its slot and ends.
+
+How it starts the runtime. As root on a hybrid host (``hide``), the server itself holds a
+mount namespace where the cgroup2 mount is covered, and ``posix_spawn``s the runtime there (no
+fork of a Python process, no copy of its pages); a request marked ``F`` (a bind source mounted
+since, which a host whose ``/`` propagates nothing would not show it) first makes a fresh one,
+from the host's. For a non-root runner (``join``) the server cannot go back to the host's
+mounts, so each runtime is forked into a fresh mount namespace of its own. Elsewhere (no
+hybrid mount) the runtime is simply spawned.
 """
 
 # ruff: noqa: SIM105 - try/except/pass, not contextlib: the script imports as little as it can
@@ -44,6 +53,15 @@ def serve(sock: socket.socket, hide: bool, join: int, procs: list[str]) -> None:
     except OSError as exc:
         _say(sock, b"e" + f"{exc.filename or ''}: {os.strerror(exc.errno or 0)}".encode())
         os._exit(1)
+    held = hide and not join and call is not None
+    host = -1
+    if held:
+        try:
+            host = os.open("/proc/self/ns/mnt", os.O_RDONLY)  # close-on-exec, as every fd here
+            _cover(call)
+        except OSError as exc:
+            _say(sock, b"e" + f"{exc.filename or ''}: {os.strerror(exc.errno or 0)}".encode())
+            os._exit(1)
     here = procs[0].rsplit("/", 1)[0] if procs else ""
     _say(sock, b"r")
     while True:
@@ -56,7 +74,13 @@ def serve(sock: socket.socket, hide: bool, join: int, procs: list[str]) -> None:
                 os.close(fd)
             _sweep(here)
             os._exit(0)
-        pid, why = _start(msg.split(b"\0"), fds, hide, call)
+        fresh, argv = msg[:1] == b"F", msg[1:].split(b"\0")
+        if held:
+            pid, why = _spawn(argv, fds, call, host if fresh else -1)
+        elif hide:
+            pid, why = _start(argv, fds, hide, call)
+        else:
+            pid, why = _spawn(argv, fds, None, -1)
         if why:
             _say(sock, b"e" + why)
             continue
@@ -74,6 +98,33 @@ def _libc():  # type: ignore[no-untyped-def]
             raise OSError(ctypes.get_errno(), name)
 
     return call
+
+
+def _cover(call) -> None:  # type: ignore[no-untyped-def]
+    """Into a new mount namespace, a copy of the current one propagating nothing back, where
+    the hybrid host's cgroup2 mount is covered (``runtime.py``)."""
+    call("unshare", CLONE_NEWNS)
+    call("mount", None, b"/", None, MS_REC_SLAVE, None)
+    call("mount", b"gradebox-no-v2", UNIFIED, b"tmpfs", 0, b"size=1m,mode=0755")
+
+
+def _spawn(argv: list[bytes], fds: list[int], call: object, host: int) -> tuple[int, bytes]:
+    """``posix_spawn`` ``argv`` with ``fds`` as its stdio, in a session of its own; with
+    ``host``, in a fresh covered copy of the host's mounts first. (pid, b"") or (0, why)."""
+    try:
+        if host >= 0 and callable(call):
+            call("setns", host, CLONE_NEWNS)
+            _cover(call)
+        actions = [(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)]
+        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in fds if fd > 2]
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True,
+                             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))  # fmt: skip
+    except OSError as exc:
+        return 0, f"{os.fsdecode(argv[0])}: {os.strerror(exc.errno or 0)}".encode()
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return pid, b""
 
 
 def _say(sock: socket.socket, what: bytes) -> None:

@@ -386,7 +386,8 @@ class OciPrepared(Prepared):
                     close_fds=True,
                 )
                 if self.slot is not None:
-                    self.proc = self.slot.popen(argv)
+                    sees = tuple(str(m.source) for m in self.spec.mounts)
+                    self.proc = self.slot.popen(argv, sees)
                 elif box.holder is not None:
                     sees = tuple(str(m.source) for m in self.spec.mounts)
                     self.proc = box.holder.popen(argv, sees=sees, **io)

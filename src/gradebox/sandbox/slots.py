@@ -313,8 +313,9 @@ class Slot:
             raise GradeboxError(self.broken)
         self._ready = True
 
-    def popen(self, argv: list[str]) -> SlotProcess:
-        """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdio."""
+    def popen(self, argv: list[str], sees: tuple[str, ...] = ()) -> SlotProcess:
+        """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdio.
+        ``sees``: host paths the runtime must find as the host has them (bind sources)."""
         self.ready()
         if self._running is not None:
             raise GradeboxError(f"slot {self.name} is running a container already")
@@ -324,7 +325,8 @@ class Slot:
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
         try:
             rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in theirs)
-            self.sock.sendmsg([b"\0".join(a.encode() for a in argv)],
+            flag = b"-" if self._sees(sees) else b"F"
+            self.sock.sendmsg([flag + b"\0".join(a.encode() for a in argv)],
                               [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])  # fmt: skip
             said = self._recv(READY_TIMEOUT)
         except OSError:
@@ -341,6 +343,21 @@ class Slot:
             raise GradeboxError(self.broken)
         self._running = SlotProcess(self, int(said[1:]), *ours)
         return self._running
+
+    def _sees(self, paths: tuple[str, ...]) -> bool:
+        """Does the server's mount namespace show each of ``paths`` as the host does (the
+        same device and inode, through ``/proc/PID/root``)? A no asks it for a fresh one."""
+        if self.server is None:
+            return True
+        root = f"/proc/{self.server.pid}/root"
+        for path in paths:
+            try:
+                host, held = os.stat(path), os.stat(root + path)
+            except OSError:
+                return False
+            if (host.st_dev, host.st_ino) != (held.st_dev, held.st_ino):
+                return False
+        return True
 
     def _exit_code(self, timeout: float | None) -> int | None:
         said = self._recv(timeout)
