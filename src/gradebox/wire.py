@@ -149,8 +149,11 @@ def grader_output(
     if details is not None and not isinstance(details, dict):
         raise Unsure("details")
     subs = [*_checks(data.get("checks")), *_checks(data.get("assertions"))]
-    if verdict is None and passed is None and score is None and (
-        data.get("checks") is None and data.get("assertions") is None
+    if (
+        verdict is None
+        and passed is None
+        and score is None
+        and (data.get("checks") is None and data.get("assertions") is None)
     ):
         raise Unsure("no verdict")
     if verdict is not None and passed is not None and verdict != passed:
