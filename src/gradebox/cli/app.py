@@ -24,6 +24,7 @@ from ..errors import GradeboxError
 from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
+from .failures import EXIT_STORAGE as EXIT_STORAGE  # re-exported: the app's, as it was
 from .failures import failure
 from .grade import grade
 from .maintenance import gc, schemas
