@@ -95,7 +95,7 @@ def test_the_script_is_read_fresh_on_every_run(tmp_path, pack, workspace):
     cache = tmp_path / "cache"
     args = [pack / "g.yaml", "-i", tmp_path / "yes.json", "-W", workspace, "--json"]
     assert grade(*args, cache=cache).returncode == 0
-    write(pack / "graders" / "check.py", "print('{\"pass\": false, \"score\": 0}')\n")
+    write(pack / "graders" / "check.py", 'print(\'{"pass": false, "score": 0}\')\n')
     p = grade(*args, cache=cache)
     assert p.returncode == 1 and imported(p) == set(), p.stderr  # the cache said nothing
     (pack / "graders" / "check.py").unlink()
@@ -160,6 +160,7 @@ def test_a_sigkilled_lean_runner_leaves_nothing(tmp_path, workspace, engine):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
     def left() -> list[object]:
         return [*leftovers_of(engine, proc.pid), *Path("/tmp").glob(f"gradebox-{proc.pid}-*")]
 
