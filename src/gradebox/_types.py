@@ -6,18 +6,10 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, ByteSize, PlainSerializer, WithJsonSchema
 
+from ._bytes import format_bytes
 from ._duration import _DURATION, format_duration, parse_duration
 
 __all__ = ["Bytes", "Duration", "format_bytes", "format_duration", "parse_duration"]
-
-
-def format_bytes(size: int) -> str:
-    """Bytes -> ``1 MiB`` style, exact when it can be."""
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor:
-            value = size / factor
-            return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{size} B"
 
 
 Duration = Annotated[

@@ -305,11 +305,13 @@ class _Lines(dict[tuple[str, ...], int]):
         return found
 
 
-def load_yaml_file(path: Path) -> tuple[Any, LineMap]:
-    """Parse ``path`` (YAML or JSON) within our limits; also a map from key paths to lines."""
+def load_yaml_file(path: Path, raw: bytes | None = None) -> tuple[Any, LineMap]:
+    """Parse ``path`` (YAML or JSON) within our limits; also a map from key paths to lines.
+    ``raw``: its bytes, already read (what is validated is then exactly what was read)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        if raw is None:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError("file not found", file=str(path)) from None
     except OSError as exc:

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from .atomic import storage_error, write_atomic, write_error
 from .errors import ConfigError
+from .json_bounds import MAX_OPERATOR_DEPTH, digest, load_json
+
+MAX_JSON_DEPTH = MAX_OPERATOR_DEPTH
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -39,11 +40,6 @@ __all__ = [
     "read_jsonl_from",
     "rewrite_jsonl",
 ]
-
-# Deeper input is refused where it is read: Python's decoder and encoder recurse (a
-# RecursionError far from the file), and pydantic's own JSON parser stops at 200 levels, so
-# a result holding deeper data could not be read back to resume.
-MAX_JSON_DEPTH = 100
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -151,73 +147,3 @@ class JsonlWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-
-
-def load_json(data: bytes | str, *, file: str, line: int | None = None) -> Any:
-    """Parse JSON an operator handed us: UTF-8 text, at most ``MAX_JSON_DEPTH`` deep, every
-    string encodable (no lone surrogate escape). Anything else is a ``ConfigError`` naming the
-    file (and line), never a traceback from deep in a later step."""
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                "JSON must be UTF-8",
-                file=file,
-                line=line,
-            ) from None
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise _too_deep(file, line) from None
-    except ValueError as exc:
-        raise ConfigError(f"invalid JSON: {exc}", file=file, line=line) from None
-    _check_tree(value, file, line)
-    return value
-
-
-def _check_tree(value: Any, file: str, line: int | None) -> None:
-    """Depth and lone surrogates, walked with a stack of our own (no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            _encodable(item, file, line)
-        elif isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise _too_deep(file, line)
-            if isinstance(item, dict):
-                for key, sub in item.items():
-                    _encodable(key, file, line)
-                    stack.append((sub, depth + 1))
-            else:
-                stack.extend((sub, depth + 1) for sub in item)
-
-
-def _encodable(text: str, file: str, line: int | None) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError(
-            f"a string holds a lone surrogate (\\u{ord(exc.object[exc.start]):04x}), which is "
-            "no Unicode text",
-            file=file,
-            line=line,
-        ) from None
-
-
-def _too_deep(file: str, line: int | None) -> ConfigError:
-    return ConfigError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", file=file, line=line)
-
-
-def digest(*parts: Any) -> str:
-    """A fingerprint of JSON-able parts (bytes are hashed as they are)."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, bytes):
-            h.update(part)
-        else:
-            h.update(json.dumps(part, sort_keys=True, default=str).encode())
-        h.update(b"\0")
-    return "sha256:" + h.hexdigest()

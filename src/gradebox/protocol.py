@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -25,6 +24,21 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from .json_bounds import (  # re-exported: the protocol's, kept free of pydantic there
+    _DECODER,
+    _PLAIN,
+    MAX_OUTPUT_DEPTH,
+    OutputShapeError,
+    _verdict_key_lookalike,
+    clean_text,
+    clean_value,
+    load_untrusted_json,
+    parses_as_json,
+)
+
+MAX_JSON_DEPTH = MAX_OUTPUT_DEPTH
+"""How deeply a grader's output may nest: deeper is an error, never a crash of the run."""
 
 __all__ = [
     "LARGE_OUTPUT_CHARS",
@@ -212,18 +226,6 @@ class _GraderCheck(_Open):
     evidence: str | None = None
 
 
-_VERDICT_KEYS = ("pass", "passed", "score", "checks", "assertions")
-
-
-def _verdict_key_lookalike(key: str) -> str | None:
-    """The verdict key that ``key`` reads as (``"Pass"``, ``"pass\u200b"``, ``" score"``)
-    without being it: such a key is a verdict nobody would read, never silently ignored."""
-    if len(key) > 64:
-        return None
-    folded = "".join(ch for ch in key if ch.isalnum()).casefold()
-    return folded if folded in _VERDICT_KEYS else None
-
-
 class GraderOutput(_Open):
     """Any result object a grader may print on stdout, in one of four dialects.
 
@@ -265,97 +267,6 @@ class GraderOutput(_Open):
         if self.pass_ is not None and self.passed is not None and self.pass_ != self.passed:
             raise ValueError("'pass' and 'passed' disagree")
         return self
-
-
-class OutputShapeError(ValueError):
-    """stdout is not JSON, or JSON of no known result shape, or too deep to keep."""
-
-
-MAX_JSON_DEPTH = 64
-"""How deeply a grader's output may nest: deeper is an error, never a crash of the run."""
-
-
-def clean_text(value: str) -> str:
-    """A string that can always be written: lone surrogates (``"\\ud800"``) become U+FFFD."""
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _clean(value: Any, depth: int = 0) -> Any:
-    """``value`` with writable strings; ``depth``: the objects and arrays around it."""
-    if depth >= MAX_JSON_DEPTH and isinstance(value, dict | list):
-        raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, dict):
-        return {clean_text(str(k)): _clean(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v, depth + 1) for v in value]
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose key repeats is ambiguous: ``json`` keeps the last value, a reader may
-    see the first (``{"pass": false, ..., "pass": true}`` is how an answer spliced into a
-    hand-built result reads)."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"key {key!r} appears twice in one object")
-            seen.add(key)
-    return value
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
-
-
-def _no_constant(name: str) -> Any:
-    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's, not JSON: no other reader (an
-    agent's answer checked by ``is-json``, AgentV's ``JSON.parse``) takes them as JSON."""
-    raise ValueError(f"{name} is not JSON")
-
-
-# Found in free text (contains-json): repeated keys allowed, as JSON.parse allows them.
-_PLAIN = json.JSONDecoder(parse_constant=_no_constant)
-
-
-def parses_as_json(text: str) -> bool:
-    """Is ``text`` one JSON document, as JSON.parse reads it (no NaN or Infinity, repeated
-    keys allowed)? The ``is-json`` check of an agent's answer."""
-    try:
-        _PLAIN.decode(text)
-        return True
-    except (ValueError, RecursionError):
-        return False
-
-
-_SAFE_RECURSION = 10_000
-
-
-def load_untrusted_json(text: str) -> Any:
-    """Parse what an untrusted process printed: one pass of the C parser (linear in the text,
-    whatever it holds), bounded depth, no repeated keys, every string writable.
-
-    Raises ``OutputShapeError`` for anything that is not such JSON."""
-    # The C parser stops nesting at the interpreter's recursion limit (RecursionError, not a
-    # crash); only a limit raised far above the default could let deep input reach the end of
-    # the C stack. Then refuse what could nest that deep (counting is a memchr, not a scan).
-    if sys.getrecursionlimit() > _SAFE_RECURSION and (
-        text.count("[") + text.count("{") > _SAFE_RECURSION
-    ):
-        raise OutputShapeError(f"more than {_SAFE_RECURSION} brackets")
-    try:
-        value = _DECODER.decode(text)
-    except RecursionError:
-        raise OutputShapeError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:
-        raise OutputShapeError(str(exc)) from None
-    return _clean(value)
 
 
 # Where a JSON object can start: a brace, then a key or the close. Each start that parses
@@ -431,11 +342,6 @@ def _object_at(
         except ValueError:  # a number too long to convert
             return None, None, read + len(window)
         return value, pos + end, read + end
-
-
-def clean_value(value: Any) -> Any:
-    """A parsed value made safe to keep: bounded depth, every string writable."""
-    return _clean(value)
 
 
 def clamp_score(value: float | None) -> float | None:

@@ -70,11 +70,15 @@ def scratch_error(exc: OSError) -> StorageError:
     of space: the machine's fault, which ends the run, named as such rather than as whatever
     a half-made folder broke next. A file named outside it (the OCI backend's own storage)
     is named instead (a relative name is relative to some folder of ours: no help)."""
-    import tempfile
-
     from .atomic import storage_error  # on a fault only: not on exec's hot path
 
-    tmp = tempfile.gettempdir()
+    # Where new_scratch made it. Not tempfile's first choice made now: on a full $TMPDIR its
+    # probe file cannot be written, and it would name /tmp (grade's lean path, exec).
+    tmp = _temp_root()
+    if tmp is None:
+        import tempfile
+
+        tmp = tempfile.gettempdir()
     name = os.fsdecode(exc.filename) if exc.filename is not None else None
     if name is not None and os.path.isabs(name) and os.path.commonpath([tmp, name]) != tmp:
         return storage_error(exc, name, "cannot write")

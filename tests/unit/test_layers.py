@@ -24,6 +24,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "_version",
             "_types",
             "_duration",
+            "_bytes",
             "_log",
             "_record",
             "errors",
@@ -35,6 +36,9 @@ FLOORS: list[tuple[str, list[str]]] = [
             "fstree",
             "scratch",  # scratch names and their sweep: below images (a build's scratch)
             "gitignore",
+            "json_bounds",  # the protocol's JSON readers, free of pydantic (grade's lean path)
+            "wire",  # the protocol's formats by hand, each held to its model
+            "private_cache",  # the user's own cache folder: what only the user can write
             "protocol",
             "sdk",
             "verify",

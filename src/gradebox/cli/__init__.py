@@ -2,7 +2,8 @@
 
 ``main`` answers ``--version`` and runs ``exec`` before importing anything else: a short
 command, and the hot path of every grader a harness runs through ``gradebox exec``, must not
-pay for typer, rich, pydantic and the Docker SDK.
+pay for typer, rich, pydantic and the Docker SDK. ``grade`` gets the same chance
+(``grade_lean``: a grader file validated before), and the full command when it cannot.
 
 Every command but the few that never start a container (``UNSANDBOXED``) first forks its
 watchdog (``sandbox/watchdog.py``): if the command is killed with SIGKILL, what it started is
@@ -53,7 +54,7 @@ def main() -> None:
     if code == INTERRUPTED:
         _grace()
         _exit_now(code)  # never dismissed: the watchdog sweeps what threads still had
-    if argv[:1] == ["exec"]:  # exec ran its one container in this thread: it is over
+    if argv[:1] == ["exec"] or _lean["ran"]:  # one container, in this thread: it is over
         if dismiss is not None:
             dismiss()
         _exit_now(code)
@@ -66,12 +67,22 @@ def main() -> None:
     sys.exit(code)
 
 
+_lean = {"ran": False}  # grade's lean path answered (it runs as exec does: one thread)
+
+
 def _dispatch(argv: list[str]) -> int:
     """Run the command; its exit code."""
     if argv[:1] == ["exec"]:
         from .exec import main as exec_main
 
         return exec_main(argv[1:])
+    if argv[:1] == ["grade"]:
+        from .grade_lean import main as grade_lean
+
+        code = grade_lean(argv[1:])  # None: the full command answers (typer, pydantic)
+        if code is not None:
+            _lean["ran"] = True
+            return code
     from .app import main as run
 
     try:

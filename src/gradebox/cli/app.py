@@ -9,23 +9,23 @@ space (a folder we write: results, scratch; finished results kept), 130 Ctrl-C.
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from .._version import __version__
-from ..errors import ConfigError, GradeboxError, ImageError, StorageError
+from ..errors import GradeboxError
 from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
+from .failures import EXIT_STORAGE as EXIT_STORAGE  # re-exported: the app's, as it was
+from .failures import failure
 from .grade import grade
 from .maintenance import gc, schemas
 from .report import report, view
@@ -33,7 +33,6 @@ from .run import run, validate, validate_refs
 from .workflows import assert_, batch, calibrate, trials
 
 F = TypeVar("F", bound=Callable[..., Any])
-EXIT_STORAGE = 5  # a folder we write ran out of space or failed mid-run (errors.StorageError)
 _state = {"debug": False}
 
 
@@ -51,25 +50,11 @@ def handled(fn: F) -> F:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             raise _fail("interrupted; every container of this run was removed", 130) from None
-        except (ConfigError, ImageError) as exc:
-            if _state["debug"]:
+        except (GradeboxError, OSError) as exc:
+            said = None if _state["debug"] else failure(exc)
+            if said is None:
                 raise
-            raise _fail(str(exc), 2) from None
-        except StorageError as exc:  # out of space: a code of its own (5), so CI can tell
-            if _state["debug"]:
-                raise
-            raise _fail(str(exc), EXIT_STORAGE) from None
-        except GradeboxError as exc:
-            if _state["debug"]:
-                raise
-            raise _fail(str(exc), 4) from None
-        except OSError as exc:
-            # Out of space where no step named its folder: still one line and exit 5.
-            if _state["debug"] or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            where = exc.filename or f"{tempfile.gettempdir()} ($TMPDIR) or the results folder"
-            reason = (exc.strerror or str(exc)).lower()
-            raise _fail(f"out of space: {where}: {reason}", EXIT_STORAGE) from None
+            raise _fail(*said) from None
 
     wrapper.__doc__ = reflow(fn.__doc__)  # help reads as prose at any terminal width
     return wrapper  # type: ignore[return-value]

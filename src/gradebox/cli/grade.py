@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -11,9 +10,7 @@ from pydantic import ValidationError
 
 from .._yaml import to_config_error
 from ..batch import load_grader_ref
-from ..errors import ConfigError
-from ..graders import run_grader
-from ..jsonl import load_json
+from ..graders import GraderConfig, compiled, load_grader, run_grader
 from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
@@ -28,25 +25,30 @@ from ._common import (
     open_sandbox,
     resolver_for,
 )
-from .exec import is_wide
+from .grade_lean import DIALECT, _read_regular, checked_workspace, read_payload
 
 
 def load_payload(source: str) -> Payload:
     """A payload from a JSON file, or ``-`` for stdin. Errors name the file and the field."""
     name = "<stdin>" if source == "-" else source
-    try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read payload: {exc.strerror or exc}", file=name) from None
-    # Bytes, decoded and bounded in one place: binary, UTF-16, deep nesting and lone
-    # surrogates are one line naming the file, not a traceback at a later step.
-    data = load_json(raw, file=name)
-    if not isinstance(data, dict):
-        raise ConfigError("the payload must be a JSON object", file=name)
+    data = read_payload(source)
     try:
         return Payload.model_validate(data)
     except ValidationError as exc:
         raise to_config_error(exc, file=name, lines={}) from None
+
+
+def _load_grader(path: Path) -> GraderConfig:
+    """``load_grader_ref``, and the validated form of a grader file kept for the lean path
+    (``graders.compiled``: the bytes validated are the bytes keyed, read once)."""
+    if path.suffix.lower() not in compiled.SUFFIXES:
+        return load_grader_ref(path, dialect=DIALECT)
+    raw = _read_regular(path)
+    if raw is None:  # not a regular file, or past the cap: the loader says what it is
+        return load_grader_ref(path, dialect=DIALECT)
+    grader = load_grader(path, raw)
+    compiled.store(path, raw, DIALECT, grader)
+    return grader
 
 
 def grade(
@@ -86,18 +88,9 @@ def grade(
     3 the grader errored (timeout, crash, unparseable output), 4 the engine failed.
     """
     out = Output(as_json)
-    grader = load_grader_ref(grader_file, dialect="script")
+    grader = _load_grader(grader_file)
     payload = load_payload(input) if input else Payload()
-    workspace = workspace or Path(".")
-    if not workspace.is_dir():
-        raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
-    if is_wide(workspace):
-        # As exec: a grader from a downloaded pack would read the whole home folder.
-        raise ConfigError(
-            f"{workspace.resolve()} is the filesystem root, your home folder or a folder "
-            "above it: it is never mounted; give the workspace with -W DIR",
-            field="--workspace",
-        )
+    workspace = checked_workspace(workspace)
     privileges = allowed(allow)
     check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
     models = None

@@ -273,15 +273,15 @@ def grader_from_data(
     return grader
 
 
-def load_grader(path: str | Path) -> GraderConfig:
-    """Load a grader file (YAML or JSON).
+def load_grader(path: str | Path, raw: bytes | None = None) -> GraderConfig:
+    """Load a grader file (YAML or JSON); ``raw``: its bytes, already read.
 
     Example::
 
         grader = load_grader("graders/check.yaml")
     """
     path = Path(path)
-    data, lines = load_yaml_file(path)
+    data, lines = load_yaml_file(path, raw)
     return grader_from_data(
         data, file=str(path), lines=lines, source_dir=path.parent, default_name=path.stem
     )

@@ -13,18 +13,15 @@ import json
 import os
 import shutil
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
 
 from .. import _pathnames
 from ..errors import ConfigError
-from ..images import DEFAULT_IMAGE
-from ..jsonl import digest
-from ..protocol import LARGE_OUTPUT_CHARS, GraderResult, ImageRef, InlinePayload, Payload
-from ..sandbox.base import ImageSource, Mount, Prepared, Sandbox
+from ..fstree import remove_tree
+from ..images.catalog import DEFAULT_IMAGE
+from ..json_bounds import digest
+from ..sandbox.base import Mount
 from ..sandbox.hardening import privileges_of, run_as, run_as_ids
 from ..scratch import new_scratch, scratch_error
-from ..workspace import Workspace, remove_tree
-from .config import GraderConfig, ProgramGrader
 from .spec import (
     CONTAINER_GRADER_DIR,
     CONTAINER_INPUT_DIR,
@@ -35,10 +32,22 @@ from .spec import (
     workdir_in,
 )
 from .spec import enterable as _enterable
-from .verdict import judge
+from .verdict import result_of, verdict
 
+# Nothing here needs pydantic at import: `gradebox grade`'s lean path runs a grader through
+# this module with a plain configuration (``graders.compiled.PlainGrader``), which answers
+# every attribute read here as ``GraderConfig`` does.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..llm.client import ModelHub
+    from ..protocol import GraderResult, InlinePayload, Payload
+    from ..sandbox.base import ImageSource, Prepared, Sandbox
+    from ..workspace import Workspace
+    from .config import GraderConfig
+
+LARGE_OUTPUT_CHARS = 50_000  # protocol.LARGE_OUTPUT_CHARS (test_wire.py holds them equal)
 
 __all__ = [
     "CONTAINER_GRADER_DIR",
@@ -203,7 +212,7 @@ def check_grader_files(
     """Refuse, before anything runs, a command that names a script that is not there: next to
     the grader file, nor in the workspace it will run in. A typo in a path must not become a
     failure charged to the agent."""
-    if isinstance(grader, ProgramGrader):
+    if grader.type == "program":
         if grader.shell:
             return
         argv, key, offset = [grader.program, *grader.args], "args", -1
@@ -403,7 +412,7 @@ def translate_args(
 def build_command(grader: GraderConfig) -> tuple[list[str], list[str]]:
     """The argv to run, and the files next to the grader file that it refers to."""
     root = grader_root(grader)
-    if isinstance(grader, ProgramGrader):
+    if grader.type == "program":
         argv, used = translate_args([grader.program, *grader.args], grader.source_dir, root)
         if grader.shell:
             # As a shell would see "program arg1 arg2": joined with spaces, not quoted.
@@ -597,20 +606,38 @@ class PreparedGrader:
         """Inject the payload, release the grader, judge what it did; then clean up."""
         if self._done:
             raise RuntimeError("a prepared grader runs once")
+        try:
+            wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
+            big = None
+            if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
+                big = json.dumps(wire.output)
+                wire = wire.model_copy(
+                    update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
+                )
+            body = wire.to_wire()
+        except BaseException:
+            self.discard()
+            raise
+        fields = self.run_wire(body, big)
+        if self.proxy is not None:
+            fields["usage"] = self.proxy.usage.model_copy()
+        return result_of(fields)
+
+    def run_wire(self, body: bytes, big_output: str | None = None) -> dict[str, Any]:
+        """``run`` for a payload already on the wire: ``body`` is what the grader reads,
+        ``big_output`` the JSON of an ``output`` too long for it (``output_path``). The result
+        as ``GraderResult``'s fields (``graders.verdict.verdict``), for ``gradebox grade``'s
+        lean path; the proxy's usage is the caller's to add."""
+        if self._done:
+            raise RuntimeError("a prepared grader runs once")
         self._done = True
         grader = self.grader
         try:
             # Checked now, on the host: the agent may have made sub_path a link out.
             resolve_sub_path(self.workspace, grader.sub_path, file=self.file)
-            wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
             try:
-                if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
-                    big = json.dumps(wire.output)
-                    (self.inputs / "output.json").write_text(big, encoding="utf-8")
-                    wire = wire.model_copy(
-                        update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
-                    )
-                body = wire.to_wire()
+                if big_output is not None:
+                    (self.inputs / "output.json").write_text(big_output, encoding="utf-8")
                 (self.inputs / "input.json").write_bytes(body)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -618,6 +645,8 @@ class PreparedGrader:
                 raise
             seal_inputs(self.inputs, self.owner)
             if self.private is not None:
+                from ..workspace import Workspace
+
                 ours = os.stat(self.workspace).st_uid == self.owner[0]
                 self.copy = Workspace.create(
                     self.private,
@@ -626,7 +655,7 @@ class PreparedGrader:
                     lower=self.workspace.resolve() if ours else None,
                 )
             outcome = self._handle.execute(body if grader.type == "script" else None)
-            result = judge(
+            fields = verdict(
                 grader.dialect or grader.type,
                 grader.display_name(),
                 outcome,
@@ -635,16 +664,15 @@ class PreparedGrader:
                 named=grader.name is not None,
                 pass_score=getattr(grader, "pass_score", None) or 0.5,
             )
-            result.duration_ms = outcome.duration_ms
-            result.image = ImageRef(ref=self.ref_text, id=self.image_id)
-            result.privileges = privileges_of(
+            fields["duration_ms"] = outcome.duration_ms
+            fields["image"] = {"ref": self.ref_text, "id": self.image_id}
+            fields["privileges"] = privileges_of(
                 grader.security, grader.network, grader.limits, grader.image
             )
-            result.backend = getattr(self._handle, "backend", self.backend)
+            fields["backend"] = getattr(self._handle, "backend", self.backend)
             if self.proxy is not None:
                 self.proxy.close()
-                result.usage = self.proxy.usage.model_copy()
-            return result
+            return fields
         finally:
             self.discard()
 

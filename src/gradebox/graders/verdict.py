@@ -44,23 +44,23 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import Any, Literal
 
-from .._types import format_bytes, format_duration
-from ..protocol import (
-    MAX_JSON_DEPTH,
-    Check,
-    GraderResult,
-    OutputShapeError,
-    Status,
-    load_untrusted_json,
-    parse_grader_output,
-)
-from ..sandbox.base import Limits, RunOutcome
+from .._bytes import format_bytes
+from .._duration import format_duration
+from ..json_bounds import MAX_OUTPUT_DEPTH as MAX_JSON_DEPTH
+from ..json_bounds import OutputShapeError, load_untrusted_json
+from ..wire import Unsure, grader_output
 
-__all__ = ["Dialect", "judge", "tail_text"]
+TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path judges with `verdict`
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
-Dialect = Literal["program", "script", "assertion", "inline", "pytest", "node-test"]
+    from ..protocol import GraderResult
+    from ..sandbox.base import Limits, RunOutcome
+
+    Dialect = Literal["program", "script", "assertion", "inline", "pytest", "node-test"]
+
+__all__ = ["Dialect", "judge", "result_of", "tail_text", "verdict"]
 
 TAIL_CHARS = 2000
 
@@ -227,7 +227,37 @@ def judge(
     named: bool = True,
     pass_score: float = 0.5,
 ) -> GraderResult:
-    """Normalise one run into a result (image and duration are filled in by the caller).
+    """Normalise one run into a result (image and duration are filled in by the caller);
+    see ``verdict`` for the arguments."""
+    fields = verdict(dialect, name, outcome, timeout=timeout, limits=limits, named=named,
+                     pass_score=pass_score)  # fmt: skip
+    return result_of(fields)
+
+
+def result_of(fields: dict[str, Any]) -> GraderResult:
+    """``verdict``'s fields as the protocol's ``GraderResult``."""
+    from ..protocol import GraderResult
+
+    fields = dict(fields)
+    why = fields.pop("no_verdict", None)
+    result = GraderResult(**fields)
+    result.no_verdict = why
+    return result
+
+
+def verdict(
+    dialect: Dialect,
+    name: str,
+    outcome: RunOutcome,
+    *,
+    timeout: float,
+    limits: Limits,
+    named: bool = True,
+    pass_score: float = 0.5,
+) -> dict[str, Any]:
+    """One run by the table above, as ``GraderResult``'s fields (plain values, checks as
+    dicts; ``no_verdict`` among them): the one judgement, which ``judge`` wraps in the model
+    and ``gradebox grade``'s lean path writes without it.
 
     ``named``: ``name`` came from the configuration; when it did not, a ``name`` the grader
     reports in its JSON result is used instead. ``pass_score``: the verdict of a result that
@@ -244,9 +274,9 @@ def judge(
         stderr_tail=tail_text(outcome.stderr),
     )
 
-    def error(evidence: str) -> GraderResult:
-        return GraderResult(
-            name=name, type=kind, status=Status.error, passed=False, score=0.0,
+    def error(evidence: str) -> dict[str, Any]:
+        return dict(
+            name=name, type=kind, status="error", passed=False, score=0.0,
             evidence=evidence, **common,
         )  # fmt: skip
 
@@ -272,7 +302,8 @@ def judge(
         from .verifier import judge_junit, judge_node
 
         judged = judge_junit if dialect == "pytest" else judge_node
-        return judged(name, text, common)
+        result = judged(name, text, common)
+        return {**result.model_dump(), "no_verdict": result.no_verdict}
     if dialect == "inline" and code != 0:
         return error(f"Grader failed with exit code {code}: {_last_line(outcome.stderr)}".strip())
     if dialect in ("script", "assertion") and code != 0 and outcome.stderr.strip():
@@ -301,9 +332,7 @@ def judge(
 
     if isinstance(parsed, dict):
         try:
-            passed, score, evidence, checks, details = parse_grader_output(
-                parsed, pass_score=pass_score
-            )
+            passed, score, evidence, checks, details = _parse(parsed, pass_score)
         except OutputShapeError as exc:
             if dialect == "program" and code != 0:
                 return _exit_mode(dialect, name, code, text, common)
@@ -315,10 +344,10 @@ def judge(
                 score = 0.0
                 evidence = f"{evidence} (but the grader exited with code {code})".strip()
             passed = False
-        status = Status.passed if passed else Status.failed
+        status = "passed" if passed else "failed"
         if not named and isinstance(parsed.get("name"), str) and parsed["name"].strip():
             name = parsed["name"].strip()[:200]
-        return GraderResult(
+        return dict(
             name=name, type=kind, status=status, passed=passed, score=score,
             evidence=evidence, checks=checks, details=details,
             **{**common, **_tails_if(status, common)},
@@ -332,6 +361,20 @@ def judge(
     return _exit_mode(dialect, name, code, text, common)
 
 
+def _parse(
+    data: dict[str, Any], pass_score: float
+) -> tuple[bool, float, str, list[dict[str, Any]], dict[str, Any] | None]:
+    """``protocol.parse_grader_output``: read by hand where ``wire`` vouches for the object,
+    else by the model (which also names what is off-schema)."""
+    try:
+        return grader_output(data, pass_score=pass_score)
+    except Unsure:
+        from ..protocol import parse_grader_output
+
+        passed, score, evidence, checks, details = parse_grader_output(data, pass_score=pass_score)
+        return passed, score, evidence, [c.model_dump() for c in checks], details
+
+
 def _ends_in_a_result(stream: bytes) -> bool:
     """Does the last line of ``stream`` open a JSON object that names a verdict field?"""
     last = stream.rstrip()[-(64 << 10) :].rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
@@ -340,20 +383,20 @@ def _ends_in_a_result(stream: bytes) -> bool:
 
 def _exit_mode(
     dialect: Dialect, name: str, code: int, text: str, common: dict[str, Any]
-) -> GraderResult:
+) -> dict[str, Any]:
     """Exit-code mode: 0 passes, anything else fails; a script's stdout is its check text."""
     passed = code == 0
-    status = Status.passed if passed else Status.failed
+    status = "passed" if passed else "failed"
     text = text.strip()
     as_text = dialect in ("script", "assertion") and bool(text)
-    checks = [Check(text=text[:10_000], passed=passed)] if as_text else []
+    checks = [_check(text[:10_000], passed)] if as_text else []
     if as_text:
         evidence = text[:10_000]
     elif passed:
         evidence = "Grader exited successfully"
     else:
         evidence = f"Grader exited with exit code {code}"
-    result = GraderResult(
+    result = dict(
         name=name, type=dialect, status=status, passed=passed, score=1.0 if passed else 0.0,
         evidence=evidence, checks=checks, **{**common, **_tails_if(status, common)},
     )  # fmt: skip
@@ -363,12 +406,17 @@ def _exit_mode(
     # non-zero exit and no result may be a crash, which `negate` must never turn into a pass.
     said = " and ".join(n for n, s in (("stdout", text), ("stderr", common["stderr_tail"])) if s)
     if not passed and said:
-        result.no_verdict = f"it exited with code {code} and wrote to {said}, with no result"
+        result["no_verdict"] = f"it exited with code {code} and wrote to {said}, with no result"
     return result
 
 
-def _tails_if(status: Status, common: dict[str, object]) -> dict[str, object]:
+def _check(text: str, passed: bool) -> dict[str, Any]:
+    """A ``protocol.Check`` as its fields."""
+    return {"text": text, "passed": passed, "score": None, "evidence": None}
+
+
+def _tails_if(status: str, common: dict[str, object]) -> dict[str, object]:
     """Tails help explain failures; on a pass they are noise in the result file."""
-    if status is Status.passed:
+    if status == "passed":
         return {"stdout_tail": None, "stderr_tail": None}
     return {"stdout_tail": common["stdout_tail"], "stderr_tail": common["stderr_tail"]}

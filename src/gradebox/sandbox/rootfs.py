@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .._record import Record
 from ..errors import EngineError
+from ..private_cache import cache_dir  # every cache of ours lives there
 from . import userns
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
@@ -30,14 +31,6 @@ if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
     from ._engine import Engine
 
 __all__ = ["RootfsCache", "cache_dir"]
-
-
-def cache_dir() -> Path:
-    """``$GRADEBOX_CACHE``, else ``$XDG_CACHE_HOME/gradebox``, else ``~/.cache/gradebox``."""
-    if os.environ.get("GRADEBOX_CACHE"):
-        return Path(os.environ["GRADEBOX_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gradebox"
 
 
 class Entry(Record):

@@ -1,0 +1,370 @@
+"""``gradebox grade``'s lean path: a grader file validated before, run without pydantic.
+
+Dispatched by ``gradebox.cli.main`` before typer exists, as ``exec`` is. ``main`` returns the
+exit code, or None to hand the call to the full command (``cli.grade``), which then does all
+of it as if this had not run: nothing is printed and nothing is started before this path
+knows it can finish the call. It imports the standard library, the grader's run
+(``graders.run``, ``graders.checks``, ``graders.verdict``), the plain wire formats (``wire``)
+and the oci backend; never pydantic, typer, rich, PyYAML or the Docker SDK (unless an image
+must come from the engine), which ``tests/unit/test_grade_lean.py`` checks.
+
+It runs a call only when all of it is one it can answer exactly as the full command would:
+
+- the grader file is YAML or JSON and its validated form is in the private cache
+  (``graders.compiled``: the first run of a file, or of a changed one, is the full path's,
+  which stores it); graders with ``target:`` or ``image: {build: ...}`` are never cached;
+- the options are spelled plainly: ``-i/--input``, ``-W/--workspace``, ``--sandbox``,
+  ``--allow``, ``--locked/--no-locked``, ``--json``, each ``--name value`` or ``--name=value``
+  (``--help``, ``--targets``, root options such as ``--runtime`` and anything else: full path);
+- the backend is ``oci`` (named, or ``auto``'s choice);
+- the payload is one ``wire.payload_dump`` vouches for (else the full path, given the same
+  bytes of stdin);
+- any error before the grader starts (a missing script, a privilege not allowed, a workspace
+  that is not a folder) is left to the full path, which says it in its own words.
+
+Its output is the full path's: the ``--json`` document byte for byte (``wire.result_json``,
+else the model writes it), the human lines where they are plain text (not a terminal, no
+checks table, printable ASCII within the width, nothing rich would read as markup or emoji;
+else rich prints them), and the same exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: this is the hot path
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["checked_workspace", "main", "read_payload"]
+
+DIALECT = "script"  # grade reads a grader file as a script grader (batch.load_grader_ref)
+
+
+class Options:
+    __slots__ = ("file", "input", "workspace", "sandbox", "allow", "locked", "as_json")
+
+    def __init__(self) -> None:
+        self.file: str | None = None
+        self.input: str | None = None
+        self.workspace: str | None = None
+        self.sandbox: str | None = None
+        self.allow: list[str] = []
+        self.locked: bool | None = None
+        self.as_json = False
+
+
+_VALUED = {"--input": "input", "-i": "input", "--workspace": "workspace", "-W": "workspace",
+           "--sandbox": "sandbox", "--allow": "allow"}  # fmt: skip
+
+
+def parse(argv: list[str]) -> Options | None:
+    """What typer makes of ``argv`` (after ``grade``) for the plain spellings; None for
+    anything else (typer then reads it, with its own messages)."""
+    opts = Options()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg in ("--json", "--locked", "--no-locked"):
+            if arg == "--json":
+                opts.as_json = True
+            else:
+                opts.locked = arg == "--locked"
+            continue
+        if not arg.startswith("-"):
+            if opts.file is not None:
+                return None  # a second argument: typer's error
+            opts.file = arg
+            continue
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name not in _VALUED:
+            return None
+        if not eq:
+            if i == len(argv):
+                return None
+            value = argv[i]
+            i += 1
+        if not value or (value.startswith("-") and value != "-"):
+            return None
+        key = _VALUED[name]
+        if key == "allow":
+            opts.allow.append(value)
+        else:
+            setattr(opts, key, value)
+    return opts if opts.file is not None else None
+
+
+class Fallback(Exception):
+    """The full command must answer this call (see the module's docstring)."""
+
+
+def main(argv: list[str]) -> int | None:
+    """Run ``gradebox grade ARGV`` if this path can; its exit code, or None for the full path."""
+    opts = parse(argv)
+    if opts is None:
+        return None
+    call = _Call(opts)
+    try:
+        return call.run()
+    except Fallback:
+        if call.stdin is not None:  # `-i -`, read here: the full path reads the same bytes
+            import io
+
+            sys.stdin = io.TextIOWrapper(io.BytesIO(call.stdin), encoding="utf-8")
+        return None
+
+
+class _Call:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.stdin: bytes | None = None
+
+    def run(self) -> int:
+        from ..errors import ConfigError, GradeboxError
+        from ..graders import compiled
+
+        opts = self.opts
+        path = Path(opts.file or "")
+        if path.suffix.lower() not in compiled.SUFFIXES:
+            raise Fallback
+        raw = _read_regular(path)
+        if raw is None:
+            raise Fallback
+        grader = compiled.load(path, raw, DIALECT)
+        if grader is None:
+            raise Fallback  # first run of this file (or of this version of it): validated there
+        box_opener = self._backend()
+        try:
+            body, big = self._payload()
+            workspace = checked_workspace(Path(opts.workspace) if opts.workspace else None)
+            privileges = self._privileges()
+            from ..graders.checks import check_grader
+            from ..graders.run import resolve_sub_path
+
+            check_grader(grader, privileges, file=str(path), workspaces=(workspace,))
+            resolve_sub_path(workspace, grader.sub_path, file=str(path))
+        except ConfigError:
+            raise Fallback from None  # said by the full path, in its words
+        image = self._image(grader)
+        # From here on, this call is this path's: what fails is said as the full path says it.
+        signal.signal(signal.SIGTERM, _term)
+        try:
+            box = box_opener()
+            try:
+                if image is None:
+                    image = str(box.images(locked=self._locked()).resolve(
+                        grader.image or "python", grader.source_dir))  # fmt: skip
+                from ..graders.run import prepare_grader
+
+                ready = prepare_grader(grader, workspace, box, image_id=image, file=str(path),
+                                       warm=False)  # type: ignore[arg-type]  # fmt: skip
+                fields = ready.run_wire(body, big)
+            finally:
+                box.close()
+        except KeyboardInterrupt:
+            return _fail("interrupted; every container of this run was removed", 130)
+        except (GradeboxError, OSError) as exc:
+            from .failures import failure
+
+            said = failure(exc)
+            if said is None:
+                raise
+            return _fail(*said)
+        self._print(fields)
+        return {"error": 3, "failed": 1}.get(fields["status"], 0)
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _backend(self) -> Any:
+        """A function opening the oci backend, with the full path's line about ``auto``."""
+        wanted = self.opts.sandbox or os.environ.get("GRADEBOX_SANDBOX") or "auto"
+        if wanted not in ("auto", "oci"):
+            raise Fallback
+        named = os.environ.get("GRADEBOX_RUNTIME") or None
+        if named is not None:
+            from ..sandbox.runtime import checked
+
+            try:
+                os.environ["GRADEBOX_RUNTIME"] = checked(named)  # as the app's root does
+            except ValueError:
+                raise Fallback from None
+        why = None
+        if wanted == "auto":
+            from ..sandbox import auto_reason
+
+            chosen, why = auto_reason()
+            if chosen != "oci":
+                raise Fallback
+        self.why = why
+
+        def opener() -> Any:
+            from ..sandbox import LazyEngine
+            from ..sandbox.oci import OciSandbox
+
+            # The engine is reached only if the image must be resolved or unpacked by it.
+            box = OciSandbox(LazyEngine())
+            if why is not None:  # said once it opened, as open_sandbox says it
+                _info(f"sandbox: oci ({why})")
+            return box
+
+        return opener
+
+    def _payload(self) -> tuple[bytes, str | None]:
+        from ..graders.spec import CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
+        from ..wire import Unsure, payload_dump
+
+        data: dict[str, Any] = {}
+        if self.opts.input:
+            if self.opts.input == "-":
+                self.stdin = sys.stdin.buffer.read()
+            data = read_payload(self.opts.input, self.stdin)
+        try:
+            wire = payload_dump(data)
+        except Unsure:
+            raise Fallback from None
+        # As PreparedGrader.run: the workspace where the grader sees it, a long answer apart.
+        from ..graders.run import LARGE_OUTPUT_CHARS
+
+        wire["workspace_path"] = CONTAINER_WORKSPACE
+        big = None
+        if wire["output"] is not None and len(wire["output"]) > LARGE_OUTPUT_CHARS:
+            big = json.dumps(wire["output"])
+            wire["output"] = None
+            wire["output_path"] = f"{CONTAINER_INPUT_DIR}/output.json"
+        return json.dumps(wire, ensure_ascii=False).encode(), big
+
+    def _privileges(self) -> set[str]:
+        from ..sandbox.hardening import PRIVILEGES
+
+        out = set(self.opts.allow)
+        if out - set(PRIVILEGES):
+            raise Fallback  # the full path names the unknown one
+        return out
+
+    def _locked(self) -> bool:
+        if self.opts.locked is not None:
+            return self.opts.locked
+        return os.environ.get("CI", "").lower() == "true"
+
+    def _image(self, grader: Any) -> str | None:
+        """The lock's id for a short name, as exec takes it; None: the resolver's to find."""
+        from ..images.catalog import qualified
+        from .exec import _locked_id
+
+        name = grader.image or _default_image()
+        if qualified(name) == name:
+            return None
+        return _locked_id(name)
+
+    def _print(self, fields: dict[str, Any]) -> None:
+        from ..wire import Unsure, result_json
+
+        if self.opts.as_json:
+            try:
+                text = result_json(fields)
+            except Unsure:
+                text = _model(fields).model_dump_json(indent=2)
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            return
+        from ..report.plain import result_text
+
+        text = result_text(fields)
+        if text is None:
+            from ..report.terminal import print_result
+            from ._common import Output
+
+            print_result(_model(fields), Output(False).console)
+        else:
+            sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _model(fields: dict[str, Any]) -> Any:
+    from ..graders.verdict import result_of
+
+    return result_of(fields)
+
+
+def _default_image() -> str:
+    from ..images.catalog import DEFAULT_IMAGE
+
+    return DEFAULT_IMAGE
+
+
+def _term(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the same clean-up as Ctrl-C: the container goes
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"gradebox: error: {message}\n")
+    return code
+
+
+def _info(line: str) -> None:
+    """A line on stderr as rich writes it to a pipe (``Output.info``)."""
+    from ..report.plain import fits
+
+    if sys.stderr.isatty() or not fits(line, stderr=True):
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(f"[dim]{line}[/]")
+        return
+    sys.stderr.write(line + "\n")
+
+
+def checked_workspace(workspace: Path | None) -> Path:
+    """``-W``, else the current folder; a ``ConfigError`` for one that is no folder or is too
+    wide to mount (the root, the home folder or above it), as for exec."""
+    from ..errors import ConfigError
+    from .exec import is_wide
+
+    workspace = workspace or Path(".")
+    if not workspace.is_dir():
+        raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
+    if is_wide(workspace):
+        # As exec: a grader from a downloaded pack would read the whole home folder.
+        raise ConfigError(
+            f"{workspace.resolve()} is the filesystem root, your home folder or a folder "
+            "above it: it is never mounted; give the workspace with -W DIR",
+            field="--workspace",
+        )
+    return workspace
+
+
+def read_payload(source: str, stdin: bytes | None = None) -> dict[str, Any]:
+    """The payload's JSON object from a file, or ``-`` for stdin (``stdin``: already read).
+    Errors name the file and the field."""
+    from ..errors import ConfigError
+    from ..json_bounds import load_json
+
+    name = "<stdin>" if source == "-" else source
+    try:
+        if source == "-":
+            raw = sys.stdin.buffer.read() if stdin is None else stdin
+        else:
+            raw = Path(source).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read payload: {exc.strerror or exc}", file=name) from None
+    # Bytes, decoded and bounded in one place: binary, UTF-16, deep nesting and lone
+    # surrogates are one line naming the file, not a traceback at a later step.
+    data = load_json(raw, file=name)
+    if not isinstance(data, dict):
+        raise ConfigError("the payload must be a JSON object", file=name)
+    return data
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The grader file's bytes if it is a regular file of at most the YAML loader's cap."""
+    from .exec import _read_regular as read
+
+    data = read(path, GRADER_FILE_CAP)
+    return data if data is not None and len(data) <= GRADER_FILE_CAP else None
+
+
+GRADER_FILE_CAP = 64 << 20  # _yaml.MAX_FILE_BYTES: past it, the full path says it is refused

@@ -1,0 +1,218 @@
+"""A grader file validated once: its normalised configuration, kept in the user's private cache.
+
+``gradebox grade FILE`` validates ``FILE`` with the pydantic models of ``graders.config``
+(the contract) on its first run, and ``store`` keeps the result, plain values only, in
+``cache_dir()/graders`` (``private_cache``). A later run of the same file finds it with
+``load`` and runs without pydantic (``cli.grade_lean``): the same trust as Python's bytecode,
+since only someone who can already run code as this user can write that folder. A grader
+runs sandboxed with no view of it, and an agent writes only its workspace.
+
+What the entry may decide is only what validating the file decides: everything read from
+elsewhere is read again on every call (the files the command names and its ``files:``, which
+are mounted, checked and fingerprinted fresh; ``--allow``; the payload; the workspace). So the
+key is what changes the result of validating: the file's bytes, its name (the suffix picks
+the loader, the stem is the grader's default name), the dialect asked for, gradebox's version
+and the size and mtime of each module that validation runs (an editable install changes them
+without a new version). An entry is the key, the configuration and a digest of both: one that
+is truncated, edited, for another key or of another shape is a miss, validated again, never
+an error and never a verdict.
+
+Cached: ``type: program`` and ``type: script`` files (YAML or JSON) whose image is a name or
+the default. Never cached: a grader script given as the file (``.py``, ``.sh``: its kind
+depends on its mode bits), an ``image: {build: ...}``, a grader with ``target:`` (it needs the
+model targets, loaded with pydantic anyway): those always take the full path.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path, PurePosixPath
+
+from .._version import __version__
+from ..private_cache import PrivateCache
+from ..sandbox.defaults import LimitValues, SecurityValues
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .config import GraderConfig
+
+__all__ = ["FOLDER", "PlainGrader", "cache_key", "load", "store"]
+
+FOLDER = "graders"
+_FORMAT = "gradebox-grader/1"
+SUFFIXES = (".yaml", ".yml", ".json")
+
+# What validating a grader file runs, relative to the package: a change to any is a new key.
+LOADER_MODULES = (
+    "_version.py", "_yaml.py", "_types.py", "_duration.py", "_bytes.py", "fstree.py",
+    "graders/config.py", "graders/compiled.py", "sandbox/models.py", "sandbox/defaults.py",
+    "images/build.py",
+)  # fmt: skip
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _loader_signature() -> list[object]:
+    out: list[object] = []
+    for rel in LOADER_MODULES:
+        try:
+            st = os.stat(_PACKAGE / rel)
+            out.append([rel, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([rel, None])
+    return out
+
+
+def cache_key(path: Path, raw: bytes, dialect: str) -> str:
+    """The key of ``path``'s validated form, for its bytes ``raw`` read as ``dialect``."""
+    h = hashlib.sha256()
+    head = [_FORMAT, __version__, _loader_signature(), path.name, dialect]
+    h.update(json.dumps(head).encode())
+    h.update(b"\0")
+    h.update(raw)
+    return h.hexdigest()
+
+
+class PlainGrader:
+    """A validated grader as plain values: every attribute ``graders.run`` and
+    ``graders.checks`` read of a ``GraderConfig``, the same values."""
+
+    __slots__ = ("type", "name", "image", "timeout", "env", "sub_path", "files", "limits",
+                 "security", "network", "workspace", "weight", "dialect", "program", "args",
+                 "shell", "command", "target", "pass_score", "source_dir",
+                 "declared_in")  # fmt: skip
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.type == "program":
+            return PurePosixPath(self.program).name
+        first = self.command if isinstance(self.command, str) else " ".join(self.command)
+        return first[:60]
+
+
+def _plain(grader: GraderConfig) -> dict[str, Any] | None:
+    """``grader`` as the entry's values, or None when it is never cached."""
+    image = grader.image
+    if grader.type not in ("program", "script") or not (image is None or isinstance(image, str)):
+        return None
+    if getattr(grader, "target", None) is not None:
+        return None
+    out: dict[str, Any] = {
+        "type": grader.type, "name": grader.name, "image": image,
+        "timeout": float(grader.timeout), "env": dict(grader.env), "sub_path": grader.sub_path,
+        "files": list(grader.files), "network": grader.network,
+        "workspace": grader.workspace, "weight": float(grader.weight),
+        "dialect": grader.dialect,
+        "limits": {k: _number(getattr(grader.limits, k)) for k in LimitValues._fields},
+        "security": {
+            "read_only_root": grader.security.read_only_root, "user": grader.security.user,
+            "capabilities": list(grader.security.capabilities),
+            "no_new_privileges": grader.security.no_new_privileges,
+            "init": grader.security.init,
+        },
+    }  # fmt: skip
+    if grader.type == "program":
+        out.update(program=grader.program, args=list(grader.args), shell=grader.shell)
+    else:
+        out.update(command=grader.command, pass_score=grader.pass_score)
+    return out
+
+
+def _number(value: Any) -> int | float:
+    return float(value) if isinstance(value, float) else int(value)
+
+
+def _seal(key: str, values: dict[str, Any]) -> str:
+    body = json.dumps([key, values], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def store(path: Path, raw: bytes, dialect: str, grader: GraderConfig,
+          cache: PrivateCache | None = None) -> bool:  # fmt: skip
+    """Keep ``grader``, validated from ``raw`` (``path``'s bytes), for the next run; False
+    when it was not kept (never cached, or the cache folder is not private)."""
+    values = _plain(grader)
+    if values is None:
+        return False
+    key = cache_key(path, raw, dialect)
+    entry = {"key": key, "grader": values, "seal": _seal(key, values)}
+    data = json.dumps(entry, ensure_ascii=False).encode()
+    return (cache or PrivateCache(FOLDER)).write(f"{key}.json", data)
+
+
+def load(path: Path, raw: bytes, dialect: str,
+         cache: PrivateCache | None = None) -> PlainGrader | None:  # fmt: skip
+    """The validated form of ``path`` (its bytes ``raw``), or None: not cached, or an entry
+    that is not exactly what ``store`` wrote for this key."""
+    key = cache_key(path, raw, dialect)
+    data = (cache or PrivateCache(FOLDER)).read(f"{key}.json")
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        values = entry["grader"]
+        if entry["key"] != key or entry["seal"] != _seal(key, values) or len(entry) != 3:
+            return None
+        grader = _grader(values)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    if grader is not None:
+        grader.source_dir = path.parent.resolve()
+    return grader
+
+
+# Each value's type in an entry, as ``_plain`` writes it: anything else is a miss.
+_OPTIONAL_STR = ("name", "image", "sub_path", "dialect")
+_SHAPE = {
+    "type": str, "timeout": float, "env": dict, "files": list, "network": str,
+    "workspace": str, "weight": float, "limits": dict, "security": dict,
+}  # fmt: skip
+_KINDS = {"program": {"program": str, "args": list, "shell": bool},
+          "script": {"command": (list, str), "pass_score": (float, type(None))}}  # fmt: skip
+
+
+def _grader(values: dict[str, Any]) -> PlainGrader | None:
+    kind = values.get("type")
+    if kind not in _KINDS:
+        return None
+    shape = {**_SHAPE, **_KINDS[kind]}
+    if set(values) != {*shape, *_OPTIONAL_STR}:
+        return None
+    for name, types in shape.items():
+        if not isinstance(values[name], types) or isinstance(values[name], bool) != (types is bool):
+            return None
+    if any(values[n] is not None and not isinstance(values[n], str) for n in _OPTIONAL_STR):
+        return None
+    strings = [*values["files"], *values["env"], *values["env"].values()]
+    strings += values["args"] if kind == "program" else (
+        values["command"] if isinstance(values["command"], list) else []
+    )  # fmt: skip
+    if not all(isinstance(s, str) for s in strings):
+        return None
+    if values["network"] not in ("none", "bridge") or values["workspace"] not in ("ro", "rw"):
+        return None
+    limits, security = values["limits"], values["security"]
+    if set(limits) != set(LimitValues._fields) or set(security) != set(SecurityValues._fields):
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in limits.values()):
+        return None
+    caps = security["capabilities"]
+    if not (all(isinstance(security[k], bool)
+                for k in ("read_only_root", "no_new_privileges", "init"))
+            and (security["user"] is None or isinstance(security["user"], str))
+            and isinstance(caps, list) and all(isinstance(c, str) for c in caps)):  # fmt: skip
+        return None
+    grader = PlainGrader()
+    for name in PlainGrader.__slots__:
+        setattr(grader, name, values.get(name))
+    grader.limits = LimitValues(**limits)
+    grader.security = SecurityValues(**{**security, "capabilities": tuple(caps)})
+    grader.target = None
+    grader.declared_in = None
+    return grader
