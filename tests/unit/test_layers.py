@@ -30,6 +30,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "errors",
             "_yaml",
             "_pathnames",
+            "_programs",  # which(), without shutil (its bz2 and lzma) on exec's path
             "jsonl",
             "atomic",
             "results",  # a run read back: the one reader of results.jsonl and summary.json
