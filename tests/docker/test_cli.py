@@ -126,13 +126,16 @@ def test_interrupt_removes_the_container(tmp_path, workspace, engine, backend, s
 
 
 def _watchdogs_of(pid: int) -> list[int]:
-    """The runner's watchdog: its forked child running the runner's own command line."""
+    """The runner's watchdog: its forked child running the runner's own command line (not
+    its cgroup slot's server, forked too but inside a slot: sandbox/slots.py)."""
     me = Path(f"/proc/{pid}/cmdline").read_bytes()
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     found = []
     for child in map(int, children):
         try:
-            if Path(f"/proc/{child}/cmdline").read_bytes() == me:
+            cgroups = Path(f"/proc/{child}/cgroup").read_text()
+            in_slot = any(f"/gradebox-{pid}-" in line for line in cgroups.splitlines())
+            if Path(f"/proc/{child}/cmdline").read_bytes() == me and not in_slot:
                 found.append(child)
         except OSError:
             pass
