@@ -675,32 +675,46 @@ def bench_ray(root: Path, n: int) -> dict[str, float]:
     return r
 
 
-RUNTIMES = ("runc", "crun")
+# crun-noslots: crun with a cgroup made per container (GRADEBOX_OCI_SLOTS=off), the slots'
+# own share of crun's column (sandbox/slots.py).
+RUNTIMES = ("runc", "crun", "crun-noslots")
+
+
+def _runtime_env(name: str) -> dict[str, str]:
+    """The environment that makes ``OciSandbox`` run ``name`` (one of RUNTIMES, or auto)."""
+    if name == "crun-noslots":
+        return {"GRADEBOX_RUNTIME": "crun", "GRADEBOX_OCI_SLOTS": "off"}
+    return {"GRADEBOX_RUNTIME": name, "GRADEBOX_OCI_SLOTS": ""}
 
 
 class _runtime:
-    """``GRADEBOX_RUNTIME=name`` while the block runs: what ``OciSandbox`` picks up."""
+    """``_runtime_env(name)`` while the block runs: what ``OciSandbox`` picks up."""
 
     def __init__(self, name: str) -> None:
-        self.name, self.old = name, None
+        self.env, self.old = _runtime_env(name), {}
 
     def __enter__(self) -> None:
-        self.old = os.environ.get("GRADEBOX_RUNTIME")
-        os.environ["GRADEBOX_RUNTIME"] = self.name
+        self.old = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
 
     def __exit__(self, *exc: object) -> None:
-        if self.old is None:
-            os.environ.pop("GRADEBOX_RUNTIME", None)
-        else:
-            os.environ["GRADEBOX_RUNTIME"] = self.old
+        for key, value in self.old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _oci_boxes() -> dict[str, object]:
     from gradebox.sandbox.oci import OciSandbox
 
-    boxes = {rt: OciSandbox(runtime=rt) for rt in RUNTIMES}
-    for rt, box in boxes.items():
-        assert box.runtime.name == rt, (rt, box.runtime)  # never measure one for the other
+    boxes = {}
+    for rt in RUNTIMES:
+        with _runtime(rt):
+            boxes[rt] = OciSandbox()
+    for rt, box in boxes.items():  # never measure one for the other
+        assert box.runtime.name == rt.split("-")[0], (rt, box.runtime)
+        assert (box.slots is None) == (rt != "crun"), (rt, box.slots_off)
     return boxes
 
 
@@ -806,7 +820,7 @@ def _speed_cli(root: Path, n: int, rootfs: Path) -> dict[str, float]:
     GRADEBOX_RUNTIME=runc and =crun, interleaved with the script bare in the rootfs."""
     folder, payload, argv = _cli_inputs(root)
     argvs = {"exec": argv("exec", "oci"), "grade": argv("grade", "oci")}
-    envs = {rt: {**os.environ, "GRADEBOX_RUNTIME": rt} for rt in RUNTIMES}
+    envs = {rt: {**os.environ, **_runtime_env(rt)} for rt in RUNTIMES}
     keys = [f"{what}_{rt}" for what in argvs for rt in RUNTIMES]
     times: dict[str, list[float]] = {k: [] for k in ["bare", "python", *keys]}
     for key in keys:  # warm: caches filled
@@ -831,56 +845,37 @@ def _speed_cli(root: Path, n: int, rootfs: Path) -> dict[str, float]:
 
 
 def speed_rows(table: Table, sp: dict[str, object]) -> None:
-    cold, warm = sp["cold"], sp["warm"]  # type: ignore[index]
+    """One row per goal of issue 33: a column per entry of RUNTIMES."""
+    cold, warm, tp, su, py, cli = (
+        sp[k] for k in ("cold", "warm", "throughput", "suite_w4", "pytest", "cli")
+    )  # type: ignore[index]
 
-    def over(m: dict[str, float], rt: str) -> str:
-        return f"{m[rt]:.0f} ms (+{m[rt] - m['bare']:.0f})"
+    def row(name: str, base: str, cell: Callable[[str], str], goal: str) -> None:
+        table.add_row(name, base, *(cell(rt) for rt in RUNTIMES), goal)
 
-    table.add_row(
-        "trivial grader, cold (median)",
-        f"{cold['bare']:.0f} ms bare in rootfs",
-        over(cold, "runc"),
-        over(cold, "crun"),
-        "<= +15 ms",
-    )  # type: ignore[arg-type]
-    table.add_row(
-        "started ahead, input -> result",
-        f"{warm['bare']:.0f} ms bare",
-        over(warm, "runc"),
-        over(warm, "crun"),
-        "<= +5 ms",
-    )  # type: ignore[arg-type]
-    tp = sp["throughput"]
+    def over(m: dict[str, float]) -> Callable[[str], str]:
+        return lambda rt: f"{m[rt]:.0f} ms (+{m[rt] - m['bare']:.0f})"
 
-    def rate(rt: str) -> str:
-        by = tp[rt]  # type: ignore[index]
-        return f"{max(by.values()):.1f}/s (2w {by[2]:.1f}, 4w {by[4]:.1f})"
-
-    table.add_row("throughput, trivial graders/s", "", rate("runc"), rate("crun"), ">= 60/s")
-    su = sp["suite_w4"]
-
-    def x(rt: str) -> str:
-        return f"{su[rt]:.1f}/s ({su[rt] / su['host']:.2f}x host)"  # type: ignore[index]
-
-    table.add_row("200-test suite, 4 workers (tests/s)", f"{su['host']:.1f}/s host backend",  # type: ignore[index]
-                  x("runc"), x("crun"), ">= 0.8x host")  # fmt: skip
-    py = sp["pytest"]
-
-    def ratio(rt: str) -> str:
-        return f"{py[rt]:.0f} ms ({py[rt] / py['bare']:.2f}x)"  # type: ignore[index]
-
-    table.add_row("pytest, 30 tests, prepared (median)", f"{py['bare']:.0f} ms bare in rootfs",  # type: ignore[index]
-                  ratio("runc"), ratio("crun"), "<= 1.1x")  # fmt: skip
-    cli = sp["cli"]
-    bare = cli["bare"]  # type: ignore[index]
+    row("trivial grader, cold (median)", f"{cold['bare']:.0f} ms bare in rootfs", over(cold),
+        "<= +15 ms")  # fmt: skip
+    row("started ahead, input -> result", f"{warm['bare']:.0f} ms bare", over(warm), "<= +5 ms")
+    row("throughput, trivial graders/s", "",
+        lambda rt: f"{max(tp[rt].values()):.1f}/s (2w {tp[rt][2]:.1f}, 4w {tp[rt][4]:.1f})",
+        ">= 60/s")  # fmt: skip
+    row("200-test suite, 4 workers (tests/s)", f"{su['host']:.1f}/s host backend",
+        lambda rt: f"{su[rt]:.1f}/s ({su[rt] / su['host']:.2f}x host)", ">= 0.8x host")  # fmt: skip
+    row("pytest, 30 tests, prepared (median)", f"{py['bare']:.0f} ms bare in rootfs",
+        lambda rt: f"{py[rt]:.0f} ms ({py[rt] / py['bare']:.2f}x)", "<= 1.1x")  # fmt: skip
+    bare = cli["bare"]
     for what, goal in (("exec", "<= +60 ms"), ("grade", "<= +100 ms")):
-        cells = [f"{cli[f'{what}_{rt}']:.0f} ms (+{cli[f'{what}_{rt}'] - bare:.0f})"  # type: ignore[index]
-                 for rt in RUNTIMES]  # fmt: skip
-        table.add_row(f"gradebox {what}, end to end (median)", f"{bare:.0f} ms bare", *cells, goal)
-    table.add_row("  python -c pass", f"{cli['python']:.0f} ms", "", "", "")  # type: ignore[index]
-    lb, la = sp["load_before"], sp["load_after"]  # type: ignore[index]
+        row(f"gradebox {what}, end to end (median)", f"{bare:.0f} ms bare",
+            lambda rt, w=what: f"{cli[f'{w}_{rt}']:.0f} ms (+{cli[f'{w}_{rt}'] - bare:.0f})",
+            goal)  # fmt: skip
+    table.add_row("  python -c pass", f"{cli['python']:.0f} ms", *[""] * (len(RUNTIMES) + 1))
+    lb, la = sp["load_before"], sp["load_after"]
     table.add_row("load average (1, 5, 15 min)", f"before {lb[0]:.1f} {lb[1]:.1f} {lb[2]:.1f}",
-                  f"after {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}", "2 cores", "")  # fmt: skip
+                  f"after {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}", "2 cores",
+                  *[""] * (len(RUNTIMES) - 1))  # fmt: skip
 
 
 def main() -> None:
@@ -967,10 +962,10 @@ def main() -> None:
             print(json.dumps(sp, indent=2, default=str))
             return
         table = Table(title="gradebox bench: issue 33 speed rows, oci (one run, interleaved)")
-        for col in ("benchmark", "bare / baseline", "runc", "crun", "goal"):
+        for col in ("benchmark", "bare / baseline", *RUNTIMES, "goal"):
             table.add_column(col)
         speed_rows(table, sp)
-        Console().print(table)
+        Console(width=160).print(table)  # five columns of numbers: unreadable folded at 80
         return
     say("grade-cold…")
     r["cold"] = cold = {b: bench_cold(tmp(), 10 if q else 50, b, rootfs) for b in ("docker", "oci")}
