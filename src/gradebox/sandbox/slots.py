@@ -174,11 +174,9 @@ class _Forked:
                 # watchdog waiting for its pipe's end, is not kept waiting by the server.
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
-                import socket
-
                 from ._slot_server import serve
 
-                serve(socket.socket(fileno=keep), hide, join, procs)
+                serve(_socket.socket(fileno=keep), hide, join, procs)
             finally:
                 os._exit(1)
 
