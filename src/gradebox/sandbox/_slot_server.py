@@ -21,9 +21,9 @@ hybrid mount) the runtime is simply spawned.
 
 # ruff: noqa: SIM105 - try/except/pass, not contextlib: the script imports as little as it can
 
+import _socket  # not socket's module: its enums cost a start of the server ~3 ms
 import os
 import signal
-import _socket  # not socket's module: its enums cost a start of the server ~3 ms
 import sys
 
 CLONE_NEWUSER = 0x10000000
