@@ -153,7 +153,20 @@ def _single_threaded() -> bool:
     return threading_ is None or threading_.active_count() == 1
 
 
-class _Forked:
+class _Process:
+    """What ``_Forked`` and ``SlotProcess`` share with ``Popen``: a pid, its code once it
+    ended, and a SIGKILL until then."""
+
+    pid: int
+    returncode: int | None = None
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class _Forked(_Process):
     """A server that is a fork of this (single-threaded) process, not a new interpreter: the
     ~15 ms of CPU a ``python3 -I -S`` start costs, spared on ``gradebox exec``'s path. As
     much of ``Popen`` as a slot uses: ``pid``, ``poll``, ``wait``, ``kill``."""
@@ -206,13 +219,8 @@ class _Forked:
         assert self.returncode is not None
         return self.returncode
 
-    def kill(self) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
 
-
-class SlotProcess:
+class SlotProcess(_Process):
     """The runtime a slot's server started, as much of ``subprocess.Popen`` as the backend
     uses: our ends of its three pipes, ``pid``, ``poll``, ``wait``, ``kill``."""
 
@@ -236,11 +244,6 @@ class SlotProcess:
 
                 raise subprocess.TimeoutExpired(["slot", self.slot.name], timeout or 0)
         return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
 
 
 class Slot:
