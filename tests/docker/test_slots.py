@@ -247,8 +247,9 @@ def test_exec_that_fails_before_its_container_leaves_no_slot(tmp_path, engine, f
     _crun_or_fail()
     from tests.conftest import leftovers_of
 
-    gradebox = str(Path(sys.executable).parent / "gradebox")
-    proc = subprocess.Popen([gradebox, "exec", *flags, "--", "true"], cwd=tmp_path,
+    # `python -m gradebox`: the unprivileged user's venv (test_nonroot) has no entry script.
+    proc = subprocess.Popen([sys.executable, "-m", "gradebox", "exec", *flags, "--", "true"],
+                            cwd=tmp_path,
                             env={**os.environ, "GRADEBOX_RUNTIME": "crun"},
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     _, err = proc.communicate(timeout=60)
