@@ -255,3 +255,51 @@ def test_exec_that_fails_before_its_container_leaves_no_slot(tmp_path, engine, f
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 125, err
     assert leftovers_of(engine, proc.pid) == [], leftovers_of(engine, proc.pid)
+
+
+def test_memory_left_in_a_host_tmpfs_is_not_the_next_graders(slotted, python_image, tmp_path):
+    """A workspace on a host tmpfs (a suite's agent workspace): what a grader writes there stays
+    charged to its slot while the file exists, and no reclaim frees it without swap. The slot
+    is retired, and the next grader gets its whole memory."""
+    from gradebox.sandbox.base import Mount
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs on the host needs root (the rootless rerun)")
+    _only_slot(slotted)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m,mode=0777", "gbx-test", str(ws)],
+                   check=True)  # fmt: skip
+    try:
+        out = slotted.run(
+            SandboxSpec(image=python_image, command=["/bin/sh", "-c", "head -c 200000000 "
+                        "/dev/zero > /ws/blob"], mounts=(Mount(ws, "/ws", read_only=False),),
+                        limits=Limits(memory=256 << 20), name="slot-test")
+        )  # fmt: skip
+        assert out.exit_code == 0, out
+        import threading
+
+        for thread in threading.enumerate():  # a slot this full is emptied on a thread
+            if thread.name == "gradebox-slot-empty":
+                thread.join(30)
+        probe, _ = _sh(slotted, python_image,
+                       "python3 -c 'x = bytearray(150 << 20); print(len(x))'",
+                       memory=256 << 20)  # fmt: skip
+        assert probe.exit_code == 0 and not probe.oom_killed, probe
+    finally:
+        subprocess.run(["umount", str(ws)], check=False)
+
+
+def test_a_slot_server_killed_mid_run_is_an_error_not_an_exit_code(slotted, python_image):
+    _only_slot(slotted)
+    slot = slotted.slots._free[0]
+    ready = slotted.prepare(SandboxSpec(image=python_image, command=["sleep", "30"],
+                                        timeout=60, name="slot-test"))  # fmt: skip
+    import threading
+
+    threading.Timer(1.0, os.kill, (slot.server.pid, signal.SIGKILL)).start()
+    started = time.monotonic()
+    out = ready.execute()
+    assert out.exit_code is None and out.start_error and "slot server" in out.start_error, out
+    assert time.monotonic() - started < 20, "the grader ran on after its server was killed"
+    assert not slot.strays()

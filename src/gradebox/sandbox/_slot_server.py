@@ -35,7 +35,18 @@ UNIFIED = b"/sys/fs/cgroup/unified"
 def serve(sock: _socket.socket, hide: bool, join: int, procs: list[str]) -> None:
     """Move into the slot (``procs``: its ``cgroup.procs`` files), join the user namespace of
     ``join`` (0: none), then start runtimes until the socket closes. Never returns."""
+    # Passed to a script as an inheritable fd: no runtime it starts may hold it (the runner
+    # would then never see the server's end).
+    os.set_inheritable(sock.fileno(), False)
     try:
+        # Out of the OOM killer's reach as root (its runtime inherits it; the container gets
+        # its own): killed, the server would take the run's exit code and the slot's watch
+        # with it. Without root it cannot go below 0: the container's 1000 wins instead.
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("-1000")
+        except OSError:
+            pass
         for path in procs:  # the one migration, before anything is started
             fd = os.open(path, os.O_WRONLY)
             try:

@@ -76,6 +76,8 @@ log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec'
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner
 MEMCG_ROOT = Path("/sys/fs/cgroup/memory")
+SLOT_LOST = ("the sandbox's slot server was killed while the grader ran (out of memory?): "
+             "how the grader ended is unknown")  # fmt: skip
 
 
 def state_root() -> Path:
@@ -258,6 +260,10 @@ class OciSandbox(EngineImages, Sandbox):
                 spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
                 cgroup=cgroup, report=channel.path,
             )  # fmt: skip
+            if slot is not None:
+                # The grader before anything else of its slot (its server, crun's waiting
+                # parent) when its memory runs out: they must outlive it to say how it ended.
+                config["process"]["oomScoreAdj"] = 1000
             if self.runtime.name == "crun":  # the filter compiled once, not at every start
                 bpf = seccomp_bpf.compiled(config["linux"]["seccomp"],
                                            str(cache_dir() / "seccomp"))  # fmt: skip
@@ -473,6 +479,9 @@ class OciPrepared(Prepared):
             proc.wait()
             code = None
         duration_ms = int((time.monotonic() - started) * 1000)
+        if isinstance(proc, SlotProcess) and proc.lost:
+            return RunOutcome(exit_code=None, stdout=bytes(out.stdout), stderr=bytes(out.stderr),
+                              duration_ms=duration_ms, start_error=SLOT_LOST)  # fmt: skip
         report = channel.report(token)
         start_error = report.start_error
         if start_error is None and code and not report.started:
@@ -542,6 +551,9 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, channel
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
     sel.register(channel.fd, selectors.EVENT_READ)
+    server = proc.slot.sock if isinstance(proc, SlotProcess) else None
+    if server is not None:  # its end (the OOM killer, a kill) ends the run: none is left
+        sel.register(server.fileno(), selectors.EVENT_READ)
     win = proc.stdin.fileno()
     os.set_blocking(win, False)
     sel.register(win, selectors.EVENT_WRITE)
@@ -569,6 +581,11 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, channel
                     continue
                 if fd == channel.fd:
                     channel.read()
+                    continue
+                if server is not None and fd == server.fileno():
+                    sel.unregister(fd)  # a word (the runtime's exit) is read by wait()
+                    if proc.slot.server_gone():
+                        proc.poll()  # marks it lost and kills what is in the slot
                     continue
                 try:
                     chunk = os.read(fd, 1 << 18)

@@ -227,6 +227,7 @@ class SlotProcess(_Process):
     def __init__(self, slot: Slot, pid: int, stdin: int, stdout: int, stderr: int) -> None:
         self.slot, self.pid = slot, pid
         self.returncode: int | None = None
+        self.lost = False  # its server died before saying how it ended
         self.stdin = open(stdin, "wb", buffering=0)  # noqa: SIM115 - closed by the backend
         self.stdout = open(stdout, "rb", buffering=0)  # noqa: SIM115
         self.stderr = open(stderr, "rb", buffering=0)  # noqa: SIM115
@@ -360,6 +361,16 @@ class Slot:
                 return False
         return True
 
+    def server_gone(self) -> bool:
+        """Has the server closed its end (it died), rather than said something?"""
+        self.sock.settimeout(0)
+        try:
+            return self.sock.recv(1, _socket.MSG_PEEK) == b""
+        except (BlockingIOError, TimeoutError):
+            return False
+        except OSError:
+            return True
+
     def _exit_code(self, timeout: float | None) -> int | None:
         said = self._recv(timeout)
         if said is None:
@@ -367,9 +378,14 @@ class Slot:
         if said[:1] == b"x":
             self._running = None
             return int(said[1:])
-        # The server died with the runtime still ours to wait for: its code is lost.
+        # The server died (the OOM killer, a kill) with the runtime still running: its code
+        # is lost, and so is the server's watch over the slot. What runs there is killed now;
+        # the run is the caller's ``error`` (``SlotProcess.lost``), never a verdict.
         self.broken = f"slot {self.name}: its server is gone"
+        if self._running is not None:
+            self._running.lost = True
         self._running = None
+        self.kill_all()
         return -int(signal.SIGKILL)
 
     # -- limits and counters -----------------------------------------------------------------
@@ -449,6 +465,12 @@ class Slot:
             # reclaimed now, so the next grader starts under its limit as in a new cgroup.
             with contextlib.suppress(OSError):
                 _write(mem / "memory.force_empty", "0")
+            if _int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
+                # What no reclaim frees without swap (files it wrote into a host tmpfs, its
+                # workspace): charged here for as long as they exist. Retired: the charge stays
+                # with the removed cgroup, as it did with a cgroup per container.
+                log.info("slot %s: memory still charged after its grader; retired", self.name)
+                return False
         for name in ("memory.max_usage_in_bytes", "memory.failcnt",
                      "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"):  # fmt: skip
             with contextlib.suppress(OSError):
