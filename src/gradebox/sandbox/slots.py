@@ -347,19 +347,11 @@ class Slot:
         return self._running
 
     def _sees(self, paths: tuple[str, ...]) -> bool:
-        """Does the server's mount namespace show each of ``paths`` as the host does (the
-        same device and inode, through ``/proc/PID/root``)? A no asks it for a fresh one."""
-        if self.server is None:
-            return True
-        root = f"/proc/{self.server.pid}/root"
-        for path in paths:
-            try:
-                host, held = os.stat(path), os.stat(root + path)
-            except OSError:
-                return False
-            if (host.st_dev, host.st_ino) != (held.st_dev, held.st_ino):
-                return False
-        return True
+        """Does the server's mount namespace show ``paths`` as the host does? A no asks it
+        for a fresh one."""
+        from .userns import sees_as_host
+
+        return self.server is None or sees_as_host(self.server.pid, paths)
 
     def server_gone(self) -> bool:
         """Has the server closed its end (it died), rather than said something?"""

@@ -265,20 +265,10 @@ class Holder:
         return proc
 
     def _sees(self, paths: tuple[str, ...]) -> bool:
-        """Does the holder's mount namespace show each of ``paths`` as the host does (the same
-        device and inode; ``/proc/PID/root``: the path as the holder resolves it)?"""
+        """Does the holder's mount namespace show each of ``paths`` as the host does?"""
         if not self.hide_v2 or self._proc is None:
             return True
-        root = f"/proc/{self._proc.pid}/root"
-        for path in paths:
-            try:
-                host, held = os.stat(path), os.stat(root + path)
-                # The device tells a mount apart; the inode a bind of the same filesystem.
-                if (host.st_dev, host.st_ino) != (held.st_dev, held.st_ino):
-                    return False
-            except OSError:
-                return False
-        return True
+        return sees_as_host(self._proc.pid, paths)
 
     def _retire(self, proc: subprocess.Popen[bytes]) -> None:
         # Ended a few seconds later, not now: another thread may have just been given its pid
@@ -309,6 +299,22 @@ class Holder:
             except subprocess.TimeoutExpired:
                 held.kill()
                 held.wait()
+
+
+def sees_as_host(pid: int, paths: tuple[str, ...]) -> bool:
+    """Does the mount namespace of ``pid`` show each of ``paths`` as the host does (the same
+    device and inode; ``/proc/PID/root``: the path as ``pid`` resolves it)? A host whose ``/``
+    propagates nothing hides from an older namespace what was mounted since."""
+    root = f"/proc/{pid}/root"
+    for path in paths:
+        try:
+            host, held = os.stat(path), os.stat(root + path)
+        except OSError:
+            return False
+        # The device tells a mount apart; the inode a bind of the same filesystem.
+        if (host.st_dev, host.st_ino) != (held.st_dev, held.st_ino):
+            return False
+    return True
 
 
 def listen(pid: int, port: int) -> socket.socket:
