@@ -23,10 +23,11 @@ a slot: processes (its pid namespace dies with it), memory (its tmpfs mounts die
 namespace; page cache it caused is reclaimable and counts toward the next limit only until
 reclaimed), IPC (its own namespace), its counters (reset) and its limits (rewritten).
 
-The server runs each runtime in a mount namespace of its own where the hybrid host's cgroup2
-mount is covered (``runtime.py``): a fresh copy of the host's mounts per container, so a
-workspace mounted a moment ago is there (the reason a long-lived namespace cannot be used on a
-host whose ``/`` propagates nothing). For a non-root runner it joins the user namespace of the
+The server runs the runtime where the hybrid host's cgroup2 mount is covered (``runtime.py``):
+as root, in a mount namespace it holds, made again from the host's whenever a container's bind
+source was mounted since (``userns.sees_as_host``: a host whose ``/`` propagates nothing hides
+it from an older namespace); for a non-root runner, which cannot go back to the host's mounts,
+in a fresh copy per container (``_slot_server.py``). For a non-root runner it also joins the user namespace of the
 sandbox's ``userns.Holder`` (as its root, after moving into the slot as the runner's own uid:
 the only one cgroup v1 lets move it), so every container shares that namespace, as they do
 without slots, and the runtime's ``kill``/``delete`` still reach them.
