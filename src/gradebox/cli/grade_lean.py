@@ -73,8 +73,12 @@ def parse(argv: list[str]) -> Options | None:
         if arg in ("--json", "--locked", "--no-locked"):
             if arg == "--json":
                 opts.as_json = True
+            elif arg == "--locked":
+                # The full path checks the engine's image against the lock and refuses a
+                # tampered one; the lean path would run the lock's own id unasked.
+                return None
             else:
-                opts.locked = arg == "--locked"
+                opts.locked = False
             continue
         if not arg.startswith("-"):
             if opts.file is not None:
