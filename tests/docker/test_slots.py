@@ -70,6 +70,24 @@ def _only_slot(box) -> None:
         pool._retire(slot)
 
 
+def test_a_slot_starts_the_init_itself_with_the_channel_as_its_stdout(slotted, python_image):
+    """No entry shell: crun is handed the report channel as its stdout and stderr and the
+    command's own on 3 and 4; the command gets exactly 0-2 (the gate closed 3 and 4), and
+    nothing is bound at the report path."""
+    from gradebox.sandbox.gate import INIT_PATH, REPORT_PATH
+
+    out, _ = _sh(slotted, python_image,
+                 "tr '\\0' '\\n' < /proc/1/cmdline | head -3 | tr '\\n' ' '; echo;"
+                 " ls /proc/$$/fd | tr '\\n' ' '; echo;"
+                 f" [ -e {REPORT_PATH} ] && echo bound || echo unbound; kill -9 $$")  # fmt: skip
+    cmdline, fds, bound = out.stdout.decode().splitlines()
+    assert cmdline.split()[:3] == [INIT_PATH, "--", "/bin/sh"], cmdline
+    assert bound == "unbound", bound
+    assert fds.split() == ["0", "1", "2", "255"] or fds.split() == ["0", "1", "2"], fds
+    # The init still says how the command ended on the channel: a SIGKILL, not an exit 137.
+    assert out.signal == signal.SIGKILL and out.exit_code == 137, out
+
+
 def test_processes_a_grader_leaves_are_gone_before_the_next(slotted, python_image):
     _only_slot(slotted)
     # Daemons of every kind: backgrounded, detached in a new session, double-forked.

@@ -164,3 +164,60 @@ def test_the_server_ends_with_its_runner_and_kills_what_it_started(server):
         time.sleep(0.05)
     else:
         pytest.fail("what the server started outlived its runner")
+
+
+def _fd_targets(out: bytes) -> list[str]:
+    return out.decode().split()
+
+
+# What the started program has on fds 0-4 (the command substitution runs in a child: the
+# shell's own fds are read), and whether it has a 6th.
+_SHOW_FDS = ["/bin/sh", "-c", '[ -e /proc/$$/fd/5 ] && x=extra || x=none;'
+             ' for i in 0 1 2 3 4; do x="$x $(readlink /proc/$$/fd/$i)"; done; echo $x >&4']
+
+
+def test_the_server_places_a_report_fd_and_the_pipes_on_3_and_4(server, tmp_path):
+    report = os.open(tmp_path / "report", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        proc: SlotProcess = server.popen(_SHOW_FDS, report=report)
+    finally:
+        os.close(report)
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=10) == 0
+    extra, *targets = _fd_targets(err)
+    # stdin a pipe, 1 and 2 the report, 3 and 4 our stdout and stderr pipes, nothing else.
+    assert targets[1] == targets[2] == str(tmp_path / "report"), targets
+    assert all(targets[i].startswith("pipe:") for i in (0, 3, 4)), targets
+    assert len(set(targets)) == 4 and extra == "none", (extra, targets)
+    assert proc.stdout.read() == b""
+
+
+_PLACE = """
+import os, sys
+from gradebox.sandbox._slot_server import _placed
+folder, low = sys.argv[1], int(sys.argv[2])
+for fd in range(3, 10):  # a process of its own: its low fds are ours to take
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+files = [os.open(f"{folder}/f{i}", os.O_WRONLY | os.O_CREAT, 0o600) for i in range(5)]
+fds = [os.dup2(fd, 100 + i) for i, fd in enumerate(files)]
+for fd in files:
+    os.close(fd)
+os.dup2(fds[3], low)  # fds[3] arrives as 3 or 4: a number two others go to
+os.close(fds[3])
+fds[3] = low
+pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", "for i in 0 1 2 3 4; do echo $i >&$i; done"],
+                     os.environ, file_actions=_placed(fds))
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.mark.parametrize("low", [3, 4])
+def test_fds_that_arrive_on_the_numbers_they_go_to_are_not_overwritten(tmp_path, low):
+    """The server received the runtime's fds with whatever numbers were free; one of them may
+    be 3 or 4, the very fds two others go to. Placed in order, it would be lost."""
+    subprocess.run([sys.executable, "-c", _PLACE, str(tmp_path), str(low)], check=True)
+    assert [(tmp_path / f"f{i}").read_text() for i in range(5)] == [f"{i}\n" for i in range(5)]

@@ -80,7 +80,7 @@ def serve(sock: _socket.socket, hide: bool, join: int, procs: list[str]) -> None
             msg, fds = _recv_fds(sock)
         except OSError:
             msg, fds = b"", []
-        if not msg or len(fds) != 3:
+        if not msg or len(fds) not in (3, 5):
             for fd in fds:
                 os.close(fd)
             _sweep(here)
@@ -101,7 +101,7 @@ def serve(sock: _socket.socket, hide: bool, join: int, procs: list[str]) -> None
 
 def _recv_fds(sock: _socket.socket) -> tuple[bytes, list[int]]:
     """One message and the fds passed with it (``socket.recv_fds``, on ``_socket``)."""
-    msg, ancillary, _flags, _addr = sock.recvmsg(1 << 20, _socket.CMSG_LEN(3 * 4))
+    msg, ancillary, _flags, _addr = sock.recvmsg(1 << 20, _socket.CMSG_LEN(5 * 4))
     fds: list[int] = []
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -138,8 +138,7 @@ def _spawn(argv: list[bytes], fds: list[int], call: object, host: int) -> tuple[
         if host >= 0 and callable(call):
             call("setns", host, CLONE_NEWNS)
             _cover(call)
-        actions = [(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)]
-        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in fds if fd > 2]
+        actions = _placed(fds)
         pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True,
                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))  # fmt: skip
     except OSError as exc:
@@ -148,6 +147,19 @@ def _spawn(argv: list[bytes], fds: list[int], call: object, host: int) -> tuple[
         for fd in fds:
             os.close(fd)
     return pid, b""
+
+
+def _placed(fds: list[int]) -> list[tuple[int, ...]]:
+    """File actions that put ``fds[i]`` on fd ``i`` and close the rest, whatever numbers they
+    arrived with: each is first moved above all of them, so no placement overwrites an fd
+    still to be placed (one that arrived as 3, say, before fd 3 is given its own)."""
+    base = max([*fds, len(fds)]) + 1
+    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, fd, base + i)
+                                      for i, fd in enumerate(fds)]  # fmt: skip
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in fds]
+    actions += [(os.POSIX_SPAWN_DUP2, base + i, i) for i in range(len(fds))]
+    actions += [(os.POSIX_SPAWN_CLOSE, base + i) for i in range(len(fds))]
+    return actions
 
 
 def _say(sock: _socket.socket, what: bytes) -> None:
@@ -165,17 +177,20 @@ def _start(argv: list[bytes], fds: list[int], hide: bool, call: object) -> tuple
         try:
             os.close(r)
             os.setsid()
+            # As _placed: each fd (and the pipe) above all of them first, so placing fds[i]
+            # on i overwrites none still to be placed.
+            n = len(fds)
+            base = max([*fds, w, n]) + 1
+            w = os.dup2(w, base + n, inheritable=False)
             for i, fd in enumerate(fds):
-                os.dup2(fd, i)
+                os.dup2(fd, base + i)
+            for i in range(n):
+                os.dup2(base + i, i)
             for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as subprocess: the defaults back
                 signal.signal(sig, signal.SIG_DFL)
             if hide and callable(call):
-                # A mount namespace of its own, a copy of the host's as it is now, where the
-                # hybrid cgroup2 mount is covered (runtime.py), propagating nothing back.
-                call("unshare", CLONE_NEWNS)
-                call("mount", None, b"/", None, MS_REC_SLAVE, None)
-                call("mount", b"gradebox-no-v2", UNIFIED, b"tmpfs", 0, b"size=1m,mode=0755")
-            os.closerange(3, w)
+                _cover(call)  # a copy of the host's mounts as they are now, of its own
+            os.closerange(n, w)
             os.closerange(w + 1, 1 << 16)
             os.execv(argv[0], argv)
         except BaseException as exc:  # noqa: BLE001 - said to the runner, whatever it was

@@ -1,14 +1,19 @@
 """The gate every sandboxed command starts behind, and the channel the runtime reports on.
 
-A backend starts ``/bin/sh`` running ``ENTRY`` as the container's first process. ``ENTRY``
-points its stdout and stderr at the *report channel* (a FIFO of the host, bound at
-``REPORT_PATH``), keeps the real stdout and stderr on fds 4 and 5, and becomes the init (tini,
-which with ``TINI_VERBOSITY=2`` says on its stdout whether the command died of a signal), or,
-without an init, the gate itself. The gate blocks until it reads one line on stdin: a fresh
-random token, the release. It then enters the working directory, checks that the command
-exists, says so on the report channel tagged with the token, and ``exec``s the command with
-stdout and stderr back on fds 1 and 2. The command's stdin, stdout and stderr are its own,
-byte for byte: nothing the runtime says is ever cut out of (or glued into) what it printed.
+The container's first process must have its stdout and stderr on the *report channel* (a FIFO
+of the host) and the real stdout and stderr on fds 3 and 4. Where the runtime can be handed
+those fds as they are (``crun run --preserve-fds 2``, started by a slot server that places
+every fd), the container starts with them (``direct_command``). Elsewhere (Docker; a runtime
+started with three pipes) it starts ``/bin/sh`` running ``ENTRY``, which moves fds 1 and 2 to
+3 and 4 and points 1 and 2 at the channel, bound at ``REPORT_PATH`` (``entry_command``).
+
+That first process is the init (tini, which with ``TINI_VERBOSITY=2`` says on its stdout
+whether the command died of a signal), or, without an init, the gate itself. The gate blocks
+until it reads one line on stdin: a fresh random token, the release. It then enters the
+working directory, checks that the command exists, says so on the report channel tagged with
+the token, and ``exec``s the command with stdout and stderr back on fds 1 and 2 (3 and 4
+closed). The command's stdin, stdout and stderr are its own, byte for byte: nothing the
+runtime says is ever cut out of (or glued into) what it printed.
 
 The command runs as the init's uid, so it can write to the report channel too (``/proc/1/fd/1``,
 or ``REPORT_PATH``). Nothing it can forge there makes a pass: a start failure counts only
@@ -34,6 +39,7 @@ __all__ = [
     "REPORT_PATH",
     "Report",
     "ReportChannel",
+    "direct_command",
     "entry_command",
     "init_binary",
     "never_released",
@@ -46,9 +52,9 @@ REPORT_PATH = "/dev/gradebox-report"
 """Where the report FIFO is bound: in ``/dev``, a tmpfs of each container's own."""
 
 GATE_CWD = "GRADEBOX_CWD"
-# PID 1 until its exec: the runtime's reports go to the FIFO, the command's streams wait on 4
-# and 5. A failed redirection ends the shell before any report: an `error` (never released).
-ENTRY_SCRIPT = f'exec 4>&1 5>&2 >{REPORT_PATH} 2>&1\nexec "$@"'
+# PID 1 until its exec: the runtime's reports go to the FIFO, the command's streams wait on 3
+# and 4. A failed redirection ends the shell before any report: an `error` (never released).
+ENTRY_SCRIPT = f'exec 3>&1 4>&2 >{REPORT_PATH} 2>&1\nexec "$@"'
 # Blocks on one line of stdin (the release), then becomes the command. The line is a fresh
 # token that only the runner and the gate know: the gate tags what it reports with it. `read`
 # of the shell consumes stdin byte by byte up to the newline, so the command's own stdin
@@ -63,18 +69,25 @@ GATE_SCRIPT = (
     '  */*) [ -f "$1" ] && [ -x "$1" ] || fail "$1: no such executable file";;\n'
     '  *) command -v "$1" >/dev/null 2>&1 || fail "$1: command not found";;\n'
     "esac\n"
-    'say exec; t=; exec "$@" >&4 2>&5 4>&- 5>&-'
+    'say exec; t=; exec "$@" >&3 2>&4 3>&- 4>&-'
 )
 _REPORT_HEAD = _REPORT_TAIL = 64 << 10
 _TINI_EXIT = re.compile(rb"\[INFO  tini \(\d+\)\] Main child exited (normally|with signal)")
 
 
-def entry_command(command: list[str], *, init: bool) -> list[str]:
-    """The container's argv: the entry, the init at ``INIT_PATH`` (``init``), the gate, the
-    command. Set ``GRADEBOX_CWD`` (and ``INIT_ENV`` with the init) in its environment."""
+def direct_command(command: list[str], *, init: bool) -> list[str]:
+    """The container's argv when the runtime starts it with the report channel as stdout and
+    stderr and the real ones on fds 3 and 4: the init at ``INIT_PATH`` (``init``), the gate,
+    the command. Set ``GRADEBOX_CWD`` (and ``INIT_ENV`` with the init) in its environment."""
     gate = ["/bin/sh", "-c", GATE_SCRIPT, "gradebox-gate", *command]
-    return ["/bin/sh", "-c", ENTRY_SCRIPT, "gradebox-entry",
-            *((INIT_PATH, "--") if init else ()), *gate]  # fmt: skip
+    return [INIT_PATH, "--", *gate] if init else gate
+
+
+def entry_command(command: list[str], *, init: bool) -> list[str]:
+    """``direct_command`` behind the entry, for a runtime started with the real stdout and
+    stderr as its own: the entry puts them on 3 and 4 and the channel (at ``REPORT_PATH``)
+    on 1 and 2."""
+    return ["/bin/sh", "-c", ENTRY_SCRIPT, "gradebox-entry", *direct_command(command, init=init)]
 
 
 class Report(Record):
@@ -138,6 +151,11 @@ class ReportChannel:
     @property
     def mount(self) -> Mount:
         return Mount(self.path, REPORT_PATH, read_only=True)  # a FIFO stays writable
+
+    def writer(self) -> int:
+        """A blocking write end (close-on-exec) for a runtime handed the channel as its stdout
+        and stderr (``direct_command``); the caller closes it once the runtime has its own."""
+        return os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)  # we read: it opens at once
 
     def read(self) -> None:
         """Read whatever is there now, without waiting."""

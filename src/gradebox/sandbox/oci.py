@@ -258,7 +258,7 @@ class OciSandbox(EngineImages, Sandbox):
             cgroup = None if slot else f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else "")
             config = runtime_config(
                 spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
-                cgroup=cgroup, report=channel.path,
+                cgroup=cgroup, report=channel.path, direct=slot is not None,
             )  # fmt: skip
             if slot is not None:
                 # The grader before anything else of its slot (its server, crun's waiting
@@ -365,11 +365,14 @@ class OciPrepared(Prepared):
 
     def start(self) -> None:
         box = self.box
-        manager = ("--cgroup-manager=disabled",) if self.slot is not None else ()
+        # In a slot, its server places every fd: the runtime's stdout and stderr are the report
+        # channel and the command's own wait on 3 and 4 (gate.direct_command), no entry shell.
+        slotted = self.slot is not None
+        manager = ("--cgroup-manager=disabled",) if slotted else ()
         argv = [box.runtime.binary, *manager, "--root", str(box.state),
                 "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", *(() if self.memcg or self.slot else ("--keep",)),
-                "--bundle", str(self.bundle),
+                "--log-format", "json", "run", *(() if self.memcg or slotted else ("--keep",)),
+                *(("--preserve-fds", "2") if slotted else ()), "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
 
         if box.mapping is not None:
@@ -391,9 +394,13 @@ class OciPrepared(Prepared):
                     start_new_session=True,
                     close_fds=True,
                 )
-                if self.slot is not None:
+                if self.slot is not None and self.channel is not None:
                     sees = tuple(str(m.source) for m in self.spec.mounts)
-                    self.proc = self.slot.popen(argv, sees)
+                    report = self.channel.writer()
+                    try:
+                        self.proc = self.slot.popen(argv, sees, report)
+                    finally:
+                        os.close(report)
                 elif box.holder is not None:
                     sees = tuple(str(m.source) for m in self.spec.mounts)
                     self.proc = box.holder.popen(argv, sees=sees, **io)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import SandboxSpec
-from .gate import GATE_CWD, INIT_ENV, REPORT_PATH, entry_command
+from .gate import GATE_CWD, INIT_ENV, REPORT_PATH, direct_command, entry_command
 from .hardening import HOME, SCRATCH_FLAGS, run_as
 from .init import INIT_PATH
 from .seccomp import DENIED_SYSCALLS, seccomp_profile
@@ -80,6 +80,7 @@ def runtime_config(
     hostname: str = "gradebox",
     memory: bool = True,
     report: Path | None = None,
+    direct: bool = False,
 ) -> dict[str, Any]:
     """The OCI runtime configuration (``config.json``) that runs ``spec`` behind the gate.
 
@@ -87,7 +88,9 @@ def runtime_config(
     (where the OOM killer's count outlives the container's own cgroup). ``cgroup=None``: the
     container is started inside cgroups that already hold every limit (a slot, ``slots.py``),
     with the runtime's cgroup manager disabled: no cgroup path, no resources. ``report``: the
-    host FIFO of the report channel (``gate.ReportChannel``)."""
+    host FIFO of the report channel (``gate.ReportChannel``), bound for the entry to open.
+    ``direct``: the runtime is handed the channel as its stdout and stderr and the real ones
+    on fds 3 and 4 (``gate.direct_command``): no entry, no bind."""
     limits, security = spec.limits, spec.security
     uid, _, gid = run_as(security).partition(":")
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -95,7 +98,7 @@ def runtime_config(
     init = security.init and init_source is not None
     if init:
         env.update(INIT_ENV)
-    args = entry_command(spec.command, init=init)
+    args = (direct_command if direct else entry_command)(spec.command, init=init)
     caps = _caps(security.capabilities)
     tmpfs = [*SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"]  # Docker's, noexec
     mounts: list[dict[str, Any]] = [
@@ -117,7 +120,7 @@ def runtime_config(
     if init:
         mounts.append({"destination": INIT_PATH, "type": "bind", "source": str(init_source),
                        "options": ["bind", "ro", "nosuid", "nodev"]})  # fmt: skip
-    if report is not None:
+    if report is not None and not direct:
         mounts.append({"destination": REPORT_PATH, "type": "bind", "source": str(report),
                        "options": ["bind", "ro", "nosuid", "nodev", "noexec"]})  # fmt: skip
     nested = [m for m in spec.mounts if m.target.startswith("/grader/")]

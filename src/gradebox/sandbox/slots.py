@@ -316,9 +316,12 @@ class Slot:
             raise GradeboxError(self.broken)
         self._ready = True
 
-    def popen(self, argv: list[str], sees: tuple[str, ...] = ()) -> SlotProcess:
-        """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdio.
-        ``sees``: host paths the runtime must find as the host has them (bind sources)."""
+    def popen(self, argv: list[str], sees: tuple[str, ...] = (),
+              report: int | None = None) -> SlotProcess:  # fmt: skip
+        """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdin,
+        stdout and stderr; with ``report`` (an fd, not taken), that as its stdout and stderr
+        and the pipes on fds 3 and 4 (``gate.direct_command``). ``sees``: host paths the
+        runtime must find as the host has them (bind sources)."""
         self.ready()
         if self._running is not None:
             raise GradeboxError(f"slot {self.name} is running a container already")
@@ -326,6 +329,8 @@ class Slot:
         pipes = [os.pipe() for _ in range(3)]  # (read, write) each
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        if report is not None:
+            theirs = [pipes[0][0], os.dup(report), os.dup(report), pipes[1][1], pipes[2][1]]
         try:
             rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in theirs)
             flag = b"-" if self._sees(sees) else b"F"
