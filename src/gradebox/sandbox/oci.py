@@ -14,9 +14,8 @@ and the kernel then kills every process in its pid namespace. The memory limit s
 cgroup of our own, the parent of the container's: it outlives the runtime's cleanup, so after
 the exit it says whether the OOM killer struck, and then it is removed (one ``rmdir``, no
 second runtime call). Where that cgroup cannot be made (cgroup v2), ``runc run --keep`` and a
-``runc delete`` off the critical path do the same. State lives under a root of our own
-(``$GRADEBOX_OCI_STATE``, default
-``/run/gradebox``), and every container id carries the runner's pid, so ``gradebox gc`` finds
+``runc delete`` off the critical path do the same. State lives under a root of our own, in
+memory where it can (``state_root``), and every container id carries the runner's pid, so ``gradebox gc`` finds
 and removes what a SIGKILLed runner left.
 
 Without root it runs rootless (runc's own rootless mode): each container in a user namespace
@@ -38,6 +37,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -81,16 +81,54 @@ SLOT_LOST = ("the sandbox's slot server was killed while the grader ran (out of 
 
 
 def state_root() -> Path:
-    """``$GRADEBOX_OCI_STATE``, else ``/run/gradebox`` for root, else
-    ``$XDG_RUNTIME_DIR/gradebox`` (or ``<cache>/run``) for anyone else."""
+    """Where the runtime's state and our bundles live: ``$GRADEBOX_OCI_STATE``; else the first
+    of ``/run/gradebox`` (root) or ``$XDG_RUNTIME_DIR/gradebox`` (anyone else) that is in
+    memory, then ``/dev/shm/gradebox-<uid>``, then the first of those two on disk, then
+    ``<cache>/run``. In memory because every container writes, and its runtime removes, a
+    few files there: on a disk's journal that was ~1.5 ms of CPU per container here."""
     if os.environ.get("GRADEBOX_OCI_STATE"):
         return Path(os.environ["GRADEBOX_OCI_STATE"])
     if os.geteuid() == 0:
-        return Path("/run/gradebox")
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and Path(runtime).is_dir() and Path(runtime).stat().st_uid == os.getuid():
-        return Path(runtime) / "gradebox"
-    return cache_dir() / "run"
+        usual: Path | None = Path("/run/gradebox")
+    else:
+        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+        owned = runtime and Path(runtime).is_dir() and Path(runtime).stat().st_uid == os.getuid()
+        usual = Path(runtime) / "gradebox" if owned else None
+    if usual is not None and _in_memory(usual.parent):
+        return usual
+    shm = Path(f"/dev/shm/gradebox-{os.geteuid()}")
+    if _in_memory(shm.parent) and _own_folder(shm):
+        return shm
+    return usual or cache_dir() / "run"
+
+
+def _in_memory(path: Path, mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Is ``path`` on a tmpfs (the mount that holds it, by ``mountinfo``)?"""
+    try:
+        real = os.path.realpath(path)
+        with open(mountinfo) as f:
+            mounts = [line.split(" - ", 1) for line in f]
+    except OSError:
+        return False
+    best, kind = "", ""
+    for left, right in (m for m in mounts if len(m) == 2):
+        point = left.split()[4]
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, right.split()[0]
+    return kind == "tmpfs"
+
+
+def _own_folder(path: Path) -> bool:
+    """Make ``path`` ours alone (0700), or find it so: a folder in a place everyone writes
+    (``/dev/shm``) that anyone else made, or a link, is not used."""
+    with contextlib.suppress(FileExistsError, OSError):
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 _delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
