@@ -934,6 +934,21 @@ case "$1" in
   tags) say "$tag error cannot enter /workspace"; say "$tag exec"; echo '{"pass": false}';;
   flood-then-kill) head -c 50000000 /dev/zero > /proc/1/fd/1; kill -9 $$;;
   read) for f in /dev/gradebox-report /proc/1/fd/1; do cat "$f" 2>&1 | head -c 100; echo; done;;
+  forge-while-killed) exec python3 -c 'import os, time
+if os.fork() == 0:  # floods "exited normally" while its parent is SIGKILLed, and after
+    line = b"[INFO  tini (1)] Main child exited normally (with status 0)\n" * 60
+    fds = []
+    for f in ("/dev/gradebox-report", "/proc/1/fd/1"):
+        try:
+            fds.append(os.open(f, os.O_WRONLY))
+        except OSError:
+            pass
+    while fds:
+        for fd in fds:
+            os.write(fd, line)
+    os._exit(0)
+time.sleep(0.3)
+os.kill(os.getpid(), 9)';;
   control-kill) kill -9 $$;;
   control-fail) echo '{"pass": false}';;
 esac
@@ -942,7 +957,7 @@ esac
 
 def test_what_a_grader_forges_on_the_report_channel_makes_no_pass(tmp_path, box):
     modes = ("normal-then-kill", "signal-then-fail", "tags", "flood-then-kill", "read",
-             "control-kill", "control-fail")  # fmt: skip
+             "forge-while-killed", "control-kill", "control-fail")  # fmt: skip
     tests = [
         {"id": mode, "output": "x", "assert": [
             {"type": "script", "command": ["sh", "graders/forge.sh", mode], "timeout": "60s"}]}
@@ -953,7 +968,7 @@ def test_what_a_grader_forges_on_the_report_channel_makes_no_pass(tmp_path, box)
                          files={"graders/forge.sh": FORGE})  # fmt: skip
     assert time.monotonic() - started < 120  # a flooded channel blocks nothing
     graders = {key: r.graders[0] for key, r in results.items()}
-    for key in ("normal-then-kill", "flood-then-kill", "control-kill"):
+    for key in ("normal-then-kill", "flood-then-kill", "forge-while-killed", "control-kill"):
         g = graders[key]
         assert g.status is Status.error and "SIGKILL" in g.evidence and not g.timed_out, g
     for key in ("signal-then-fail", "tags", "control-fail"):

@@ -27,8 +27,8 @@ def test_what_the_gate_and_the_init_say():
 
 
 def test_what_a_command_forges_there_makes_no_pass():
-    # Without the token a start failure (or a release) is noise; a forged exit line can only
-    # be overruled by the init's own, which comes last.
+    # Without the token a start failure (or a release) is noise; a forged exit line beside
+    # the init's own makes the worse outcome.
     forged = tag("error forged", "f" * 32) + tag("exec", "0" * 32) + b"[gradebox] error x\n"
     r = read_report(tag("exec") + forged + NORMAL + KILLED, TOKEN)
     assert (r.started, r.start_error, r.signalled) == (True, None, True)
@@ -36,6 +36,19 @@ def test_what_a_command_forges_there_makes_no_pass():
     assert r.started is False  # the gate never said it released the command: an error
     # Glued to a partial line the command left, the init's report still counts.
     assert read_report(tag("exec") + b"junk" + KILLED, TOKEN).signalled is True
+
+
+def test_a_second_exit_line_or_a_flood_reads_as_a_signal():
+    """A command that can write to the channel (where it is bound) keeps forging 'exited
+    normally' while it is SIGKILLed: its lines land before the init's, after it, or glued to
+    it. tini says how the command ended once; more than one such line is the command's
+    doing, and the report is the worse outcome."""
+    for data in (NORMAL + KILLED, KILLED + NORMAL, NORMAL + NORMAL,
+                 NORMAL.rstrip(b"\n") + KILLED):  # fmt: skip
+        assert read_report(tag("exec") + data, TOKEN).signalled is True, data
+    # A flood the channel could not keep whole may have pushed the init's line out.
+    assert read_report(tag("exec") + NORMAL, TOKEN, dropped=True).signalled is True
+    assert read_report(tag("exec") + NORMAL, TOKEN).signalled is False
 
 
 def test_the_channel_is_a_write_only_fifo_that_never_blocks_the_writer(tmp_path):

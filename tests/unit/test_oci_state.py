@@ -71,3 +71,43 @@ def test_root_without_a_tmpfs_run_keeps_its_state_in_dev_shm(monkeypatch, tmp_pa
     assert oci.state_root() == Path("/run/gradebox")
     monkeypatch.setattr(oci, "_in_memory", lambda path: True)
     assert oci.state_root() == Path("/run/gradebox")
+
+
+def _candidates(monkeypatch, tmp_path):
+    monkeypatch.delenv("GRADEBOX_OCI_STATE", raising=False)
+    usual, shm = tmp_path / "run" / "gradebox", tmp_path / "shm" / f"gradebox-{os.geteuid()}"
+    last = tmp_path / "cache" / "run"
+    usual.parent.mkdir()
+    shm.parent.mkdir()
+    shm.parent.chmod(0o1777)  # as /dev/shm: everyone writes, sticky
+    monkeypatch.setattr(oci, "_state_candidates", lambda: (usual, shm, last))
+    monkeypatch.setattr(oci, "_in_memory", lambda path: path == shm.parent)
+    return usual, shm, last
+
+
+def test_gc_looks_in_every_folder_the_state_could_have_been_kept_in(monkeypatch, tmp_path):
+    """A runner killed while the state was kept on disk (before /dev/shm was ours, say)
+    left its bundle there: gc finds it, wherever the state is kept now."""
+    usual, shm, _ = _candidates(monkeypatch, tmp_path)
+    left = usual / "bundles" / f"{oci.ID_PREFIX}{_dead_pid()}-s1-grader-abc"
+    left.mkdir(parents=True)
+    (left / "config.json").write_text("{}")
+    assert oci.state_roots() == [shm, usual]
+    assert left.name in oci.collect_garbage()
+    assert not left.exists()
+
+
+def test_a_sticky_less_shared_parent_is_never_ours(monkeypatch, tmp_path):
+    _, shm, _ = _candidates(monkeypatch, tmp_path)
+    shm.parent.chmod(0o777)  # anyone could move our folder away and put theirs there
+    assert not oci._own_folder(shm)
+    shm.parent.chmod(0o1777)
+    assert oci._own_folder(shm)
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid

@@ -15,11 +15,14 @@ the token, and ``exec``s the command with stdout and stderr back on fds 1 and 2 
 closed). The command's stdin, stdout and stderr are its own, byte for byte: nothing the
 runtime says is ever cut out of (or glued into) what it printed.
 
-The command runs as the init's uid, so it can write to the report channel too (``/proc/1/fd/1``,
-or ``REPORT_PATH``). Nothing it can forge there makes a pass: a start failure counts only
+Where the channel is bound at ``REPORT_PATH``, the command can write to it too (never read
+it: the FIFO is write-only); where the runtime is handed it, nothing in the container can reach
+it (tini runs from an execute-only file: its ``/proc/1/fd`` is closed to the command). Nothing
+it can forge there makes a pass: a start failure counts only
 with the token, which the command never sees (and would be an ``error``); a report of a
-signal (or of none) only tells ``error`` from ``failed`` for an exit code above 128; a
-report the gate never gave (it never released the command) is an ``error``.
+signal (or of none) only tells ``error`` from ``failed`` for an exit code above 128, and a
+second exit line, or a flood, reads as a signal; a report the gate never gave (it never
+released the command) is an ``error``.
 """
 
 from __future__ import annotations
@@ -99,11 +102,14 @@ class Report(Record):
     _frozen = True
 
 
-def read_report(data: bytes, token: str) -> Report:
-    """Read the report channel: lines tagged with ``token`` are the gate's, the last exit line
-    of tini is the init's; everything else (whatever a command forged there) is ignored."""
+def read_report(data: bytes, token: str, dropped: bool = False) -> Report:
+    """Read the report channel: lines tagged with ``token`` are the gate's, the exit line of
+    tini is the init's; other lines (whatever a command wrote there) are ignored. tini says
+    how the command ended once: where the channel holds more than one such line, or lost
+    part of what was written (``dropped``: a flood that may have pushed tini's line out),
+    the command wrote there, and the report is the worse outcome, a signal."""
     tag = f"[gradebox:{token}] ".encode()
-    started, start_error, signalled = False, None, None
+    started, start_error, exits = False, None, []
     for line in data.split(b"\n"):
         if line.startswith(tag):
             said = line[len(tag) :]
@@ -112,9 +118,9 @@ def read_report(data: bytes, token: str) -> Report:
             elif said.startswith(b"error ") and start_error is None:
                 start_error = said[6:].decode("utf-8", errors="replace")[:500]
             continue
-        m = _TINI_EXIT.search(line)  # wherever it lands: a partial line may precede it
-        if m:
-            signalled = m.group(1) == b"with signal"
+        # Wherever it lands: a partial line (forged, or a flood's tail) may precede it.
+        exits += [m.group(1) == b"with signal" for m in _TINI_EXIT.finditer(line)]
+    signalled = True if dropped or len(exits) > 1 else exits[0] if exits else None
     return Report(started and start_error is None, start_error, signalled)
 
 
@@ -177,7 +183,7 @@ class ReportChannel:
         self.read()
         # A line cut where the dropped flood began must not join the head to the tail.
         data = bytes(self.head) + (b"\n" if self.dropped else b"") + bytes(self.tail)
-        return read_report(data, token)
+        return read_report(data, token, self.dropped)
 
     def close(self) -> None:
         """Safe to call twice, and from another thread than the one reading."""

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from . import _engine
 
-__all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root"]
+__all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root", "state_roots"]
 
 log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
@@ -88,18 +88,36 @@ def state_root() -> Path:
     few files there: on a disk's journal that was ~1.5 ms of CPU per container here."""
     if os.environ.get("GRADEBOX_OCI_STATE"):
         return Path(os.environ["GRADEBOX_OCI_STATE"])
+    usual, shm, last = _state_candidates()
+    if usual is not None and _in_memory(usual.parent):
+        return usual
+    if _in_memory(shm.parent) and _own_folder(shm):
+        return shm
+    return usual or last
+
+
+def state_roots() -> list[Path]:
+    """``state_root`` and every other folder it could have chosen that holds state of ours:
+    what a runner left stays where it was, whichever is chosen now (``collect_garbage``)."""
+    chosen = state_root()
+    if os.environ.get("GRADEBOX_OCI_STATE"):
+        return [chosen]
+    usual, shm, last = _state_candidates()
+    others = [p for p in (usual, last) if p is not None and p != chosen and p.is_dir()]
+    if shm != chosen and _owned(shm):
+        others.append(shm)
+    return [chosen, *others]
+
+
+def _state_candidates() -> tuple[Path | None, Path, Path]:
+    """(the usual folder, or None; the one in /dev/shm; the last resort)."""
     if os.geteuid() == 0:
         usual: Path | None = Path("/run/gradebox")
     else:
         runtime = os.environ.get("XDG_RUNTIME_DIR", "")
         owned = runtime and Path(runtime).is_dir() and Path(runtime).stat().st_uid == os.getuid()
         usual = Path(runtime) / "gradebox" if owned else None
-    if usual is not None and _in_memory(usual.parent):
-        return usual
-    shm = Path(f"/dev/shm/gradebox-{os.geteuid()}")
-    if _in_memory(shm.parent) and _own_folder(shm):
-        return shm
-    return usual or cache_dir() / "run"
+    return usual, Path(f"/dev/shm/gradebox-{os.geteuid()}"), cache_dir() / "run"
 
 
 def _in_memory(path: Path, mountinfo: str = "/proc/self/mountinfo") -> bool:
@@ -120,15 +138,24 @@ def _in_memory(path: Path, mountinfo: str = "/proc/self/mountinfo") -> bool:
 
 
 def _own_folder(path: Path) -> bool:
-    """Make ``path`` ours alone (0700), or find it so: a folder in a place everyone writes
-    (``/dev/shm``) that anyone else made, or a link, is not used."""
-    with contextlib.suppress(FileExistsError, OSError):
-        os.mkdir(path, 0o700)
+    """Make ``path`` ours alone (0700), or find it so (``_owned``)."""
+    with contextlib.suppress(OSError):  # made already, or cannot be: looked at as found
+        if not os.path.lexists(path):
+            os.mkdir(path, 0o700)
+    return _owned(path)
+
+
+def _owned(path: Path) -> bool:
+    """Is ``path`` a folder of ours alone, in a parent where nobody else can move it away (a
+    place everyone writes, ``/dev/shm``, must be sticky)? A link, or a folder anyone else
+    made first, or one others may enter, is not used."""
     try:
-        st = os.lstat(path)
+        st, parent = os.lstat(path), os.stat(path.parent)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    shared = parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    return mine and not shared
 
 
 _delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
@@ -827,12 +854,13 @@ def _runtimes() -> list[Runtime]:
 def collect_garbage(everything: bool = False, owner: int | None = None) -> list[str]:
     """Delete containers and bundles whose runner is gone (or all, with ``everything``; only
     the runner ``owner``'s, gone or not, with ``owner``)."""
-    root = state_root()
-    bundles = root / "bundles"
-    states = [(rt, Path(rt.state_dir(root))) for rt in _runtimes()]
+    # Every folder of state that could be ours: what a runner left stays where it was chosen.
+    roots = state_roots()
+    states = [(rt, Path(rt.state_dir(root))) for root in roots for rt in _runtimes()]
+    bundles = [root / "bundles" for root in roots]
     mapping = userns.id_map() if os.geteuid() != 0 else None
     names: set[str] = set()
-    for folder in (*(state for _, state in states), bundles, MEMCG_ROOT / CGROUP_PARENT):
+    for folder in (*(state for _, state in states), *bundles, MEMCG_ROOT / CGROUP_PARENT):
         if folder.is_dir():
             names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
     removed = []
@@ -841,7 +869,8 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
             for runtime, state in states:
                 if (state / cid).exists():
                     delete_container(runtime, state, cid, mapping)
-            _remove_bundle(bundles / cid)
+            for folder in bundles:
+                _remove_bundle(folder / cid)
             _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
             for runtime, state in states:
                 # Once more, now that its processes are killed: rootless crun cannot signal

@@ -16,7 +16,7 @@ new name. None where libseccomp cannot be loaded: the runtime then compiles the 
 
 from __future__ import annotations
 
-import base64
+import binascii  # base64's own codec, without the module (and struct) around it
 import json
 import os
 
@@ -158,7 +158,7 @@ def compiled(profile: dict[str, Any], cache: str | None = None) -> str | None:
             return None
         if path:
             _write(path, data)
-    _memo[text] = base64.b64encode(data).decode()
+    _memo[text] = binascii.b2a_base64(data, newline=False).decode()
     return _memo[text]
 
 
