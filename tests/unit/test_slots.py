@@ -172,8 +172,12 @@ def _fd_targets(out: bytes) -> list[str]:
 
 # What the started program has on fds 0-4 (the command substitution runs in a child: the
 # shell's own fds are read), and whether it has a 6th.
-_SHOW_FDS = ["/bin/sh", "-c", '[ -e /proc/$$/fd/5 ] && x=extra || x=none;'
-             ' for i in 0 1 2 3 4; do x="$x $(readlink /proc/$$/fd/$i)"; done; echo $x >&4']
+_SHOW_FDS = [
+    "/bin/sh",
+    "-c",
+    "[ -e /proc/$$/fd/5 ] && x=extra || x=none;"
+    ' for i in 0 1 2 3 4; do x="$x $(readlink /proc/$$/fd/$i)"; done; echo $x >&4',
+]
 
 
 def test_the_server_places_a_report_fd_and_the_pipes_on_3_and_4(server, tmp_path):

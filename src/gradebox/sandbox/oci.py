@@ -15,8 +15,8 @@ cgroup of our own, the parent of the container's: it outlives the runtime's clea
 the exit it says whether the OOM killer struck, and then it is removed (one ``rmdir``, no
 second runtime call). Where that cgroup cannot be made (cgroup v2), ``runc run --keep`` and a
 ``runc delete`` off the critical path do the same. State lives under a root of our own, in
-memory where it can (``state_root``), and every container id carries the runner's pid, so ``gradebox gc`` finds
-and removes what a SIGKILLed runner left.
+memory where it can (``state_root``), and every container id carries the runner's pid, so
+``gradebox gc`` finds and removes what a SIGKILLed runner left.
 
 Without root it runs rootless (runc's own rootless mode): each container in a user namespace
 of the runner's (``userns.py``: the grader keeps the runner's uid, every other id is a

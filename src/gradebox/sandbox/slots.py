@@ -27,10 +27,10 @@ The server runs the runtime where the hybrid host's cgroup2 mount is covered (``
 as root, in a mount namespace it holds, made again from the host's whenever a container's bind
 source was mounted since (``userns.sees_as_host``: a host whose ``/`` propagates nothing hides
 it from an older namespace); for a non-root runner, which cannot go back to the host's mounts,
-in a fresh copy per container (``_slot_server.py``). For a non-root runner it also joins the user namespace of the
-sandbox's ``userns.Holder`` (as its root, after moving into the slot as the runner's own uid:
-the only one cgroup v1 lets move it), so every container shares that namespace, as they do
-without slots, and the runtime's ``kill``/``delete`` still reach them.
+in a fresh copy per container (``_slot_server.py``). For a non-root runner it also joins the
+user namespace of the sandbox's ``userns.Holder`` (as its root, after moving into the slot as
+the runner's own uid: the only one cgroup v1 lets move it), so every container shares that
+namespace, as they do without slots, and the runtime's ``kill``/``delete`` still reach them.
 
 Nothing of a slot outlives its runner: its cgroups are named like the runner's containers
 (``gradebox-<pid>-<session>-s<n>``), so the watchdog and ``gradebox gc`` kill what is in them
