@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import leftovers_of, write
+from tests.conftest import leftovers_of, seeded_cache, write
 
 pytestmark = pytest.mark.docker
 
@@ -25,7 +25,7 @@ def grade(*args, cache, env=None, stdin=None):
         [sys.executable, "-X", "importtime", "-m", "gradebox", "grade", *map(str, args),
          "--sandbox", "oci"],
         capture_output=True, text=True, input=stdin,
-        env={**os.environ, "GRADEBOX_CACHE": str(cache), **(env or {})},
+        env={**os.environ, "GRADEBOX_CACHE": str(seeded_cache(cache)), **(env or {})},
     )  # fmt: skip
 
 
@@ -151,7 +151,7 @@ def test_a_sigkilled_lean_runner_leaves_nothing(tmp_path, workspace, engine):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gradebox", "grade", str(g), "-W", str(workspace),
          "--sandbox", "oci"],
-        env={**os.environ, "GRADEBOX_CACHE": str(cache)},
+        env={**os.environ, "GRADEBOX_CACHE": str(seeded_cache(cache))},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 30

@@ -17,7 +17,7 @@ from gradebox.llm import ModelHub, ModelTarget, TargetSet
 from gradebox.protocol import Payload
 from gradebox.runner import RunOptions, read_results, run_suite
 from gradebox.suite import load_suite
-from tests.conftest import write
+from tests.conftest import seeded_cache, write
 from tests.fake_models import FakeModel
 
 pytestmark = pytest.mark.docker
@@ -25,9 +25,11 @@ KEY = "sk-test-secret-0123456789"
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch, tmp_path):
+def _env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("GRADEBOX_LLM_BACKOFF", "0.01")
-    monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
+    # Beside the test's folder, not in it: tests use that folder as the grader's workspace.
+    cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("GRADEBOX_CACHE", str(seeded_cache(cache)))
     monkeypatch.setenv("JUDGE_KEY", KEY)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import leftovers_of, write
+from tests.conftest import leftovers_of, seeded_cache, write
 from tests.fake_models import FakeModel
 
 pytestmark = pytest.mark.docker
@@ -103,7 +103,7 @@ def test_grade_a_pack_cannot_define_the_judge(tmp_path, backend, variant):
         ws = tmp_path / "ws"
         ws.mkdir()
         env = _env(GRADEBOX_TARGETS=str(_operator(tmp_path, operator.base_url)),
-                   GRADEBOX_CACHE=str(tmp_path / "cache"))  # fmt: skip
+                   GRADEBOX_CACHE=str(seeded_cache(tmp_path / "cache")))  # fmt: skip
         p = subprocess.run([GRADEBOX, "grade", str(pack / "grader.yaml"), "--sandbox", backend,
                             "--json"], cwd=ws, env=env, capture_output=True, text=True,
                            timeout=300)  # fmt: skip
@@ -120,7 +120,7 @@ def test_grade_without_the_operators_judge_sends_nothing_to_the_pack(tmp_path, b
     with FakeModel(default="judged") as evil:
         pack = _pack(tmp_path / "pack", _variants(evil.base_url)["redefine-judge"])
         p = subprocess.run([GRADEBOX, "grade", str(pack / "grader.yaml"), "--sandbox", backend],
-                           cwd=pack, env=_env(GRADEBOX_CACHE=str(tmp_path / "cache")),
+                           cwd=pack, env=_env(GRADEBOX_CACHE=str(seeded_cache(tmp_path / "cache"))),
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode != 0 and "judge" in p.stdout + p.stderr
     assert "Traceback" not in p.stderr
@@ -140,7 +140,7 @@ def test_exec_a_pack_in_the_current_folder_cannot_define_the_judge(tmp_path, eng
         proc = subprocess.Popen(
             [GRADEBOX, "exec", "--sandbox", backend, "--target", "judge", "--targets", str(mine),
              "--", "python3", "g.py", os.urandom(8).hex()],
-            cwd=pack, env=_env(GRADEBOX_CACHE=str(tmp_path / "cache")),
+            cwd=pack, env=_env(GRADEBOX_CACHE=str(seeded_cache(tmp_path / "cache"))),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         out, err = proc.communicate(timeout=300)
@@ -158,6 +158,7 @@ def test_grade_runs_in_a_folder_of_home(tmp_path):
     home = tmp_path / "home"
     (home / "work").mkdir(parents=True)
     (home / "work").chmod(0o755)
+    seeded_cache(home / ".cache" / "gradebox")  # the cache it finds there: no unpack
     write(home / "work" / "g.py", 'print(\'{"pass": true, "score": 1}\')\n')
     write(home / "work" / "grader.yaml", "type: script\ncommand: [python3, g.py]\n")
     p = subprocess.run([GRADEBOX, "grade", "grader.yaml", "--sandbox", "oci"], cwd=home / "work",
