@@ -154,9 +154,14 @@ def leftovers_of(engine: Engine, pid: int, running: bool = False) -> list[str]:
         if folder.is_dir():
             found += [p.name for p in folder.iterdir() if p.name.startswith(f"gradebox-{pid}-")]
     if not running:  # its cgroups: a container's own, or a slot's (and the server in it)
-        for hierarchy in ("memory", "pids", "cpu", "devices"):
-            for parent in Path("/sys/fs/cgroup", hierarchy).glob("gradebox*"):
-                found += [f"{hierarchy}:{p.name}" for p in parent.glob(f"gradebox-{pid}-*")]
+        from gradebox.sandbox import cgroups
+        from gradebox.sandbox.oci import _cgroup_parent
+
+        root = Path("/sys/fs/cgroup")
+        parents = [*root.glob("*/gradebox*"), *root.glob("gradebox*")]  # v1, then v2 (root)
+        parents += cgroups.parents(_cgroup_parent())  # a non-root user's delegated tree
+        for parent in set(parents):
+            found += [f"{parent}:{p.name}" for p in parent.glob(f"gradebox-{pid}-*")]
     return found
 
 

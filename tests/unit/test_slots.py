@@ -159,7 +159,10 @@ def test_the_server_ends_with_its_runner_and_kills_what_it_started(server):
             os.kill(proc.pid, 0)
         except ProcessLookupError:
             break
-        if Path(f"/proc/{proc.pid}/stat").read_text().split()[2] == "Z":
+        try:  # a zombie is gone as a process; it may also be reaped between the two looks
+            if Path(f"/proc/{proc.pid}/stat").read_text().split()[2] == "Z":
+                break
+        except FileNotFoundError:
             break
         time.sleep(0.05)
     else:

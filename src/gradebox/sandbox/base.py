@@ -248,7 +248,7 @@ class Sandbox(ABC):
         build: bool = False,
     ) -> ImageSource:
         """The run's image resolution for this backend (lock-aware, builds included);
-        ``lock``: check against this lock instead of ``images/images.lock.json``; ``build``:
+        ``lock``: check against this lock instead of ``images.lock.json``; ``build``:
         a grader's own Dockerfile may be built (the operator allowed ``build``).
 
         Example::

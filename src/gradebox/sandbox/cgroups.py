@@ -17,17 +17,32 @@ Rootless runc puts a container's limits (memory, pids, CPU) in cgroups its user 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 from .._log import LazyLogger
 from ..errors import GradeboxError
 
-__all__ = ["delegate_v1", "parent_name", "v1_delegated", "v1_hierarchies", "v2_delegated"]
+__all__ = [
+    "delegate_v1", "enter_user_scope", "make_parent", "oom_killed", "parent_name",
+    "remove_parent", "unified", "v1_delegated", "v1_hierarchies", "v2_delegated",
+]  # fmt: skip
 
 log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
 ROOT = Path("/sys/fs/cgroup")
+MEMCG_ROOT = ROOT / "memory"  # cgroup v1's memory hierarchy
+# The controllers a container's limits need below our cgroups on v2 (cpu where the host has it).
+V2_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def unified() -> bool:
+    """Is this a cgroup v2 (unified) host?"""
+    return (ROOT / "cgroup.controllers").exists()
 
 
 def parent_name(uid: int | None = None) -> str:
@@ -72,16 +87,9 @@ def v1_delegated(uid: int | None = None) -> str | None:
 def v2_delegated() -> Path | None:
     """The cgroup v2 folder this user may make containers' cgroups in (its own, delegated
     with the memory and pids controllers), or None."""
-    if not (ROOT / "cgroup.controllers").exists():
+    if not unified():
         return None
-    try:
-        rel = next(
-            line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
-            if line.startswith("0::")
-        )  # fmt: skip
-    except (OSError, StopIteration):
-        return None
-    here = ROOT / rel.lstrip("/")
+    here = _here()
     # systemd delegates user@<uid>.service, whose processes sit in leaves below it: the
     # highest folder of this user's is the one to make a subtree in (it holds no process).
     found = None
@@ -150,3 +158,214 @@ def delegate_v1(engine: object, image: str) -> None:
     if code != 0:
         raise GradeboxError(f"making a cgroup subtree through the engine failed: {logs.strip()}")
     log.info("cgroups: %s delegated to uid %d through the engine", parent_name(uid), uid)
+
+
+# -- a container's parent cgroup ---------------------------------------------------------------
+
+
+def make_parent(cid: str, limit: int, parent: str) -> Path | None:
+    """Our cgroup ``<parent>/<cid>`` holding a memory limit of ``limit`` bytes and no swap:
+    the runtime makes the container's own cgroup (``.../c``) under it, with the other limits.
+    None where it cannot be made (then the runtime sets the memory limit itself)."""
+    if unified():
+        return _make_v2(ROOT / parent.strip("/") / cid, limit)
+    if not (MEMCG_ROOT / "memory.limit_in_bytes").exists():
+        return None
+    return _make_v1(MEMCG_ROOT / parent.strip("/") / cid, limit)
+
+
+def _make_v1(path: Path, limit: int) -> Path | None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+        path.mkdir()
+        (path / "memory.limit_in_bytes").write_text(str(limit))
+        if (path / "memory.memsw.limit_in_bytes").exists():
+            (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    except OSError as exc:
+        log.info("no memory cgroup of our own (%s): the runtime sets the limit", exc)
+        remove_parent(path)
+        return None
+    return path
+
+
+_enabled: set[Path] = set()  # folders whose subtree_control already has what we need
+
+
+def _enable(folder: Path) -> None:
+    """Give ``folder``'s children the controllers a container's limits need (those the host
+    has): ``+memory +pids +cpu`` in its ``cgroup.subtree_control``, once per process."""
+    if folder in _enabled:
+        return
+    have = set((folder / "cgroup.controllers").read_text().split())
+    on = set((folder / "cgroup.subtree_control").read_text().split())
+    missing = [name for name in V2_CONTROLLERS if name in have and name not in on]
+    if missing:
+        (folder / "cgroup.subtree_control").write_text(" ".join(f"+{n}" for n in missing))
+    _enabled.add(folder)
+
+
+def _make_v2(path: Path, limit: int) -> Path | None:
+    try:
+        _enable(path.parent.parent)
+        path.parent.mkdir(exist_ok=True)
+        _enable(path.parent)
+        path.mkdir()
+        if not (path / "memory.max").exists():
+            raise OSError(f"no memory controller in {path.parent}")
+        (path / "memory.max").write_text(str(limit))
+        if (path / "memory.swap.max").exists():
+            (path / "memory.swap.max").write_text("0")
+        _enable(path)
+    except OSError as exc:
+        _enabled.discard(path)
+        log.info("no cgroup of our own (%s): the runtime sets the memory limit", exc)
+        remove_parent(path)
+        return None
+    return path
+
+
+def oom_killed(path: Path) -> bool:
+    """Did the OOM killer strike in our cgroup ``path`` (the container's, gone now, included)?
+
+    v2: its ``memory.events`` counts every kill below it. v1 counts the kill only in the
+    container's own cgroup, gone with it; ours remembers the peak, and a SIGKILL (the caller
+    checks) of a container that reached its limit is the OOM killer's."""
+    if (path / "memory.events").exists():
+        return _counter(path / "memory.events", "oom_kill") > 0
+    limit = _read_int(path / "memory.limit_in_bytes")
+    peak = _read_int(path / "memory.max_usage_in_bytes")
+    return limit > 0 and peak >= limit - (1 << 20)
+
+
+def remove_parent(path: Path) -> None:
+    """rmdir our cgroup ``<parent>/<cid>`` (and a leaf ``c`` the runtime left in it), in every
+    v1 hierarchy the runtime made it in on its way to its leaf. Whatever still runs in one is
+    killed first."""
+    _enabled.discard(path)
+    if unified():
+        folders = [path]
+    else:
+        rel = path.relative_to(MEMCG_ROOT)
+        folders = [MEMCG_ROOT / rel, *(h / rel for h in _v1_others(rel.parent))]
+    for base in folders:
+        for leaf in (base / "c", base):
+            for _ in range(50):
+                try:
+                    os.rmdir(leaf)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy: processes still in it
+                    _kill_all(leaf)
+                    time.sleep(0.02)
+
+
+def _v1_others(parent: Path) -> list[Path]:
+    """The v1 hierarchies other than memory that hold our ``parent`` folder."""
+    try:
+        return [h for h in ROOT.iterdir() if h != MEMCG_ROOT and (h / parent).is_dir()]
+    except OSError:
+        return []
+
+
+def _kill_all(cgroup: Path) -> None:
+    with contextlib.suppress(OSError):  # v2, Linux 5.14+: every process below, at once
+        (cgroup / "cgroup.kill").write_text("1")
+        return
+    try:
+        pids = [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def parents(parent: str) -> list[Path]:
+    """The folders our containers' cgroups are made in (``gc`` looks there)."""
+    if unified():
+        return [ROOT / parent.strip("/")]
+    return [MEMCG_ROOT / parent.strip("/")]
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# -- a logged-in user's delegated scope --------------------------------------------------------
+
+
+def user_service(uid: int | None = None) -> Path | None:
+    """This user's ``user@UID.service`` cgroup when systemd delegated it to the user (owned by
+    them), else None."""
+    uid = os.getuid() if uid is None else uid
+    path = ROOT / "user.slice" / f"user-{uid}.slice" / f"user@{uid}.service"
+    try:
+        return path if path.stat().st_uid == uid else None
+    except OSError:
+        return None
+
+
+def enter_user_scope(timeout: float = 10.0) -> str | None:
+    """Move this process into a transient scope of the user's own systemd manager with
+    ``Delegate=yes`` (``systemd-run --user --scope`` for a process already running): a login
+    shell sits in ``session-N.scope``, which the system owns, and no container started from
+    there could be moved into the user's delegated tree. None once done, else why not.
+
+    The user's manager moves the process through the system's manager (which lets a user
+    move their own processes into their own units); nothing runs as root."""
+    from .._programs import which
+
+    if os.geteuid() == 0 or not unified():
+        return "not needed"
+    if user_service() is None:
+        return f"no delegated user@{os.getuid()}.service (is the user's systemd running?)"
+    busctl = which("busctl")
+    if busctl is None:
+        return "no busctl (systemd) to ask the user's manager for a scope"
+    if not os.environ.get("DBUS_SESSION_BUS_ADDRESS") and not os.environ.get("XDG_RUNTIME_DIR"):
+        return "no user bus (XDG_RUNTIME_DIR is unset: not a login session)"
+    unit = f"gradebox-{os.getpid()}-{os.urandom(3).hex()}.scope"
+    argv = [busctl, "--user", "--quiet", "call", "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", "3",
+            "PIDs", "au", "1", str(os.getpid()), "Delegate", "b", "true",
+            "Description", "s", "gradebox runner (its containers' cgroups)", "0"]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, text=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the user's systemd did not answer: {exc}"
+    if done.returncode != 0:
+        return f"the user's systemd refused a scope: {done.stderr.strip()[:200]}"
+    deadline = time.monotonic() + timeout  # the job runs after the call returns
+    while time.monotonic() < deadline:
+        if _here().name == unit and v2_delegated() is not None:
+            log.info("cgroups: moved into %s, delegated by the user's systemd", unit)
+            return None
+        time.sleep(0.02)
+    return f"moved into {unit}, but no delegated memory and pids controllers there"
+
+
+def _here() -> Path:
+    """This process's cgroup v2 folder."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return ROOT / line[3:].strip().lstrip("/")
+    except OSError:
+        pass
+    return ROOT

@@ -11,10 +11,11 @@ Lifecycle: the bundle (``config.json``) is written, then ``runc run`` starts the
 with our pipes as its stdio; the gate blocks on its release line, so a container started
 ahead costs nothing at release but a pipe write. The timeout SIGKILLs the container's PID 1,
 and the kernel then kills every process in its pid namespace. The memory limit sits on a
-cgroup of our own, the parent of the container's: it outlives the runtime's cleanup, so after
-the exit it says whether the OOM killer struck, and then it is removed (one ``rmdir``, no
-second runtime call). Where that cgroup cannot be made (cgroup v2), ``runc run --keep`` and a
-``runc delete`` off the critical path do the same. State lives under a root of our own, in
+cgroup of our own, the parent of the container's, on cgroup v1 and v2 alike
+(``cgroups.make_parent``): it outlives the runtime's cleanup, so after the exit it says
+whether the OOM killer struck, and then it is removed (one ``rmdir``, no second runtime call).
+Only where that cgroup cannot be made does a runtime that can keep a container (``run
+--keep``, ``Runtime.keeps``) keep it for a ``delete`` off the critical path. State lives under a root of our own, in
 memory where it can (``state_root``), and every container id carries the runner's pid, so
 ``gradebox gc`` finds and removes what a SIGKILLed runner left.
 
@@ -75,7 +76,6 @@ log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec'
 
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner
-MEMCG_ROOT = Path("/sys/fs/cgroup/memory")
 SLOT_LOST = ("the sandbox's slot server was killed while the grader ran (out of memory?): "
              "how the grader ended is unknown")  # fmt: skip
 
@@ -158,7 +158,9 @@ def _owned(path: Path) -> bool:
     return mine and not shared
 
 
-_delegation: dict[int, str | None] = {}  # uid -> why the engine could not delegate (None: did)
+# uid -> why the engine could not delegate (None: it did); "scope" -> why no delegated scope
+# of the user's systemd could be entered (None: this runner is in one).
+_delegation: dict[int | str, str | None] = {}
 
 
 def oci_usable(
@@ -189,10 +191,17 @@ def rootless_cgroups(engine: _engine.Engine | None = None) -> str | None:
     if need be), else why not."""
     if cgroups.v2_delegated() is not None:
         return None
-    if (Path("/sys/fs/cgroup") / "cgroup.controllers").exists():
+    if cgroups.unified():
+        # A login shell (ssh, a console) sits in the system's session scope: the user's own
+        # systemd moves this runner into a delegated scope of its tree, once.
+        if "scope" not in _delegation:
+            _delegation["scope"] = cgroups.enter_user_scope()
+        if _delegation["scope"] is None:
+            return None
         return (
-            "cgroup v2 without a delegated subtree for this user: limits could not be "
-            "enforced (systemd: Delegate=yes for user@.service)"
+            f"cgroup v2 without a delegated subtree for this user ({_delegation['scope']}): "
+            "limits could not be enforced; run gradebox under `systemd-run --user --scope`, "
+            "or have systemd delegate user@.service (Delegate=yes)"
         )
     if cgroups.v1_delegated() is None:
         return None
@@ -257,12 +266,7 @@ class OciSandbox(EngineImages, Sandbox):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS,
                                  open_points=("/tmp", HOME), mapping=self.mapping)  # fmt: skip
-        # cgroup v2, delegated to a non-root user: the containers' cgroups go under it.
-        v2 = cgroups.v2_delegated() if self.mapping is not None else None
-        self.cgroup_parent = (
-            "/" + str((v2 / CGROUP_PARENT).relative_to("/sys/fs/cgroup")) if v2 else
-            f"/{CGROUP_PARENT}"
-        )  # fmt: skip
+        self.cgroup_parent = _cgroup_parent()
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -316,13 +320,15 @@ class OciSandbox(EngineImages, Sandbox):
         except EngineError as exc:
             return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
         slot = self.slots.acquire(spec.limits) if self.slots is not None else None
-        memcg = None if slot else _make_memcg(cid, int(spec.limits.memory))
+        # Our cgroup, the container's parent, holds its memory limit (none in a slot).
+        cg = None if slot else cgroups.make_parent(cid, int(spec.limits.memory),
+                                                   self.cgroup_parent)  # fmt: skip
         try:
             bundle.mkdir(parents=True, mode=0o700)
             channel = ReportChannel(bundle)
-            cgroup = None if slot else f"{self.cgroup_parent}/{cid}" + ("/c" if memcg else "")
+            cgroup = None if slot else f"{self.cgroup_parent}/{cid}" + ("/c" if cg else "")
             config = runtime_config(
-                spec, rootfs=rootfs, init_source=self.init, memory=memcg is None,
+                spec, rootfs=rootfs, init_source=self.init, memory=cg is None,
                 cgroup=cgroup, report=channel.path, direct=slot is not None,
             )  # fmt: skip
             if slot is not None:
@@ -341,11 +347,11 @@ class OciSandbox(EngineImages, Sandbox):
         except BaseException:  # a full disk, a signal: nothing of it is kept
             if slot is not None and self.slots is not None:
                 self.slots.release(slot)
-            if memcg is not None:
-                _remove_memcg(memcg)
+            if cg is not None:
+                cgroups.remove_parent(cg)
             _remove_bundle(bundle)
             raise
-        handle = OciPrepared(self, cid, bundle, spec, memcg=memcg, channel=channel, slot=slot)
+        handle = OciPrepared(self, cid, bundle, spec, cg=cg, channel=channel, slot=slot)
         with self._lock:
             self._live[cid] = handle
             closed = self._closed
@@ -367,9 +373,9 @@ class OciSandbox(EngineImages, Sandbox):
         if (self.state / cid).exists():  # kept (--keep), or its runtime was killed
             delete_container(self.runtime, self.state, cid, self.mapping, self.holder)
         _remove_bundle(bundle)
-        memcg = MEMCG_ROOT / CGROUP_PARENT / cid
-        if memcg.exists():
-            _remove_memcg(memcg)
+        for parent in cgroups.parents(self.cgroup_parent):
+            if (parent / cid).exists():
+                cgroups.remove_parent(parent / cid)
         with self._lock:
             self._live.pop(cid, None)
 
@@ -415,13 +421,13 @@ class OciPrepared(Prepared):
 
     def __init__(
         self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
-        start_error: str | None = None, memcg: Path | None = None,
+        start_error: str | None = None, cg: Path | None = None,
         channel: ReportChannel | None = None, slot: Slot | None = None,
     ) -> None:  # fmt: skip
         self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
         self.slot = slot  # the cgroups it starts in, made ahead (None: the runtime makes them)
         self.channel = channel  # what the gate and the init report (see gate.py)
-        self.memcg = memcg  # our memory cgroup, the container's parent (None: --keep instead)
+        self.cg = cg  # our cgroup, the container's parent (None: the runtime's own only)
         self.start_error = start_error
         self.proc: subprocess.Popen[bytes] | SlotProcess | None = None
         self._used = False
@@ -436,7 +442,7 @@ class OciPrepared(Prepared):
         manager = ("--cgroup-manager=disabled",) if slotted else ()
         argv = [box.runtime.binary, *manager, "--root", str(box.state),
                 "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", *(() if self.memcg or slotted else ("--keep",)),
+                "--log-format", "json", "run", *(("--keep",) if self.cg is None and not slotted and box.runtime.keeps else ()),
                 *(("--preserve-fds", "2") if slotted else ()), "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
 
@@ -562,7 +568,7 @@ class OciPrepared(Prepared):
         if self.slot is not None:
             oom = oom and self.slot.oom_killed()
         else:
-            oom = oom and _oom_killed(self.cid, self.memcg, self.box.cgroup_parent)
+            oom = oom and _oom_killed(self.cid, self.cg, self.box.cgroup_parent)
         return RunOutcome(
             exit_code=None if timed_out else code,
             stdout=bytes(out.stdout),
@@ -715,92 +721,22 @@ def _runtime_error(log_file: Path) -> str | None:
     return None
 
 
-def _oom_killed(cid: str, memcg: Path | None, parent: str = f"/{CGROUP_PARENT}") -> bool:
-    """Did the OOM killer strike (in our memory cgroup, else the container's own, v1 or v2)?"""
-    if memcg is not None:
-        # The kill is counted in the container's own cgroup, gone with it; ours remembers
-        # the peak. A SIGKILL (the caller checks) of a container that reached its limit is
-        # the OOM killer's.
-        limit = _read_int(memcg / "memory.limit_in_bytes")
-        peak = _read_int(memcg / "memory.max_usage_in_bytes")
-        return limit > 0 and peak >= limit - (1 << 20)
-    v1 = MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
+def _cgroup_parent() -> str:
+    """Where this runner's containers' cgroups go: ``/gradebox`` (root), ``/gradebox-<uid>``
+    (a non-root runner on cgroup v1), or a folder of the user's delegated cgroup v2 tree."""
+    v2 = cgroups.v2_delegated() if os.geteuid() != 0 else None
+    if v2 is not None:
+        return "/" + str((v2 / CGROUP_PARENT).relative_to("/sys/fs/cgroup"))
+    return f"/{CGROUP_PARENT}"
+
+
+def _oom_killed(cid: str, parent_cg: Path | None, parent: str = f"/{CGROUP_PARENT}") -> bool:
+    """Did the OOM killer strike (in our cgroup, else the container's own, kept)?"""
+    if parent_cg is not None:
+        return cgroups.oom_killed(parent_cg)
+    v1 = cgroups.MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
     v2 = Path("/sys/fs/cgroup") / parent.lstrip("/") / cid / "memory.events"
-    return any(_counter(path, "oom_kill") > 0 for path in (v1, v2))
-
-
-def _make_memcg(cid: str, limit: int) -> Path | None:
-    """A cgroup v1 memory cgroup of ``limit`` bytes (and as much memory+swap: no swap) that
-    the container's cgroup goes under. None where there is no v1 memory controller."""
-    parent = MEMCG_ROOT / CGROUP_PARENT
-    if not (MEMCG_ROOT / "memory.limit_in_bytes").exists():
-        return None
-    path = parent / cid
-    try:
-        parent.mkdir(exist_ok=True)
-        path.mkdir()
-        (path / "memory.limit_in_bytes").write_text(str(limit))
-        if (path / "memory.memsw.limit_in_bytes").exists():
-            (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
-    except OSError as exc:
-        log.info("no memory cgroup of our own (%s): the runtime keeps the container", exc)
-        _remove_memcg(path)
-        return None
-    return path
-
-
-def _remove_memcg(path: Path) -> None:
-    """rmdir our cgroup ``gradebox/<cid>`` (and a leaf ``c`` the runtime left in it) in every
-    controller: the runtime removes only its leaf, and made the rest on its way there.
-    Whatever still runs in one is killed first."""
-    cid = path.name
-    for controller in [MEMCG_ROOT, *_controllers()]:
-        base = controller / CGROUP_PARENT / cid
-        for leaf in (base / "c", base):
-            for _ in range(50):
-                try:
-                    os.rmdir(leaf)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # busy: processes still in it
-                    for pid in _pids(leaf):
-                        with contextlib.suppress(OSError):
-                            os.kill(pid, signal.SIGKILL)
-                    time.sleep(0.02)
-
-
-def _controllers() -> list[Path]:
-    root = MEMCG_ROOT.parent
-    try:
-        return [p for p in root.iterdir() if p != MEMCG_ROOT and (p / CGROUP_PARENT).is_dir()]
-    except OSError:
-        return []
-
-
-def _pids(cgroup: Path) -> list[int]:
-    try:
-        return [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
-
-
-def _counter(path: Path, key: str) -> int:
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
+    return any(cgroups._counter(path, "oom_kill") > 0 for path in (v1, v2))
 
 
 def _runtime_call(runtime: Runtime, args: list[str], mapping: userns.IdMap | None,
@@ -860,7 +796,8 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
     bundles = [root / "bundles" for root in roots]
     mapping = userns.id_map() if os.geteuid() != 0 else None
     names: set[str] = set()
-    for folder in (*(state for _, state in states), *bundles, MEMCG_ROOT / CGROUP_PARENT):
+    cgs = cgroups.parents(_cgroup_parent())
+    for folder in (*(state for _, state in states), *bundles, *cgs):
         if folder.is_dir():
             names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
     removed = []
@@ -871,7 +808,8 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
                     delete_container(runtime, state, cid, mapping)
             for folder in bundles:
                 _remove_bundle(folder / cid)
-            _remove_memcg(MEMCG_ROOT / CGROUP_PARENT / cid)
+            for folder in cgs:
+                cgroups.remove_parent(folder / cid)
             for runtime, state in states:
                 # Once more, now that its processes are killed: rootless crun cannot signal
                 # a container's from a user namespace other than the one it ran in.

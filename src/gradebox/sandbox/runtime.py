@@ -40,10 +40,30 @@ class Runtime:
     """An OCI runtime: its name (``crun``, ``runc``), its program, why it was chosen, and
     whether it must run where the hybrid cgroup2 mount is covered (``hide_v2``)."""
 
-    __slots__ = ("binary", "hide_v2", "name", "why")
+    __slots__ = ("_keeps", "binary", "hide_v2", "name", "why")
 
     def __init__(self, name: str, binary: str, why: str, hide_v2: bool = False) -> None:
         self.name, self.binary, self.why, self.hide_v2 = name, binary, why, hide_v2
+        self._keeps: bool | None = None
+
+    @property
+    def keeps(self) -> bool:
+        """Can ``run --keep`` keep a container after its exit (runc can; crun only from 1.9:
+        Debian 12's 1.8.1 refuses the flag and starts nothing)? Asked of the program itself,
+        once: what a runtime supports, not its name, decides."""
+        if self._keeps is None:
+            import re
+            import subprocess
+
+            try:
+                done = subprocess.run([self.binary, "run", "--help"], capture_output=True,
+                                      timeout=10, stdin=subprocess.DEVNULL)  # fmt: skip
+                # An option line of its own ("--keep   do not delete ..."), not a word in prose.
+                found = re.search(rb"(?m)^\s*--keep(?![\w-])", done.stdout + done.stderr)
+                self._keeps = found is not None
+            except (OSError, subprocess.TimeoutExpired):
+                self._keeps = False
+        return self._keeps
 
     def __repr__(self) -> str:
         return f"Runtime({self.name!r}, {self.binary!r})"
