@@ -57,8 +57,9 @@ def _host_cgroup(pid: int) -> Path:
     raise AssertionError(f"no memory cgroup for {pid}")
 
 
-def test_each_grader_has_its_own_limits_on_our_cgroup_and_nothing_is_left(per_container,
-                                                                          python_image):
+def test_each_grader_has_its_own_limits_on_our_cgroup_and_nothing_is_left(
+    per_container, python_image
+):
     """Read from the host while the grader runs: the container's cgroup is a leaf under ours,
     ours holds the memory limit (no swap), the leaf the pids limit; after the run neither is
     there."""
@@ -151,8 +152,9 @@ prepared.execute()
 
 
 @pytest.mark.parametrize("runtime", ["crun", "runc"])
-def test_a_runner_killed_with_sigkill_leaves_nothing_once_gc_runs(runtime, python_image, engine,
-                                                                  monkeypatch):
+def test_a_runner_killed_with_sigkill_leaves_nothing_once_gc_runs(
+    runtime, python_image, engine, monkeypatch
+):
     """A bare library user, no watchdog: ``gradebox gc`` kills the container and removes its
     cgroups and state."""
     from gradebox.sandbox.oci import collect_garbage

@@ -78,7 +78,11 @@ def auto_reason() -> tuple[str, str]:
             runtime += ", cgroup slots made ahead"
         if os.geteuid() == 0:
             return "oci", f"{runtime}, as root: the fastest backend, every limit kept"
-        return "oci", f"{runtime}, rootless in a user namespace, limits in this user's cgroups"
+        from .cgroups import scope_entered
+
+        where = f" (a delegated scope of its systemd: {scope_entered[0]})" if scope_entered else ""
+        return "oci", (f"{runtime}, rootless in a user namespace, limits in this user's "
+                       f"cgroups{where}")  # fmt: skip
     return "docker", f"the OCI backend cannot keep every promise here: {why}"
 
 

@@ -189,6 +189,7 @@ def _make_v1(path: Path, limit: int) -> Path | None:
 
 
 _enabled: set[Path] = set()  # folders whose subtree_control already has what we need
+scope_entered: list[str] = []  # the transient scope ``enter_user_scope`` moved us into
 
 
 def _enable(folder: Path) -> None:
@@ -354,6 +355,7 @@ def enter_user_scope(timeout: float = 10.0) -> str | None:
     deadline = time.monotonic() + timeout  # the job runs after the call returns
     while time.monotonic() < deadline:
         if _here().name == unit and v2_delegated() is not None:
+            scope_entered.append(unit)
             log.info("cgroups: moved into %s, delegated by the user's systemd", unit)
             return None
         time.sleep(0.02)

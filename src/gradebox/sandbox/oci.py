@@ -15,9 +15,9 @@ cgroup of our own, the parent of the container's, on cgroup v1 and v2 alike
 (``cgroups.make_parent``): it outlives the runtime's cleanup, so after the exit it says
 whether the OOM killer struck, and then it is removed (one ``rmdir``, no second runtime call).
 Only where that cgroup cannot be made does a runtime that can keep a container (``run
---keep``, ``Runtime.keeps``) keep it for a ``delete`` off the critical path. State lives under a root of our own, in
-memory where it can (``state_root``), and every container id carries the runner's pid, so
-``gradebox gc`` finds and removes what a SIGKILLed runner left.
+--keep``, ``Runtime.keeps``) keep it for a ``delete`` off the critical path. State lives
+under a root of our own, in memory where it can (``state_root``), and every container id
+carries the runner's pid, so ``gradebox gc`` finds and removes what a SIGKILLed runner left.
 
 Without root it runs rootless (runc's own rootless mode): each container in a user namespace
 of the runner's (``userns.py``: the grader keeps the runner's uid, every other id is a
@@ -440,9 +440,10 @@ class OciPrepared(Prepared):
         # channel and the command's own wait on 3 and 4 (gate.direct_command), no entry shell.
         slotted = self.slot is not None
         manager = ("--cgroup-manager=disabled",) if slotted else ()
+        keep = ("--keep",) if self.cg is None and not slotted and box.runtime.keeps else ()
         argv = [box.runtime.binary, *manager, "--root", str(box.state),
                 "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", *(("--keep",) if self.cg is None and not slotted and box.runtime.keeps else ()),
+                "--log-format", "json", "run", *keep,
                 *(("--preserve-fds", "2") if slotted else ()), "--bundle", str(self.bundle),
                 "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
 
