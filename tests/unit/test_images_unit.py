@@ -46,6 +46,54 @@ def test_input_hash_tracks_files_and_base(tmp_path: Path):
     assert h1 != input_hash(tmp_path, "sha256:a")
 
 
+def test_input_hash_leaves_out_bytecode_caches(tmp_path: Path):
+    """pip compiles the .py files of the definitions it installs from a wheel: the installed
+    folder hashes as the checkout's, so images built from either are up to date for both."""
+    write(tmp_path / "Dockerfile", "FROM x\n")
+    write(tmp_path / "gradebox" / "sdk.py", "x = 1\n")
+    before = input_hash(tmp_path, "sha256:a")
+    write(tmp_path / "gradebox" / "__pycache__" / "sdk.cpython-311.pyc", "compiled")
+    write(tmp_path / "__pycache__" / "t.cpython-311.pyc", "compiled")
+    write(tmp_path / "stray.pyc", "compiled")
+    assert input_hash(tmp_path, "sha256:a") == before
+
+
+def test_the_wheel_holds_the_definitions_and_not_the_lock(tmp_path: Path):
+    """``pip wheel`` of the checkout: every file of images/ (links followed) is package data
+    of gradebox.images, byte for byte, and the user's lock is not (~1 s, no index)."""
+    import zipfile
+
+    from gradebox.images import catalog
+    from tests.wheel import ROOT, build_wheel
+
+    wheel = build_wheel(tmp_path)
+    prefix = f"gradebox/images/{catalog.DEFINITIONS}/"
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = {n[len(prefix) :]: whl.read(n) for n in whl.namelist() if n.startswith(prefix)}
+    images = ROOT / "images"
+    expected = {
+        p.relative_to(images).as_posix(): p.read_bytes()
+        for p in images.rglob("*")
+        if p.is_file() and p.name != catalog.LOCK_FILE and "__pycache__" not in p.parts
+    }
+    assert shipped.keys() == expected.keys()
+    assert shipped == expected
+
+
+def test_the_lock_of_an_installed_gradebox_is_in_the_data_folder(tmp_path, monkeypatch):
+    from gradebox.images import catalog, lock_path
+
+    monkeypatch.delenv("GRADEBOX_IMAGES_DIR", raising=False)
+    monkeypatch.setattr(catalog, "_checkout", lambda: None)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert lock_path() == tmp_path / "data" / "gradebox" / "images.lock.json"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lock_path() == tmp_path / "home" / ".local/share/gradebox/images.lock.json"
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(tmp_path / "mine"))
+    assert lock_path() == tmp_path / "mine" / "images.lock.json"
+
+
 def test_qualified_names(monkeypatch):
     monkeypatch.delenv("GRADEBOX_IMAGE_REPO", raising=False)
     assert qualified("python") == "gradebox/python:latest"

@@ -245,18 +245,27 @@ def test_the_image_catalogue_is_never_found_from_the_current_folder(tmp_path, mo
     site = (tmp_path / "usr" if layout == "installed" else pack / ".venv") / (
         "lib/python3.11/site-packages")  # fmt: skip
     monkeypatch.setattr(catalog, "_HERE", site / "gradebox" / "images" / "catalog.py")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.chdir(pack)
+    # Installed without its definitions: none at all, never the pack's.
+    monkeypatch.setattr(catalog, "_packaged", lambda: None)
     with pytest.raises(ImageError, match="GRADEBOX_IMAGES_DIR"):
         catalog.images_dir()
+    # Installed from a wheel: its own definitions (package data), the lock in the user's data
+    # folder; neither is the pack's.
+    shipped = site / "gradebox" / "images" / "definitions"
+    monkeypatch.setattr(catalog, "_packaged", lambda: shipped)
+    assert catalog.images_dir() == shipped
+    assert catalog.lock_dir() == tmp_path / "data" / "gradebox"
     # Control: a checkout (src layout with its pyproject.toml) has its catalogue; the
     # operator's variable wins.
     checkout = tmp_path / "checkout"
     write(checkout / "pyproject.toml", "")
     write(checkout / "images" / "base" / "Dockerfile", "FROM scratch\n")
     monkeypatch.setattr(catalog, "_HERE", checkout / "src/gradebox/images/catalog.py")
-    assert catalog.images_dir() == checkout / "images"
+    assert catalog.images_dir() == catalog.lock_dir() == checkout / "images"
     monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(pack / "images"))
-    assert catalog.images_dir() == pack / "images"
+    assert catalog.images_dir() == catalog.lock_dir() == pack / "images"
 
 
 # -- another local user's files on the walk up -------------------------------------------------

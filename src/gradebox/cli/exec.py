@@ -751,16 +751,15 @@ def _shebang(cwd: Path, program: str) -> bytes | None:
 
 
 def _locked_id(name: str) -> str | None:
-    """The id ``images/images.lock.json`` pins ``name`` to; None without a lock or entry."""
+    """The id ``images.lock.json`` pins ``name`` to; None without a lock or entry."""
     import json
 
-    from ..errors import ImageError
-    from ..images.catalog import images_dir
+    from ..images.catalog import LOCK_FILE, lock_dir
 
     try:
-        path = images_dir() / "images.lock.json"
+        path = lock_dir() / LOCK_FILE
         entry = json.loads(path.read_text(encoding="utf-8"))["images"][name]
         iid = entry["id"]
-    except (ImageError, OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return iid if isinstance(iid, str) and iid.startswith("sha256:") else None

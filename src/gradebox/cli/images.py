@@ -104,7 +104,7 @@ def list_(as_json: JsonOpt = False) -> None:
 
 def _needed_ids(engine: Engine) -> set[str]:
     """Image ids a run may still use: locked ones and gradebox's current images."""
-    lock = img.read_lock() if _has_images() else None
+    lock = img.read_lock()
     ids = {e.id for e in lock.images.values()} if lock else set()
     ids |= {str(i["Id"]) for i in engine.images(img.LABEL_IMAGE)}
     ids |= {str(i["Id"]) for i in engine.images(img.LABEL_INPUTS)}
@@ -117,14 +117,6 @@ def _cache_rows(engine: Engine) -> list[dict[str, object]]:
         {"id": e.image_id, "path": str(e.path), "size": e.size, "needed": e.image_id in needed}
         for e in RootfsCache(None).entries()
     ]
-
-
-def _has_images() -> bool:
-    try:
-        img.images_dir()
-    except ImageError:
-        return False
-    return True
 
 
 @app.command("prune")
@@ -144,7 +136,8 @@ def prune(as_json: JsonOpt = False) -> None:
 
 @app.command("lock")
 def lock(as_json: JsonOpt = False) -> None:
-    """Write images/images.lock.json: each image's id, its base's id and its input hash."""
+    """Write images.lock.json (in a checkout images/, installed the user's data folder): each
+    image's id, its base's id and its input hash."""
     out = Output(as_json)
     written = img.write_lock(Engine.connect())
     if as_json:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         image_names,
         images_dir,
         input_hash,
+        lock_dir,
         qualified,
         repo,
     )
@@ -60,6 +61,7 @@ _WHERE = {
     "image_names": "catalog",
     "images_dir": "catalog",
     "input_hash": "catalog",
+    "lock_dir": "catalog",
     "qualified": "catalog",
     "repo": "catalog",
     "Lock": "lock",
@@ -102,6 +104,7 @@ __all__ = [
     "image_names",
     "images_dir",
     "input_hash",
+    "lock_dir",
     "lock_path",
     "qualified",
     "read_lock",

@@ -19,6 +19,7 @@ from ..scratch import scratch_folder
 from .apt import BASE_PACKAGES, _base_inputs, apt_mirror
 from .catalog import (
     BASE,
+    BUILT_BY_PYTHON,
     LABEL_IMAGE,
     LABEL_INPUTS,
     TAG,
@@ -186,10 +187,11 @@ def build_image(
     say(f"building {qualified(name)}")
     last = ""
     with scratch_folder("build") as tmp:
-        context = folder
+        # Always a copy: links followed (the sdk is a link into src/), bytecode caches left out
+        # (an installed gradebox's definitions have them), the wheels added beside.
+        context = Path(tmp) / "context"
+        shutil.copytree(folder, context, ignore=shutil.ignore_patterns(*BUILT_BY_PYTHON))
         if (folder / PYPI_LOCK).is_file():
-            context = Path(tmp) / "context"
-            shutil.copytree(folder, context)
             fetch_wheels(folder / PYPI_LOCK, context / "wheels")
         for chunk in engine.build(
             path=str(context),

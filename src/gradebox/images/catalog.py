@@ -1,4 +1,5 @@
-"""Names, folders and input hashes of the runtime images in ``images/``."""
+"""Names, folders and input hashes of the runtime images in ``images/``, and where their lock
+is kept."""
 
 from __future__ import annotations
 
@@ -22,31 +23,89 @@ LABEL_IMAGE = "gradebox.image"
 
 _HERE = Path(__file__).resolve()  # a name tests can point elsewhere
 
+DEFINITIONS = "definitions"
+"""The image folders in a built wheel: ``gradebox/images/definitions/`` (``setup.py`` copies
+the repository's ``images/`` there; an editable install reads the checkout's)."""
+LOCK_FILE = "images.lock.json"
+
 
 def images_dir() -> Path:
     """Where the image folders are: $GRADEBOX_IMAGES_DIR (the operator's), else ``images/``
     of the checkout this module was loaded from (``<root>/src/gradebox/images/``, the root
-    holding ``pyproject.toml``). Never a folder found from the current folder or above the
-    installed package: that would let a grader pack (or the project a virtualenv sits in)
-    pin the short image names and their lock (docs/security.md, provenance)."""
+    holding ``pyproject.toml``), else the definitions installed with this package (a wheel's
+    package data). Never a folder found from the current folder or above the installed
+    package: that would let a grader pack (or the project a virtualenv sits in) pin the short
+    image names and their lock (docs/security.md, provenance)."""
     env = os.environ.get("GRADEBOX_IMAGES_DIR")
     if env:
         return Path(env)
+    root = _checkout()
+    if root is not None:
+        return root / "images"
+    packaged = _packaged()
+    if packaged is not None:
+        return packaged
+    raise ImageError(
+        "cannot find the image definitions: this gradebox is neither run from its checkout "
+        f"nor installed with gradebox/images/{DEFINITIONS}/ (reinstall it from a wheel); or "
+        "set GRADEBOX_IMAGES_DIR to an images/ folder"
+    )
+
+
+def lock_dir() -> Path:
+    """The folder of ``images.lock.json``: $GRADEBOX_IMAGES_DIR, else the checkout's
+    ``images/`` (beside the definitions, as ever), else this user's data folder
+    (``$XDG_DATA_HOME/gradebox``, else ``~/.local/share/gradebox``). Not beside an installed
+    package's definitions: those are replaced on every upgrade, shared by every user of that
+    install, and often not writable; image ids are this machine's engine's, so the lock is
+    this machine's user's, and it is a reviewed record, kept apart from the caches that
+    ``gc`` and a cleaned ``~/.cache`` drop. Standard library only: ``exec`` reads it."""
+    env = os.environ.get("GRADEBOX_IMAGES_DIR")
+    if env:
+        return Path(env)
+    root = _checkout()
+    if root is not None:
+        return root / "images"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "gradebox"
+
+
+def _checkout() -> Path | None:
+    """The checkout this module runs from (an editable install too), or None."""
     package = _HERE.parent.parent  # .../gradebox
     root = package.parent.parent  # the checkout, when the package is its src/gradebox
     if package.parent.name == "src" and (root / "pyproject.toml").is_file() and (
             root / "images" / BASE).is_dir():  # fmt: skip
-        return root / "images"
-    raise ImageError(
-        "cannot find the images/ folder: this gradebox is not run from its checkout; set "
-        "GRADEBOX_IMAGES_DIR to it"
-    )
+        return root
+    return None
+
+
+def _packaged() -> Path | None:
+    """The definitions shipped in this package, read through importlib.resources; None when
+    absent (an editable install, or a build that left them out). A real folder is needed:
+    the engine is sent each image's folder as its build context."""
+    from importlib.resources import files  # here: only an installed gradebox needs it
+
+    found = files(__package__) / DEFINITIONS
+    return found if isinstance(found, Path) and (found / BASE).is_dir() else None
 
 
 def image_names(directory: Path | None = None) -> list[str]:
     """Every image folder with a Dockerfile (the base is built by bootstrap, not listed)."""
     directory = directory or images_dir()
     return sorted(p.name for p in directory.iterdir() if (p / "Dockerfile").is_file())
+
+
+# pip compiles every .py file of a wheel it installs, the image definitions' too (the sdk the
+# python image carries): the installed folder then holds __pycache__/ that the checkout's has
+# not. Neither an input nor build context: the same definitions hash the same wherever they are.
+BUILT_BY_PYTHON = ("__pycache__", "*.pyc")
+
+
+def _by_python(relative: Path) -> bool:
+    return "__pycache__" in relative.parts or relative.suffix == ".pyc"
 
 
 def repo() -> str:
@@ -68,12 +127,14 @@ def qualified(name: str) -> str:
 
 
 def input_hash(folder: Path, base_id: str) -> str:
-    """sha256 over every file in ``folder`` (path and bytes) and the base image id."""
+    """sha256 over every file in ``folder`` (path and bytes) and the base image id; bytecode
+    caches left out (``BUILT_BY_PYTHON``)."""
     import hashlib  # here: loading OpenSSL costs `exec`'s hot path ~4 ms, and only builds hash
 
     h = hashlib.sha256()
     h.update(base_id.encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    files = (p for p in folder.rglob("*") if p.is_file() and not _by_python(p.relative_to(folder)))
+    for path in sorted(files):
         h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
     return "sha256:" + h.hexdigest()

@@ -1,4 +1,5 @@
-"""The lock: which image id each name must be (``images/images.lock.json``)."""
+"""The lock: which image id each name must be (``images.lock.json``: in a checkout
+``images/``, for an installed gradebox the user's data folder; ``catalog.lock_dir``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..atomic import write_atomic
 from ..engine import Engine
 from ..errors import ImageError
 from .build import _current, status
-from .catalog import BASE, images_dir
+from .catalog import BASE, LOCK_FILE, lock_dir
 
 
 class LockEntry(BaseModel):
@@ -32,7 +33,9 @@ class Lock(BaseModel):
 
 
 def lock_path(directory: Path | None = None) -> Path:
-    return (directory or images_dir()) / "images.lock.json"
+    """``images.lock.json`` in ``directory``, else where this gradebox keeps it
+    (``catalog.lock_dir``: the checkout's images/, or the user's data folder)."""
+    return (directory or lock_dir()) / LOCK_FILE
 
 
 def read_lock(path: Path | None = None) -> Lock | None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine import Engine, NotFound
 from ..errors import ImageError
-from .catalog import LABEL_INPUTS, images_dir, input_hash, qualified, repo
+from .catalog import LABEL_INPUTS, input_hash, qualified, repo
 from .lock import Lock, lock_path, read_lock
 
 log = logging.getLogger("gradebox.images")
@@ -71,7 +71,7 @@ class ImageResolver:
     @property
     def lock(self) -> Lock | None:
         if self._lock_file is None:
-            self._lock_file = read_lock() if _has_images_dir() else None
+            self._lock_file = read_lock()
         return self._lock_file
 
     def resolve(self, ref: str | ImageBuild, source_dir: Path | None = None) -> str:
@@ -156,11 +156,3 @@ class ImageResolver:
                 raise ImageError(f"building {dockerfile} failed: {chunk['error'].strip()}")
         self.builds += 1
         return str(self.engine.image(tag)["Id"])
-
-
-def _has_images_dir() -> bool:
-    try:
-        images_dir()
-    except ImageError:
-        return False
-    return True
