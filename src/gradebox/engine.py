@@ -162,6 +162,11 @@ class Engine:
     def version(self) -> str:
         return str(self.api.version().get("Version", "?"))
 
+    @_engine_call("info")
+    def info(self) -> dict[str, Any]:
+        """``docker info``: the storage driver, the cgroup version, the runtimes..."""
+        return dict(self.api.info())
+
     # -- containers ------------------------------------------------------------------------
 
     @_engine_call("create")

@@ -2,9 +2,10 @@
 
 Library errors become one-line messages here, in one place; ``--debug`` shows tracebacks.
 
-Exit codes: 0 success/passed, 1 failed, 2 invalid configuration or usage (nothing ran),
-3 a grader errored, 4 infrastructure failure (engine unreachable, build failed), 5 out of
-space (a folder we write: results, scratch; finished results kept), 130 Ctrl-C.
+Exit codes: 0 success/passed, 1 failed (``doctor``: a piece is missing), 2 invalid
+configuration or usage (nothing ran), 3 a grader errored, 4 infrastructure failure (engine
+unreachable, build failed), 5 out of space (a folder we write: results, scratch; finished
+results kept), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..errors import GradeboxError
 from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
+from .doctor import doctor
 from .failures import EXIT_STORAGE as EXIT_STORAGE  # re-exported: the app's, as it was
 from .failures import failure
 from .grade import grade
@@ -81,6 +83,7 @@ app.command()(handled(report))
 app.command()(handled(view))
 app.command()(handled(gc))
 app.command()(handled(schemas))
+app.command()(handled(doctor))
 for command in images_cmd.app.registered_commands:
     command.callback = handled(command.callback)
 app.add_typer(images_cmd.app, name="images")

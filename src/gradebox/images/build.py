@@ -81,12 +81,11 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
     if os.geteuid() != 0:
         return _bootstrap_unshared(engine, say)
     mirror = apt_mirror()
-    tool = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
-    if not Path(tool).exists():
-        raise ImageError(
-            "debootstrap is needed to build the base image without a registry: "
-            "apt-get install debootstrap (or run `make images`, which installs it)"
-        )
+    unusable = bootstrap_unusable()
+    if unusable:
+        why, fix = unusable
+        raise ImageError(f"{why}: {fix} (or run `make images`, which installs it)")
+    tool = _debootstrap()
     with scratch_folder("rootfs") as tmp:
         rootfs = Path(tmp) / "rootfs"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
@@ -119,6 +118,30 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
     return str(engine.image(qualified(BASE))["Id"])
 
 
+def _debootstrap() -> str:
+    return shutil.which("debootstrap") or "/usr/sbin/debootstrap"  # root's PATH may lack sbin
+
+
+def bootstrap_unusable() -> tuple[str, str] | None:
+    """Why this user cannot bootstrap the base image here, and the one line that fixes it;
+    None: it can. As root debootstrap; anyone else mmdebstrap in a user namespace of their
+    subordinate ids (``gradebox doctor`` asks this too)."""
+    if os.geteuid() == 0:
+        if not Path(_debootstrap()).exists():
+            why = "debootstrap is needed to build the base image without a registry"
+            return why, "apt-get install debootstrap"
+        return None
+    from .. import subids as userns
+
+    why = "no mmdebstrap" if shutil.which("mmdebstrap") is None else userns.missing()
+    if why:
+        return (
+            f"building the base image without root needs mmdebstrap and subordinate ids ({why})",
+            userns.prerequisite(),
+        )
+    return None
+
+
 def _base_changes(mirror: object) -> list[str]:
     return [
         f"LABEL {LABEL_INPUTS}={_base_inputs(mirror)}",  # type: ignore[arg-type]
@@ -130,16 +153,12 @@ def _base_changes(mirror: object) -> list[str]:
 
 def _bootstrap_unshared(engine: Engine, say: Callable[[str], None]) -> str:
     """``bootstrap_base`` for a non-root user: mmdebstrap --mode=unshare writes the tarball."""
-    from .. import subids as userns
-
     mirror = apt_mirror()
+    unusable = bootstrap_unusable()
+    if unusable:
+        why, fix = unusable
+        raise ImageError(f"{why}; once, as root: {fix}")
     tool = shutil.which("mmdebstrap")
-    why = "no mmdebstrap" if tool is None else userns.missing()
-    if why:
-        raise ImageError(
-            f"building the base image without root needs mmdebstrap and subordinate ids "
-            f"({why}); once, as root: {userns.prerequisite()}"
-        )
     assert tool is not None
     with scratch_folder("rootfs") as tmp:
         tar_path = Path(tmp) / "rootfs.tar"
