@@ -1,7 +1,7 @@
 """``pip install gradebox`` on a machine with no checkout (issue 44): the wheel built from this
 checkout, installed into a fresh venv outside it (``tests/wheel.py``), finds its own image
-definitions, keeps its lock in the user's data folder, and runs the quickstart from a folder
-that is not the checkout.
+definitions, keeps its lock in the user's data folder, says so in ``gradebox doctor``, and runs
+the quickstart from a folder that is not the checkout.
 
 The images are the ones ``make test`` built before the suite. They are not rebuilt from the
 wheel (minutes of debootstrap and apt): instead the wheel's ``images list`` must find every
@@ -80,6 +80,12 @@ def test_the_lock_is_the_users_and_the_quickstart_runs_locked(installed):
     assert str(lock) in locked.stdout and lock.is_file()
     assert (checkout_lock.stat().st_mtime_ns if checkout_lock.exists() else None) == before
     assert gradebox(installed, "images", "verify").returncode == 0
+    doctor = gradebox(installed, "doctor", "--json")
+    rows = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert doctor.returncode == 0, rows
+    definitions = installed["python"].parent.parent  # the venv: the wheel's package data
+    assert rows["image definitions"]["detail"].startswith(str(definitions))
+    assert rows["image lock"]["detail"].startswith(f"{lock}:")
 
     run = gradebox(installed, "run", "quickstart/suite.yaml", "--out", "runs", "--locked")
     # Exit 1: the quickstart fails one test on purpose (as `make demo` says); nothing errored.
