@@ -39,10 +39,12 @@ def doctor(as_json: JsonOpt = False) -> None:
                       "checks": [c.as_dict() for c in checks]})  # fmt: skip
     else:
         table = Table(title=f"gradebox doctor (as {user_name()}, uid {os.geteuid()})")
-        for col in ("check", "state", "what this machine gives", "fix"):
-            table.add_column(col)
+        fixes = any(c.fix for c in checks)  # no empty column where nothing needs fixing
+        for col in ("check", "state", "what this machine gives", *(("fix",) if fixes else ())):
+            table.add_column(col, overflow="fold")
         for c in checks:
-            table.add_row(c.name, MARKS[c.state], escape(c.detail), escape(c.fix or ""))
+            fix = (escape(c.fix or ""),) if fixes else ()
+            table.add_row(c.name, MARKS[c.state], escape(c.detail), *fix)
         out.console.print(table)
         missing = [c.name for c in checks if c.state == dr.MISSING]
         if missing:
