@@ -24,6 +24,8 @@ Wants=docker.service
 After=docker.service containerd.service systemd-logind.service systemd-user-sessions.service
 RequiresMountsFor=/mnt/share
 ConditionPathExists=/mnt/share/inside.sh
+SuccessAction=poweroff
+FailureAction=poweroff
 
 [Service]
 Type=oneshot
@@ -31,8 +33,6 @@ ExecStart=/bin/bash /mnt/share/inside.sh
 StandardOutput=journal+console
 StandardError=journal+console
 TimeoutStartSec=infinity
-SuccessAction=poweroff
-FailureAction=poweroff
 
 [Install]
 WantedBy=multi-user.target

@@ -49,7 +49,8 @@ rc=0
 {
     rm -rf "$APP" && mkdir -p "$APP" && tar -xf "$SHARE/checkout.tar" -C "$APP" &&
     python3 -m venv "$APP/.venv" &&
-    "$APP/.venv/bin/pip" install -q --no-index --find-links "$SHARE/wheels" -r "$SHARE/requirements.txt" &&
+    "$APP/.venv/bin/pip" install -q --no-index --find-links "$SHARE/wheels" --no-compile \
+        -r "$SHARE/requirements.txt" &&
     "$APP/.venv/bin/pip" install -q --no-index --find-links "$SHARE/wheels" --no-deps -e "$APP" &&
     "$PY" -m compileall -q "$APP/src/gradebox" &&
     chmod -R a+rX "$APP"
@@ -63,11 +64,33 @@ t=$SECONDS
 for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 1; done
 docker info --format 'docker {{.ServerVersion}}: cgroup v{{.CgroupVersion}} ({{.CgroupDriver}}), storage {{.Driver}}, security {{.SecurityOptions}}' \
     | tee -a "$OUT/guest-info.txt"
+# `docker load` of each image first (the CLI waits as long as the engine takes), then
+# `gradebox images load` of the same archive: the product's path, which verifies each image
+# against the lock, now without the layers to write. Loading 1.2 GiB takes this emulated engine
+# longer than the SDK's 120 s read timeout: `gradebox images load` alone fails here.
 rc=0
-(cd "$APP" && "$APP/.venv/bin/gradebox" images load "$SHARE/images.tar") || rc=$?
-phase images-load $((SECONDS - t)) $rc
-log "images load: exit $rc in $((SECONDS - t))s"
+python3 - "$SHARE/images.tar" <<'PY' || rc=$?
+import shutil, subprocess, sys, tarfile
+with tarfile.open(sys.argv[1]) as archive:  # each image's `docker save`, streamed to the CLI
+    for member in archive:
+        if member.name.endswith(".tar"):
+            load = subprocess.Popen(["docker", "load", "-q"], stdin=subprocess.PIPE)
+            shutil.copyfileobj(archive.extractfile(member), load.stdin, 1 << 20)
+            load.stdin.close()
+            if load.wait() != 0:
+                sys.exit(f"docker load of {member.name} failed")
+PY
+phase docker-load $((SECONDS - t)) $rc
+log "docker load: exit $rc in $((SECONDS - t))s"
 if [ $rc != 0 ]; then OVERALL=2; finish; fi
+t=$SECONDS rc=0
+(cd "$APP" && "$APP/.venv/bin/gradebox" images load "$SHARE/images.tar") || rc=$?
+phase images-load $((SECONDS - t)) $rc "gradebox images load (the layers already there)"
+log "gradebox images load: exit $rc in $((SECONDS - t))s"
+if [ $rc != 0 ]; then
+    OVERALL=1  # the product's load failed: said, and the subsets still run on verified images
+    (cd "$APP" && "$APP/.venv/bin/gradebox" images verify) || { OVERALL=2; finish; }
+fi
 
 # --- the subsets ---
 run_timed() {  # run_timed NAME CMD...: the subset's exit code, 124 when out of time
@@ -132,7 +155,10 @@ for subset in $SUBSETS; do
         adversarial) pytest_subset "$subset" tests/docker/test_adversarial.py ;;
         faults)      pytest_subset "$subset" tests/docker/test_faults.py ;;
         runtimes)    pytest_subset "$subset" tests/docker/test_runtimes.py ;;
-        slots)       pytest_subset "$subset" tests/docker/test_slots.py tests/unit/test_slots.py ;;
+        slots)       # the v2 counterpart of the slots (a cgroup per container), where it exists
+                     pytest_subset "$subset" $(cd "$APP" && ls tests/docker/test_slots.py \
+                         tests/docker/test_cgroups.py tests/unit/test_slots.py \
+                         tests/unit/test_cgroups_unit.py 2>/dev/null) ;;
         nonroot)     pytest_subset "$subset" tests/docker/test_nonroot.py ;;
         custom)      # shellcheck disable=SC2086  # the user's own pytest arguments, split
                      pytest_subset "$subset" $PYTEST_CUSTOM ;;
