@@ -80,6 +80,17 @@ def test_the_wheel_holds_the_definitions_and_not_the_lock(tmp_path: Path):
     assert shipped == expected
 
 
+def test_pip_is_declared_for_the_wheels_an_image_pins():
+    """``images build`` runs ``python -m pip download``: a venv of only the declared
+    dependencies (``uv tool install``) must have it."""
+    import tomllib
+
+    from tests.wheel import ROOT
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "pip" for d in deps), deps
+
+
 def test_the_lock_of_an_installed_gradebox_is_in_the_data_folder(tmp_path, monkeypatch):
     from gradebox.images import catalog, lock_path
 
