@@ -1,7 +1,7 @@
 """What this machine gives gradebox, for ``gradebox doctor``: one row per piece (the backend
 ``auto`` picks and why, each OCI runtime, cgroups, the OCI state folder, subordinate ids, the
-engine, the image definitions, the lock and each image, the base image's builder, the init,
-KVM), each missing piece with the one line that fixes it.
+engine, the workspace quota, the image definitions, the lock and each image, the base image's
+builder, the init, KVM), each missing piece with the one line that fixes it.
 
 Every row asks the function the code path itself asks (``sandbox.auto_reason``,
 ``runtime.choose``, ``oci.state_root``, ``subids.missing``/``prerequisite``,
@@ -58,7 +58,7 @@ def diagnose() -> list[Check]:
 
     user = user_name()
     engine, engine_row = _engine(user)
-    rows = [_backend(), *_runtimes(), _cgroups(user), _state(), _subids(), engine_row]
+    rows = [_backend(), *_runtimes(), _cgroups(user), _state(), _subids(), _quota(), engine_row]
     rows += _images(engine)
     rows += [_init(), kvm(user)]
     return rows
@@ -171,6 +171,19 @@ def _subids() -> Check:
         OK,
         f"uids {uid[0]}+{uid[1]}, gids {gid[0]}+{gid[1]}; newuidmap, newgidmap",
     )
+
+
+def _quota() -> Check:
+    from .workspace import quota_mounts
+
+    if quota_mounts():
+        return Check("workspace quota", OK, "a tmpfs of the quota: the kernel stops a runaway "
+                     "agent or a `workspace: rw` grader (ENOSPC)")  # fmt: skip
+    # docs/non-root.md: the one promise a non-root runner does not keep, on either backend.
+    return Check("workspace quota", MISSING, "checked after the target; a `workspace: rw` "
+                 "grader's copy is a plain copy on this disk, not size-limited (only "
+                 "limits.file_size bounds each file): the tmpfs needs root",
+                 "run gradebox as root, or give no grader `workspace: rw`")  # fmt: skip
 
 
 def engine_fix(user: str, socket: str | None = None) -> str:

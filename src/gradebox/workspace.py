@@ -161,9 +161,16 @@ class Quota:
 _MS_NOSUID, _MS_NODEV = 2, 4
 
 
+def quota_mounts() -> bool:
+    """Can a workspace be a tmpfs of its quota here (root, on Linux)? Elsewhere the quota is
+    checked after the fact, and a ``workspace: rw`` grader's copy is not size-limited
+    (docs/non-root.md; ``gradebox doctor`` says so)."""
+    return os.geteuid() == 0 and hasattr(os, "sched_getaffinity")
+
+
 def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> bool:
     """A tmpfs of ``quota`` at ``path``: the kernel refuses writes past it (ENOSPC)."""
-    if os.geteuid() != 0 or not hasattr(os, "sched_getaffinity"):
+    if not quota_mounts():
         return False
     uid, gid = owner or (os.getuid(), os.getgid())
     opts = f"size={quota.size},nr_inodes={quota.files + 1},mode=0755,uid={uid},gid={gid}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import seeded_cache
+from tests.docker.test_doctor import EXPECTED_MISSING
 from tests.wheel import ROOT, build_wheel, install
 
 pytestmark = pytest.mark.docker
@@ -82,7 +83,9 @@ def test_the_lock_is_the_users_and_the_quickstart_runs_locked(installed):
     assert gradebox(installed, "images", "verify").returncode == 0
     doctor = gradebox(installed, "doctor", "--json")
     rows = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
-    assert doctor.returncode == 0, rows
+    missing = {n for n, c in rows.items() if c["state"] == "missing"}
+    assert missing == EXPECTED_MISSING, rows
+    assert doctor.returncode == (1 if missing else 0), rows
     definitions = installed["python"].parent.parent  # the venv: the wheel's package data
     assert rows["image definitions"]["detail"].startswith(str(definitions))
     assert rows["image lock"]["detail"].startswith(f"{lock}:")

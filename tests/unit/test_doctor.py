@@ -178,3 +178,13 @@ def test_the_command_exits_1_when_a_piece_is_missing(monkeypatch, missing):
     assert human.exit_code == done.exit_code
     assert ("apt-get install -y tini" in human.stdout) == missing
     assert ("every promise can be kept here" in human.stdout) != missing
+
+
+@pytest.mark.parametrize("mounts", [True, False])
+def test_the_workspace_quota_is_the_promise_a_non_root_runner_does_not_keep(monkeypatch, mounts):
+    from gradebox import workspace
+
+    monkeypatch.setattr(workspace, "quota_mounts", lambda: mounts)
+    row = dr._quota()
+    assert row.state == ("ok" if mounts else "missing")
+    assert (row.fix is None) == mounts
