@@ -40,8 +40,11 @@ def doctor(as_json: JsonOpt = False) -> None:
     else:
         table = Table(title=f"gradebox doctor (as {user_name()}, uid {os.geteuid()})")
         fixes = any(c.fix for c in checks)  # no empty column where nothing needs fixing
-        for col in ("check", "state", "what this machine gives", *(("fix",) if fixes else ())):
-            table.add_column(col, overflow="fold")
+        table.add_column("check")
+        table.add_column("state", no_wrap=True)
+        table.add_column("what this machine gives", overflow="fold", ratio=3)
+        if fixes:
+            table.add_column("fix", overflow="fold", ratio=2)
         for c in checks:
             fix = (escape(c.fix or ""),) if fixes else ()
             table.add_row(c.name, MARKS[c.state], escape(c.detail), *fix)
