@@ -148,11 +148,9 @@ def _cgroups(user: str) -> Check:
 
 
 def _state() -> Check:
-    from .sandbox.oci import _in_memory, state_root
+    from .sandbox.oci import state_root
 
-    root = state_root()
-    where = "in memory" if _in_memory(root) else "on disk"
-    return Check("oci state folder", INFO, f"{root} ({where})")
+    return Check("oci state folder", INFO, str(state_root()))
 
 
 def _subids() -> Check:

@@ -59,13 +59,14 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("executor", ["executor"]),  # the seam: jobs in, results out, wherever they run
     ("drivers", ["runner", "batch", "trials", "calibrate"]),
     ("cluster", ["cluster"]),  # an executor on Ray: plugs into the seam from above
-    ("output", ["report", "compare", "schemas", "cli", "__main__", ""]),
+    ("output", ["report", "compare", "schemas", "doctor", "cli", "__main__", ""]),
 ]
 
 ENGINE = "sandbox._engine"  # historical home of the engine: a re-export for sandbox/ only
 # `gradebox images` is a front end to the engine's own image store: it hands the engine to
-# images/ (build, lock, save, load). Nothing else above sandbox/ reaches the engine.
-ENGINE_FRONT_ENDS = {"cli.images"}
+# images/ (build, lock, save, load); `gradebox doctor` asks the engine what it is and hands it
+# to images/ (status, verify) the same way. Nothing else above sandbox/ reaches the engine.
+ENGINE_FRONT_ENDS = {"cli.images", "doctor"}
 
 
 def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
