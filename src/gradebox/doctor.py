@@ -58,8 +58,9 @@ def diagnose() -> list[Check]:
 
     user = user_name()
     engine, engine_row = _engine(user)
-    rows = [_backend(), *_runtimes(), _cgroups(user), _state(), _subids(), _quota(), engine_row]
-    rows += _images(engine)
+    rows = [_backend(engine is not None), *_runtimes(), _cgroups(user), _state(), _subids(),
+            _quota(), engine_row]  # fmt: skip
+    rows += _images(engine, engine_row.fix)
     rows += [_init(), kvm(user)]
     return rows
 
@@ -67,7 +68,8 @@ def diagnose() -> list[Check]:
 # -- how graders run ---------------------------------------------------------------------------
 
 
-def _backend() -> Check:
+def _backend(engine: bool = True) -> Check:
+    """``engine``: is the engine reachable (Docker's backend runs nothing without it)?"""
     from .sandbox import auto_reason
 
     chosen, why = auto_reason()
@@ -79,6 +81,8 @@ def _backend() -> Check:
     said = f"{chosen}: {why}"
     if named != "auto":
         said = f"GRADEBOX_SANDBOX={named} (auto would pick {said})"
+    if chosen != "oci" and not engine:
+        return Check("backend (auto)", MISSING, f"{said}; and no engine (its row has the fix)")
     # Docker keeps every promise too, more slowly: the rows below name what OCI lacks.
     return Check("backend (auto)", OK if chosen == "oci" else OPTIONAL, said)
 
@@ -213,7 +217,7 @@ def _engine(user: str) -> tuple[Engine | None, Check]:
 # -- what graders run --------------------------------------------------------------------------
 
 
-def _images(engine: Engine | None) -> list[Check]:
+def _images(engine: Engine | None, engine_fix: str | None = None) -> list[Check]:
     from .images import images_dir, lock_path, read_lock, status, verify
     from .images.apt import apt_mirror
     from .images.build import bootstrap_unusable
@@ -237,7 +241,7 @@ def _images(engine: Engine | None) -> list[Check]:
     else:
         rows.append(Check("image lock", OK, f"{lock_path()}: {len(lock.images)} image(s)"))
     if engine is None:
-        return [*rows, Check("images", MISSING, "not known: no engine to ask")]
+        return [*rows, Check("images", MISSING, "not known: no engine to ask", engine_fix)]
     statuses = status(engine)
     problems = verify(engine, lock) if lock is not None else None
     rows += image_checks(statuses, lock, problems, locked)

@@ -126,7 +126,7 @@ def test_the_backend_row(monkeypatch, picked, env, state):
         monkeypatch.setenv("GRADEBOX_SANDBOX", env)
     else:
         monkeypatch.delenv("GRADEBOX_SANDBOX", raising=False)
-    row = dr._backend()
+    row = dr._backend(engine=True)
     assert row.state == state
     assert "because" in row.detail
     if env == "host":
@@ -188,3 +188,13 @@ def test_the_workspace_quota_is_the_promise_a_non_root_runner_does_not_keep(monk
     row = dr._quota()
     assert row.state == ("ok" if mounts else "missing")
     assert (row.fix is None) == mounts
+
+
+def test_docker_picked_with_no_engine_is_missing(monkeypatch):
+    import gradebox.sandbox
+
+    monkeypatch.delenv("GRADEBOX_SANDBOX", raising=False)
+    monkeypatch.setattr(gradebox.sandbox, "auto_reason", lambda: ("docker", "no cgroups"))
+    assert dr._backend(engine=False).state == "missing"
+    monkeypatch.setattr(gradebox.sandbox, "auto_reason", lambda: ("oci", "as root"))
+    assert dr._backend(engine=False).state == "ok"  # the engine's own row says it is missing
