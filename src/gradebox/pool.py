@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from .errors import SandboxClosed
 from .graders.config import GraderConfig
-from .graders.run import PreparedGrader, prepare_grader
+from .graders.run import GraderRun, prepare_grader
 from .protocol import GraderResult, InlinePayload, Payload
 from .sandbox.base import Sandbox
 
@@ -90,7 +90,7 @@ class Warm:
     workspace: Path
     labels: dict[str, str]
     file: str | None
-    future: Future[PreparedGrader] | None = None
+    future: Future[GraderRun] | None = None
     _done: bool = field(default=False, repr=False)
 
     def run(self, payload: Payload | InlinePayload) -> GraderResult:
@@ -163,7 +163,7 @@ class WarmPool:
                 raise SandboxClosed() from None
         return warm
 
-    def _prepare(self, warm: Warm) -> PreparedGrader:
+    def _prepare(self, warm: Warm) -> GraderRun:
         prepared = prepare_grader(
             warm.grader, warm.workspace, self.box, images=self.images, labels=warm.labels,
             file=warm.file, warm=True, models=self.models,
@@ -172,7 +172,7 @@ class WarmPool:
             self.stats.prepared += 1
         return prepared
 
-    def _cold(self, warm: Warm) -> PreparedGrader:
+    def _cold(self, warm: Warm) -> GraderRun:
         return prepare_grader(
             warm.grader, warm.workspace, self.box, images=self.images, labels=warm.labels,
             file=warm.file, warm=False, models=self.models,
@@ -187,7 +187,7 @@ class WarmPool:
                 self.stats.discarded += 1
         self._slots.release()
 
-    def _discard_prepared(self, fut: Future[PreparedGrader]) -> None:
+    def _discard_prepared(self, fut: Future[GraderRun]) -> None:
         if not fut.cancelled() and fut.exception() is None:
             fut.result().discard()
         self._give_back(used=False)

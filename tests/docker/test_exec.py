@@ -455,7 +455,7 @@ def test_a_dotenv_below_the_current_folder_is_masked_too(engine, backend, grader
 
 
 def test_a_current_folder_too_big_to_check_for_keys_is_refused(engine, grader_dir):
-    from gradebox.cli.exec import SECRET_SCAN_LIMIT
+    from gradebox.graders.grader_run import SECRET_SCAN_LIMIT
 
     many = grader_dir / "many"
     many.mkdir()

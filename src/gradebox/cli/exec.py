@@ -320,44 +320,42 @@ def _own_failure(message: str) -> int:
 
 
 class Exec:
-    """One ``gradebox exec`` run: read what the harness gave, build the spec, run, report."""
+    """One ``gradebox exec`` run: read what the harness gave, run it as a ``GraderRun`` whose
+    outcome comes back as it is (the byte-for-byte protocol), report."""
 
     def __init__(self, opts: Options, first: tuple[Any, str, Any] | None = None) -> None:
         self.opts = opts
         self.first = first  # (runtime, session, slot) made ahead; the sandbox takes it
         self.cwd = Path.cwd().resolve()
-        self.scratch: Path | None = None
         self.box: Any = None
-        self.proxy: Any = None
-        self.copy: Any = None
 
     def run(self) -> int:
         try:
             return self._run()
         finally:
-            self._clean()
+            if self.first is not None:  # made ahead, never taken: the backend was another
+                self.first[2].destroy()
+            if self.box is not None:
+                self.box.close()
 
     def _run(self) -> int:
-        from ..graders.spec import (
-            CONTAINER_GRADER_DIR,
-            CONTAINER_INPUT_DIR,
-            CONTAINER_WORKSPACE,
-            grader_spec,
-            input_folder,
-            seal_inputs,
+        from ..graders.grader_run import (
+            SECRET_SCAN_LIMIT,
+            GraderRun,
+            masked_secrets,
+            operator_models,
+            refuse_wide,
         )
+        from ..graders.spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
         from ..harness import decode_string, rewrite_top_level, top_level_strings
         from ..sandbox.base import Mount
-        from ..sandbox.hardening import run_as, run_as_ids
-        from ..scratch import new_scratch
 
         opts = self.opts
         security, network = self._privileges()
-        user, owner = run_as(security), run_as_ids(security)
         # First: the oci backend makes the container's cgroup slot ahead (slots.py), and its
         # one kernel wait then passes while the rest below is read and built.
         self.box = self._sandbox()
-        self._refuse_wide(self.cwd)
+        refuse_wide(self.cwd, "the current folder")
         env = self._env()
         stdin = _read_stdin()
 
@@ -373,72 +371,70 @@ class Exec:
         if not ws_text and ws_spans:
             ws_text = decode_string(stdin, ws_spans[-1])  # the last one wins, as in JSON.parse
         workspace = self._directory(ws_text, "the workspace") if ws_text else None
-        if workspace is not None:
-            self._refuse_wide(workspace)
 
-        self.scratch = new_scratch()
-        inputs = input_folder(self.scratch, owner)
+        files: dict[str, bytes] = {}
         new: dict[tuple[int, int], str] = {}
         if workspace is not None:
             new.update(dict.fromkeys(ws_spans, CONTAINER_WORKSPACE))
         for span in spans.get("output_path", []):
             host = decode_string(stdin, span)
-            if host and _copy_in(Path(host), inputs / "output.json"):
+            data = _copied_in(Path(host)) if host else None
+            if data is not None:
+                files["output.json"] = data
                 new[span] = f"{CONTAINER_INPUT_DIR}/output.json"
         if new:
             stdin = rewrite_top_level(stdin, new)
-        grader_input = False
         if host_env.get("EVALUATE_GRADER_INPUT"):
             source = Path(host_env["EVALUATE_GRADER_INPUT"])
-            if not _copy_in(source, inputs / "input.json"):
+            data = _copied_in(source)
+            if data is None:
                 raise ExecError(
                     f"EVALUATE_GRADER_INPUT={source} is not a readable file (at most "
                     f"{INPUT_CAP >> 20} MiB)"
                 )
-            grader_input = True
-        seal_inputs(inputs, owner)
-
-        # Where the command runs: the current folder, read-only; inside the workspace, the
-        # workspace's own mount (Vally runs a grader in the workspace or its sub_path).
-        mounts: list[Mount] = []
-        if workspace is not None and (workspace == self.cwd or workspace in self.cwd.parents):
-            workdir = str(Path(CONTAINER_WORKSPACE) / self.cwd.relative_to(workspace))
-            here, there = workspace, CONTAINER_WORKSPACE
-        else:
-            self._enterable(self.cwd, user, "the current folder")
-            mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
-            mounts += _masked_secrets(self.cwd, CONTAINER_GRADER_DIR, self.scratch)
-            workdir, here, there = CONTAINER_GRADER_DIR, self.cwd, CONTAINER_GRADER_DIR
-        ws_mount = workspace
-        if workspace is not None and not _enters(workspace, user):
-            # As `grade` does: a private copy the sandbox user owns (a root-owned 0700
-            # workspace, AgentV's mkdtemp, is closed to uid 65534).
-            ws_mount = self._private_copy(workspace, owner)
-        command = _translate(
-            opts.command,
-            [(here, there)] + ([(workspace, CONTAINER_WORKSPACE)] if workspace is not None else []),
-        )
-
-        image = self._image(command)
-        if opts.target:
-            self.proxy = self._proxy()
-        spec = grader_spec(
-            image=image,
-            command=command,
-            inputs=inputs,
-            workspace=ws_mount,
-            workdir=workdir,
-            mounts=mounts,
-            env=env,
-            grader_input=grader_input,
-            proxy=self.proxy,
-            timeout=opts.timeout,
-            security=security,
-            network=network,
-            labels={"gradebox.exec": "1"},
-            name=Path(opts.command[0]).name or "exec",
-        )
-        outcome = self.box.run(spec.replace(stdin=stdin))
+            files["input.json"] = data
+        flag = Path(opts.targets) if opts.targets else None
+        models = operator_models(flag) if opts.target else None
+        with GraderRun(self.box, security=security, models=models, target=opts.target,
+                       max_calls=opts.max_calls, target_field="--target") as run:  # fmt: skip
+            ws_mount = run.view(workspace)
+            # Where the command runs: the current folder, read-only; inside the workspace,
+            # the workspace's own mount (Vally runs a grader in the workspace or its sub_path).
+            mounts: list[Mount] = []
+            if workspace is not None and (workspace == self.cwd or workspace in self.cwd.parents):
+                workdir = str(Path(CONTAINER_WORKSPACE) / self.cwd.relative_to(workspace))
+                here, there = workspace, CONTAINER_WORKSPACE
+            else:
+                self._enterable(self.cwd, run.user, "the current folder")
+                mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
+                masks = masked_secrets(self.cwd, CONTAINER_GRADER_DIR, run.scratch)
+                if masks is None:
+                    raise ExecError(
+                        f"{self.cwd} holds more than {SECRET_SCAN_LIMIT} entries, each checked "
+                        "for a .env before it is mounted; run from the grader's own folder"
+                    )
+                mounts += masks
+                workdir, here, there = CONTAINER_GRADER_DIR, self.cwd, CONTAINER_GRADER_DIR
+            roots = [(here, there)]
+            if workspace is not None:
+                roots.append((workspace, CONTAINER_WORKSPACE))
+            command = _translate(opts.command, roots)
+            run.prepare(
+                image=self._image(command),
+                command=command,
+                workspace=ws_mount,
+                workdir=workdir,
+                mounts=mounts,
+                env=env,
+                grader_input="input.json" in files,
+                timeout=opts.timeout,
+                security=security,
+                network=network,
+                labels={"gradebox.exec": "1"},
+                name=Path(opts.command[0]).name or "exec",
+            )
+            spec = run.spec
+            outcome = run.execute(stdin, files)
         return self._report(outcome, spec)
 
     # -- pieces ------------------------------------------------------------------------------
@@ -492,13 +488,6 @@ class Exec:
             raise ExecError(f"{what} {text} is not a directory")
         return path
 
-    def _refuse_wide(self, folder: Path) -> None:
-        if is_wide(folder):
-            raise ExecError(
-                f"{folder} is the filesystem root, your home folder or a folder above it: it "
-                "is never mounted; run from the grader's own folder"
-            )
-
     def _enterable(self, folder: Path, user: str, what: str) -> None:
         if not _enters(folder, user):
             raise ExecError(
@@ -506,17 +495,6 @@ class Exec:
                 f"{folder.stat().st_mode & 0o777:o}); make it readable (chmod o+rx), or run "
                 "gradebox as its owner"
             )
-
-    def _private_copy(self, workspace: Path, owner: tuple[int, int]) -> Path:
-        from ..workspace import Workspace
-
-        assert self.scratch is not None
-        private = self.scratch / "workspace"
-        private.mkdir(mode=0o755)
-        if os.geteuid() == 0:
-            os.chown(private, *owner)
-        self.copy = Workspace.create(private, workspace, owner=owner)
-        return private
 
     def _sandbox(self) -> Any:
         from ..sandbox import LazyEngine, choose_backend, get_sandbox
@@ -558,18 +536,6 @@ class Exec:
                 )
         return str(self.box.images(locked=locked).resolve(name))
 
-    def _proxy(self) -> Any:
-        from ..llm import ModelHub, load_targets
-        from ..llm.proxy import TargetProxy
-        from ..llm.targets import TargetSources, operator_files
-
-        # The operator's targets only: the current folder may be a grader pack's, and a
-        # grader may name a target, never define one (docs/security.md, provenance).
-        flag = Path(self.opts.targets) if self.opts.targets else None
-        hub = ModelHub(load_targets(TargetSources(operator=operator_files(flag))))
-        target = hub.targets.get(self.opts.target, file=None, field="--target")
-        return TargetProxy(hub, target, max_calls=self.opts.max_calls)
-
     def _report(self, outcome: Any, spec: Any) -> int:
         out, err = sys.stdout.buffer, sys.stderr.buffer
         out.write(outcome.stdout)
@@ -610,33 +576,6 @@ class Exec:
             err.write(f"gradebox exec: {note}\n".encode())
         err.flush()
         return code
-
-    def _clean(self) -> None:
-        if self.first is not None:  # made ahead, never taken: the backend was another
-            self.first[2].destroy()
-        if self.proxy is not None:
-            self.proxy.close()
-        if self.box is not None:
-            self.box.close()
-        if self.copy is not None:
-            self.copy.close()
-        if self.scratch is not None:
-            from ..fstree import remove_tree
-
-            # The sealed input folder (0500) and a private copy of the agent's workspace are
-            # in it: remove_tree opens what its owner closed, and follows no link.
-            remove_tree(self.scratch)
-
-
-def is_wide(folder: Path) -> bool:
-    """The filesystem root, the home folder or a folder above it (/home: every user's): never
-    mounted for a grader (``grade``'s and ``exec``'s current folder, a workspace)."""
-    folder = folder.resolve()
-    try:
-        home = Path.home().resolve()
-    except (RuntimeError, OSError):
-        home = None
-    return folder == Path("/") or (home is not None and (folder == home or folder in home.parents))
 
 
 def _enters(folder: Path, user: str) -> bool:
@@ -681,49 +620,10 @@ def _read_regular(path: Path, cap: int) -> bytes | None:
         os.close(fd)
 
 
-def _copy_in(source: Path, dest: Path) -> bool:
-    """Copy a regular file the harness named into the payload folder (bounded)."""
+def _copied_in(source: Path) -> bytes | None:
+    """A regular file the harness named, for the payload folder (bounded); else None."""
     data = _read_regular(source, INPUT_CAP)
-    if data is None or len(data) > INPUT_CAP:
-        return False
-    dest.write_bytes(data)
-    return True
-
-
-SECRET_SCAN_LIMIT = 20_000
-"""Entries of the current folder looked at for ``.env`` files before it is mounted."""
-
-
-def _masked_secrets(folder: Path, target: str, scratch: Path) -> list[Any]:
-    """``.env`` files anywhere in a mounted folder (a service's ``app/.env`` as much as the
-    top one) and a repository's ``.git/config``, each covered by an empty file (not
-    ``/dev/null``: mounts are ``nodev``). Links are not followed; a folder too big to look
-    through is refused, not mounted unchecked."""
-    from ..sandbox.base import Mount
-
-    names: list[str] = []
-    seen = 0
-    for top, dirs, files in os.walk(folder):
-        seen += len(dirs) + len(files)
-        if seen > SECRET_SCAN_LIMIT:
-            raise ExecError(
-                f"{folder} holds more than {SECRET_SCAN_LIMIT} entries, each checked for a "
-                ".env before it is mounted; run from the grader's own folder"
-            )
-        rel = os.path.relpath(top, folder)
-        if ".git" in dirs:  # CI's checkout keeps its token in .git/config; objects unread
-            dirs.remove(".git")
-            if os.path.isfile(os.path.join(top, ".git", "config")):
-                names.append(".git/config" if rel == "." else f"{rel}/.git/config")
-        for n in files:
-            if (n == ".env" or n.startswith(".env.")) and os.path.isfile(os.path.join(top, n)):
-                names.append(n if rel == "." else f"{rel}/{n}")
-    if not names:
-        return []
-    empty = scratch / "empty"
-    empty.touch(mode=0o444)
-    empty.chmod(0o444)
-    return [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(names)]
+    return None if data is None or len(data) > INPUT_CAP else data
 
 
 def _translate(command: list[str], roots: list[tuple[Path, str]]) -> list[str]:

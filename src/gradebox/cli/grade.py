@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from .._yaml import to_config_error
 from ..batch import load_grader_ref
 from ..graders import GraderConfig, compiled, load_grader, run_grader
+from ..graders.grader_run import operator_models
 from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
@@ -93,14 +94,8 @@ def grade(
     workspace = checked_workspace(workspace)
     privileges = allowed(allow)
     check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
-    models = None
-    if getattr(grader, "target", None) is not None:  # it calls a model through a proxy
-        from ..llm import ModelHub, load_targets
-        from ..llm.targets import TargetSources, operator_files
-
-        # The operator's targets only: the grader's folder (a downloaded pack's) may name a
-        # target, never define one (docs/security.md, provenance).
-        models = ModelHub(load_targets(TargetSources(operator=operator_files(targets))))
+    # A grader that calls a model: the operator's targets only (GraderRun's proxy).
+    models = operator_models(targets) if getattr(grader, "target", None) is not None else None
     with open_sandbox(out, sandbox) as box:
         images = resolver_for(box, locked, privileges)
         result = run_grader(grader, payload, workspace, box, images=images,

@@ -4,9 +4,10 @@ Dispatched by ``gradebox.cli.main`` before typer exists, as ``exec`` is. ``main`
 exit code, or None to hand the call to the full command (``cli.grade``), which then does all
 of it as if this had not run: nothing is printed and nothing is started before this path
 knows it can finish the call. It imports the standard library, the grader's run
-(``graders.run``, ``graders.checks``, ``graders.verdict``), the plain wire formats (``wire``)
-and the oci backend; never pydantic, typer, rich, PyYAML or the Docker SDK (unless an image
-must come from the engine), which ``tests/unit/test_grade_lean.py`` checks.
+(``graders.grader_run``, ``graders.run``, ``graders.checks``, ``graders.verdict``), the plain
+wire formats (``wire``) and the oci backend; never pydantic, typer, rich, PyYAML or the
+Docker SDK (unless an image must come from the engine), which
+``tests/unit/test_grade_lean.py`` checks.
 
 It runs a call only when all of it is one it can answer exactly as the full command would:
 
@@ -148,7 +149,7 @@ class _Call:
             workspace = checked_workspace(Path(opts.workspace) if opts.workspace else None)
             privileges = self._privileges()
             from ..graders.checks import check_grader
-            from ..graders.run import resolve_sub_path
+            from ..graders.grader_run import resolve_sub_path
 
             check_grader(grader, privileges, file=str(path), workspaces=(workspace,))
             resolve_sub_path(workspace, grader.sub_path, file=str(path))
@@ -231,8 +232,8 @@ class _Call:
             wire = payload_dump(data)
         except Unsure:
             raise Fallback from None
-        # As PreparedGrader.run: the workspace where the grader sees it, a long answer apart.
-        from ..graders.run import LARGE_OUTPUT_CHARS
+        # As GraderRun.run: the workspace where the grader sees it, a long answer apart.
+        from ..graders.grader_run import LARGE_OUTPUT_CHARS
 
         wire["workspace_path"] = CONTAINER_WORKSPACE
         big = None
@@ -326,18 +327,12 @@ def checked_workspace(workspace: Path | None) -> Path:
     """``-W``, else the current folder; a ``ConfigError`` for one that is no folder or is too
     wide to mount (the root, the home folder or above it), as for exec."""
     from ..errors import ConfigError
-    from .exec import is_wide
+    from ..graders.grader_run import refuse_wide
 
     workspace = workspace or Path(".")
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
-    if is_wide(workspace):
-        # As exec: a grader from a downloaded pack would read the whole home folder.
-        raise ConfigError(
-            f"{workspace.resolve()} is the filesystem root, your home folder or a folder "
-            "above it: it is never mounted; give the workspace with -W DIR",
-            field="--workspace",
-        )
+    refuse_wide(workspace, "the workspace")  # before anything starts (GraderRun's rule)
     return workspace
 
 

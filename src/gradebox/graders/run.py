@@ -7,32 +7,19 @@ container exists.
 
 from __future__ import annotations
 
-import errno
 import functools
-import json
 import os
 import shutil
 from pathlib import Path, PurePosixPath
 
 from .. import _pathnames
 from ..errors import ConfigError
-from ..fstree import remove_tree
 from ..images.catalog import DEFAULT_IMAGE
 from ..json_bounds import digest
 from ..sandbox.base import Mount
-from ..sandbox.hardening import privileges_of, run_as, run_as_ids
-from ..scratch import new_scratch, scratch_error
-from .spec import (
-    CONTAINER_GRADER_DIR,
-    CONTAINER_INPUT_DIR,
-    CONTAINER_WORKSPACE,
-    grader_spec,
-    input_folder,
-    seal_inputs,
-    workdir_in,
-)
+from .grader_run import LARGE_OUTPUT_CHARS, GraderRun, masked_secrets, resolve_sub_path
+from .spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE, workdir_in
 from .spec import enterable as _enterable
-from .verdict import result_of, verdict
 
 # Nothing here needs pydantic at import: `gradebox grade`'s lean path runs a grader through
 # this module with a plain configuration (``graders.compiled.PlainGrader``), which answers
@@ -43,41 +30,19 @@ if TYPE_CHECKING:
 
     from ..llm.client import ModelHub
     from ..protocol import GraderResult, InlinePayload, Payload
-    from ..sandbox.base import ImageSource, Prepared, Sandbox
-    from ..workspace import Workspace
+    from ..sandbox.base import ImageSource, Sandbox
     from .config import GraderConfig
-
-LARGE_OUTPUT_CHARS = 50_000  # protocol.LARGE_OUTPUT_CHARS (test_wire.py holds them equal)
 
 __all__ = [
     "CONTAINER_GRADER_DIR",
     "CONTAINER_INPUT_DIR",
     "CONTAINER_WORKSPACE",
-    "PreparedGrader",
+    "GraderRun",
+    "LARGE_OUTPUT_CHARS",
     "prepare_grader",
+    "resolve_sub_path",
     "run_grader",
 ]
-
-
-def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None = None) -> str:
-    """The grader's working directory, relative to the workspace; refuses escapes via symlink."""
-    if not sub_path:
-        return ""
-    root = workspace.resolve()
-    target = (root / sub_path).resolve()
-    if target != root and root not in target.parents:
-        raise ConfigError(
-            f"{sub_path!r} resolves outside the workspace (through a symlink)",
-            file=file,
-            field="sub_path",
-        )
-    if not target.is_dir():
-        raise ConfigError(
-            f"{sub_path!r} is not a directory in the workspace {workspace}",
-            file=file,
-            field="sub_path",
-        )
-    return target.relative_to(root).as_posix()
 
 
 PROJECT_MARKERS = (".gradebox", ".agentv", ".git")
@@ -480,8 +445,10 @@ def source_mounts(
     mounted whole, so a script imports the modules beside it and reads its data: ``graders/``
     for ``graders/check.py``. Never the grader's folder itself or one above it, nor the folder
     of the file that declared it (``keep_out``): those hold the suite, its expected answers,
-    its verifiers and ``.env``; nor a folder holding a ``.env`` file. Any other named file is
-    mounted alone, copied first when the container user could not read it."""
+    its verifiers and ``.env``; nor a folder holding a ``.env`` file (one deeper in it, or a
+    ``.git/config``, is masked; a folder too big to look through is not mounted whole). Any
+    other named file is mounted alone, copied first when the container user could not read
+    it."""
     mounts: list[Mount] = []
     covered: list[str] = []
     used = list(dict.fromkeys(used))
@@ -489,8 +456,13 @@ def source_mounts(
         for folder in sorted({f for rel in used if (f := _own_folder(source_dir, rel, keep_out))},
                              key=lambda f: (f.count("/"), f)):  # fmt: skip
             host = (source_dir / folder).resolve()
-            if not any(folder.startswith(f"{c}/") for c in covered) and _enterable(host, user):
-                mounts.append(Mount(host, container_path(folder), read_only=True))
+            if any(folder.startswith(f"{c}/") for c in covered) or not _enterable(host, user):
+                continue
+            # As exec's current folder: a .env or .git/config anywhere below is masked, and a
+            # folder too big to look through is not mounted whole.
+            masks = masked_secrets(host, container_path(folder), scratch)
+            if masks is not None:
+                mounts += [Mount(host, container_path(folder), read_only=True), *masks]
                 covered.append(folder)
     for rel in used:
         if any(rel.startswith(f"{c}/") for c in covered):
@@ -521,189 +493,6 @@ def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None
     return parent
 
 
-class PreparedGrader:
-    """A grader whose container is ready before its payload exists; used once.
-
-    Example::
-
-        ready = prepare_grader(grader, workspace, box)   # while the agent still works
-        result = ready.run(payload)                      # the agent is done
-    """
-
-    def __init__(
-        self,
-        grader: GraderConfig,
-        workspace: Path,
-        sandbox: Sandbox,
-        *,
-        image_id: str,
-        ref_text: str,
-        labels: dict[str, str],
-        file: str | None,
-        warm: bool,
-        models: ModelHub | None = None,
-    ) -> None:
-        self.grader, self.workspace, self.file = grader, workspace, file
-        self.image_id, self.ref_text = image_id, ref_text
-        self.proxy = _proxy_for(grader, models, file)
-        self.scratch = new_scratch()
-        self.backend = sandbox.name
-        self.copy: Workspace | None = None
-        self._done = False
-        try:
-            self._handle = self._prepare(sandbox, labels, warm)
-        except BaseException:
-            self._clean()
-            raise
-
-    def _prepare(self, sandbox: Sandbox, labels: dict[str, str], warm: bool) -> Prepared:
-        grader, scratch = self.grader, self.scratch
-        self.user = run_as(grader.security)
-        self.owner = run_as_ids(grader.security)
-        # The payload: readable by the sandbox user alone (the scratch folder is 0700 too).
-        self.inputs = input_folder(scratch, self.owner)
-        ws = self.workspace.resolve()
-        # A private view, on a filesystem of its own, is made at release, when the workspace
-        # is final (an overlay over it where the kernel allows, else a copy); its mount point
-        # exists now so the container can be created now, and started only at release.
-        self.private: Path | None = None
-        if grader.workspace == "rw" or not _enterable(ws, self.user):
-            self.private = scratch / "workspace"
-            self.private.mkdir(mode=0o755)
-            if os.geteuid() == 0:
-                os.chown(self.private, *self.owner)
-            ws = self.private
-            warm = False
-        command, used = build_command(grader)
-        mounts: list[Mount] = []
-        if grader.source_dir:
-            mounts += source_mounts(
-                grader.source_dir, used, self.user, scratch,
-                folders=grader.dialect not in ("pytest", "node-test"),
-                keep_out=grader.declared_in,
-            )  # fmt: skip
-        mounts += helper_mounts(grader, self.user, scratch, mounts)
-        spec = grader_spec(
-            image=self.image_id,
-            command=command,
-            inputs=self.inputs,
-            workspace=ws,
-            workspace_ro=grader.workspace == "ro",
-            workdir=workdir_in(CONTAINER_WORKSPACE, grader.sub_path),
-            mounts=mounts,
-            env=grader.env,
-            proxy=self.proxy,
-            timeout=grader.timeout,
-            limits=grader.limits,
-            security=grader.security,
-            network=grader.network,
-            labels=labels,
-            name=grader.display_name(),
-        )
-        return sandbox.prepare(spec, warm=warm)
-
-    def run(self, payload: Payload | InlinePayload) -> GraderResult:
-        """Inject the payload, release the grader, judge what it did; then clean up."""
-        if self._done:
-            raise RuntimeError("a prepared grader runs once")
-        try:
-            wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
-            big = None
-            if wire.output is not None and len(wire.output) > LARGE_OUTPUT_CHARS:
-                big = json.dumps(wire.output)
-                wire = wire.model_copy(
-                    update={"output": None, "output_path": f"{CONTAINER_INPUT_DIR}/output.json"}
-                )
-            body = wire.to_wire()
-        except BaseException:
-            self.discard()
-            raise
-        fields = self.run_wire(body, big)
-        if self.proxy is not None:
-            fields["usage"] = self.proxy.usage.model_copy()
-        return result_of(fields)
-
-    def run_wire(self, body: bytes, big_output: str | None = None) -> dict[str, Any]:
-        """``run`` for a payload already on the wire: ``body`` is what the grader reads,
-        ``big_output`` the JSON of an ``output`` too long for it (``output_path``). The result
-        as ``GraderResult``'s fields (``graders.verdict.verdict``), for ``gradebox grade``'s
-        lean path; the proxy's usage is the caller's to add."""
-        if self._done:
-            raise RuntimeError("a prepared grader runs once")
-        self._done = True
-        grader = self.grader
-        try:
-            # Checked now, on the host: the agent may have made sub_path a link out.
-            resolve_sub_path(self.workspace, grader.sub_path, file=self.file)
-            try:
-                if big_output is not None:
-                    (self.inputs / "output.json").write_text(big_output, encoding="utf-8")
-                (self.inputs / "input.json").write_bytes(body)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise scratch_error(exc) from None  # the machine's, not this grader's
-                raise
-            seal_inputs(self.inputs, self.owner)
-            if self.private is not None:
-                from ..workspace import Workspace
-
-                ours = os.stat(self.workspace).st_uid == self.owner[0]
-                self.copy = Workspace.create(
-                    self.private,
-                    None if ours else self.workspace,
-                    owner=self.owner,
-                    lower=self.workspace.resolve() if ours else None,
-                )
-            outcome = self._handle.execute(body if grader.type == "script" else None)
-            fields = verdict(
-                grader.dialect or grader.type,
-                grader.display_name(),
-                outcome,
-                timeout=grader.timeout,
-                limits=grader.limits,
-                named=grader.name is not None,
-                pass_score=getattr(grader, "pass_score", None) or 0.5,
-            )
-            fields["duration_ms"] = outcome.duration_ms
-            fields["image"] = {"ref": self.ref_text, "id": self.image_id}
-            fields["privileges"] = privileges_of(
-                grader.security, grader.network, grader.limits, grader.image
-            )
-            fields["backend"] = getattr(self._handle, "backend", self.backend)
-            if self.proxy is not None:
-                self.proxy.close()
-            return fields
-        finally:
-            self.discard()
-
-    def discard(self) -> None:
-        self._done = True
-        self._handle.discard()
-        self._clean()
-
-    def _clean(self) -> None:
-        if self.proxy is not None:
-            self.proxy.close(wait=False)  # run() closed it, waiting, when it had a result
-        if self.copy is not None:
-            self.copy.close()
-        remove_tree(self.scratch)
-
-
-def _proxy_for(grader: GraderConfig, models: ModelHub | None, file: str | None) -> Any:
-    access = getattr(grader, "target", None)
-    if access is None:
-        return None
-    if models is None:
-        raise ConfigError(
-            "this grader calls a model (target:), and no model targets were given to this "
-            "command", file=file, field="target",
-        )  # fmt: skip
-    from ..llm.proxy import TargetProxy
-
-    target = models.targets.get(access.name, file=file, field="target")
-    return TargetProxy(models, target, max_calls=access.max_calls)
-
-
 def prepare_grader(
     grader: GraderConfig,
     workspace: Path | str,
@@ -715,26 +504,58 @@ def prepare_grader(
     file: str | None = None,
     warm: bool = True,
     models: ModelHub | None = None,
-) -> PreparedGrader:
-    """Get ``grader``'s container ready on ``workspace`` before the payload exists."""
+) -> GraderRun:
+    """``grader``'s run on ``workspace``, its container ready before the payload exists.
+
+    Example::
+
+        ready = prepare_grader(grader, workspace, box)   # while the agent still works
+        result = ready.run(payload)                      # the agent is done
+    """
     workspace = Path(workspace)
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory")
     ref = grader.image or DEFAULT_IMAGE
     if image_id is None:
         image_id = (images or sandbox.images()).resolve(ref, grader.source_dir)
-    ref_text = ref if isinstance(ref, str) else f"build:{ref.build}"
-    return PreparedGrader(
-        grader,
-        workspace,
-        sandbox,
-        image_id=image_id,
-        ref_text=ref_text,
-        labels=labels or {},
-        file=file,
+    access = getattr(grader, "target", None)
+    run = GraderRun(
+        sandbox, security=grader.security, grader=grader,
+        image=(ref if isinstance(ref, str) else f"build:{ref.build}", image_id),
+        models=models, target=access.name if access else None,
+        max_calls=access.max_calls if access else 0, file=file,
+    )  # fmt: skip
+    try:
+        ws = run.view(workspace, writable=grader.workspace == "rw")
+        command, used = build_command(grader)
+        mounts: list[Mount] = []
+        if grader.source_dir:
+            mounts += source_mounts(
+                grader.source_dir, used, run.user, run.scratch,
+                folders=grader.dialect not in ("pytest", "node-test"),
+                keep_out=grader.declared_in,
+            )  # fmt: skip
+        mounts += helper_mounts(grader, run.user, run.scratch, mounts)
+    except BaseException:
+        run.close()
+        raise
+    run.prepare(
         warm=warm,
-        models=models,
+        image=image_id,
+        command=command,
+        workspace=ws,
+        workspace_ro=grader.workspace == "ro",
+        workdir=workdir_in(CONTAINER_WORKSPACE, grader.sub_path),
+        mounts=mounts,
+        env=grader.env,
+        timeout=grader.timeout,
+        limits=grader.limits,
+        security=grader.security,
+        network=grader.network,
+        labels=labels or {},
+        name=grader.display_name(),
     )
+    return run
 
 
 def run_grader(
