@@ -69,8 +69,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
+# The JSON Schemas, and the hardening table of docs/security.md (both made from the code).
 schemas: $(STAMP)
 	$(BIN)/gradebox schemas schemas
+	$(BIN)/python -c 'from gradebox.sandbox.defaults import write_hardening_table as w; w("docs/security.md")'
 
 clean:
 	rm -rf $(VENV) build *.egg-info

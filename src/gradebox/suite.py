@@ -39,6 +39,7 @@ from .jsonl import digest
 from .llm.targets import TargetSet
 from .protocol import Message
 from .sandbox.base import Limits
+from .sandbox.defaults import PRIVILEGES
 from .workspace import DEFAULT_DIFF_CAP, DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, Quota
 
 __all__ = ["Assertion", "AssertSet", "GraderAssertion", "Suite", "Test", "load_suite"]
@@ -243,9 +244,7 @@ class TestCase(_Strict):
     assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
-Privilege = Literal[
-    "root", "capabilities", "network", "writable-root", "privilege-escalation", "limits", "build"
-]
+Privilege = Literal[tuple(PRIVILEGES)]  # type: ignore[valid-type]
 
 
 class SuiteFile(_Strict):

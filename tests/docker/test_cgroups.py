@@ -18,7 +18,7 @@ import pytest
 
 from gradebox.sandbox import cgroups
 from gradebox.sandbox.base import SandboxSpec, Started
-from gradebox.sandbox.models import Limits
+from gradebox.sandbox.defaults import Limits
 from gradebox.sandbox.oci import OciSandbox
 
 pytestmark = pytest.mark.docker

@@ -32,8 +32,8 @@ def test_defaults_are_locked_down():
 
 
 def test_limits_map_one_to_one():
-    limits = Limits(memory="512MiB", cpus=0.5, pids=64, file_size="1MiB", open_files=64)
-    hc = host_config(limits, Security(capabilities=["NET_BIND_SERVICE"]), "bridge", ())
+    limits = Limits(memory=512 << 20, cpus=0.5, pids=64, file_size=1 << 20, open_files=64)
+    hc = host_config(limits, Security(capabilities=("NET_BIND_SERVICE",)), "bridge", ())
     assert hc["Memory"] == hc["MemorySwap"] == 512 << 20
     assert hc["NanoCpus"] == 500_000_000 and hc["PidsLimit"] == 64
     assert hc["CapAdd"] == ["NET_BIND_SERVICE"] and hc["NetworkMode"] == "bridge"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gradebox.sandbox.base import Mount, RunOutcome, SandboxSpec
-from gradebox.sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues
+from gradebox.sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY
 
 
 def test_a_spec_is_built_compared_and_replaced_as_before():
@@ -45,9 +45,10 @@ def test_mounts_are_hashable_values_and_outcomes_are_mutable():
         hash(out)
 
 
-def test_limit_values_list_their_fields_in_order():
-    assert LimitValues._fields[:3] == ("memory", "cpus", "pids")
+def test_the_default_limits_are_a_frozen_record():
     assert DEFAULT_LIMITS.replace(pids=8).pids == 8 and DEFAULT_LIMITS.pids == 256
+    with pytest.raises(AttributeError):
+        DEFAULT_LIMITS.pids = 8  # type: ignore[misc]
 
 
 def test_the_lazy_logger_drops_debug_without_logging_and_keeps_warnings():

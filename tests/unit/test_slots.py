@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gradebox.sandbox import slots
-from gradebox.sandbox.models import Limits
+from gradebox.sandbox.defaults import Limits
 from gradebox.sandbox.slots import HELD, SERVER, Slot, SlotProcess, slots_unusable
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from ..protocol import Status
+from ..sandbox.defaults import PRIVILEGES
 
 __all__ = [
     "AllowOpt",
@@ -50,8 +51,8 @@ AllowOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--allow",
-        help="Let graders relax this hardening (repeatable): root, capabilities, network, "
-        "writable-root, privilege-escalation, limits, build (a grader's own Dockerfile).",
+        help=f"Let graders relax this hardening (repeatable): {', '.join(PRIVILEGES)} "
+        "(docs/security.md).",
     ),
 ]
 WorkersOpt = Annotated[
@@ -113,7 +114,6 @@ def exit_code(statuses: Iterable[Status]) -> int:
 def allowed(values: list[str] | None) -> set[str]:
     """``--allow`` values, checked: a typo must not silently allow nothing (or everything)."""
     from ..errors import ConfigError
-    from ..plan import PRIVILEGES
 
     out = set(values or ())
     unknown = out - set(PRIVILEGES)

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from .._version import __version__
 from ..private_cache import PrivateCache
-from ..sandbox.defaults import LimitValues, SecurityValues
+from ..sandbox.defaults import Limits, Security
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,23 +109,15 @@ def _plain(grader: GraderConfig) -> dict[str, Any] | None:
         "files": list(grader.files), "network": grader.network,
         "workspace": grader.workspace, "weight": float(grader.weight),
         "dialect": grader.dialect,
-        "limits": {k: _number(getattr(grader.limits, k)) for k in LimitValues._fields},
-        "security": {
-            "read_only_root": grader.security.read_only_root, "user": grader.security.user,
-            "capabilities": list(grader.security.capabilities),
-            "no_new_privileges": grader.security.no_new_privileges,
-            "init": grader.security.init,
-        },
+        "limits": grader.limits.as_dict(),
+        "security": {**grader.security.as_dict(),
+                     "capabilities": list(grader.security.capabilities)},
     }  # fmt: skip
     if grader.type == "program":
         out.update(program=grader.program, args=list(grader.args), shell=grader.shell)
     else:
         out.update(command=grader.command, pass_score=grader.pass_score)
     return out
-
-
-def _number(value: Any) -> int | float:
-    return float(value) if isinstance(value, float) else int(value)
 
 
 def _seal(key: str, values: dict[str, Any]) -> str:
@@ -198,21 +190,20 @@ def _grader(values: dict[str, Any]) -> PlainGrader | None:
     if values["network"] not in ("none", "bridge") or values["workspace"] not in ("ro", "rw"):
         return None
     limits, security = values["limits"], values["security"]
-    if set(limits) != set(LimitValues._fields) or set(security) != set(SecurityValues._fields):
+    if set(limits) != set(Limits._fields) or set(security) != set(Security._fields):
         return None
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in limits.values()):
         return None
     caps = security["capabilities"]
-    if not (all(isinstance(security[k], bool)
-                for k in ("read_only_root", "no_new_privileges", "init"))
+    if not (all(isinstance(security[r.name], bool) for r in Security._rows if r.unit == "on/off")
             and (security["user"] is None or isinstance(security["user"], str))
             and isinstance(caps, list) and all(isinstance(c, str) for c in caps)):  # fmt: skip
         return None
     grader = PlainGrader()
     for name in PlainGrader.__slots__:
         setattr(grader, name, values.get(name))
-    grader.limits = LimitValues(**limits)
-    grader.security = SecurityValues(**{**security, "capabilities": tuple(caps)})
+    grader.limits = Limits(**limits)
+    grader.security = Security(**{**security, "capabilities": tuple(caps)})
     grader.target = None
     grader.declared_in = None
     return grader

@@ -13,6 +13,7 @@ import os
 from .._log import LazyLogger
 from ._shared import LazyEngine
 from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
+from .defaults import Limits, Security
 
 __all__ = [
     "BACKENDS",
@@ -38,15 +39,6 @@ BACKENDS = {
     "host": "gradebox.sandbox.host",
 }
 CHOICES = ("auto", *BACKENDS)
-
-
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
-    # The pydantic models load on first use (see ``base``): `gradebox exec` never needs them.
-    if name in ("Limits", "Security"):
-        from . import models
-
-        return getattr(models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def choose_backend(name: str | None = None) -> str:

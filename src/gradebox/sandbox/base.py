@@ -12,7 +12,7 @@ import os
 from abc import ABC, abstractmethod
 
 from .._record import Record
-from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
+from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, Limits, Security
 
 # Not `from typing import ...`: typing costs `gradebox exec`'s hot path ~3 ms, for annotations.
 TYPE_CHECKING = False
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
     from typing import Any, ClassVar, Protocol
-
-    from .models import Limits, Security
 else:
     Protocol = object
 
@@ -61,10 +59,9 @@ class Mount(Record):
 class SandboxSpec(Record):
     """Everything needed to run one command once. ``image`` is an immutable image id.
 
-    ``limits`` and ``security``: the validated models (``Limits``, ``Security``), or the plain
-    defaults they share. ``on_start`` is called once the container runs and before the
-    command is released, with a ``Started``: the model proxy listens on the container's own
-    loopback (left out of == and repr)."""
+    ``limits`` and ``security``: the records of ``sandbox.defaults``. ``on_start`` is called
+    once the container runs and before the command is released, with a ``Started``: the model
+    proxy listens on the container's own loopback (left out of == and repr)."""
 
     __slots__ = _fields = (
         "image",
@@ -103,8 +100,8 @@ class SandboxSpec(Record):
         mounts: tuple[Mount, ...]
         stdin: bytes | None
         timeout: float
-        limits: Limits | LimitValues
-        security: Security | SecurityValues
+        limits: Limits
+        security: Security
         network: str
         labels: dict[str, str]
         name: str
@@ -273,15 +270,6 @@ class Sandbox(ABC):
 
 
 _BACKENDS: dict[str, Callable[[], Sandbox]] = {}
-
-
-def __getattr__(name: str) -> Any:
-    # The pydantic models load on first use: the hot path of `gradebox exec` never needs them.
-    if name in ("Limits", "Security"):
-        from . import models
-
-        return getattr(models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_sandbox(name: str) -> Callable[[type[Sandbox]], type[Sandbox]]:

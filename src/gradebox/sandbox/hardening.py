@@ -1,20 +1,19 @@
 """Limits and security switches -> the Docker Engine's ``HostConfig``, as one pure function.
 
-Kept free of the docker package so that it is unit-tested without an engine, and so that the
-The hardening table (docs/security.md) and this code can be read side by side.
+Kept free of the docker package so that it is unit-tested without an engine. What each setting
+is, its default and the privilege that relaxes it: ``defaults.HARDENING`` (the table in
+docs/security.md is made from it).
 """
 
 from __future__ import annotations
 
 from .base import Mount, default_user
-from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, LimitValues, SecurityValues
+from .defaults import DEFAULT_SECURITY, HARDENING, PRIVILEGES, Limits, Security, rlimits
 from .seccomp import seccomp_json
 
 TYPE_CHECKING = False  # not typing's: `gradebox exec` imports this module
 if TYPE_CHECKING:
     from typing import Any
-
-    from .models import Limits, Security
 
 __all__ = [
     "HOME",
@@ -34,61 +33,41 @@ HOME = "/home/grader"
 SCRATCH_FLAGS = ("nosuid", "nodev", "noexec")
 
 
-PRIVILEGES = {
-    "root": "run as uid 0 (security.user)",
-    "capabilities": "add Linux capabilities back (security.capabilities)",
-    "network": "a network beyond loopback (network: bridge); also for image builds",
-    "build": "build its own Dockerfile (image: {build: ...}), whose RUN steps run as root "
-    "with capabilities on the engine",
-    "writable-root": "a writable root filesystem (security.read_only_root: false)",
-    "privilege-escalation": "setuid programs may gain privileges (no_new_privileges: false)",
-    "limits": "resource limits above the defaults (limits.*)",
-}
-
-
 def privileges_of(
-    security: Security | SecurityValues | None,
+    security: Security | None = None,
     network: str = "none",
-    limits: Limits | LimitValues | None = None,
+    limits: Limits | None = None,
     image: object = None,
 ) -> list[str]:
-    """The privileges (keys of PRIVILEGES) a configuration asks for: what it relaxes.
-    ``image``: a name (nothing asked) or a Dockerfile build (``build``)."""
-    asked: list[str] = []
-    if image is not None and not isinstance(image, str):
-        asked.append("build")
-    sec = security or DEFAULT_SECURITY
-    if sec.user is not None and sec.user.partition(":")[0].strip() in ("0", "root"):
-        asked.append("root")
-    if sec.capabilities:
-        asked.append("capabilities")
-    if network != "none":
-        asked.append("network")
-    if not sec.read_only_root:
-        asked.append("writable-root")
-    if not sec.no_new_privileges:
-        asked.append("privilege-escalation")
-    if limits is not None:
-        for key in LimitValues._fields:
-            if float(getattr(limits, key)) > float(getattr(DEFAULT_LIMITS, key)):
-                asked.append("limits")
-                break
-    return asked
+    """The privileges (keys of PRIVILEGES) a configuration asks for: the settings of
+    ``defaults.HARDENING`` it relaxes. ``image``: a name (nothing asked) or a Dockerfile build."""
+    relaxed = {"network": network != "none", "image": not isinstance(image, str | None)}
+    for record in (security or DEFAULT_SECURITY, limits):
+        for row in record._rows if record is not None else ():
+            value = getattr(record, row.name)
+            if row.unit == "uid[:gid]":  # a user is a privilege only as root
+                relaxed[row.key] = (value or "").partition(":")[0].strip() in ("0", "root")
+            elif row.unit in ("bytes", "cores", "count"):  # a limit may always be lowered
+                relaxed[row.key] = float(value) > float(row.default)
+            else:
+                relaxed[row.key] = value != row.default
+    asked = {row.allow for row in HARDENING if row.allow and relaxed.get(row.key)}
+    return [p for p in PRIVILEGES if p in asked]
 
 
-def run_as(security: Security | SecurityValues) -> str:
+def run_as(security: Security) -> str:
     return security.user or default_user()
 
 
-def run_as_ids(security: Security | SecurityValues | None = None) -> tuple[int, int]:
+def run_as_ids(security: Security | None = None) -> tuple[int, int]:
     """``run_as`` as numbers: the owner the host gives files the sandbox user must write."""
     uid, _, gid = run_as(security or DEFAULT_SECURITY).partition(":")
     return int(uid), int(gid or uid)
 
 
 def host_config(
-    limits: Limits | LimitValues,
-    security: Security | SecurityValues,
+    limits: Limits,
+    security: Security,
     network: str,
     mounts: tuple[Mount, ...],
     *,
@@ -115,11 +94,7 @@ def host_config(
         # Equal to Memory: no swap, so a memory hog is OOM-killed instead of thrashing the host.
         "MemorySwap": int(limits.memory),
         "NanoCpus": int(limits.cpus * 1e9),
-        "Ulimits": [
-            {"Name": "fsize", "Soft": int(limits.file_size), "Hard": int(limits.file_size)},
-            {"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files},
-            {"Name": "core", "Soft": 0, "Hard": 0},
-        ],
+        "Ulimits": [{"Name": name, "Soft": n, "Hard": n} for name, n in rlimits(limits)],
         # The engine's init would report on the container's stdout; ours reports on a channel
         # of its own (see gate.py), so the engine's is the fallback only.
         "Init": security.init and not own_init,

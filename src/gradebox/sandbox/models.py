@@ -1,49 +1,59 @@
-"""``Limits`` and ``Security`` as validated configuration (pydantic), with the defaults of
-``sandbox.defaults``: one source of truth for the values, one for the validation."""
+"""The pydantic edge of ``Limits`` and ``Security``: models made from ``defaults.HARDENING`` that
+validate a configuration into those plain records, dump them as configuration reads (``512
+MiB``) and give the JSON Schemas their ``Limits`` and ``Security``. Nothing declared here."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic_core import core_schema
 
 from .._types import Bytes
-from .defaults import DEFAULT_LIMITS as _L
-from .defaults import DEFAULT_SECURITY as _S
 
-__all__ = ["Limits", "Security"]
+__all__ = ["edge_model", "edge_schema"]
+
+# A unit of sandbox.defaults -> the type a configuration writes it as.
+TYPES: dict[str | None, Any] = {
+    "bytes": Bytes, "cores": float, "count": int, "on/off": bool, "names": list[str],
+    "uid[:gid]": str | None,
+}  # fmt: skip
 
 
-class Limits(BaseModel):
-    """Resource limits of one grader container. Every default is documented in the README."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    memory: Bytes = Field(default=_L.memory, description="RAM; swap is disabled (memory = memswap)")
-    cpus: float = Field(default=_L.cpus, gt=0, description="CPU cores (fractional allowed)")
-    pids: int = Field(default=_L.pids, ge=8, description="processes and threads in the container")
-    output: Bytes = Field(default=_L.output, description="cap on each of stdout and stderr")
-    file_size: Bytes = Field(default=_L.file_size, description="largest file a process may write")
-    open_files: int = Field(
-        default=_L.open_files, ge=16, description="open file descriptors per process"
+@cache
+def edge_model(record: type) -> type[BaseModel]:
+    """The strict pydantic model of ``record``'s fields: types, defaults, floors, help."""
+    fields: dict[str, Any] = {}
+    for row in record._rows:
+        default = {"default_factory": list} if row.default == () else {"default": row.default}
+        bound = dict([row.bound]) if row.bound else {}
+        fields[row.name] = (TYPES[row.unit], Field(**default, **bound, description=row.help))
+    return create_model(  # type: ignore[call-overload,no-any-return]
+        record.__name__, __config__=ConfigDict(extra="forbid"), __doc__=record.__doc__, **fields
     )
-    tmpfs: Bytes = Field(default=_L.tmpfs, description="size of each writable tmpfs (/tmp, HOME)")
 
 
-class Security(BaseModel):
-    """Hardening switches; the defaults are the locked-down setting."""
+def edge_schema(record: type, handler: Any) -> core_schema.CoreSchema:
+    """The core schema pydantic uses for ``record``: its model, then the plain record (which a
+    caller may also pass as it is)."""
+    model = edge_model(record)
+    checked = handler.generate_schema(model)
 
-    model_config = ConfigDict(extra="forbid")
+    def plain(m: BaseModel) -> Any:
+        return record(**{r.name: _plain(r.unit, getattr(m, r.name)) for r in record._rows})
 
-    read_only_root: bool = Field(
-        default=_S.read_only_root, description="root filesystem mounted read-only"
+    into = core_schema.no_info_after_validator_function(plain, checked)
+    return core_schema.no_info_before_validator_function(
+        lambda v: v.as_dict() if isinstance(v, record) else v,
+        into,
+        serialization=core_schema.plain_serializer_function_ser_schema(
+            lambda r: model.model_validate(r.as_dict()), return_schema=checked
+        ),
     )
-    user: str | None = Field(
-        default=_S.user,
-        description="uid[:gid] to run as; default 65534:65534 (nobody), or the invoking "
-        "user's uid:gid when gradebox itself runs as non-root",
-    )
-    capabilities: list[str] = Field(
-        default_factory=lambda: list(_S.capabilities),
-        description="capabilities added back after dropping ALL",
-    )
-    no_new_privileges: bool = _S.no_new_privileges
-    init: bool = Field(default=_S.init, description="an init as PID 1 that reaps zombies")
+
+
+def _plain(unit: str | None, value: Any) -> Any:
+    if unit == "bytes":
+        return int(value)
+    return tuple(value) if isinstance(value, list) else value

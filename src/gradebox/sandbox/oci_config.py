@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import SandboxSpec
+from .defaults import rlimits
 from .gate import GATE_CWD, INIT_ENV, REPORT_PATH, direct_command, entry_command
 from .hardening import HOME, SCRATCH_FLAGS, run_as
 from .init import INIT_PATH
@@ -155,14 +156,9 @@ def runtime_config(
                 k: caps for k in ("bounding", "effective", "permitted", "inheritable")
             },  # fmt: skip
             "rlimits": [
-                {"type": "RLIMIT_NOFILE", "hard": limits.open_files, "soft": limits.open_files},
-                {
-                    "type": "RLIMIT_FSIZE",
-                    "hard": int(limits.file_size),
-                    "soft": int(limits.file_size),
-                },
-                {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
-            ],  # fmt: skip
+                {"type": f"RLIMIT_{name.upper()}", "hard": n, "soft": n}
+                for name, n in rlimits(limits)
+            ],
             "noNewPrivileges": security.no_new_privileges,
             "oomScoreAdj": 500,  # under memory pressure a grader goes before the host
         },

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from .._log import LazyLogger
 from ..errors import GradeboxError
+from .defaults import CGROUPS
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ log = LazyLogger("gradebox.sandbox")
 ROOT = Path("/sys/fs/cgroup")
 # The hierarchies a slot limits. ``devices`` only as root: cgroup v1 lets nobody else write
 # its rules (rootless crun has none either, and a non-root runner can make no device node).
-LIMITED = ("memory", "pids", "cpu")
+LIMITED = CGROUPS
 # Processes of a slot that are not the grader's: its server and the runtime's own process
 # (``crun run`` waits for the container). The pids limit is the grader's plus these.
 HELD = 2
