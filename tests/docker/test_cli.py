@@ -202,3 +202,16 @@ def test_reference_examples_run_as_written(folder, payload, score):
     p = gradebox(*args)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(p.stdout)["score"] == score
+
+
+@pytest.mark.parametrize("backend", ["docker", "oci"])
+@pytest.mark.parametrize("user", ["00", "+0"])
+def test_root_spelled_otherwise_is_still_root(tmp_path, workspace, backend, user):
+    """``security.user: "00"`` ran the grader as uid 0 on both backends, with no ``allow:
+    [root]`` asked for: it is refused before anything runs, as "0" is."""
+    script = 'echo "{\\"score\\": 1, \\"evidence\\": \\"uid=$(id -u)\\"}"'
+    g = write(tmp_path / "g.yaml", "type: program\nprogram: sh\n"
+              f"args: ['-c', '{script}']\nsecurity:\n  user: '{user}'\n")  # fmt: skip
+    p = gradebox("grade", g, "--workspace", workspace, "--sandbox", backend, "--json")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "security.user" in p.stderr and "uid=0" not in p.stdout

@@ -1,6 +1,9 @@
 import json
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from gradebox.sandbox.base import Limits, Mount, SandboxSpec, Security
 from gradebox.sandbox.hardening import host_config, run_as
 from gradebox.sandbox.init import INIT_PATH
@@ -101,3 +104,37 @@ def test_the_init_is_sealed_execute_only_once_per_content(tmp_path, monkeypatch)
     assert newer is not None and newer != sealed and newer.read_bytes() == b"\x7fELF a newer tini"
     monkeypatch.setenv("GRADEBOX_CACHE", str(tini / "not-a-folder"))
     assert sealed_init(tini) is None  # no copy can be made: the caller falls back
+
+
+# Each of these is uid 0 to the engine (Docker reads "00" and "+0" as numbers) or to the
+# runtime (the OCI config's user is int(uid): "0_0" too; 2**32 wraps to 0 in crun).
+ROOT_SPELLINGS = ["00", "+0", "0_0", " 0", "root", "4294967296", "\u0660"]
+
+
+@pytest.mark.parametrize("user", ROOT_SPELLINGS)
+def test_every_spelling_of_root_asks_for_root(user):
+    from gradebox.sandbox.hardening import privileges_of
+
+    assert privileges_of(Security(user=user)) == ["root"]
+    assert privileges_of(Security(user=f"{user}:1000")) == ["root"]
+    assert privileges_of(Security(user="1000:0")) == []  # a gid 0 alone is no root
+
+
+@pytest.mark.parametrize("user", ROOT_SPELLINGS)
+def test_a_configuration_writes_a_user_as_numbers(user):
+    from gradebox.graders.config import ScriptGrader
+
+    with pytest.raises(ValidationError, match="security.user"):
+        ScriptGrader.model_validate({"command": ["true"], "security": {"user": user}})
+    for fine in ("0", "0:0", "1000", "1000:1000", None):
+        ScriptGrader.model_validate({"command": ["true"], "security": {"user": fine}})
+
+
+@pytest.mark.parametrize(("name", "value"), [("memory", 0), ("memory", "1MiB"), ("tmpfs", 0)])
+def test_a_limit_is_never_lowered_to_none(name, value):
+    """0 is "no limit" to the engine (Memory=0, a tmpfs of size=0), and no privilege is asked
+    to lower a limit: a floor keeps a lowered limit a limit."""
+    from gradebox.graders.config import ScriptGrader
+
+    with pytest.raises(ValidationError, match=f"limits.{name}"):
+        ScriptGrader.model_validate({"command": ["true"], "limits": {name: value}})

@@ -45,8 +45,8 @@ PRIVILEGES = {
 class Protection(Record):
     """One row of the hardening table. ``shown``: the default as the table reads (``{}``: the
     ``default`` in its ``unit``); ``key``: the setting that overrides it (``limits.NAME`` is a
-    field of ``Limits``); ``bound``: a floor, as pydantic spells it; ``allow``: the privilege
-    needed to relax it (raise a limit), None: anyone may."""
+    field of ``Limits``); ``bound``: a floor (a pattern for a user), as pydantic spells it;
+    ``allow``: the privilege needed to relax it (raise a limit), None: anyone may."""
 
     __slots__ = _fields = ("row", "shown", "engine", "key", "default", "unit", "bound",
                            "allow", "help", "override", "rlimit", "cgroup")  # fmt: skip
@@ -68,6 +68,13 @@ class Protection(Record):
                 override, f"`{self.allow}`" if self.allow else "—"]  # fmt: skip
 
 
+# A user as the engine and the runtime read it: decimal numbers only ("00", "+0", "0_0",
+# "root" or 4294967296 would each be uid 0 to one of them, and none is "0" to a check of the
+# spelling).
+USER = r"^(0|[1-9][0-9]{0,8})(:(0|[1-9][0-9]{0,8}))?$"  # below 2**32: 2**32 is 0 to crun
+# Zero is "no limit" to the engine (Memory=0, a tmpfs's size=0), and lowering a limit asks
+# for no privilege: memory and tmpfs have floors (memory the engine's own, 6 MiB).
+
 P = Protection
 HARDENING = (
     P("network", "none: only `lo`, no routes", "`NetworkMode=none`", key="network",
@@ -76,7 +83,8 @@ HARDENING = (
       default=True, unit="on/off", allow="writable-root", help="root filesystem mounted read-only"),
     P("writable scratch", "tmpfs `/tmp` and `$HOME=/home/grader`, {} each, noexec,nosuid,nodev "
       "(`/dev/shm` too), alike on both backends", "`Tmpfs`", key="limits.tmpfs", default=64 << 20,
-      unit="bytes", allow="limits", help="size of each writable tmpfs (/tmp, HOME)"),
+      unit="bytes", bound=("gt", 0), allow="limits",
+      help="size of each writable tmpfs (/tmp, HOME)"),
     P("capabilities", "all dropped", "`CapDrop=ALL`", key="security.capabilities", default=(),
       unit="names", allow="capabilities", override="`security.capabilities` (added back)",
       help="capabilities added back after dropping ALL"),
@@ -84,14 +92,14 @@ HARDENING = (
       default=True, unit="on/off", allow="privilege-escalation",
       help="setuid programs cannot gain privileges"),
     P("user", "`65534:65534` (nobody); the invoking uid:gid when gradebox runs as non-root",
-      "`User`", key="security.user", unit="uid[:gid]", allow="root",
+      "`User`", key="security.user", unit="uid[:gid]", allow="root", bound=("pattern", USER),
       help="uid[:gid] to run as; default 65534:65534 (nobody), or the invoking user's uid:gid "
       "when gradebox itself runs as non-root"),
     P("processes", "{}", "`PidsLimit`", key="limits.pids", default=256, unit="count",
       bound=("ge", 8), allow="limits", cgroup="pids",
       help="processes and threads in the container"),
     P("memory", "{}, no swap", "`Memory = MemorySwap`", key="limits.memory", default=1 << 30,
-      unit="bytes", allow="limits", cgroup="memory",
+      unit="bytes", bound=("ge", 6 << 20), allow="limits", cgroup="memory",
       help="RAM; swap is disabled (memory = memswap)"),
     P("CPU", "{}", "`NanoCpus`", key="limits.cpus", default=1.0, unit="cores", bound=("gt", 0),
       allow="limits", cgroup="cpu", help="CPU cores (fractional allowed)"),

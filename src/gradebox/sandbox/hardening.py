@@ -46,13 +46,24 @@ def privileges_of(
         for row in record._rows if record is not None else ():
             value = getattr(record, row.name)
             if row.unit == "uid[:gid]":  # a user is a privilege only as root
-                relaxed[row.key] = (value or "").partition(":")[0].strip() in ("0", "root")
+                relaxed[row.key] = _root((value or "").partition(":")[0])
             elif row.unit in ("bytes", "cores", "count"):  # a limit may always be lowered
                 relaxed[row.key] = float(value) > float(row.default)
             else:
                 relaxed[row.key] = value != row.default
     asked = {row.allow for row in HARDENING if row.allow and relaxed.get(row.key)}
     return [p for p in PRIVILEGES if p in asked]
+
+
+def _root(uid: str) -> bool:
+    """Is ``uid`` root as the engine or the runtime would read it ("root", "0", and also
+    "00", "+0", "0_0": ``int`` reads each as 0, as the OCI config's user does; 2**32 is 0 as
+    a 32-bit uid)?"""
+    uid = uid.strip()
+    try:
+        return uid == "root" or int(uid) % (1 << 32) == 0
+    except ValueError:
+        return False
 
 
 def run_as(security: Security) -> str:

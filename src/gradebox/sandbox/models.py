@@ -28,6 +28,9 @@ def edge_model(record: type) -> type[BaseModel]:
     for row in record._rows:
         default = {"default_factory": list} if row.default == () else {"default": row.default}
         bound = dict([row.bound]) if row.bound else {}
+        if bound and row.unit == "bytes":  # its JSON Schema is Bytes' own: the floor said there
+            key = {"ge": "minimum", "gt": "exclusiveMinimum"}[row.bound[0]]
+            bound["json_schema_extra"] = {key: row.bound[1]}
         fields[row.name] = (TYPES[row.unit], Field(**default, **bound, description=row.help))
     return create_model(  # type: ignore[call-overload,no-any-return]
         record.__name__, __config__=ConfigDict(extra="forbid"), __doc__=record.__doc__, **fields
