@@ -70,6 +70,7 @@ SUBSETS = {
 DEFAULT_SUBSETS = "quickstart,quickstart-login,conformance"
 SKIP = 77
 _RUN_STARTED = time.time()
+_NOT_SUBSETS = ("boot", "install", "docker-load", "images-load", "images-verify")
 
 
 class Skip(Exception):
@@ -493,9 +494,7 @@ def report(
         shutil.copy(f, out / f.name)
     subsets = []
     for p in phases:
-        if p["name"] in ("boot", "install", "docker-load", "images-load") or p["name"].startswith(
-            "warm-up"
-        ):
+        if p["name"] in _NOT_SUBSETS or p["name"].startswith("warm-up"):
             continue
         xml, logf = gout / f"{p['name']}.xml", gout / f"{p['name']}.log"
         counts = {}
