@@ -215,3 +215,20 @@ def test_root_spelled_otherwise_is_still_root(tmp_path, workspace, backend, user
     p = gradebox("grade", g, "--workspace", workspace, "--sandbox", backend, "--json")
     assert p.returncode == 2, p.stdout + p.stderr
     assert "security.user" in p.stderr and "uid=0" not in p.stdout
+
+
+@pytest.mark.parametrize("entry", ["", "."])
+def test_no_program_of_ours_runs_from_the_current_folder(tmp_path, workspace, entry):
+    """With an empty (or ".") entry in $PATH, a grader pack's own ``./crun`` ran on the host,
+    as the runner (root here), handed the whole bundle: programs are looked up in absolute
+    folders only."""
+    pack = tmp_path / "pack"
+    g = write(pack / "g.yaml", "type: program\nprogram: 'true'\n")
+    mark = tmp_path / "ran"
+    for name in ("crun", "runc", "busctl", "tar", "nsenter", "docker-init", "tini-static"):
+        write(pack / name, f"#!/bin/sh\necho {name} >> {mark}\nexit 1\n").chmod(0o755)
+    path = f"{entry}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    p = gradebox("grade", g, "--workspace", workspace, "--sandbox", "oci", "--json",
+                 env={"PATH": path}, cwd=pack)  # fmt: skip
+    assert not mark.exists(), mark.read_text()
+    assert p.returncode == 0, p.stdout + p.stderr

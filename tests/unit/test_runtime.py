@@ -149,3 +149,20 @@ def test_a_runtime_named_in_the_environment_is_checked_as_the_option_is(tmp_path
         assert good.returncode == 125 and "--max-calls" in good.stderr, good.stderr
     else:
         assert good.returncode == 0, good.stderr
+
+
+def test_which_never_looks_in_the_current_folder(tmp_path, monkeypatch):
+    from gradebox import _programs
+
+    (tmp_path / "crun").write_text("#!/bin/sh\n")
+    (tmp_path / "crun").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    for path in (":/nonexistent", "/nonexistent:", ".:/nonexistent", "bin/..:/nonexistent"):
+        monkeypatch.setenv("PATH", path)
+        assert _programs.which("crun") is None, path
+        assert _programs.search_path() == ["/nonexistent"]
+        _programs.absolute_path()
+        assert os.environ["PATH"] == "/nonexistent"
+    monkeypatch.setenv("PATH", ":.")
+    _programs.absolute_path()
+    assert os.environ["PATH"] == _programs.FALLBACK

@@ -35,6 +35,9 @@ INTERRUPTED = 130  # Ctrl-C or SIGTERM, as documented in docs/cli.md
 
 
 def main() -> None:
+    from .._programs import absolute_path
+
+    absolute_path()  # no program of ours is found in the current folder (a grader pack's)
     argv = sys.argv[1:]
     if argv in (["--version"], ["-V"]):
         from .._version import __version__
