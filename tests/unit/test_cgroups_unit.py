@@ -134,3 +134,17 @@ def test_keep_is_what_the_runtime_says_it_supports_not_its_name(tmp_path, help_t
     fake.chmod(0o755)
     assert Runtime("crun", str(fake), "test").keeps is keeps
     assert Runtime("crun", str(tmp_path / "missing"), "test").keeps is False
+
+
+def test_gc_outside_the_delegated_tree_still_looks_in_the_users_service(monkeypatch):
+    """A non-root ``gradebox gc`` from a login shell (a session scope of the system's): its
+    runners' containers went under user@UID.service, and that is where gc looks."""
+    from gradebox.sandbox import oci
+
+    service = Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cgroups, "v2_delegated", lambda: None)
+    monkeypatch.setattr(cgroups, "user_service", lambda uid=None: service)
+    assert oci._cgroup_parent() == f"{str(service)[len('/sys/fs/cgroup') :]}/{oci.CGROUP_PARENT}"
+    monkeypatch.setattr(cgroups, "user_service", lambda uid=None: None)
+    assert oci._cgroup_parent() == f"/{oci.CGROUP_PARENT}"

@@ -725,7 +725,9 @@ def _runtime_error(log_file: Path) -> str | None:
 def _cgroup_parent() -> str:
     """Where this runner's containers' cgroups go: ``/gradebox`` (root), ``/gradebox-<uid>``
     (a non-root runner on cgroup v1), or a folder of the user's delegated cgroup v2 tree."""
-    v2 = cgroups.v2_delegated() if os.geteuid() != 0 else None
+    # Outside the delegated tree (gc from a login shell) the user's service is where its
+    # runners' containers went: the highest folder of the user's, as v2_delegated finds it.
+    v2 = (cgroups.v2_delegated() or cgroups.user_service()) if os.geteuid() != 0 else None
     if v2 is not None:
         return "/" + str((v2 / CGROUP_PARENT).relative_to("/sys/fs/cgroup"))
     return f"/{CGROUP_PARENT}"
