@@ -269,8 +269,8 @@ OUTPUT_FILE = f"{CONTAINER_INPUT_DIR}/output.json"
 
 
 def _proxy(models: Any, target: str, max_calls: int, file: str | None, field: str) -> Any:
-    """The model proxy to the operator's ``target``: the grader may name one, never define
-    one (docs/security.md, provenance)."""
+    """The model proxy to the operator's ``target`` ("": their default one): the grader may
+    name one, never define one (docs/security.md, provenance)."""
     if models is None:
         raise ConfigError(
             "this grader calls a model (target:), and no model targets were given to this "
@@ -278,7 +278,8 @@ def _proxy(models: Any, target: str, max_calls: int, file: str | None, field: st
         )  # fmt: skip
     from ..llm.proxy import TargetProxy  # a grader with a model only: its sockets and pydantic
 
-    return TargetProxy(models, models.targets.get(target, file=file, field=field),
+    # "" names no target: the operator's default one.
+    return TargetProxy(models, models.targets.get(target or None, file=file, field=field),
                        max_calls=max_calls)  # fmt: skip
 
 

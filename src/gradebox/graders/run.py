@@ -522,7 +522,7 @@ def prepare_grader(
     run = GraderRun(
         sandbox, security=grader.security, grader=grader,
         image=(ref if isinstance(ref, str) else f"build:{ref.build}", image_id),
-        models=models, target=access.name if access else None,
+        models=models, target=(access.name or "") if access else None,  # "": the default
         max_calls=access.max_calls if access else 0, file=file,
     )  # fmt: skip
     try:
