@@ -30,7 +30,7 @@ __all__ = ["main"]
 
 
 # The commands that never start a container (gc is the sweep itself). Every other is watched.
-UNSANDBOXED = frozenset({"gc", "schemas", "compare", "images", "report", "view"})
+UNSANDBOXED = frozenset({"gc", "schemas", "compare", "images", "report", "view", "doctor"})
 INTERRUPTED = 130  # Ctrl-C or SIGTERM, as documented in docs/cli.md
 
 
