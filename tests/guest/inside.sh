@@ -122,10 +122,13 @@ pytest_subset() {  # pytest_subset NAME ARGS...
     local name=$1; shift
     local t=$SECONDS rc=0
     log "$name: pytest $*"
+    # Each test's line as it finishes (the host streams guest.log), everything in the log.
     (cd "$APP" && run_timed "$name" "$PY" -m pytest -v -p no:cacheprovider \
-        --junitxml="$OUT/$name.xml" ${PYTEST_K:+-k "$PYTEST_K"} "$@") > "$OUT/$name.log" 2>&1 || rc=$?
-    grep -E ' (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)' "$OUT/$name.log" | sed "s/^/  /" | cut -c1-200
-    tail -n 3 "$OUT/$name.log"
+        --junitxml="$OUT/$name.xml" ${PYTEST_K:+-k "$PYTEST_K"} "$@") 2>&1 | tee "$OUT/$name.log" |
+        grep --line-buffered -E ' (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)'
+    rc=${PIPESTATUS[0]}
+    grep -E '^(FAILED|ERROR) ' "$OUT/$name.log" | cut -c1-200
+    tail -n 1 "$OUT/$name.log"
     [ $rc = 125 ] || phase "$name" $((SECONDS - t)) $rc
     log "$name: exit $rc in $((SECONDS - t))s"
     [ $rc = 0 ] || OVERALL=1
