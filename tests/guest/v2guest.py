@@ -421,16 +421,24 @@ def boot(
 # --- the verdict ---------------------------------------------------------------------------
 
 
-def backend_of(name: str) -> str:
+def backend_of(name: str, module: str = "") -> str:
+    """The backend a test ran on, from its parameters' id: the `sandbox` fixture's (docker,
+    oci, oci-runc) or a runtime's own (crun, runc); unit tests have none."""
     m = re.search(r"\[(.*)\]$", name)
     ids = m.group(1) if m else ""
-    if "oci-runc" in ids:
+    if "unit" in re.split(r"[./]", module):
+        return "(unit)"
+    if "oci-runc" in ids or re.search(r"(^|-)runc(-|$)", ids):
         return "oci-runc"
-    if re.search(r"(^|-)oci(-|$)", ids):
+    if re.search(r"(^|-)(oci|crun)(-|$)", ids):
         return "oci (crun)"
     if re.search(r"(^|-)docker(-|$)", ids):
         return "docker"
     return "(no backend)"
+
+
+def _zero() -> dict:
+    return {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "first": []}
 
 
 def junit_counts(path: Path) -> dict[str, dict]:
@@ -438,8 +446,7 @@ def junit_counts(path: Path) -> dict[str, dict]:
     by: dict[str, dict] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "")
-        row = by.setdefault(backend_of(name), {"passed": 0, "failed": 0, "errors": 0,
-                                               "skipped": 0, "first": []})  # fmt: skip
+        row = by.setdefault(backend_of(name, case.get("classname", "")), _zero())
         bad = case.find("failure")
         err = case.find("error")
         if case.find("skipped") is not None:
@@ -463,8 +470,7 @@ def log_counts(path: Path) -> dict[str, dict]:
     for line in path.read_text(errors="replace").splitlines():
         m = re.match(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED)", line)
         if m:
-            row = by.setdefault(backend_of(m.group(1)), {"passed": 0, "failed": 0, "errors": 0,
-                                                         "skipped": 0, "first": []})  # fmt: skip
+            row = by.setdefault(backend_of(m.group(1), m.group(1).split("::")[0]), _zero())
             row[key[m.group(2)]] += 1
     return by
 
