@@ -203,15 +203,3 @@ def load_untrusted_json(text: str) -> Any:
 def clean_value(value: Any) -> Any:
     """A parsed value made safe to keep: bounded depth, every string writable."""
     return _clean(value)
-
-
-_VERDICT_KEYS = ("pass", "passed", "score", "checks", "assertions")
-
-
-def _verdict_key_lookalike(key: str) -> str | None:
-    """The verdict key that ``key`` reads as (``"Pass"``, ``"pass\u200b"``, ``" score"``)
-    without being it: such a key is a verdict nobody would read, never silently ignored."""
-    if len(key) > 64:
-        return None
-    folded = "".join(ch for ch in key if ch.isalnum()).casefold()
-    return folded if folded in _VERDICT_KEYS else None

@@ -165,8 +165,8 @@ class WarmPool:
 
     def _prepare(self, warm: Warm) -> GraderRun:
         prepared = prepare_grader(
-            warm.grader, warm.workspace, self.box, images=self.images, labels=warm.labels,
-            file=warm.file, warm=True, models=self.models,
+            warm.grader.to_record(), warm.workspace, self.box, images=self.images,
+            labels=warm.labels, file=warm.file, warm=True, models=self.models,
         )  # fmt: skip
         with self._lock:
             self.stats.prepared += 1
@@ -174,8 +174,8 @@ class WarmPool:
 
     def _cold(self, warm: Warm) -> GraderRun:
         return prepare_grader(
-            warm.grader, warm.workspace, self.box, images=self.images, labels=warm.labels,
-            file=warm.file, warm=False, models=self.models,
+            warm.grader.to_record(), warm.workspace, self.box, images=self.images,
+            labels=warm.labels, file=warm.file, warm=False, models=self.models,
         )  # fmt: skip
 
     def _give_back(self, *, used: bool) -> None:

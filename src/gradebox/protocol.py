@@ -10,7 +10,6 @@ This module holds data and pure parsing only: it never runs anything.
 from __future__ import annotations
 
 import json
-import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -22,7 +21,6 @@ from pydantic import (
     PrivateAttr,
     StrictBool,
     field_validator,
-    model_validator,
 )
 
 from .json_bounds import (  # re-exported: the protocol's, kept free of pydantic there
@@ -30,7 +28,6 @@ from .json_bounds import (  # re-exported: the protocol's, kept free of pydantic
     _PLAIN,
     MAX_OUTPUT_DEPTH,
     OutputShapeError,
-    _verdict_key_lookalike,
     clean_text,
     clean_value,
     load_untrusted_json,
@@ -65,7 +62,6 @@ __all__ = [
     "json_objects_in",
     "parses_as_json",
     "load_untrusted_json",
-    "parse_grader_output",
 ]
 
 LARGE_OUTPUT_CHARS = 50_000
@@ -226,6 +222,7 @@ class _GraderCheck(_Open):
     evidence: str | None = None
 
 
+# The schema (``gradebox schemas``) of what ``graders.verdict.read_result`` reads.
 class GraderOutput(_Open):
     """Any result object a grader may print on stdout, in one of four dialects.
 
@@ -249,24 +246,6 @@ class GraderOutput(_Open):
     details: dict[str, Any] | list[Any] | None = None
     checks: list[_GraderCheck] | None = None
     assertions: list[_GraderCheck] | None = None
-
-    @model_validator(mode="after")
-    def _has_a_verdict(self) -> GraderOutput:
-        for key in self.model_extra or {}:
-            named = _verdict_key_lookalike(key)
-            if named:
-                raise ValueError(f"key {key!r} is not {named!r}: a result names its verdict "
-                                 "exactly")  # fmt: skip
-        if (
-            self.pass_ is None
-            and self.passed is None
-            and self.score is None
-            and (self.assertions is None and self.checks is None)
-        ):
-            raise ValueError("no 'pass', 'passed', 'score', 'checks' or 'assertions' field")
-        if self.pass_ is not None and self.passed is not None and self.pass_ != self.passed:
-            raise ValueError("'pass' and 'passed' disagree")
-        return self
 
 
 # Where a JSON object can start: a brace, then a key or the close. Each start that parses
@@ -342,92 +321,6 @@ def _object_at(
         except ValueError:  # a number too long to convert
             return None, None, read + len(window)
         return value, pos + end, read + end
-
-
-def clamp_score(value: float | None) -> float | None:
-    """Scores live in [0, 1]; NaN carries no verdict and counts as 0."""
-    if value is None:
-        return None
-    if math.isnan(value):
-        return 0.0
-    return min(1.0, max(0.0, value))
-
-
-def parse_grader_output(
-    data: Any, *, pass_score: float = 0.5
-) -> tuple[bool, float, str, list[Check], dict[str, Any] | None]:
-    """Normalise a parsed stdout object to ``(passed, score, evidence, checks, details)``.
-
-    Rules: scores are clamped to [0, 1] and NaN is 0; a missing ``pass`` means
-    ``score >= pass_score`` (0.5; AgentV's script graders: 0.8); a missing ``score`` follows
-    ``pass`` (1 or 0); with neither, the share of passing checks/assertions is the score (a
-    check with only a score passes at ``pass_score`` too).
-
-    Raises ``OutputShapeError`` when ``data`` matches no known shape.
-    """
-    from pydantic import ValidationError
-
-    if not isinstance(data, dict):
-        raise OutputShapeError(f"expected a JSON object, got {type(data).__name__}")
-    try:
-        out = GraderOutput.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise OutputShapeError(f"{where}: {msg}" if where else msg) from None
-
-    subs = out.checks or []
-    details = out.details
-    if isinstance(details, list):  # Vally: every sub-result is one check
-        subs = subs + [_sub_result(i, d) for i, d in enumerate(details)]
-        details = None
-    checks = [
-        Check(
-            text=c.text,
-            passed=_check_passed(c, pass_score),
-            score=clamp_score(c.score),
-            evidence=c.evidence or c.reason,
-        )
-        for c in subs + (out.assertions or [])
-    ]
-    verdict = out.pass_ if out.pass_ is not None else out.passed
-    score = clamp_score(out.score)
-    if score is None and verdict is None:
-        score = sum(c.passed for c in checks) / len(checks) if checks else 0.0
-    if score is None:
-        score = 1.0 if verdict else 0.0
-    if verdict is None:
-        verdict = score >= pass_score - 1e-9
-    evidence = out.evidence or out.reason or out.reasoning or ""
-    return verdict, score, evidence, checks, details
-
-
-def _sub_result(index: int, item: Any) -> _GraderCheck:
-    """One entry of a Vally ``details`` list: a GraderResult of its own (name, passed, score,
-    evidence). Anything that is not such an object is a schema error, never a silent pass."""
-    if not isinstance(item, dict):
-        raise OutputShapeError(f"details.{index}: expected a sub-result object")
-    try:
-        check = _GraderCheck.model_validate(
-            {**item, "text": str(item.get("text") or item.get("name") or f"check {index + 1}")}
-        )
-    except ValueError as exc:
-        raise OutputShapeError(f"details.{index}: {exc}") from None
-    if check.pass_ is None and check.passed is None and check.score is None:
-        raise OutputShapeError(f"details.{index}: no 'passed', 'pass' or 'score'")
-    return check
-
-
-def _check_passed(check: _GraderCheck, pass_score: float = 0.5) -> bool:
-    """A check's own verdict; with only a score, it passes where its grader's result would
-    (AgentV's script graders: 0.8), never at a lower bar than the result itself."""
-    if check.pass_ is not None:
-        return check.pass_
-    if check.passed is not None:
-        return check.passed
-    score = clamp_score(check.score)
-    return score is not None and score >= pass_score - 1e-9
 
 
 # --------------------------------------------------------------------------------------------

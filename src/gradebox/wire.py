@@ -3,8 +3,8 @@
 ``protocol`` is the contract: its pydantic models define every format. This module gives the
 same answers without importing pydantic, for the values it can vouch for, and raises
 ``Unsure`` for anything else, so that the caller asks the model instead (a fallback, never a
-second opinion): a payload (``payload_dump``), a grader's result object (``grader_output``)
-and our result as ``--json`` prints it (``result_json``). ``tests/unit/test_wire.py`` holds
+second opinion): a payload (``payload_dump``) and our result as ``--json`` prints it
+(``result_json``). ``tests/unit/test_wire.py`` holds
 each to its model, value by value and byte for byte.
 
 Standard library only.
@@ -21,7 +21,7 @@ TYPE_CHECKING = False  # not typing's: the lean path
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RESULT_FIELDS", "Unsure", "grader_output", "payload_dump", "result_json"]
+__all__ = ["RESULT_FIELDS", "Unsure", "payload_dump", "result_json"]
 
 
 class Unsure(Exception):
@@ -121,109 +121,6 @@ def _message(value: object) -> dict[str, Any]:
         raise Unsure("message")
     rest = {k: v for k, v in value.items() if k not in ("role", "content")}
     return {"role": value["role"], "content": value.get("content"), **rest}
-
-
-# -- a grader's result object (protocol.parse_grader_output) ---------------------------------
-
-_OUTPUT_TEXT = ("name", "reason", "reasoning", "evidence", "kind")
-_OUTPUT_KEYS = frozenset((*_OUTPUT_TEXT, "pass", "passed", "score", "details", "checks",
-                          "assertions"))  # fmt: skip
-_CHECK_KEYS = frozenset(("text", "pass", "passed", "score", "reason", "evidence"))
-
-
-def grader_output(
-    data: dict[str, Any], *, pass_score: float = 0.5
-) -> tuple[bool, float, str, list[dict[str, Any]], dict[str, Any] | None]:
-    """``protocol.parse_grader_output(data)``, its checks as dicts (``Check.model_dump()``),
-    for a result object of known keys and exact types; ``Unsure`` for any other (an unknown
-    key, a Vally ``details`` list, a verdict off-schema: the model names what is wrong)."""
-    if not isinstance(data, dict) or not data.keys() <= _OUTPUT_KEYS:
-        raise Unsure("keys")
-    for key in _OUTPUT_TEXT:
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise Unsure(key)
-    verdict = _strict_bool(data, "pass")
-    passed = _strict_bool(data, "passed")
-    score = _score(data.get("score"))
-    details = data.get("details")
-    if details is not None and not isinstance(details, dict):
-        raise Unsure("details")
-    subs = [*_checks(data.get("checks")), *_checks(data.get("assertions"))]
-    if (
-        verdict is None
-        and passed is None
-        and score is None
-        and (data.get("checks") is None and data.get("assertions") is None)
-    ):
-        raise Unsure("no verdict")
-    if verdict is not None and passed is not None and verdict != passed:
-        raise Unsure("disagree")
-    checks = [
-        {
-            "text": c.get("text", ""),
-            "passed": _check_passed(c, pass_score),
-            "score": _clamp(_score(c.get("score"))),
-            "evidence": c.get("evidence") or c.get("reason"),
-        }
-        for c in subs
-    ]
-    if verdict is None:
-        verdict = passed
-    score = _clamp(score)
-    if score is None and verdict is None:
-        score = sum(c["passed"] for c in checks) / len(checks) if checks else 0.0
-    if score is None:
-        score = 1.0 if verdict else 0.0
-    if verdict is None:
-        verdict = score >= pass_score - 1e-9
-    evidence = data.get("evidence") or data.get("reason") or data.get("reasoning") or ""
-    return verdict, score, evidence, checks, details
-
-
-def _strict_bool(data: dict[str, Any], key: str) -> bool | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise Unsure(key)
-    return value
-
-
-def _score(value: object) -> float | None:
-    """``protocol.Score``: strict and finite; an int is the same float."""
-    if value is None:
-        return None
-    if not _plain_number(value):
-        raise Unsure("score")
-    return float(value)  # type: ignore[arg-type]
-
-
-def _clamp(value: float | None) -> float | None:
-    return None if value is None else min(1.0, max(0.0, value))
-
-
-def _checks(value: object) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise Unsure("checks")
-    for check in value:
-        if not isinstance(check, dict) or not check.keys() <= _CHECK_KEYS:
-            raise Unsure("check")
-        for key in ("text", "reason", "evidence"):
-            if key in check and not isinstance(check[key], str):
-                raise Unsure(key)  # `text` has a default, not null: the model says so
-        _strict_bool(check, "pass")
-        _strict_bool(check, "passed")
-        _score(check.get("score"))
-    return value
-
-
-def _check_passed(check: dict[str, Any], pass_score: float) -> bool:
-    if check.get("pass") is not None:
-        return check["pass"]
-    if check.get("passed") is not None:
-        return check["passed"]
-    score = _clamp(_score(check.get("score")))
-    return score is not None and score >= pass_score - 1e-9
 
 
 # -- our result (protocol.GraderResult) ------------------------------------------------------

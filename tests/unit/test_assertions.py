@@ -9,7 +9,8 @@ import pytest
 from gradebox.graders.assertion import AssertSet, HostAssertion, aggregate, fold
 from gradebox.graders.builtin import BuiltinAssertion
 from gradebox.graders.trace import TraceAssertion, trace_of, vally_input
-from gradebox.protocol import GraderResult, Message, Payload, Status, parse_grader_output
+from gradebox.graders.verdict import read_result
+from gradebox.protocol import GraderResult, Message, Payload, Status
 from gradebox.steps import read_cli_answer, render_cli_command
 
 
@@ -166,13 +167,13 @@ def test_openai_tool_calls_and_vally_shape():
 
 
 def test_vally_details_list_becomes_checks():
-    passed, score, _, checks, details = parse_grader_output({
+    passed, score, _, checks, details = read_result({
         "name": "summary", "kind": "code", "passed": False, "score": 0.5,
         "details": [{"name": "exists", "kind": "code", "passed": True, "score": 1,
                      "evidence": "there"}, {"name": "count", "passed": False, "score": 0}],
     })  # fmt: skip
     assert not passed and score == 0.5 and details is None
-    assert [(c.text, c.passed, c.evidence) for c in checks] == [
+    assert [(c["text"], c["passed"], c["evidence"]) for c in checks] == [
         ("exists", True, "there"), ("count", False, None),
     ]  # fmt: skip
 
@@ -181,7 +182,7 @@ def test_a_vally_sub_result_without_a_verdict_is_a_schema_error():
     from gradebox.protocol import OutputShapeError
 
     with pytest.raises(OutputShapeError):
-        parse_grader_output({"passed": True, "details": [{"name": "x"}]})
+        read_result({"passed": True, "details": [{"name": "x"}]})
 
 
 def test_render_cli_command_mounts_named_files_and_quotes_the_prompt(tmp_path):

@@ -48,7 +48,7 @@ def _load_grader(path: Path) -> GraderConfig:
     if raw is None:  # not a regular file, or past the cap: the loader says what it is
         return load_grader_ref(path, dialect=DIALECT)
     grader = load_grader(path, raw)
-    compiled.store(path, raw, DIALECT, grader)
+    compiled.store(path, raw, DIALECT, grader.to_record())
     return grader
 
 

@@ -3,8 +3,8 @@ a Dockerfile build, the files its command names, a TypeScript runtime. ``plan`` 
 for every grader of a suite; ``gradebox grade`` runs them on every call, its lean path too
 (they read the filesystem and ``--allow``, which no cached configuration may answer for).
 
-Must not import pydantic: ``gradebox grade``'s lean path calls ``check_grader`` with a plain
-configuration (``graders.compiled.PlainGrader``).
+Must not import pydantic: ``gradebox grade``'s lean path calls ``check_grader`` with a record
+from the cache (``graders.compiled.GraderRecord``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import namedtuple
 from pathlib import Path, PurePosixPath
 
 from .._version import __version__
@@ -40,9 +41,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .config import GraderConfig
-
-__all__ = ["FOLDER", "PlainGrader", "cache_key", "load", "store"]
+__all__ = ["FOLDER", "GraderRecord", "cache_key", "load", "store"]
 
 FOLDER = "graders"
 _FORMAT = "gradebox-grader/1"
@@ -78,14 +77,18 @@ def cache_key(path: Path, raw: bytes, dialect: str) -> str:
     return h.hexdigest()
 
 
-class PlainGrader:
-    """A validated grader as plain values: every attribute ``graders.run`` and
-    ``graders.checks`` read of a ``GraderConfig``, the same values."""
+_FIELDS = ("type", "name", "image", "timeout", "env", "sub_path", "files", "limits", "security",
+           "network", "workspace", "weight", "dialect", "program", "args", "shell", "command",
+           "target", "max_calls", "pass_score", "source_dir", "declared_in")  # fmt: skip
 
-    __slots__ = ("type", "name", "image", "timeout", "env", "sub_path", "files", "limits",
-                 "security", "network", "workspace", "weight", "dialect", "program", "args",
-                 "shell", "command", "target", "pass_score", "source_dir",
-                 "declared_in")  # fmt: skip
+
+class GraderRecord(namedtuple("GraderRecord", _FIELDS)):
+    """A validated grader as a plain, frozen record: what every run reads (``graders.run``,
+    ``graders.checks``, ``GraderRun``), made by ``GraderConfig.to_record()`` or loaded from
+    the cache. ``target``: the model target its proxy reaches ("": the operator's default),
+    None for no proxy; fields of the other type are None."""
+
+    __slots__ = ()
 
     def display_name(self) -> str:
         if self.name:
@@ -95,29 +98,18 @@ class PlainGrader:
         first = self.command if isinstance(self.command, str) else " ".join(self.command)
         return first[:60]
 
-
-def _plain(grader: GraderConfig) -> dict[str, Any] | None:
-    """``grader`` as the entry's values, or None when it is never cached."""
-    image = grader.image
-    if grader.type not in ("program", "script") or not (image is None or isinstance(image, str)):
-        return None
-    if getattr(grader, "target", None) is not None:
-        return None
-    out: dict[str, Any] = {
-        "type": grader.type, "name": grader.name, "image": image,
-        "timeout": float(grader.timeout), "env": dict(grader.env), "sub_path": grader.sub_path,
-        "files": list(grader.files), "network": grader.network,
-        "workspace": grader.workspace, "weight": float(grader.weight),
-        "dialect": grader.dialect,
-        "limits": grader.limits.as_dict(),
-        "security": {**grader.security.as_dict(),
-                     "capabilities": list(grader.security.capabilities)},
-    }  # fmt: skip
-    if grader.type == "program":
-        out.update(program=grader.program, args=list(grader.args), shell=grader.shell)
-    else:
-        out.update(command=grader.command, pass_score=grader.pass_score)
-    return out
+    def cached(self) -> dict[str, Any] | None:
+        """The entry's values, or None when the record is never cached."""
+        if (
+            self.type not in _KINDS
+            or self.target is not None
+            or not isinstance(self.image, str | None)
+        ):
+            return None
+        out = {k: getattr(self, k) for k in (*_SHAPE, *_OPTIONAL_STR, *_KINDS[self.type])}
+        return {**out, "limits": self.limits.as_dict(),
+                "security": {**self.security.as_dict(),
+                             "capabilities": list(self.security.capabilities)}}  # fmt: skip
 
 
 def _seal(key: str, values: dict[str, Any]) -> str:
@@ -125,11 +117,11 @@ def _seal(key: str, values: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def store(path: Path, raw: bytes, dialect: str, grader: GraderConfig,
+def store(path: Path, raw: bytes, dialect: str, grader: GraderRecord,
           cache: PrivateCache | None = None) -> bool:  # fmt: skip
     """Keep ``grader``, validated from ``raw`` (``path``'s bytes), for the next run; False
     when it was not kept (never cached, or the cache folder is not private)."""
-    values = _plain(grader)
+    values = grader.cached()
     if values is None:
         return False
     key = cache_key(path, raw, dialect)
@@ -139,7 +131,7 @@ def store(path: Path, raw: bytes, dialect: str, grader: GraderConfig,
 
 
 def load(path: Path, raw: bytes, dialect: str,
-         cache: PrivateCache | None = None) -> PlainGrader | None:  # fmt: skip
+         cache: PrivateCache | None = None) -> GraderRecord | None:  # fmt: skip
     """The validated form of ``path`` (its bytes ``raw``), or None: not cached, or an entry
     that is not exactly what ``store`` wrote for this key."""
     key = cache_key(path, raw, dialect)
@@ -151,12 +143,9 @@ def load(path: Path, raw: bytes, dialect: str,
         values = entry["grader"]
         if entry["key"] != key or entry["seal"] != _seal(key, values) or len(entry) != 3:
             return None
-        grader = _grader(values)
+        return _grader(values, path.parent.resolve())
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    if grader is not None:
-        grader.source_dir = path.parent.resolve()
-    return grader
 
 
 # Each value's type in an entry, as ``_plain`` writes it: anything else is a miss.
@@ -169,7 +158,7 @@ _KINDS = {"program": {"program": str, "args": list, "shell": bool},
           "script": {"command": (list, str), "pass_score": (float, type(None))}}  # fmt: skip
 
 
-def _grader(values: dict[str, Any]) -> PlainGrader | None:
+def _grader(values: dict[str, Any], source_dir: Path) -> GraderRecord | None:
     kind = values.get("type")
     if kind not in _KINDS:
         return None
@@ -199,11 +188,8 @@ def _grader(values: dict[str, Any]) -> PlainGrader | None:
             and (security["user"] is None or isinstance(security["user"], str))
             and isinstance(caps, list) and all(isinstance(c, str) for c in caps)):  # fmt: skip
         return None
-    grader = PlainGrader()
-    for name in PlainGrader.__slots__:
-        setattr(grader, name, values.get(name))
-    grader.limits = Limits(**limits)
-    grader.security = Security(**{**security, "capabilities": tuple(caps)})
-    grader.target = None
-    grader.declared_in = None
-    return grader
+    return GraderRecord(**{
+        **dict.fromkeys(_FIELDS), **values, "limits": Limits(**limits),
+        "security": Security(**{**security, "capabilities": tuple(caps)}),
+        "max_calls": 0, "source_dir": source_dir,
+    })  # fmt: skip

@@ -1,7 +1,8 @@
 """Grader configuration: the ``type: program`` and ``type: script`` models and their loader.
 
 Validation happens here, at the edge, with errors that name the file, the line and the field.
-Everything after this module receives typed ``GraderConfig`` objects.
+Everything after this module runs on the plain, frozen ``GraderRecord`` that
+``GraderConfig.to_record()`` makes (``graders.compiled`` keeps the same records).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..fstree import normalise_sub_path
 from ..images import ImageBuild
 from ..sandbox.base import Limits, Security
+from .compiled import GraderRecord
 
 __all__ = [
     "RESERVED_ENV",
@@ -120,6 +122,23 @@ class _GraderBase(BaseModel):
         """The directory of the file that declared this grader, when its ``cwd`` moved
         ``source_dir`` elsewhere (None: the same)."""
         return self._declared_in
+
+    def to_record(self) -> GraderRecord:
+        """The plain, frozen record every run reads (and the cache of grader files keeps)."""
+        access = getattr(self, "target", None)
+        own = (dict(program=self.program, args=list(self.args), shell=self.shell)
+               if isinstance(self, ProgramGrader) else
+               dict(command=self.command, pass_score=self.pass_score))  # fmt: skip
+        return GraderRecord(**{
+            **dict.fromkeys(GraderRecord._fields), **own, "type": self.type, "name": self.name,
+            "image": self.image, "timeout": float(self.timeout), "env": dict(self.env),
+            "sub_path": self.sub_path, "files": list(self.files), "limits": self.limits,
+            "security": self.security, "network": self.network, "workspace": self.workspace,
+            "weight": float(self.weight), "dialect": self.dialect,
+            "target": (access.name or "") if access else None,  # "": the operator's default
+            "max_calls": access.max_calls if access else 0,
+            "source_dir": self._source_dir, "declared_in": self._declared_in,
+        })  # fmt: skip
 
     def with_source(self, directory: Path | None, declared_in: Path | None = None) -> _GraderBase:
         self._source_dir = directory.resolve() if directory else None

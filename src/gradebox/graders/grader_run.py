@@ -70,8 +70,8 @@ class GraderRun:
             run.prepare(image=image_id, command=["python3", "check.py"], workspace=ws)
             outcome = run.execute(b"{}", files={"input.json": b"{}"})
 
-    ``grader``: the configuration (``GraderConfig``, or the lean path's ``PlainGrader``) whose
-    verdict ``judge`` gives; ``image``: its reference as written and its id, for the result.
+    ``grader``: the record (``graders.compiled.GraderRecord``) whose verdict ``judge`` gives;
+    ``image``: its reference as written and its id, for the result.
     """
 
     def __init__(

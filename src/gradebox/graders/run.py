@@ -22,8 +22,7 @@ from .spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
 from .spec import enterable as _enterable
 
 # Nothing here needs pydantic at import: `gradebox grade`'s lean path runs a grader through
-# this module with a plain configuration (``graders.compiled.PlainGrader``), which answers
-# every attribute read here as ``GraderConfig`` does.
+# this module with a record from the cache (``graders.compiled.GraderRecord``).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from ..llm.client import ModelHub
     from ..protocol import GraderResult, InlinePayload, Payload
     from ..sandbox.base import ImageSource, Sandbox
+    from .compiled import GraderRecord
     from .config import GraderConfig
 
 __all__ = [
@@ -494,7 +494,7 @@ def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None
 
 
 def prepare_grader(
-    grader: GraderConfig,
+    grader: GraderRecord,
     workspace: Path | str,
     sandbox: Sandbox,
     *,
@@ -518,12 +518,10 @@ def prepare_grader(
     ref = grader.image or DEFAULT_IMAGE
     if image_id is None:
         image_id = (images or sandbox.images()).resolve(ref, grader.source_dir)
-    access = getattr(grader, "target", None)
     run = GraderRun(
         sandbox, security=grader.security, grader=grader,
         image=(ref if isinstance(ref, str) else f"build:{ref.build}", image_id),
-        models=models, target=(access.name or "") if access else None,  # "": the default
-        max_calls=access.max_calls if access else 0, file=file,
+        models=models, target=grader.target, max_calls=grader.max_calls, file=file,
     )  # fmt: skip
     try:
         ws = run.view(workspace, writable=grader.workspace == "rw")
@@ -580,7 +578,7 @@ def run_grader(
     """
     resolve_sub_path(Path(workspace), grader.sub_path, file=file)  # before any container
     prepared = prepare_grader(
-        grader,
+        grader.to_record(),
         workspace,
         sandbox,
         images=images,

@@ -49,7 +49,6 @@ from .._bytes import format_bytes
 from .._duration import format_duration
 from ..json_bounds import MAX_OUTPUT_DEPTH as MAX_JSON_DEPTH
 from ..json_bounds import OutputShapeError, load_untrusted_json
-from ..wire import Unsure, grader_output
 
 TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path judges with `verdict`
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
 
     Dialect = Literal["program", "script", "assertion", "inline", "pytest", "node-test"]
 
-__all__ = ["Dialect", "judge", "result_of", "tail_text", "verdict"]
+__all__ = ["Dialect", "judge", "read_result", "result_of", "tail_text", "verdict"]
 
 TAIL_CHARS = 2000
 
@@ -332,7 +331,7 @@ def verdict(
 
     if isinstance(parsed, dict):
         try:
-            passed, score, evidence, checks, details = _parse(parsed, pass_score)
+            passed, score, evidence, checks, details = read_result(parsed, pass_score=pass_score)
         except OutputShapeError as exc:
             if dialect == "program" and code != 0:
                 return _exit_mode(dialect, name, code, text, common)
@@ -361,18 +360,141 @@ def verdict(
     return _exit_mode(dialect, name, code, text, common)
 
 
-def _parse(
-    data: dict[str, Any], pass_score: float
-) -> tuple[bool, float, str, list[dict[str, Any]], dict[str, Any] | None]:
-    """``protocol.parse_grader_output``: read by hand where ``wire`` vouches for the object,
-    else by the model (which also names what is off-schema)."""
-    try:
-        return grader_output(data, pass_score=pass_score)
-    except Unsure:
-        from ..protocol import parse_grader_output
+_TEXT_KEYS = ("name", "reason", "reasoning", "evidence", "kind")
+_VERDICT_KEYS = ("pass", "passed", "score", "checks", "assertions")
 
-        passed, score, evidence, checks, details = parse_grader_output(data, pass_score=pass_score)
-        return passed, score, evidence, [c.model_dump() for c in checks], details
+
+def _verdict_key_lookalike(key: str) -> str | None:
+    """The verdict key that ``key`` reads as (``"Pass"``, ``"pass\u200b"``, ``" score"``)
+    without being it: such a key is a verdict nobody would read, never silently ignored."""
+    if len(key) > 64:
+        return None
+    folded = "".join(ch for ch in key if ch.isalnum()).casefold()
+    return folded if folded in _VERDICT_KEYS else None
+
+
+def read_result(
+    data: Any, *, pass_score: float = 0.5
+) -> tuple[bool, float, str, list[dict[str, Any]], dict[str, Any] | None]:
+    """A grader's result object (``protocol.GraderOutput``, its schema) as ``(passed, score,
+    evidence, checks, details)``, checks as ``protocol.Check``'s fields. The one reader.
+
+    Scores are clamped to [0, 1]; a missing ``pass`` means ``score >= pass_score`` (0.5;
+    AgentV's script graders: 0.8); a missing ``score`` follows ``pass`` (1 or 0); with
+    neither, the share of passing checks is the score (a check with only a score passes at
+    ``pass_score`` too). A Vally ``details`` list is one check per sub-result.
+
+    Raises ``OutputShapeError`` naming the field when ``data`` is off-schema."""
+    if not isinstance(data, dict):
+        raise OutputShapeError(f"expected a JSON object, got {type(data).__name__}")
+    for key in data:
+        named = _verdict_key_lookalike(key) if key not in _VERDICT_KEYS else None
+        if named:
+            raise OutputShapeError(f"key {key!r} is not {named!r}: a result names its verdict "
+                                   "exactly")  # fmt: skip
+    text = {k: _text(data, k, k) for k in _TEXT_KEYS}
+    verdict_, passed = _bool(data, "pass", "pass"), _bool(data, "passed", "passed")
+    score = _score(data, "score")
+    details = data.get("details")
+    if details is not None and not isinstance(details, dict | list):
+        raise OutputShapeError("details: expected an object or a list")
+    subs = [_sub(c, f"checks.{i}") for i, c in enumerate(_list(data, "checks"))]
+    if isinstance(details, list):  # Vally: every sub-result is one check
+        for i, item in enumerate(details):
+            where = f"details.{i}"
+            if not isinstance(item, dict):
+                raise OutputShapeError(f"{where}: expected a sub-result object")
+            name = item.get("text") or item.get("name") or f"check {i + 1}"
+            check = _sub({**item, "text": str(name)}, where)
+            if check[1] is None and check[2] is None and check[3] is None:
+                raise OutputShapeError(f"{where}: no 'passed', 'pass' or 'score'")
+            subs.append(check)
+        details = None
+    subs += [_sub(c, f"assertions.{i}") for i, c in enumerate(_list(data, "assertions"))]
+    if (
+        verdict_ is None
+        and passed is None
+        and score is None
+        and not (data.get("checks") is not None or data.get("assertions") is not None)
+    ):
+        raise OutputShapeError("no 'pass', 'passed', 'score', 'checks' or 'assertions' field")
+    if verdict_ is not None and passed is not None and verdict_ != passed:
+        raise OutputShapeError("'pass' and 'passed' disagree")
+    checks = []
+    for name, c_pass, c_passed, c_score, evidence in subs:
+        c_score = _clamp(c_score)
+        ok = c_pass if c_pass is not None else c_passed
+        if ok is None:
+            ok = c_score is not None and c_score >= pass_score - 1e-9
+        checks.append({"text": name, "passed": ok, "score": c_score, "evidence": evidence})
+    if verdict_ is None:
+        verdict_ = passed
+    score = _clamp(score)
+    if score is None and verdict_ is None:
+        score = sum(c["passed"] for c in checks) / len(checks) if checks else 0.0
+    if score is None:
+        score = 1.0 if verdict_ else 0.0
+    if verdict_ is None:
+        verdict_ = score >= pass_score - 1e-9
+    evidence = text["evidence"] or text["reason"] or text["reasoning"] or ""
+    return verdict_, score, evidence, checks, details
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise OutputShapeError(f"{where}: expected a string")
+    return value
+
+
+def _bool(data: dict[str, Any], key: str, where: str) -> bool | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise OutputShapeError(f"{where}: expected true or false")
+    return value
+
+
+def _score(data: dict[str, Any], where: str) -> float | None:
+    """A finite number: ``Infinity`` (or ``1e999``) clamped to 1.0 would be a pass no grader
+    meant, and NaN says nothing; both are off-schema, as is a number given as a string."""
+    value = data.get("score")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise OutputShapeError(f"{where}: expected a finite number")
+    try:
+        value = float(value)
+    except OverflowError:
+        value = float("inf")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise OutputShapeError(f"{where}: expected a finite number")
+    return value
+
+
+def _clamp(value: float | None) -> float | None:
+    return None if value is None else min(1.0, max(0.0, value))
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is not None and not isinstance(value, list):
+        raise OutputShapeError(f"{key}: expected a list")
+    return value or []
+
+
+def _sub(check: Any, where: str) -> tuple[str, bool | None, bool | None, float | None, Any]:
+    """One check (``protocol.GraderOutput``'s ``checks`` item): its text, pass, passed, score
+    and evidence (else its reason)."""
+    if not isinstance(check, dict):
+        raise OutputShapeError(f"{where}: expected an object")
+    text = _text(check, "text", f"{where}.text") if "text" in check else ""
+    if text is None:
+        raise OutputShapeError(f"{where}.text: expected a string")
+    said = _text(check, "evidence", f"{where}.evidence") or _text(
+        check, "reason", f"{where}.reason"
+    )
+    return (text, _bool(check, "pass", f"{where}.pass"), _bool(check, "passed", f"{where}.passed"),
+            _score(check, f"{where}.score"), said)  # fmt: skip
 
 
 def _ends_in_a_result(stream: bytes) -> bool:
