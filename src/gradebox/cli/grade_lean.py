@@ -24,9 +24,8 @@ It runs a call only when all of it is one it can answer exactly as the full comm
   that is not a folder) is left to the full path, which says it in its own words.
 
 Its output is the full path's: the ``--json`` document byte for byte (``wire.result_json``,
-else the model writes it), the human lines where they are plain text (not a terminal, no
-checks table, printable ASCII within the width, nothing rich would read as markup or emoji;
-else rich prints them), and the same exit codes.
+else the model writes it), the human lines by the same writer (``report.plain``, which
+loads rich only for a terminal), and the same exit codes.
 """
 
 from __future__ import annotations
@@ -167,7 +166,7 @@ class _Call:
                 from ..graders.run import prepare_grader
 
                 ready = prepare_grader(grader, workspace, box, image_id=image, file=str(path),
-                                       warm=False)  # type: ignore[arg-type]  # fmt: skip
+                                       warm=False)  # fmt: skip
                 fields = ready.run_wire(body, big)
             finally:
                 box.close()
@@ -277,17 +276,9 @@ class _Call:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
             return
-        from ..report.plain import result_text
+        from ..report.plain import print_result
 
-        text = result_text(fields)
-        if text is None:
-            from ..report.terminal import print_result
-            from ._common import Output
-
-            print_result(_model(fields), Output(False).console)
-        else:
-            sys.stdout.write(text)
-        sys.stdout.flush()
+        print_result(fields)
 
 
 def _model(fields: dict[str, Any]) -> Any:
@@ -315,7 +306,7 @@ def _info(line: str) -> None:
     """A line on stderr as rich writes it to a pipe (``Output.info``)."""
     from ..report.plain import fits
 
-    if sys.stderr.isatty() or not fits(line, stderr=True):
+    if not fits(line):
         from rich.console import Console
 
         Console(stderr=True, highlight=False).print(f"[dim]{line}[/]")

@@ -1,7 +1,7 @@
 """What a run looks like to people: the terminal table and JUnit (``terminal``), the one-file
 HTML report (``html``) and the live view (``view``). Each reads the run through
-``gradebox.results``; machines get ``--json`` instead. ``plain``: a grader's result without
-rich, where that is the same text.
+``gradebox.results``; machines get ``--json`` instead. ``plain``: one grader's result
+(``gradebox grade``), rich only on a terminal.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path imports repo
 if TYPE_CHECKING:
     from typing import Any
 
-    from .terminal import STYLE, escape, junit_xml, print_result, print_run, xml_text
+    from .plain import print_result
+    from .terminal import STYLE, escape, junit_xml, print_run, xml_text
 
 __all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_text"]
 
@@ -20,7 +21,8 @@ __all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_tex
 def __getattr__(name: str) -> Any:
     # Each name is imported on first use: `report.plain` must not load rich and pydantic.
     if name in __all__:
-        value = getattr(importlib.import_module(".terminal", __name__), name)
+        module = ".plain" if name == "print_result" else ".terminal"
+        value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,9 @@
-"""``terminal.print_result``'s lines without rich, where they are the bytes rich writes.
+"""One grader's result for people, written once for ``gradebox grade``'s full and lean paths.
 
-Off a terminal rich writes plain text, wrapped at its width. ``result_text`` gives those
-lines for a result whose text needs nothing of rich: no checks table, printable ASCII, no
-line past the width, nothing rich reads as an emoji code (``:name:``). For anything else it
-returns None and rich prints (``gradebox grade``'s lean path then imports it: a terminal,
-a table, wide text). ``tests/unit/test_grade_lean.py`` holds it to rich, byte for byte.
+``result_lines`` makes its lines from the result's fields (``graders.verdict.verdict``'s, or
+a ``GraderResult``'s): the verdict, the evidence, the checks as a table, the output tails
+when it did not pass. ``print_result`` writes them as they are off a terminal, and through
+rich, styled, on one (only then is rich imported: the lean path must not load it).
 
 Standard library only.
 """
@@ -19,75 +18,80 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["fits", "result_text", "width"]
+__all__ = ["clean", "fits", "print_result", "result_lines", "terminal"]
 
-MARK = {"passed": "✔ PASS", "failed": "✘ FAIL", "error": "! ERROR"}  # terminal.MARK
-# Printable ASCII but the backslash (rich reads one before a `[` as an escape).
-_PLAIN = re.compile(r"[\x20-\x5b\x5d-\x7e\n]*")
-_EMOJI = re.compile(r":[^\s:]*:")  # what rich may replace: `:name:` (rich._emoji_replace)
+MARK = {"passed": "✔ PASS", "failed": "✘ FAIL", "error": "! ERROR"}
+STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold yellow"}
+# Control characters (ESC among them) let text an agent or a grader wrote retitle, clear or
+# rewrite a terminal, or set its clipboard; tabs and newlines are all that reach one.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def width(stderr: bool = False) -> int | None:
-    """The width rich wraps at when it writes plain text to stdout (``stderr``: to stderr);
-    None when it would write to a terminal (styles, not plain text)."""
-    stream = sys.stderr if stderr else sys.stdout
-    env = os.environ
-    if "FORCE_COLOR" in env or "TTY_COMPATIBLE" in env:
-        return None
+def clean(text: str) -> str:
+    """Untrusted text, safe for a terminal: no control sequences."""
+    return _CONTROL.sub("\ufffd", text)
+
+
+def terminal(stream: Any) -> bool:
+    """Does ``stream`` reach a terminal (or is colour forced), as rich decides?"""
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+        return True
     try:
-        if stream.isatty():
-            return None
+        return stream.isatty()
     except (AttributeError, ValueError):
-        return None
-    size = None
-    for fd in (0, 1, 2):  # as rich's Console.size: the first standard stream that is a tty
-        try:
-            size = os.get_terminal_size(fd).columns
-        except (AttributeError, ValueError, OSError):
-            continue
-        break
-    columns = env.get("COLUMNS")
-    if columns is not None and columns.isdigit():
-        size = int(columns)
-    return size or 80
+        return False
 
 
-def _plain(text: str, limit: int) -> bool:
-    return (
-        _PLAIN.fullmatch(text) is not None
-        and _EMOJI.search(text) is None
-        and all(len(line) <= limit for line in text.split("\n"))
-    )
+def fits(line: str) -> bool:
+    """Would rich write ``line`` to stderr as it is (``Output.info``: no terminal, no wrap, no
+    markup or emoji code)? Until the command's one output layer writes its lines plainly."""
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else 80
+    return (not terminal(sys.stderr) and len(line) <= width and line.isascii()
+            and line.isprintable() and not re.search(r"[\\\[]|:[^\s:]*:", line))  # fmt: skip
 
 
-def fits(line: str, stderr: bool = False) -> bool:
-    """Would rich write ``line`` (no markup in it) as it is?"""
-    limit = width(stderr)
-    return limit is not None and _plain(line, limit)
-
-
-def result_text(fields: dict[str, Any]) -> str | None:
-    """What ``print_result`` writes off a terminal for a result with these fields
-    (``graders.verdict.verdict``'s, with image and duration), or None."""
-    limit = width()
-    if limit is None or fields.get("checks"):
-        return None
+def result_lines(fields: Any) -> list[tuple[str, str]]:
+    """``(style, text)`` lines of one result (``fields``: a mapping or a ``GraderResult``)."""
+    if not isinstance(fields, dict):
+        fields = fields.model_dump(mode="json")
+    status = str(fields["status"])
     image = fields.get("image")
     shown = f" on {image['ref']} ({image['id'][7:19]})" if image else ""
-    score = float(fields["score"])
-    head = f"{fields['name']}  score {score:.2f}  {fields['duration_ms']} ms{shown}"
-    mark = MARK[fields["status"]]
-    if not _plain(head, limit - len(mark) - 1):
-        return None
-    lines = [f"{mark} {head}"]
-    evidence = fields.get("evidence")
-    if evidence:
-        lines.append(f"  {evidence}")
+    head = f"{fields['name']}  score {float(fields['score']):.2f}"
+    lines = [(STYLE[status], f"{MARK[status]} {head}  {fields['duration_ms']} ms{shown}")]
+    if fields.get("evidence"):
+        lines.append(("", f"  {fields['evidence']}"))
+    checks = fields.get("checks") or []
+    if checks:
+        rows = [("check", "verdict", "score", "evidence")] + [
+            (c["text"], "pass" if c["passed"] else "fail",
+             "" if c.get("score") is None else f"{c['score']:.2f}", c.get("evidence") or "")
+            for c in checks
+        ]  # fmt: skip
+        wide = [max(len(r[i]) for r in rows) for i in range(3)]
+        for n, (text, verdict, score, evidence) in enumerate(rows):
+            row = f"{text:<{wide[0]}}  {verdict:<{wide[1]}}  {score:>{wide[2]}}  {evidence}"
+            lines.append(("bold" if n == 0 else "", row.rstrip()))
     for label in ("stdout", "stderr"):
         tail = fields.get(f"{label}_tail")
         if tail:
-            lines += [f"  {label} (tail):", tail]
-    text = "\n".join(lines[1:])
-    if lines[1:] and not _plain(text, limit):
-        return None
-    return "\n".join(lines) + "\n"
+            lines += [("dim", f"  {label} (tail):"), ("dim", tail)]
+    return [(style, clean(text)) for style, text in lines]
+
+
+def print_result(result: Any, console: Any = None) -> None:
+    """Write one result's lines: plain to ``console``'s file (else stdout), styled by rich
+    (``console``, else one of its own) when that is a terminal."""
+    lines = result_lines(result)
+    stream = console.file if console is not None else sys.stdout
+    if not (console.is_terminal if console is not None else terminal(stream)):
+        stream.write("".join(text + "\n" for _, text in lines))
+        stream.flush()
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = console or Console(highlight=False)
+    for style, text in lines:
+        console.print(escape(text), style=style or None, highlight=False, emoji=False)

@@ -8,59 +8,23 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-from ..protocol import GraderResult, RunSummary, Status, TestResult
+from ..protocol import RunSummary, Status, TestResult
+from .plain import MARK, STYLE, clean
 
-__all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_text"]
+__all__ = ["STYLE", "escape", "junit_xml", "print_run", "xml_text"]
 
-# Control characters (ESC among them) let text an agent or a grader wrote retitle, clear or
-# rewrite a terminal, or set its clipboard; tabs and newlines are all that reach one.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # What XML 1.0 cannot hold at all: a JUnit file with one of these is not XML.
 _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def escape(text: str) -> str:
     """Untrusted text, safe for a terminal through rich: no control sequences, no markup."""
-    return _markup_escape(_CONTROL.sub("\ufffd", text))
+    return _markup_escape(clean(text))
 
 
 def xml_text(text: str) -> str:
     """Untrusted text, safe inside XML: characters XML cannot hold become U+FFFD."""
     return _NOT_XML.sub("\ufffd", text)
-
-
-STYLE = {Status.passed: "bold green", Status.failed: "bold red", Status.error: "bold yellow"}
-MARK = {Status.passed: "✔ PASS", Status.failed: "✘ FAIL", Status.error: "! ERROR"}
-
-
-def print_result(result: GraderResult, console: Console) -> None:
-    """One grader's verdict, its checks, and (when it did not pass) the output tails."""
-    style = STYLE[result.status]
-    image = f" on {result.image.ref} ({result.image.id[7:19]})" if result.image else ""
-    console.print(
-        f"[{style}]{MARK[result.status]}[/] {escape(result.name)}  "
-        f"score {result.score:.2f}  [dim]{result.duration_ms} ms{escape(image)}[/]"
-    )
-    if result.evidence:
-        console.print(f"  {escape(result.evidence)}")
-    if result.checks:
-        table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
-        table.add_column("check")
-        table.add_column("verdict")
-        table.add_column("score", justify="right")
-        table.add_column("evidence")
-        for check in result.checks:
-            table.add_row(
-                escape(check.text),
-                "[green]pass[/]" if check.passed else "[red]fail[/]",
-                "" if check.score is None else f"{check.score:.2f}",
-                escape(check.evidence or ""),
-            )
-        console.print(table)
-    for label, tail in (("stdout", result.stdout_tail), ("stderr", result.stderr_tail)):
-        if tail:
-            console.print(f"  [dim]{label} (tail):[/]")
-            console.print(escape(tail), style="dim", highlight=False)
 
 
 def slowest(result: TestResult) -> str:
