@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import settings
 from ._programs import which
 from .errors import GradeboxError
 
@@ -73,7 +74,7 @@ def _backend(engine: bool = True) -> Check:
     from .sandbox import auto_reason
 
     chosen, why = auto_reason()
-    named = (os.environ.get("GRADEBOX_SANDBOX") or "auto").strip().lower()
+    named = settings.current().sandbox or "auto"
     if named == "host":
         return Check("backend", MISSING, f"GRADEBOX_SANDBOX=host: graders run with no "
                      f"isolation at all (auto would pick {chosen}: {why})",
@@ -229,7 +230,7 @@ def _images(engine: Engine | None, engine_fix: str | None = None) -> list[Check]
     except (GradeboxError, OSError) as exc:
         return [Check("image definitions", MISSING, str(exc),
                       "pip install --force-reinstall gradebox")]  # fmt: skip
-    locked = os.environ.get("CI", "").lower() == "true"  # --locked's default
+    locked = settings.current().ci  # --locked's default
     try:
         lock = read_lock()
     except GradeboxError as exc:

@@ -23,6 +23,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from . import settings
 from .errors import EngineError, EngineUnavailable, ImageError
 
 if TYPE_CHECKING:
@@ -121,8 +122,7 @@ def _translated(what: str, exc: Exception) -> Exception:
 
 def default_engine_calls() -> int:
     """Concurrent engine calls: $GRADEBOX_ENGINE_CALLS, else 2 per core (at least 4)."""
-    env = os.environ.get("GRADEBOX_ENGINE_CALLS", "")
-    return int(env) if env.isdigit() and int(env) > 0 else max(4, 2 * (os.cpu_count() or 1))
+    return settings.current().engine_calls or max(4, 2 * (os.cpu_count() or 1))
 
 
 class Engine:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import settings
 from .jobs import Job, Worker, run_job
 from .pool import imap_interruptible
 from .protocol import Usage
@@ -35,10 +36,7 @@ __all__ = ["Done", "Executor", "LocalExecutor", "default_workers"]
 def default_workers() -> int:
     """$GRADEBOX_WORKERS (what `make bench` measured best on this machine), else 2 per core:
     a grader container spends much of its life waiting on the engine."""
-    env = os.environ.get("GRADEBOX_WORKERS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(2, 2 * (os.cpu_count() or 1))
+    return settings.current().workers or max(2, 2 * (os.cpu_count() or 1))
 
 
 @dataclass

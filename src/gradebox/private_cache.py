@@ -18,6 +18,8 @@ import os
 import stat
 from pathlib import Path
 
+from . import settings
+
 __all__ = ["ENTRY_CAP", "PrivateCache", "cache_dir"]
 
 ENTRY_CAP = 1 << 20  # no entry of ours comes near it: a larger file is not ours
@@ -25,9 +27,10 @@ ENTRY_CAP = 1 << 20  # no entry of ours comes near it: a larger file is not ours
 
 def cache_dir() -> Path:
     """``$GRADEBOX_CACHE``, else ``$XDG_CACHE_HOME/gradebox``, else ``~/.cache/gradebox``."""
-    if os.environ.get("GRADEBOX_CACHE"):
-        return Path(os.environ["GRADEBOX_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    own = settings.current()
+    if own.cache:
+        return Path(own.cache)
+    base = own.xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gradebox"
 
 

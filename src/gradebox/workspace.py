@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import settings
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
 from .errors import WorkspaceError
 from .fstree import (
@@ -185,7 +186,7 @@ def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> boo
 
 def overlay_mode() -> str:
     """``$GRADEBOX_WORKSPACE``: ``overlay`` (the default, where the kernel allows) or ``copy``."""
-    return "copy" if os.environ.get("GRADEBOX_WORKSPACE", "").lower() == "copy" else "overlay"
+    return settings.current().workspace
 
 
 def _mount_overlay(lower: Path, layer: Path, merged: Path, owner: tuple[int, int] | None) -> bool:

@@ -45,6 +45,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "verify",
             "subids",
             "provenance",  # who wrote an input: every loader of configuration names it
+            "settings",  # every environment default, read once (exec reads it: stdlib only)
         ],
     ),  # fmt: skip
     ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)

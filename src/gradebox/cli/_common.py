@@ -1,10 +1,10 @@
-"""What every command shares: the output object and option aliases."""
+"""What every command shares: the output object and option aliases (the rest of a command's
+session: ``session.CommandSession``)."""
 
 from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 import sys
 from collections.abc import Iterable
@@ -21,17 +21,13 @@ from ..sandbox.defaults import PRIVILEGES
 __all__ = [
     "AllowOpt",
     "SandboxOpt",
-    "open_sandbox",
     "JsonOpt",
     "LockedOpt",
     "Output",
     "RayOpt",
     "WorkersOpt",
-    "allowed",
     "exit_code",
     "reflow",
-    "resolver_for",
-    "wanted_sandbox",
 ]
 
 JsonOpt = Annotated[
@@ -109,49 +105,6 @@ def exit_code(statuses: Iterable[Status]) -> int:
     if Status.error in seen:
         return 3
     return 1 if Status.failed in seen else 0
-
-
-def allowed(values: list[str] | None) -> set[str]:
-    """``--allow`` values, checked: a typo must not silently allow nothing (or everything)."""
-    from ..errors import ConfigError
-
-    out = set(values or ())
-    unknown = out - set(PRIVILEGES)
-    if unknown:
-        raise ConfigError(
-            f"unknown privilege {sorted(unknown)[0]!r}; known: {', '.join(PRIVILEGES)}",
-            field="--allow",
-        )
-    return out
-
-
-def wanted_sandbox(name: str | None, suite_default: str | None = None) -> str:
-    """The sandbox asked for (``auto`` is decided where it runs: on each node of a cluster)."""
-    return name or os.environ.get("GRADEBOX_SANDBOX") or suite_default or "auto"
-
-
-def open_sandbox(out: Output, name: str | None, suite_default: str | None = None) -> Any:
-    """The sandbox a command runs on, said on stderr when it was chosen for the user."""
-    from ..sandbox import auto_reason, choose_backend, get_sandbox
-
-    wanted = wanted_sandbox(name, suite_default)
-    why = None
-    if wanted == "auto":
-        chosen, why = auto_reason()
-    else:
-        chosen = choose_backend(wanted)
-    box = get_sandbox(chosen)
-    if why is not None:  # said once it opened: a sandbox that cannot open is one error line
-        out.info(f"[dim]sandbox: {chosen} ({why})[/]")
-    return box
-
-
-def resolver_for(box: Any, locked: bool | None, allow: Iterable[str] = ()) -> Any:
-    """The run's image resolver; ``--locked`` defaults to on under CI (CI=true)."""
-    if locked is None:
-        locked = os.environ.get("CI", "").lower() == "true"
-    allow = set(allow)
-    return box.images(locked=locked, build_network="network" in allow, build="build" in allow)
 
 
 class Output:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from .. import settings
 from .._version import __version__
 from ..errors import GradeboxError
 from . import images as images_cmd
@@ -131,7 +132,7 @@ def _root(
     # The variable is checked as the option is: a typo in it fell back to the docker backend
     # (with `exec`, without a word), where the operator had named a runtime outright.
     named, where = (runtime, "--runtime") if runtime is not None else (
-        os.environ.get("GRADEBOX_RUNTIME") or None, "$GRADEBOX_RUNTIME"
+        settings.current().runtime, "$GRADEBOX_RUNTIME"
     )  # fmt: skip
     if named is not None:
         from ..sandbox.runtime import checked

@@ -18,6 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
+from .. import settings
+
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
     import argparse
@@ -248,7 +250,7 @@ def parse(argv: list[str]) -> Options:
         timeout = parse_duration(ns.timeout)
     except ValueError as exc:
         raise ExecError(f"--timeout: {exc}") from None
-    named = ns.runtime if ns.runtime is not None else os.environ.get("GRADEBOX_RUNTIME") or None
+    named = ns.runtime if ns.runtime is not None else settings.current().runtime
     if named is not None:
         from ..sandbox.runtime import checked
 
@@ -294,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure of ours is one line, never a trace
         from ..errors import GradeboxError
 
-        if not isinstance(exc, GradeboxError | OSError) or os.environ.get("GRADEBOX_DEBUG"):
+        if not isinstance(exc, GradeboxError | OSError) or settings.current().debug:
             raise
         return _own_failure(str(exc))
 
@@ -303,7 +305,7 @@ def _first_slot(opts: Options) -> tuple[Any, str, Any] | None:
     """(runtime, session, slot): the oci backend's first cgroup slot, made before anything
     else is imported or read, so that its one kernel wait passes meanwhile (see
     ``sandbox/slots.py``); None where exec will not run crun from a slot."""
-    wanted = (opts.sandbox or os.environ.get("GRADEBOX_SANDBOX") or "auto").strip().lower()
+    wanted = (opts.sandbox or settings.current().sandbox or "auto").strip().lower()
     if wanted not in ("auto", "oci") or {"network", "writable-root"} & set(opts.allow):
         return None
     from ..sandbox.runtime import choose
@@ -522,9 +524,7 @@ class Exec:
 
         name = self.opts.image or image_for(command[0], _shebang(self.cwd, command[0]))
         name = name or DEFAULT_IMAGE
-        locked = self.opts.locked
-        if locked is None:
-            locked = os.environ.get("CI", "").lower() == "true"
+        locked = settings.current().ci if self.opts.locked is None else self.opts.locked
         if qualified(name) != name:  # a short name: the lock knows it
             iid = _locked_id(name)
             if iid is not None:

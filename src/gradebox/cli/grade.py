@@ -11,22 +11,12 @@ from pydantic import ValidationError
 from .._yaml import to_config_error
 from ..batch import load_grader_ref
 from ..graders import GraderConfig, compiled, load_grader, run_grader
-from ..graders.grader_run import operator_models
 from ..plan import check_grader
 from ..protocol import Payload
 from ..report import print_result
-from ._common import (
-    AllowOpt,
-    JsonOpt,
-    LockedOpt,
-    Output,
-    SandboxOpt,
-    allowed,
-    exit_code,
-    open_sandbox,
-    resolver_for,
-)
+from ._common import AllowOpt, JsonOpt, LockedOpt, SandboxOpt, exit_code
 from .grade_lean import DIALECT, _read_regular, checked_workspace, read_payload
+from .session import CommandSession
 
 
 def load_payload(source: str) -> Payload:
@@ -88,20 +78,17 @@ def grade(
     Exit codes: 0 passed, 1 failed, 2 invalid configuration or usage (nothing ran),
     3 the grader errored (timeout, crash, unparseable output), 4 the engine failed.
     """
-    out = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
+                             targets=targets)  # fmt: skip
     grader = _load_grader(grader_file)
     payload = load_payload(input) if input else Payload()
     workspace = checked_workspace(workspace)
-    privileges = allowed(allow)
-    check_grader(grader, privileges, file=str(grader_file), workspaces=(workspace,))
-    # A grader that calls a model: the operator's targets only (GraderRun's proxy).
-    models = operator_models(targets) if getattr(grader, "target", None) is not None else None
-    with open_sandbox(out, sandbox) as box:
-        images = resolver_for(box, locked, privileges)
-        result = run_grader(grader, payload, workspace, box, images=images,
-                            file=str(grader_file), models=models)  # fmt: skip
+    check_grader(grader, session.allowed, file=str(grader_file), workspaces=(workspace,))
+    with session.open_sandbox() as box:
+        result = run_grader(grader, payload, workspace, box, images=session.images(box),
+                            file=str(grader_file), models=session.models(grader))  # fmt: skip
     if as_json:
-        out.document(result)
+        session.out.document(result)
     else:
-        print_result(result, out.console)
+        print_result(result, session.out.console)
     raise typer.Exit(exit_code([result.status]))

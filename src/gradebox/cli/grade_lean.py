@@ -36,6 +36,8 @@ import signal
 import sys
 from pathlib import Path
 
+from .. import settings
+
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
     from typing import Any
@@ -186,10 +188,10 @@ class _Call:
 
     def _backend(self) -> Any:
         """A function opening the oci backend, with the full path's line about ``auto``."""
-        wanted = self.opts.sandbox or os.environ.get("GRADEBOX_SANDBOX") or "auto"
+        wanted = self.opts.sandbox or settings.current().sandbox or "auto"
         if wanted not in ("auto", "oci"):
             raise Fallback
-        named = os.environ.get("GRADEBOX_RUNTIME") or None
+        named = settings.current().runtime
         if named is not None:
             from ..sandbox.runtime import checked
 
@@ -253,7 +255,7 @@ class _Call:
     def _locked(self) -> bool:
         if self.opts.locked is not None:
             return self.opts.locked
-        return os.environ.get("CI", "").lower() == "true"
+        return settings.current().ci
 
     def _image(self, grader: Any) -> str | None:
         """The lock's id for a short name, as exec takes it; None: the resolver's to find."""

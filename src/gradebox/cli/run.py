@@ -24,20 +24,8 @@ from ..report import junit_xml, print_run
 from ..runner import RunOptions, read_results, run_suite
 from ..suite import Suite, load_suite
 from ..suite_paths import expand_suite_paths, result_folders
-from ._common import (
-    AllowOpt,
-    JsonOpt,
-    LockedOpt,
-    Output,
-    RayOpt,
-    SandboxOpt,
-    WorkersOpt,
-    allowed,
-    exit_code,
-    open_sandbox,
-    resolver_for,
-    wanted_sandbox,
-)
+from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
+from .session import CommandSession
 
 SuiteArg = Annotated[
     Path, typer.Argument(help="The suite file: gradebox or AgentV YAML, or AgentV JSONL cases.")
@@ -57,11 +45,12 @@ TargetsOpt = Annotated[
 ]
 
 
-def _load(suite_file: Path, format: str | None, targets: Path | None,
+def _load(session: CommandSession, suite_file: Path, format: str | None,
           target: str | None = None) -> Suite:  # fmt: skip
     from ..llm.targets import operator_files
 
-    return load_suite(suite_file, format=format, targets=operator_files(targets), target=target)
+    return load_suite(suite_file, format=format, targets=operator_files(session.targets),
+                      target=target)  # fmt: skip
 
 
 SuitesArg = Annotated[
@@ -139,7 +128,9 @@ def run(
     node: nothing ran), 5 out of space (the results or scratch folder; finished tests are
     kept), 130 interrupted (finished tests are kept).
     """
-    output = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
+                             targets=targets)  # fmt: skip
+    output = session.out
     if ray is not None and targets is not None:
         raise ConfigError("--targets with --ray: a node reads the suite's own targets; put "
                           "yours in the suite's .gradebox/", field="--targets")  # fmt: skip
@@ -150,7 +141,7 @@ def run(
             "target, each with its own --out)", field="--target",
         )  # fmt: skip
     chosen = target[0] if target else None
-    suites = [_load(f, format, targets, chosen) for f in files]
+    suites = [_load(session, f, format, chosen) for f in files]
     if filter and not any(
         fnmatch.fnmatchcase(t.id, p) for s in suites for t in s.tests for p in filter
     ):
@@ -175,7 +166,6 @@ def run(
         # (and replace) each file's results the first had finished, up to the one in use.
         held = lock_folder(writable_folder(out_dir, field=field), field=field)
         ctx.call_on_close(lambda: os.close(held))
-    privileges = allowed(allow)
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -190,13 +180,13 @@ def run(
         transient=False,
     )
     summaries: list[RunSummary] = []
-    with open_sandbox(output, sandbox, _suite_sandbox(suites, sandbox)) as box:
+    with session.open_sandbox(_suite_sandbox(suites, session)) as box:
         # Every image resolved and every grader checked before the first container starts,
         # in every file; then what this machine must give the run (model keys, programs).
         prepared = []
         for suite in suites:
-            images = resolver_for(box, locked, privileges | set(suite.spec.allow))
-            prepared.append((suite, images, plan_suite(suite, images, privileges)))
+            images = session.images(box, suite.spec.allow)
+            prepared.append((suite, images, plan_suite(suite, images, session.allowed)))
         for suite in suites:
             preflight(suite)
         with progress:
@@ -206,9 +196,9 @@ def run(
                     resume=resume is not None, retry_errors=retry_errors,
                     use_cache=not no_cache,
                 )  # fmt: skip
-                where = wanted_sandbox(sandbox, suite.spec.defaults.sandbox)
+                where = session.wanted_sandbox(suite.spec.defaults.sandbox)
                 summaries.append(_run_one(suite, plan, box, images, options, progress, output,
-                                          ray=ray, allow=privileges, format=format,
+                                          ray=ray, allow=session.allowed, format=format,
                                           sandbox=where, target=chosen))  # fmt: skip
     results: list[TestResult] = []
     for suite, summary, suite_dir in zip(suites, summaries, dirs, strict=True):
@@ -313,10 +303,10 @@ def _same_layout(out_dir: Path, several: bool, field: str) -> None:
             )  # fmt: skip
 
 
-def _suite_sandbox(suites: list[Suite], chosen: str | None) -> str | None:
+def _suite_sandbox(suites: list[Suite], session: CommandSession) -> str | None:
     """The files' ``defaults.sandbox`` when they agree: one run has one sandbox."""
     asked = {s.spec.defaults.sandbox for s in suites} - {None}
-    if len(asked) > 1 and chosen is None and not os.environ.get("GRADEBOX_SANDBOX"):
+    if len(asked) > 1 and session.sandbox is None and not session.settings.sandbox:
         raise ConfigError(
             f"the suite files ask for different sandboxes ({', '.join(sorted(asked))}) in "
             "defaults.sandbox; choose one with --sandbox", field="--sandbox",
@@ -378,13 +368,12 @@ def validate(
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 listing every error,
     one per line). It needs no secrets: an unset key or variable is a warning."""
-    output = Output(as_json)
-    suite = _load(suite_file, format, targets, target)
-    privileges = allowed(allow)
-    with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
-        plan = plan_suite(
-            suite, resolver_for(box, locked, privileges | set(suite.spec.allow)), privileges
-        )
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
+                             targets=targets)  # fmt: skip
+    output = session.out
+    suite = _load(session, suite_file, format, target)
+    with session.open_sandbox(suite.spec.defaults.sandbox) as box:
+        plan = plan_suite(suite, session.images(box, suite.spec.allow), session.allowed)
     warnings: list[str] = []
     preflight(suite, warn=warnings.append)
     for line in warnings:
@@ -427,16 +416,16 @@ def validate_refs(
     """
     from ..scratch import scratch_folder
 
-    output = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked)
+    output = session.out
     suite = load_suite(suite_file, format=format)
     checked = [t for t in suite.tests if t.has_reference()]
-    privileges = allowed(allow)
     with scratch_folder("refs") as tmp:
         out_dir = out or Path(tmp)
         options = RunOptions(out_dir=out_dir, workers=workers, references=True)
-        with open_sandbox(output, sandbox, suite.spec.defaults.sandbox) as box:
-            images = resolver_for(box, locked, privileges | set(suite.spec.allow))
-            plan_suite(suite, images, privileges)
+        with session.open_sandbox(suite.spec.defaults.sandbox) as box:
+            images = session.images(box, suite.spec.allow)
+            plan_suite(suite, images, session.allowed)
             run_suite(suite, box, images, options)
         results = read_results(out_dir / "results.jsonl")
     bad = []

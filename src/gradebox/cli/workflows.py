@@ -21,7 +21,6 @@ from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, discover, grader_for_file
 from ..graders.run import run_grader
 from ..images import DEFAULT_IMAGE, ImageResolver
-from ..jsonl import load_json
 from ..plan import check_grader
 from ..protocol import Payload, Status
 from ..report import STYLE, escape
@@ -29,20 +28,9 @@ from ..runner import default_workers
 from ..sandbox import Sandbox
 from ..scratch import scratch_folder
 from ..trials import run_target_trials, summarise_trials
-from ._common import (
-    AllowOpt,
-    JsonOpt,
-    LockedOpt,
-    Output,
-    RayOpt,
-    SandboxOpt,
-    WorkersOpt,
-    allowed,
-    exit_code,
-    open_sandbox,
-    resolver_for,
-    wanted_sandbox,
-)
+from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
+from .grade_lean import read_payload
+from .session import CommandSession
 
 if TYPE_CHECKING:
     from ..cluster import RayExecutor
@@ -101,9 +89,9 @@ def _grade(
 
 
 def _on_cluster(
-    stack: ExitStack, out: Output, address: str, grader_file: Path, config: GraderConfig,
-    images: ImageResolver, sandbox: str | None, privileges: set[str],
-    workspace: Path | None = None, more_images: tuple[str, ...] = (),
+    stack: ExitStack, session: CommandSession, address: str, grader_file: Path,
+    config: GraderConfig, images: ImageResolver, workspace: Path | None = None,
+    more_images: tuple[str, ...] = (),
 ) -> tuple[RayExecutor, int]:  # fmt: skip
     """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
     the cluster's slots (the default number in flight)."""
@@ -113,10 +101,10 @@ def _on_cluster(
     refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
     ids = {ref: images.resolve(ref) for ref in refs}  # a grader's own build: on each node
     remote = stack.enter_context(start_grader(
-        cluster, grader_file, ids, sandbox=wanted_sandbox(sandbox),
-        workspace=workspace, allow=privileges,
+        cluster, grader_file, ids, sandbox=session.wanted_sandbox(),
+        workspace=workspace, allow=session.allowed,
     ))  # fmt: skip
-    out.info(f"[dim]ray: {remote.describe()}[/]")
+    session.out.info(f"[dim]ray: {remote.describe()}[/]")
     return remote, cluster.slots()
 
 
@@ -172,22 +160,22 @@ def batch(
     A grader error marks that record `error` and keeps the agent's output; the run goes on.
     An interrupted run resumes from --out. Exit codes as for `run`.
     """
-    out = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked)
+    out = session.out
     config = load_grader_ref(grader)
     records = read_records(records_file)
-    privileges = allowed(allow)
-    check_grader(config, privileges, file=str(grader), workspaces=(workspace,) if workspace else ())
+    wide = (workspace,) if workspace else ()
+    check_grader(config, session.allowed, file=str(grader), workspaces=wide)
     with (
         scratch_folder("empty") as empty,
-        open_sandbox(out, sandbox) as box,
+        session.open_sandbox() as box,
         ExitStack() as stack,
     ):
         ws = workspace or Path(empty)
-        images = resolver_for(box, locked, privileges)
+        images = session.images(box)
         remote, slots = None, default_workers()
         if ray is not None:
-            remote, slots = _on_cluster(stack, out, ray, grader, config, images, sandbox,
-                                        privileges, workspace)  # fmt: skip
+            remote, slots = _on_cluster(stack, session, ray, grader, config, images, workspace)
         graded = _grade(
             out,
             "batch",
@@ -243,23 +231,23 @@ def trials(
     pass@k = 1 - C(n-c, k)/C(n, k) and pass^k = C(c, k)/C(n, k) for a prompt with n trials of
     which c passed (k <= n); overall figures average over prompts with at least k trials.
     """
-    out = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked)
+    out = session.out
     config = load_grader_ref(grader)
     records = read_records(records_file)
     n_workers = workers or default_workers()
-    privileges = allowed(allow)
-    check_grader(config, privileges, file=str(grader))
+    check_grader(config, session.allowed, file=str(grader))
     with (
         scratch_folder("empty") as empty,
-        open_sandbox(out, sandbox) as box,
+        session.open_sandbox() as box,
         ExitStack() as stack,
     ):
-        images = resolver_for(box, locked, privileges)
+        images = session.images(box)
         remote = None
         if ray is not None:
             more = (target_image,) if target else ()
-            remote, slots = _on_cluster(stack, out, ray, grader, config, images, sandbox,
-                                        privileges, more_images=more)  # fmt: skip
+            remote, slots = _on_cluster(stack, session, ray, grader, config, images,
+                                        more_images=more)  # fmt: skip
             n_workers = workers or slots
         if target:
             records = run_target_trials(
@@ -334,7 +322,8 @@ def calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Draw a reproducible sample of verdicts into a Markdown review sheet."""
-    out = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, locked=locked)
+    out = session.out
     picked = sample(load_review_items(results_file), n, seed, include_passes)
     second: dict[int, tuple[bool, float, str]] | None = None
     if grader is not None:
@@ -342,7 +331,7 @@ def calibrate(
         check_grader(config, set(), file=str(grader))
         with (
             scratch_folder("empty") as empty,
-            open_sandbox(out, sandbox) as box,
+            session.open_sandbox() as box,
         ):
             records = [(i.line, Record.model_validate(i.record)) for i in picked]
             rescored = _grade(
@@ -351,7 +340,7 @@ def calibrate(
                 records,
                 config,
                 box,
-                resolver_for(box, locked),
+                session.images(box),
                 workspace=Path(empty),
                 workers=default_workers(),
             )
@@ -395,22 +384,14 @@ def assert_(
 
     Exit 0 when the score is at least 0.5, 1 below, 3 when the grader errored.
     """
-    out = Output(as_json)
+    session = CommandSession(as_json, sandbox=sandbox, locked=locked)
     found = discover(Path.cwd(), GRADER_DIRS)
     if name not in found:
         raise ConfigError(
             f"no grader named {name!r} in .gradebox/graders/ or .agentv/graders/ "
             f"from {Path.cwd()} up (found: {', '.join(sorted(found)) or 'none'})"
         )
-    data: dict[str, object] = {}
-    if file is not None:
-        try:
-            raw = file.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(file)) from None
-        data = load_json(raw, file=str(file))
-        if not isinstance(data, dict):
-            raise ConfigError("the payload must be a JSON object", file=str(file))
+    data = read_payload(str(file)) if file is not None else {}
     for key, value in (("output", agent_output), ("input", agent_input), ("criteria", criteria)):
         if value is not None:
             data[key] = value
@@ -421,11 +402,11 @@ def assert_(
     config = grader_for_file(found[name].path, name=name)
     with (
         scratch_folder("empty") as empty,
-        open_sandbox(out, sandbox) as box,
+        session.open_sandbox() as box,
     ):
-        result = run_grader(config, payload, Path(empty), box, images=resolver_for(box, locked))
+        result = run_grader(config, payload, Path(empty), box, images=session.images(box))
     # Like the tool it replaces, `assert` answers in JSON: it is called by other programs.
-    out.document(result)
+    session.out.document(result)
     if result.status is Status.error:
         raise typer.Exit(3)
     raise typer.Exit(0 if result.score >= 0.5 else 1)

@@ -4,11 +4,11 @@ the base image is bootstrapped from it, and no registry host name is ever writte
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import settings
 from ..errors import ImageError
 
 BASE_PACKAGES = ["ca-certificates"]
@@ -44,8 +44,7 @@ def apt_mirror(root: Path = Path("/")) -> Mirror:
                 if len(words) >= 3 and words[0] == "deb":
                     entries.append((words[1], words[2]))
     main = [(u, s) for u, s in entries if "-" not in s and "/" not in s]
-    uri = os.environ.get("GRADEBOX_APT_MIRROR")
-    suite = os.environ.get("GRADEBOX_APT_SUITE")
+    uri, suite = settings.current().apt_mirror, settings.current().apt_suite
     if main and not uri:
         uri = main[0][0]
     if main and not suite:

@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+from .. import settings
 from .._log import LazyLogger
 from ..errors import ImageError
 
@@ -36,15 +37,9 @@ def images_dir() -> Path:
     package data). Never a folder found from the current folder or above the installed
     package: that would let a grader pack (or the project a virtualenv sits in) pin the short
     image names and their lock (docs/security.md, provenance)."""
-    env = os.environ.get("GRADEBOX_IMAGES_DIR")
-    if env:
-        return Path(env)
-    root = _checkout()
-    if root is not None:
-        return root / "images"
-    packaged = _packaged()
-    if packaged is not None:
-        return packaged
+    found = _own_images() or _packaged()
+    if found is not None:
+        return found
     raise ImageError(
         "cannot find the image definitions: this gradebox is neither run from its checkout "
         f"nor installed with gradebox/images/{DEFINITIONS}/ (reinstall it from a wheel); or "
@@ -60,16 +55,16 @@ def lock_dir() -> Path:
     install, and often not writable; image ids are this machine's engine's, so the lock is
     this machine's user's, and it is a reviewed record, kept apart from the caches that
     ``gc`` and a cleaned ``~/.cache`` drop. Standard library only: ``exec`` reads it."""
-    env = os.environ.get("GRADEBOX_IMAGES_DIR")
-    if env:
-        return Path(env)
+    base = settings.current().xdg_data_home or os.path.expanduser("~/.local/share")
+    return _own_images() or Path(base) / "gradebox"
+
+
+def _own_images() -> Path | None:
+    """$GRADEBOX_IMAGES_DIR, else the checkout's ``images/``, else None."""
+    if settings.current().images_dir:
+        return Path(settings.current().images_dir)
     root = _checkout()
-    if root is not None:
-        return root / "images"
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return Path(base) / "gradebox"
+    return root / "images" if root is not None else None
 
 
 def _checkout() -> Path | None:
@@ -111,7 +106,7 @@ def _by_python(relative: Path) -> bool:
 def repo() -> str:
     """``$GRADEBOX_IMAGE_REPO``, else ``gradebox``: the repository our images are built and
     looked up under, so two checkouts of different versions on one engine keep apart."""
-    name = os.environ.get("GRADEBOX_IMAGE_REPO", "").strip() or REPO
+    name = settings.current().image_repo or REPO
     if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", name):
         raise ImageError(
             f"GRADEBOX_IMAGE_REPO={name!r} is not a repository name (a-z, 0-9, '.', '_', '-')"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -32,9 +31,11 @@ from tenacity import (
     stop_when_event_set,
 )
 
+from .. import settings
 from ..atomic import write_atomic
 from ..errors import GradeboxError
 from ..jsonl import digest
+from ..private_cache import cache_dir
 from ..protocol import Usage
 from .targets import ModelTarget, TargetSet
 
@@ -79,12 +80,6 @@ def _missing(target: ModelTarget, what: str) -> MalformedReply:
     return MalformedReply(f"model target {target.name!r}: the {target.provider} reply {what}")
 
 
-def cache_dir() -> Path:
-    """``$GRADEBOX_CACHE/llm``, else ``~/.cache/gradebox/llm``."""
-    base = os.environ.get("GRADEBOX_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "gradebox") / "llm"
-
-
 def _sdks() -> tuple[Any, Any]:
     """The SDKs, imported on first use: they take over a second to import, and most commands
     never call a model."""
@@ -107,10 +102,7 @@ def _transient(exc: BaseException) -> bool:
 
 
 def _backoff() -> float:
-    try:
-        return float(os.environ.get("GRADEBOX_LLM_BACKOFF", "1"))
-    except ValueError:
-        return 1.0
+    return settings.current().llm_backoff
 
 
 def _wait(state: RetryCallState) -> float:
@@ -139,7 +131,7 @@ class ModelHub:
     ) -> None:
         self.targets = targets
         self.use_cache = use_cache
-        self.cache = cache or cache_dir()
+        self.cache = cache or cache_dir() / "llm"
         self.attempts = attempts
         self._slots = threading.BoundedSemaphore(max(1, max_in_flight))
         self._lock = threading.Lock()

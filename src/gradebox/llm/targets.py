@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from .. import settings
 from .._pathnames import is_file
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
@@ -383,7 +384,7 @@ def operator_files(flag: Path | None) -> tuple[Path, ...]:
     """The operator's targets file: the flag's, else ``$GRADEBOX_TARGETS``'s (none: ())."""
     if flag is not None:
         return (flag,)
-    env = os.environ.get("GRADEBOX_TARGETS", "").strip()
+    env = settings.current().targets or ""
     if env and not Path(env).is_absolute():
         # Relative, it would name a file of whatever folder a command runs from: exec's is
         # often a grader pack's, which would then define the operator's targets.

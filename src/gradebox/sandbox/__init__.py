@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from .. import settings
 from .._log import LazyLogger
 from ._shared import LazyEngine
 from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
@@ -48,7 +49,7 @@ def choose_backend(name: str | None = None) -> str:
     runtime can run with every limit (as root; or rootless, in a user namespace, where this
     user has cgroups for the limits: see docs/non-root.md), else ``docker``. It logs which
     and why (``auto_reason``)."""
-    wanted = (name or os.environ.get("GRADEBOX_SANDBOX") or "auto").strip().lower()
+    wanted = (name or settings.current().sandbox or "auto").strip().lower()
     if wanted != "auto":
         return wanted
     chosen, why = auto_reason()

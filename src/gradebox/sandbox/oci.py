@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import settings
 from .._log import LazyLogger
 from .._programs import which
 from ..errors import EngineError, GradeboxError, SandboxClosed
@@ -86,8 +87,8 @@ def state_root() -> Path:
     memory, then ``/dev/shm/gradebox-<uid>``, then the first of those two on disk, then
     ``<cache>/run``. In memory because every container writes, and its runtime removes, a
     few files there: on a disk's journal that was ~1.5 ms of CPU per container here."""
-    if os.environ.get("GRADEBOX_OCI_STATE"):
-        return Path(os.environ["GRADEBOX_OCI_STATE"])
+    if settings.current().oci_state:
+        return Path(settings.current().oci_state)
     usual, shm, last = _state_candidates()
     if usual is not None and _in_memory(usual.parent):
         return usual
@@ -100,7 +101,7 @@ def state_roots() -> list[Path]:
     """``state_root`` and every other folder it could have chosen that holds state of ours:
     what a runner left stays where it was, whichever is chosen now (``collect_garbage``)."""
     chosen = state_root()
-    if os.environ.get("GRADEBOX_OCI_STATE"):
+    if settings.current().oci_state:
         return [chosen]
     usual, shm, last = _state_candidates()
     others = [p for p in (usual, last) if p is not None and p != chosen and p.is_dir()]
@@ -114,7 +115,7 @@ def _state_candidates() -> tuple[Path | None, Path, Path]:
     if os.geteuid() == 0:
         usual: Path | None = Path("/run/gradebox")
     else:
-        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+        runtime = settings.current().xdg_runtime_dir or ""
         owned = runtime and Path(runtime).is_dir() and Path(runtime).stat().st_uid == os.getuid()
         usual = Path(runtime) / "gradebox" if owned else None
     return usual, Path(f"/dev/shm/gradebox-{os.geteuid()}"), cache_dir() / "run"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 
+from .. import settings
 from .._programs import which
 
 __all__ = ["HIDE_V2", "NAMED", "Runtime", "checked", "choose", "hybrid_v2", "v2_hidden"]
@@ -119,7 +120,7 @@ def choose(wanted: str | None = None) -> Runtime:
 
     A runtime named outright is used as named (its failures are the run's errors); ``auto``
     picks crun where it keeps every limit, else runc, else whichever is installed."""
-    wanted = (wanted or os.environ.get("GRADEBOX_RUNTIME") or "auto").strip()
+    wanted = (wanted or settings.current().runtime or "auto").strip()
     if wanted != "auto":
         binary = which(wanted) or wanted
         name = os.path.basename(wanted)

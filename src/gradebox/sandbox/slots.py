@@ -52,6 +52,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import settings
 from .._log import LazyLogger
 from ..errors import GradeboxError
 from .defaults import CGROUPS
@@ -98,7 +99,7 @@ SERVER = str(Path(__file__).with_name("_slot_server.py"))
 
 def slots_unusable(runtime_name: str, rootless: bool) -> str | None:
     """Why this host cannot start containers from slots (None: it can)."""
-    if os.environ.get("GRADEBOX_OCI_SLOTS", "").strip().lower() in ("0", "off", "no"):
+    if not settings.current().oci_slots:
         return "GRADEBOX_OCI_SLOTS=off"
     if runtime_name != "crun":
         return f"{runtime_name} has no disabled cgroup manager"
