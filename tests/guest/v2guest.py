@@ -70,6 +70,7 @@ SUBSETS = {
 DEFAULT_SUBSETS = "quickstart,quickstart-login,conformance"
 SKIP = 77
 _RUN_STARTED = time.time()
+_PHASES = "| phase | seconds | note |"
 _NOT_SUBSETS = ("boot", "install", "docker-load", "images-load", "images-verify")
 
 
@@ -528,15 +529,18 @@ def report(
     lines = [f"# cgroup v2 guest run ({doc['date']})", "",
              f"commit {doc['commit']}{' + uncommitted changes' if doc['dirty'] else ''}; "
              f"state: {state}; guest exit: {guest_rc}; subsets asked: {', '.join(wanted)}", "",
-             "```", info.strip(), "```", "", "| phase | seconds |", "|---|---|"]  # fmt: skip
-    lines += [f"| {k} (host) | {v:.0f} |" for k, v in host_phases.items()]
+             "```", info.strip(), "```", "", _PHASES, "|---|---|---|"]  # fmt: skip
+    lines += [f"| {k} (host) | {v:.0f} | |" for k, v in host_phases.items()]
     if first_line is not None:
-        lines.append(f"| qemu start to the guest's script (host) | {first_line:.0f} |")
-    lines += [f"| {p['name']} | {p['seconds']} |" for p in phases]
+        lines.append(f"| qemu start to the guest's script (host) | {first_line:.0f} | |")
+    lines += [f"| {p['name']} | {p['seconds']} |" + (f" {p['note']}" if p["note"] else "")
+              for p in phases]  # fmt: skip
     lines += ["", "| subset | backend | passed | failed | errors | skipped | exit |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
     for s in subsets:
         for backend, c in sorted(s["counts"].items()) or [("-", {})]:
+            if s["name"].startswith("quickstart-"):  # the backend is in the subset's name
+                backend = s["name"].removeprefix("quickstart-")
             lines.append(f"| {s['name']} | {backend} | {c.get('passed', '-')} | "
                          f"{c.get('failed', '-')} | {c.get('errors', '-')} | "
                          f"{c.get('skipped', '-')} | {s['exit']} |")  # fmt: skip
@@ -550,7 +554,7 @@ def report(
         lines += ["", "First failures (up to 3 per subset and backend):", ""]
         lines += [f"- {n} [{b}] {f}" for n, b, f in firsts]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[lines.index("| phase | seconds |") :]), flush=True)
+    print("\n".join(lines[lines.index(_PHASES) :]), flush=True)
     say(f"results: {out / 'results.md'}")
 
     if state in ("boot-timeout", "exited") or guest_rc == 2:

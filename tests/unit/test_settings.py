@@ -19,27 +19,23 @@ from tests.unit.test_layers import modules
 
 OURS = re.compile(r"(GRADEBOX_\w+|CI)")
 
-# Modules that read the environment for what is not a default of gradebox's, and why.
+# Modules that take the whole environment (an alias, a copy, a name not written out) for what
+# is not a default of gradebox's, and why. A read by a name written out (PATH, DOCKER_HOST) is
+# checked by its name; setting a variable (GRADEBOX_RUNTIME, for what a command starts) is no
+# read.
 WHOLE_ENVIRONMENT = {
     "settings": "the one reader of the defaults",
     "sdk": "runs inside images: the harness's EVALUATE_* variables",
     "verify": "runs inside images: what the gate handed it",
-    "_programs": "PATH, for which() and for what is run by bare name",
     "scratch": "TMPDIR, TEMP, TMP: the system's temporary folder",
-    "engine": "DOCKER_HOST: the Docker SDK's own variable",
-    "doctor": "DOCKER_HOST, said as the SDK will use it",
-    "workspace": "PATH handed to git",
     "baseline": "the environment handed to git",
     "sandbox.host": "the environment handed to the host backend's grader",
     "sandbox._slot_server": "the environment handed to the runtime",
-    "sandbox.cgroups": "DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR: is there a user bus",
     "report.plain": "FORCE_COLOR and TTY_COMPATIBLE, as rich reads them",
     "llm.targets": "a target's own variables, named in its file (api keys, ${VAR})",
     "cluster.node": "the variables a suite names, checked on the node",
     "formats.agentv": "an AgentV suite's ${VAR}s, from its .env and the environment",
     "cli.exec": "the harness's variables (EVALUATE_WORKSPACE...) and what --env names",
-    "cli.app": "sets GRADEBOX_RUNTIME, checked, for what the command starts",
-    "cli.grade_lean": "sets GRADEBOX_RUNTIME, checked, as the app's root does",
 }
 
 
@@ -94,6 +90,16 @@ def test_environment_defaults_are_read_in_settings_only():
             elif (whole or read is None) and mod not in WHOLE_ENVIRONMENT:
                 bad.append(f"{where}: uses the whole environment: list why in WHOLE_ENVIRONMENT")
     assert bad == []
+
+
+def test_every_listed_module_still_takes_the_environment():
+    takers = {
+        mod
+        for mod, (path, _) in modules().items()
+        for _, read, whole in _environ_uses(ast.parse(path.read_text(encoding="utf-8")))
+        if whole or read is None
+    }
+    assert set(WHOLE_ENVIRONMENT) - takers - {"settings"} == set()
 
 
 def test_the_walk_sees_every_spelling():
