@@ -101,3 +101,25 @@ def test_concurrent_engine_calls_are_bounded():
     for t in threads:
         t.join()
     assert peak == 2
+
+
+def test_a_removal_the_engine_failed_once_is_asked_again_not_left(monkeypatch):
+    """An emulated engine (the cgroup v2 guest) failed one forced remove under load: the
+    container stayed for the rest of the session ("left behind"). It is asked again."""
+    import threading
+
+    from gradebox.sandbox import docker as docker_backend
+
+    answers = [False, False, True]
+    asked: list[str] = []
+
+    class Engine:
+        def remove(self, cid: str) -> bool:
+            asked.append(cid)
+            return answers.pop(0)
+
+    box = object.__new__(docker_backend.DockerSandbox)
+    box.engine, box._lock, box._live = Engine(), threading.Lock(), {"c1"}
+    monkeypatch.setattr(docker_backend.time, "sleep", lambda s: None)
+    box._remove_now("c1")
+    assert asked == ["c1"] * 3 and box._live == set()

@@ -179,9 +179,15 @@ class DockerSandbox(EngineImages, Sandbox):
         self._remover.put(cid)
 
     def _remove_now(self, cid: str) -> None:
-        if self.engine.remove(cid):  # a forced remove kills what still runs
-            with self._lock:
-                self._live.discard(cid)
+        # A forced remove kills what still runs. A slow engine (an emulated one took longer
+        # than the client's wait) may fail it once: asked again, never left for later.
+        for pause in (0.5, 2.0, 5.0, None):
+            if self.engine.remove(cid):
+                with self._lock:
+                    self._live.discard(cid)
+                return
+            if pause is not None:
+                time.sleep(pause)
 
     def drain(self) -> None:
         """Wait until every container handed to background removal is gone."""
