@@ -38,6 +38,7 @@ __all__ = ["Engine", "NotFound"]
 
 log = logging.getLogger("gradebox.engine")
 T = TypeVar("T")
+LOAD_TIMEOUT = 3600  # seconds an ``images load`` may wait for the engine to unpack
 
 
 class NotFound(EngineError):
@@ -268,8 +269,17 @@ class Engine:
 
     @_engine_call("image load", bounded=False)
     def load_image(self, stream: Any) -> None:
-        for _ in self.api.load_image(stream):
-            pass
+        # The engine answers only once it has unpacked every layer: an emulated one (the
+        # cgroup v2 guest) took 216 s for 1.2 GiB, past the client's 120 s read timeout. This
+        # one call waits as long as the engine works, on a client of its own.
+        import docker
+
+        long = docker.from_env(timeout=LOAD_TIMEOUT)  # as ``connect`` makes the first one
+        try:
+            for _ in long.api.load_image(stream):
+                pass
+        finally:
+            long.close()
 
     @_engine_call("tag")
     def tag(self, image: str, repository: str, tag: str) -> None:
