@@ -7,7 +7,7 @@ import pytest
 
 from gradebox.errors import ConfigError
 from gradebox.graders.assertion import aggregate
-from gradebox.graders.builtin import BuiltinAssertion
+from gradebox.graders.builtin import BuiltinAssertion, refuse_vacuous
 from gradebox.graders.custom import discover
 from gradebox.protocol import GraderResult, Status
 from gradebox.suite import GraderAssertion, load_suite
@@ -223,7 +223,7 @@ def test_a_builtin_that_every_answer_holds_is_refused(tmp_path, kind, value):
     # `contains: "{{ answer }}"` with a var that rendered to nothing, a CSV cell left empty,
     # `contains-all: []`: every answer holds it (negated: none), so it would pass any agent.
     with pytest.raises(ValueError, match="empty value holds for every answer"):
-        BuiltinAssertion(type=kind, value=value)
+        refuse_vacuous(kind, value, None)
     path = write(tmp_path / "suite.yaml", "name: s\ntests:\n  - id: t\n    output: x\n"
                  f"    assert: [{{type: {kind}, value: {value!r}}}]\n")  # fmt: skip
     with pytest.raises(ConfigError, match="empty value"):

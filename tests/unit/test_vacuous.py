@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gradebox.errors import ConfigError
-from gradebox.graders.builtin import BUILTINS, BuiltinAssertion
+from gradebox.graders.builtin import BUILTINS, refuse_vacuous
 from gradebox.graders.trace import TRACE_TYPES
 from gradebox.suite import load_suite
 from tests.conftest import write
@@ -184,7 +184,7 @@ def test_a_vacuous_regex_holds_for_answers_of_every_kind():
         assert all(re.search(pattern, a) for a in answers)
     assert not all(re.search("^\\s*$", a) for a in answers)
     with pytest.raises(ValueError, match="holds for every answer"):
-        BuiltinAssertion(type="regex", value=".*")
+        refuse_vacuous("regex", ".*", None)
 
 
 @pytest.mark.parametrize(

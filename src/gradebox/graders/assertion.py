@@ -19,7 +19,6 @@ run once its children have results).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -28,6 +27,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from pydantic_core import to_jsonable_python
 
 from .._pathnames import exists, is_dir, is_file
 from .._types import format_duration
@@ -39,7 +40,7 @@ from ..protocol import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
-from .entries import check_entry
+from .entries import Entry, LlmJudge, check_entry, weight_ok
 from .fields import FieldAccuracy
 from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
@@ -123,7 +124,7 @@ class HostAssertion(Scoring):
         return self.check.evaluate(payload)
 
     def describe(self) -> Any:
-        return self.check.model_dump(mode="json")
+        return to_jsonable_python(self.check)
 
 
 @dataclass(kw_only=True)
@@ -331,44 +332,17 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
-def _weight_ok(weight: Any) -> bool:
-    """A finite number >= 0: a NaN weight (YAML's ``.nan``) passes ``< 0`` and ``> 0`` alike,
-    so a failing child of an assert-set weighed by it went unseen, and the score was NaN."""
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        return False
-    return math.isfinite(weight) and weight >= 0
-
-
 def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
-    name = entry.get("name", entry.get("metric"))
-    weight = entry.get("weight", 1.0)
-    if not _weight_ok(weight):
-        raise _fail(ctx, (*loc, "weight"), "weight must be a finite number >= 0")
-    negate = entry.get("negate", False)
-    if not isinstance(negate, bool):
-        raise _fail(ctx, (*loc, "negate"), "negate must be true or false")
-    required, min_score = entry.get("required", False), entry.get("min_score")
-    if min_score is not None and (
-        isinstance(min_score, bool) or not isinstance(min_score, int | float)
-        or not 0 <= min_score <= 1
-    ):  # fmt: skip
-        raise _fail(ctx, (*loc, "min_score"), "min_score must be a number from 0 to 1")
-    gate: float | None
-    if required is True:
-        gate = float(min_score) if min_score is not None else ctx.required_default
-    elif required is False or required is None:
-        gate = None
-    elif isinstance(required, int | float) and 0 <= required <= 1:
-        gate = float(required)
-    else:
-        raise _fail(ctx, (*loc, "required"), "required must be true, false or a score 0..1")
-    if gate is not None and gate <= 0:
+    given = {k: entry[k] for k in _MODIFIERS if k in entry}
+    s = validate(Entry, given, file=ctx.file, lines=ctx.lines, prefix=loc)
+    gate = (s.required if s.required is not True  # false, or the gate itself
+            else ctx.required_default if s.min_score is None else s.min_score)  # fmt: skip
+    if gate is not False and gate <= 0:
         # Every score reaches a gate at 0: `required` would require nothing.
-        where = "min_score" if required is True and min_score is not None else "required"
+        where = "min_score" if s.required is True and s.min_score is not None else "required"
         raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
-    if name is not None and not isinstance(name, str):
-        raise _fail(ctx, (*loc, "name"), "name must be a string")
-    return {"name": name, "weight": float(weight), "negate": negate, "required": gate,
+    return {"name": s.name if "name" in given else s.metric, "weight": s.weight,
+            "negate": s.negate, "required": None if gate is False else float(gate),
             "field": ".".join(loc), "line": ctx.lines.get(loc), "file": ctx.file}  # fmt: skip
 
 
@@ -377,12 +351,17 @@ def compile_assertion(
 ) -> Assertion:
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
     compiled = _compile(entry, ctx, loc, depth=depth)
-    if ctx.flavor == "gradebox":
+    kind = entry.get("type") if isinstance(entry, dict) else "llm-rubric"
+    if ctx.flavor == "gradebox" and not (kind in _BY_RECORD or is_builtin(kind)):
         # And its declared shape (graders.entries, schemas/suite.schema.json), checked after
         # the loader's own checks and their reasons: a suite that loads is one the schema
         # takes, so an editor never marks a valid suite wrong.
         check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
     return compiled
+
+
+_BY_RECORD = {"field-accuracy", "assert-set", *_LLM}
+"""Kinds (and the built-ins) compiled from their validated entry: checked once, as they are."""
 
 
 def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
@@ -403,9 +382,6 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return HostAssertion(check=check, **score)
     if kind == "composite":
         return _composite(body, score, ctx, loc, depth)
-    if kind == "field-accuracy":
-        check = validate(FieldAccuracy, body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
     if kind == "assert-set":
         return _assert_set(body, score, ctx, loc, depth)
     if kind in _LLM:
@@ -421,9 +397,9 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
             "would pass; check the answer's shape with a script grader (or field-accuracy)",
             file=ctx.file, line=ctx.lines.get((*loc, "value")), field=".".join((*loc, "value")),
         )  # fmt: skip
-    if is_builtin(kind):
-        check = validate(BuiltinAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
+    if is_builtin(kind) or kind == "field-accuracy":  # its model validates, its record runs
+        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+        return HostAssertion(check=record.check(), **score)
     base = kind.removeprefix("not-")
     if kind == "skill-used" and score["negate"]:
         body["type"] = "not-skill-used"  # AgentV inverts it, then negates it again
@@ -467,27 +443,15 @@ def _assert_set(
 ) -> AssertSet:  # fmt: skip
     if depth >= 8:
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
-    unknown = set(body) - {"type", "assert", "threshold", "config"}
-    if unknown:
-        key = sorted(unknown, key=str)[0]
-        raise _fail(ctx, (*loc, key), "unknown field of an assert-set (check its spelling)")
-    children = body.get("assert")
-    if not isinstance(children, list) or not children:
+    record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+    threshold, shared = record.threshold, record.config or {}
+    if not isinstance(record.assert_, list) or not record.assert_:
         raise _fail(ctx, (*loc, "assert"), "an assert-set needs a non-empty 'assert' list")
-    threshold = body.get("threshold")
-    if threshold is not None and (
-        isinstance(threshold, bool) or not isinstance(threshold, int | float)
-        or not 0 <= threshold <= 1
-    ):  # fmt: skip
-        raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
     if threshold is not None and threshold <= 0:
         raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any "
                     "weighted score reaches it): give one above 0")  # fmt: skip
-    shared = body.get("config") or {}
-    if not isinstance(shared, dict):
-        raise _fail(ctx, (*loc, "config"), "config must be a mapping")
     compiled = []
-    for i, child in enumerate(children):
+    for i, child in enumerate(record.assert_):
         if shared and isinstance(child, dict):  # the parent's config, child keys winning
             child = {**child, "config": {**shared, **(child.get("config") or {})}}
         compiled.append(compile_assertion(child, ctx, (*loc, "assert", str(i)), depth=depth + 1))
@@ -545,7 +509,7 @@ def _composite(
                 for i, m in enumerate(members)]  # fmt: skip
     if kind == "weighted_average":
         weights = agg.get("weights") or {}
-        if not isinstance(weights, dict) or not all(_weight_ok(w) for w in weights.values()):
+        if not isinstance(weights, dict) or not all(weight_ok(w) for w in weights.values()):
             raise _fail(ctx, (*aloc, "weights"), "weights maps a member's name to a number >= 0")
         for child in children:  # v4 weighs a member by the aggregator's weights alone
             child.weight = float(weights.get(child.name, 1.0))
@@ -725,7 +689,7 @@ def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list
             if not isinstance(text, str) or not text.strip():
                 raise _fail(ctx, here, "a rubric item needs its text in 'outcome' (or "
                             "score_ranges)")  # fmt: skip
-            if not _weight_ok(weight):
+            if not weight_ok(weight):
                 raise _fail(ctx, (*here, "weight"), "weight must be a finite number >= 0")
             out.append(RubricItem(text=text.strip(), weight=float(weight),
                                   required=bool(item.get("required") or item.get("min_score")),
@@ -784,23 +748,22 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
 def _llm(
     body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
 ) -> LlmGraderAssertion:
-    kind = body["type"]
-    allowed = {"type", "prompt", "rubrics", "value", "target", "provider", "preprocessors",
-               "criteria", "config", "threshold", "transform"}  # fmt: skip
-    if ctx.flavor == "agentv":
-        # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
-        # agentic judge's max_steps): the single-shot judge here reads temperature.
-        allowed |= set(body) - {"transform"}
-    unknown = set(body) - allowed
-    if unknown:
-        key = sorted(unknown, key=str)[0]
-        raise _fail(ctx, (*loc, key), "unknown field of an LLM grader (check its spelling)")
+    kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:
         raise UnsupportedFeature(
             "transform", "output transforms run code inside AgentV's process; use a "
             "preprocessors: [{type, command}] entry", file=ctx.file,
             line=ctx.lines.get((*loc, "transform")), field=".".join((*loc, "transform")),
         )  # fmt: skip
+    if ctx.flavor == "agentv":
+        # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
+        # agentic judge's max_steps): the single-shot judge here reads temperature. Its
+        # rubric items take keys of their own too (`operator`): _rubric_items reads them.
+        kept = set(LlmJudge.model_fields) - {"value", "rubrics", "criteria"}
+        record = check_entry({k: v for k, v in body.items() if k in kept}, file=ctx.file,
+                             lines=ctx.lines, loc=loc)  # fmt: skip
+    else:
+        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":
         goal = body.get("value", {})
@@ -815,33 +778,16 @@ def _llm(
     if "criteria" in body:  # AgentV's `type: rubrics` writes its items (or one) here
         rubrics += _rubric_items(body["criteria"], ctx, (*loc, "criteria"))
     prompt, command, config = None, None, {}
-    raw = body.get("prompt")
-    if isinstance(raw, str):
-        prompt = _prompt_file(raw, ctx, (*loc, "prompt")) or raw
-    elif isinstance(raw, dict):
-        command = raw.get("command")
-        if isinstance(command, str):
-            command = command.split()
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(c, str) for c in command)
-        ):
+    if isinstance(record.prompt, str):
+        prompt = _prompt_file(record.prompt, ctx, (*loc, "prompt")) or record.prompt
+    elif record.prompt is not None:
+        command, config = record.prompt.command, record.prompt.config
+        command = command.split() if isinstance(command, str) else command
+        if not command:
             raise _fail(ctx, (*loc, "prompt", "command"), "a prompt command is a list of args")
-        config = raw.get("config") or {}
-        if not isinstance(config, dict):
-            raise _fail(ctx, (*loc, "prompt", "config"), "config must be a mapping")
-    elif raw is not None:
-        raise _fail(ctx, (*loc, "prompt"), "prompt is a file, a template, or {command, config}")
     if prompt is None and command is None and not rubrics and kind not in _DEFAULT_PROMPTED:
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
-    threshold = body.get("threshold", DEFAULT_REQUIRED)
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
-        or not (0 <= threshold <= 1)
-    ):
-        raise _fail(ctx, (*loc, "threshold"), "threshold must be a number from 0 to 1")
+    threshold = record.threshold
     if threshold <= 0:
         raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any score "
                     "the judge gives reaches it): give one above 0")  # fmt: skip
@@ -860,7 +806,6 @@ def _llm(
             raise error from None
         # AgentV checks a judge's name when it grades; so do we (and before the run).
         unresolved = str(error)
-    temperature = body.get("temperature")
     if target is not None and isinstance(temperature, int | float) and not isinstance(
             temperature, bool):  # fmt: skip
         target = target.model_copy(update={"params": {**target.params,

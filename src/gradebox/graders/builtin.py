@@ -15,14 +15,14 @@ real check). tests/unit/test_vacuous.py walks every built-in type.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..protocol import GraderResult, Status, json_objects_in, parses_as_json
 
-__all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin"]
+__all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin", "refuse_vacuous"]
 
 _NEEDS_LIST = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
 _NO_VALUE = {"is-json", "contains-json"}
@@ -102,63 +102,59 @@ def is_builtin(kind: str) -> bool:
     return kind.removeprefix("not-") in BUILTINS
 
 
-class BuiltinAssertion(BaseModel):
-    """``{type: contains, value: "42"}``; ``not-contains`` negates.
+def refuse_vacuous(kind: str, value: Any, flags: Any) -> None:
+    """Refuse (``ValueError``) a built-in check no answer can fail or one that cannot run: run
+    by every built-in kind's model (``graders.entries``) before it checks the fields' types."""
+    base = kind.removeprefix("not-")
+    if base not in _NO_VALUE and base not in _NEEDS_LIST and value is None:
+        raise ValueError(f"{kind} needs a 'value'")
+    if base in _HOLDS_FOR_ANY and _empty(value, base.endswith("-with")):
+        # Held by every answer (or, negated, by none): a var that rendered to nothing, a
+        # CSV cell left empty; a check that cannot fail is no check.
+        raise ValueError(f"{kind} with an empty value holds for every answer")
+    if base == "equals" and _empty(value, strip=True):
+        # Negated (a CSV `not-equals:` cell left empty) it holds for every answer that says
+        # anything; as written it is almost always a var that rendered to nothing.
+        raise ValueError(
+            f"{kind} with an empty value: negated it holds for every answer (to "
+            "require an empty answer, use regex '^\\s*$')"
+        )
+    if base == "regex" and isinstance(flags, str | None):
+        unknown = set(flags or "") - set(_FLAGS)
+        if unknown:
+            raise ValueError(f"unknown regex flags {''.join(sorted(unknown))!r} (i, m, s, x)")
+        try:
+            compiled = regex.compile(_text(value), _flag_bits(flags))
+        except regex.error as exc:
+            raise ValueError(f"invalid regex: {exc}") from None
+        if _matches_anything(compiled):
+            raise ValueError(
+                f"{kind} {_text(value)[:60]!r} holds for every answer (it matches "
+                "the empty string anywhere: an empty pattern, `.*`, `a*`, `x?`, `^`); "
+                "anchor it (`^$`) or make it need a character"
+            )
+
+
+def _flag_bits(flags: str | None) -> int:
+    bits = 0
+    for flag in flags or "":
+        bits |= _FLAGS[flag]
+    return bits
+
+
+@dataclass(frozen=True)
+class BuiltinAssertion:
+    """``{type: contains, value: "42"}``; ``not-contains`` negates. A record compiled from a
+    validated entry (``graders.entries``): it checks nothing itself.
 
     Example::
 
         BuiltinAssertion(type="regex", value="^ok", flags="i").evaluate("OK, done")
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     type: str
     value: Any = None
-    flags: str | None = Field(default=None, description="regex flags: i, m, s, x")
-
-    @model_validator(mode="after")
-    def _check(self) -> BuiltinAssertion:
-        base = self.type.removeprefix("not-")
-        if not is_builtin(self.type):
-            raise ValueError(f"unknown built-in assertion {self.type!r}")
-        if base in _NEEDS_LIST and not isinstance(self.value, list):
-            raise ValueError(f"{self.type} needs a list in 'value'")
-        if base not in _NO_VALUE and base not in _NEEDS_LIST and self.value is None:
-            raise ValueError(f"{self.type} needs a 'value'")
-        if base in _HOLDS_FOR_ANY and _empty(self.value, base.endswith("-with")):
-            # Held by every answer (or, negated, by none): a var that rendered to nothing, a
-            # CSV cell left empty; a check that cannot fail is no check.
-            raise ValueError(f"{self.type} with an empty value holds for every answer")
-        if base == "equals" and _empty(self.value, strip=True):
-            # Negated (a CSV `not-equals:` cell left empty) it holds for every answer that
-            # says anything; as written it is almost always a var that rendered to nothing.
-            raise ValueError(
-                f"{self.type} with an empty value: negated it holds for every answer (to "
-                "require an empty answer, use regex '^\\s*$')"
-            )
-        if base == "regex":
-            unknown = set(self.flags or "") - set(_FLAGS)
-            if unknown:
-                raise ValueError(f"unknown regex flags {''.join(sorted(unknown))!r} (i, m, s, x)")
-            try:
-                compiled = regex.compile(_text(self.value), self._flag_bits())
-            except regex.error as exc:
-                raise ValueError(f"invalid regex: {exc}") from None
-            if _matches_anything(compiled):
-                raise ValueError(
-                    f"{self.type} {_text(self.value)[:60]!r} holds for every answer (it matches "
-                    "the empty string anywhere: an empty pattern, `.*`, `a*`, `x?`, `^`); "
-                    "anchor it (`^$`) or make it need a character"
-                )
-        elif self.flags is not None:
-            raise ValueError("flags apply to regex only")
-        return self
-
-    def _flag_bits(self) -> int:
-        bits = 0
-        for flag in self.flags or "":
-            bits |= _FLAGS[flag]
-        return bits
+    flags: str | None = None
 
     def display_name(self) -> str:
         if self.value is None:
@@ -174,7 +170,7 @@ class BuiltinAssertion(BaseModel):
         base = self.type.removeprefix("not-")
         try:
             if base == "regex":
-                hit = _search(_text(self.value), output or "", self._flag_bits())
+                hit = _search(_text(self.value), output or "", _flag_bits(self.flags))
             else:
                 hit = bool(BUILTINS[base](output or "", self.value))
         except _TooSlow as exc:

@@ -16,26 +16,31 @@ types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
 # fraction of what pydantic's evaluating their strings did (this module is imported by every
 # command that loads a suite).
 import functools
+import math
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     GetJsonSchemaHandler,
+    SkipValidation,
     Tag,
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from .._yaml import LineMap, to_config_error
 from ..sandbox.base import Limits
+from .builtin import BuiltinAssertion, refuse_vacuous
 from .config import ProgramGrader, ScriptGrader
-from .fields import FieldSpec
+from .fields import FieldAccuracy, FieldSpec
 
 __all__ = [
     "KINDS",
@@ -44,6 +49,7 @@ __all__ = [
     "SchemaOf",
     "check_entry",
     "entry_model",
+    "weight_ok",
     "kind",
     "known_types",
 ]
@@ -54,6 +60,27 @@ _REFUSED: dict[str, Any] = {"not": {}}
 Score = Annotated[float, Field(ge=0, le=1)]
 
 
+def weight_ok(weight: Any) -> bool:
+    """A finite number >= 0: a NaN weight (YAML's ``.nan``) passes ``< 0`` and ``> 0`` alike,
+    so a failing child of an assert-set weighed by it went unseen, and the score was NaN."""
+    number = isinstance(weight, int | float) and not isinstance(weight, bool)
+    return number and math.isfinite(weight) and weight >= 0
+
+
+def _finite(weight: Any) -> Any:
+    if not weight_ok(weight):
+        raise ValueError("weight must be a finite number >= 0")
+    return weight
+
+
+def _gate(required: Any) -> Any:
+    if required is None:
+        return False
+    if isinstance(required, bool) or isinstance(required, int | float) and 0 <= required <= 1:
+        return required
+    raise ValueError("required must be true, false or a score 0..1")
+
+
 class Entry(BaseModel):
     """The modifiers every assertion takes (``graders.assertion`` says what each does)."""
 
@@ -62,16 +89,19 @@ class Entry(BaseModel):
 
     name: str | None = Field(default=None, description="shown in results")
     metric: str | None = Field(default=None, description="AgentV's name for `name`")
-    weight: float = Field(
+    weight: Annotated[float, BeforeValidator(_finite)] = Field(
         default=1.0, ge=0, allow_inf_nan=False, description="its share of the test's score"
     )
-    negate: bool = Field(default=False, description="pass and fail swap (an error stays one)")
-    required: bool | Score = Field(
+    # Strict: `negate: "yes"` or `min_score: true` is a mistake, not a spelling of true or 1.
+    negate: bool = Field(default=False, description="pass and fail swap (an error stays one)",
+                         strict=True)  # fmt: skip
+    required: Annotated[bool | Score, BeforeValidator(_gate)] = Field(
         default=False,
         description="the test fails when this scores below its gate: true (min_score, else "
         "0.8) or the gate itself",
     )
-    min_score: Score | None = Field(default=None, description="the gate of required: true")
+    min_score: Score | None = Field(default=None, description="the gate of required: true",
+                                    strict=True)  # fmt: skip
 
 
 KINDS: list[type[BaseModel]] = []
@@ -94,8 +124,24 @@ def _not(names: tuple[str, ...]) -> tuple[str, ...]:
 Scalar = str | int | float | bool
 
 
+class Builtin(Entry):
+    """A built-in check's entry; ``check()`` is what runs (refused first if no answer can fail
+    it, with the reasons of ``graders.builtin.refuse_vacuous``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vacuous(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            refuse_vacuous(data["type"], data.get("value"), data.get("flags"))
+        return data
+
+    def check(self) -> BuiltinAssertion:
+        value, flags = getattr(self, "value", None), getattr(self, "flags", None)
+        return BuiltinAssertion(self.type, value, flags)  # type: ignore[attr-defined]
+
+
 @kind
-class TextCheck(Entry):
+class TextCheck(Builtin):
     """``contains``, ``equals``, ... the answer against one value (surrounding space ignored)."""
 
     type: Literal[_not(("contains", "icontains", "equals", "starts-with", "ends-with"))]  # type: ignore[valid-type]
@@ -103,7 +149,7 @@ class TextCheck(Entry):
 
 
 @kind
-class ListCheck(Entry):
+class ListCheck(Builtin):
     """``contains-any`` / ``contains-all`` (``i``: any letter case) over a list of values."""
 
     type: Literal[_not(("contains-any", "contains-all", "icontains-any", "icontains-all"))]  # type: ignore[valid-type]
@@ -111,7 +157,7 @@ class ListCheck(Entry):
 
 
 @kind
-class RegexCheck(Entry):
+class RegexCheck(Builtin):
     """``regex``: the answer matches ``value`` (flags i, m, s, x)."""
 
     type: Literal["regex", "not-regex"]
@@ -120,7 +166,7 @@ class RegexCheck(Entry):
 
 
 @kind
-class JsonCheck(Entry):
+class JsonCheck(Builtin):
     """``is-json``: the answer is JSON; ``contains-json``: it holds a JSON value."""
 
     type: Literal[_not(("is-json", "contains-json"))]  # type: ignore[valid-type]
@@ -136,6 +182,9 @@ class FieldAccuracyCheck(Entry):
     type: Literal["field-accuracy"]
     fields: list[FieldSpec] = Field(min_length=1)
     aggregation: Literal["weighted_average", "all_or_nothing"] = "weighted_average"
+
+    def check(self) -> FieldAccuracy:
+        return FieldAccuracy(tuple(self.fields), self.aggregation)
 
 
 # -------------------------------------------------------------------------------------------
@@ -254,7 +303,7 @@ class LlmJudge(Entry):
     provider: str | None = Field(default=None, description="AgentV's name for target")
     preprocessors: list[Preprocessor] | None = None
     config: dict[str, Any] | None = None
-    threshold: Score = Field(default=0.8, description="the judge's score that passes")
+    threshold: Score = Field(default=0.8, description="the judge's score that passes", strict=True)
     transform: Annotated[Any, WithJsonSchema(_REFUSED)] = Field(
         default=None, description="refused: output transforms run code in AgentV's process"
     )
@@ -300,8 +349,9 @@ class AssertSetEntry(Entry):
     nonzero weight passes, or, with ``threshold``, when the score reaches it."""
 
     type: Literal["assert-set"]
-    assert_: list["AssertItem"] = Field(alias="assert", min_length=1)  # noqa: UP037
-    threshold: Score | None = None
+    # Not checked here (nor their count): each child is, once, as it compiles (graders.assertion).
+    assert_: SkipValidation[list["AssertItem"]] = Field(alias="assert", min_length=1)  # noqa: UP037
+    threshold: Score | None = Field(default=None, strict=True)
     config: dict[str, Any] | None = Field(default=None, description="given to every child")
 
 
@@ -377,14 +427,16 @@ def _adapter() -> TypeAdapter[Any]:
     return TypeAdapter(AssertItem)
 
 
-def check_entry(entry: Any, *, file: str, lines: LineMap, loc: tuple[str, ...]) -> None:
-    """Check one entry against its kind's model; the errors located as a ``ConfigError``
-    (``suite.yaml:9: tests.0.assert.1.value: ...``; the tags that tell the kinds apart are
-    left out of locations, see ``_yaml``)."""
+def check_entry(entry: Any, *, file: str, lines: LineMap, loc: tuple[str, ...]) -> Any:
+    """One entry validated by its kind's model: the record (a rubric string stays one), or the
+    errors located as a ``ConfigError`` (``suite.yaml:9: tests.0.assert.1.value: ...``; the
+    tags that tell the kinds apart are left out of locations, see ``_yaml``)."""
+    if isinstance(entry, dict):  # a key written as 1.5 or ~ is an unknown field, no error
+        entry = {str(k): v for k, v in entry.items()}
     if isinstance(entry, dict) and "script" in entry and "command" not in entry:
         entry = {**entry, "command": entry["script"]}  # AgentV's earliest spelling
         del entry["script"]
     try:
-        _adapter().validate_python(entry)
+        return _adapter().validate_python(entry)
     except ValidationError as exc:
         raise to_config_error(exc, file=file, lines=lines, prefix=loc) from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Literal
 
@@ -37,7 +38,7 @@ _FENCE = re.compile(r"```(?:json)?")
 
 
 class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1, max_length=1000)
     match: Literal["exact", "numeric_tolerance", "date"]
@@ -48,14 +49,14 @@ class FieldSpec(BaseModel):
     formats: list[str] | None = None
 
 
-class FieldAccuracy(BaseModel):
-    """``{type: field-accuracy, fields: [...], aggregation?}``."""
+@dataclass(frozen=True)
+class FieldAccuracy:
+    """``{type: field-accuracy, fields: [...], aggregation?}``: a record compiled from the
+    validated entry (``graders.entries.FieldAccuracyCheck``)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["field-accuracy"] = "field-accuracy"
-    fields: list[FieldSpec] = Field(min_length=1)
+    fields: tuple[FieldSpec, ...]
     aggregation: Literal["weighted_average", "all_or_nothing"] = "weighted_average"
+    type: Literal["field-accuracy"] = "field-accuracy"
 
     def display_name(self) -> str:
         return "field-accuracy"
