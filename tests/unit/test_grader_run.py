@@ -107,3 +107,16 @@ def test_each_command_reaches_its_grader_through_grader_run(command, tree, calls
         assert done.exit_code in (0, 1), (argv, done.output, done.exception)
     assert calls, f"{command} never reached a grader"
     assert all(calls), f"{command} reached the sandbox outside GraderRun"
+
+
+def test_prepare_grader_takes_a_validated_config_as_a_library_user_has_it(tmp_path):
+    """The edge's model (``load_grader``) or the record it makes: both run, one way."""
+    from gradebox import Payload, load_grader
+    from gradebox.graders.run import prepare_grader
+
+    (tmp_path / "g.yaml").write_text("type: script\ncommand: [python3, -c, 'print(1)']\n")
+    grader = load_grader(tmp_path / "g.yaml")
+    with HostSandbox() as box:
+        for given in (grader, grader.to_record()):
+            result = prepare_grader(given, tmp_path, box).run(Payload(output="x"))
+            assert result.status == "passed", result

@@ -494,7 +494,7 @@ def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None
 
 
 def prepare_grader(
-    grader: GraderRecord,
+    grader: GraderRecord | GraderConfig,
     workspace: Path | str,
     sandbox: Sandbox,
     *,
@@ -512,6 +512,8 @@ def prepare_grader(
         ready = prepare_grader(grader, workspace, box)   # while the agent still works
         result = ready.run(payload)                      # the agent is done
     """
+    if hasattr(grader, "to_record"):  # a validated config, as a library user has it
+        grader = grader.to_record()
     workspace = Path(workspace)
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory")
