@@ -156,6 +156,7 @@ quickstart_login() {  # the quickstart as a docker-group user in a PAM login (se
     run_timed "$name" su -l "$user" -c "
         echo \"session cgroup: \$(cat /proc/self/cgroup)\"
         echo \"XDG_RUNTIME_DIR=\$XDG_RUNTIME_DIR\"
+        COLUMNS=160 $VENV/bin/gradebox doctor; echo \"doctor: exit \$?\"
         cd $APP && $VENV/bin/gradebox run examples/quickstart/suite.yaml \
             --out \"\$HOME/quickstart\" --junit \"\$HOME/quickstart.xml\"
         rc=\$?; cp \"\$HOME/quickstart.xml\" /tmp/$name.xml 2>/dev/null; exit \$rc
