@@ -105,6 +105,16 @@ def test_off_schema(data):
         read_result(data)
 
 
+@pytest.mark.parametrize("where", ["checks", "assertions"])
+@pytest.mark.parametrize("reason", [5, {}, ["found"], True])
+def test_a_check_reason_off_schema_is_refused_beside_its_evidence(where, reason):
+    # The old reader (GraderOutput) refused a check whose reason is no string, evidence or
+    # not: a result off-schema in any field is an error, never the pass it claims.
+    data = {where: [{"text": "a", "pass": True, "evidence": "seen", "reason": reason}]}
+    with pytest.raises(OutputShapeError, match=rf"{where}\.0\.reason"):
+        read_result(data)
+
+
 def test_a_repeated_key_is_refused_at_any_depth():
     for text in ('{"pass": false, "pass": true}', '{"checks": [{"pass": false, "pass": true}]}'):
         with pytest.raises(OutputShapeError, match="appears twice"):

@@ -490,9 +490,12 @@ def _sub(check: Any, where: str) -> tuple[str, bool | None, bool | None, float |
     text = _text(check, "text", f"{where}.text") if "text" in check else ""
     if text is None:
         raise OutputShapeError(f"{where}.text: expected a string")
-    said = _text(check, "evidence", f"{where}.evidence") or _text(
-        check, "reason", f"{where}.reason"
+    # Both are read before either is chosen: a reason off-schema is an error beside evidence too.
+    evidence, reason = (
+        _text(check, "evidence", f"{where}.evidence"),
+        _text(check, "reason", f"{where}.reason"),
     )
+    said = evidence or reason
     return (text, _bool(check, "pass", f"{where}.pass"), _bool(check, "passed", f"{where}.passed"),
             _score(check, f"{where}.score"), said)  # fmt: skip
 
