@@ -255,3 +255,21 @@ def test_a_v4_tool_trajectory_every_run_holds_is_refused(tmp_path, body):
     for entry in (control, "mode: subset, expected: []"):
         (check,) = load_suite(suite(entry)).tests[0].assertions
         assert check.check.evaluate(run).status.value == "failed", entry
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ['{type: contains, value: !!binary ""}', '{type: not-equals, value: !!binary ""}',
+     '{type: starts-with, value: !!binary "IA=="}', '{type: contains-any, value: [!!binary ""]}',
+     '{type: contains-any, value: !!set {"": null}}',
+     '{type: icontains-all, value: !!set {"": null, "x": null}}',
+     '{type: regex, value: ".*", flags: !!binary ""}'],
+)  # fmt: skip
+def test_a_check_vacuous_only_once_its_model_has_read_it_is_refused(tmp_path, entry):
+    """YAML's !!binary and !!set give bytes and sets, which the entry's model reads as the
+    text and the list that run: a check judged on what it was given, not on what runs, would
+    be ``contains ""`` (or a vacuous regex) in disguise, passing every answer."""
+    with pytest.raises(ConfigError, match="holds for every answer"):
+        load_suite(_suite(tmp_path, entry))
+    with pytest.raises(ConfigError):  # negated, it holds for none
+        load_suite(_suite(tmp_path, entry[:-1] + ", negate: true}"))

@@ -135,6 +135,13 @@ class Builtin(Entry):
             refuse_vacuous(data["type"], data.get("value"), data.get("flags"))
         return data
 
+    @model_validator(mode="after")
+    def _vacuous_as_read(self) -> "Builtin":
+        # And again on what runs: lax reading turns YAML's !!binary "" into "" and a !!set
+        # into a list, which the check of what was written cannot see.
+        refuse_vacuous(self.type, getattr(self, "value", None), getattr(self, "flags", None))  # type: ignore[attr-defined]
+        return self
+
     def check(self) -> BuiltinAssertion:
         value, flags = getattr(self, "value", None), getattr(self, "flags", None)
         return BuiltinAssertion(self.type, value, flags)  # type: ignore[attr-defined]
