@@ -171,6 +171,7 @@ quickstart_login() {  # the quickstart as a docker-group user in a PAM login (se
 for subset in $SUBSETS; do
     case $subset in
         conformance) pytest_subset "$subset" tests/docker/test_conformance.py ;;
+        wheel)       pytest_subset "$subset" tests/docker/test_wheel.py tests/docker/test_doctor.py ;;
         adversarial) pytest_subset "$subset" tests/docker/test_adversarial.py ;;
         faults)      pytest_subset "$subset" tests/docker/test_faults.py ;;
         runtimes)    pytest_subset "$subset" tests/docker/test_runtimes.py ;;

@@ -64,6 +64,8 @@ SUBSETS = {
     "(exit 0 or 1: it fails some tests on purpose)",
     "quickstart-login": "the quickstart as a docker-group user in a PAM login (su -l: "
     "session-N.scope, as ssh makes it), `auto` choosing",
+    "wheel": "pytest tests/docker/test_wheel.py and test_doctor.py: the wheel built and installed "
+    "in a fresh venv outside the checkout, its doctor, images and the quickstart",
     "custom": "pytest with --pytest's arguments (paths, -m, -k)",
 }
 # Measured here (TCG on 2 host cores): sized so a full run, build included, stays under 45 min.
