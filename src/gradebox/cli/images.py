@@ -143,7 +143,9 @@ def lock(as_json: JsonOpt = False) -> None:
     if as_json:
         out.document(written)
     else:
-        out.console.print(f"locked {len(written.images)} image(s) in {img.lock_path()}")
+        out.console.print(
+            f"locked {len(written.images)} image(s) in {img.lock_path()}", soft_wrap=True
+        )
 
 
 def _lock() -> img.Lock:
