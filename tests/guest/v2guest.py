@@ -69,7 +69,7 @@ SUBSETS = {
     "custom": "pytest with --pytest's arguments (paths, -m, -k)",
 }
 # Measured here (TCG on 2 host cores): sized so a full run, build included, stays under 45 min.
-DEFAULT_SUBSETS = "quickstart,quickstart-login,conformance"
+DEFAULT_SUBSETS = "quickstart,quickstart-login,wheel,conformance"
 SKIP = 77
 _RUN_STARTED = time.time()
 _PHASES = "| phase | seconds | note |"
