@@ -722,6 +722,12 @@ def _oci_boxes() -> dict[str, object]:
     return boxes
 
 
+def measured(key: str, out: dict[str, object]) -> None:
+    """One section's numbers as one line on stderr, as soon as they are known: a run cut by
+    its deadline (the cgroup v2 guest under TCG) still yields the rows it measured."""
+    print(f"measured {key}: {json.dumps(out[key], default=str)}", file=sys.stderr, flush=True)
+
+
 def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
     """Issue 33's rows, runc and crun interleaved in one run (see the module's docstring)."""
     n = 10 if q else 40
@@ -743,6 +749,7 @@ def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
                 cold[rt].append(time.perf_counter() - t)
                 assert res.passed, res
         out["cold"] = {k: ms(statistics.median(v)) for k, v in cold.items()}
+        measured("cold", out)
         say("speed: started ahead…")
         warm: dict[str, list[float]] = {"bare": [], **{rt: [] for rt in RUNTIMES}}
         for i in range(n):
@@ -756,6 +763,7 @@ def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
                 warm[rt].append(time.perf_counter() - t)
                 assert res.passed, res
         out["warm"] = {k: ms(statistics.median(v)) for k, v in warm.items()}
+        measured("warm", out)
     finally:
         for box in boxes.values():
             box.close()  # type: ignore[attr-defined]
@@ -767,6 +775,7 @@ def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
                 with _runtime(rt):
                     rates[rt][w].append(bench_throughput(_fresh(root), 40 if q else 150, w, "oci"))
     out["throughput"] = {rt: {w: max(v) for w, v in by.items()} for rt, by in rates.items()}
+    measured("throughput", out)
     say("speed: suite…")
     # Rounds in alternating order, the best of each kept (as for throughput): one run of each
     # moved with the VM's drift by as much as the gap between them.
@@ -779,8 +788,10 @@ def bench_speed(root: Path, q: bool, rootfs: Path) -> dict[str, object]:
                     _fresh(root), 40 if q else 200, 4, "host" if rt is None else "oci"
                 ))  # fmt: skip
     out["suite_w4"] = {key: max(rates) for key, rates in suites.items()}
+    measured("suite_w4", out)
     say("speed: pytest…")
     out["pytest"] = _speed_pytest(_fresh(root), 5 if q else 15, rootfs)
+    measured("pytest", out)
     say("speed: exec and grade…")
     out["cli"] = _speed_cli(_fresh(root), 5 if q else 20, rootfs)
     out["load_after"] = os.getloadavg()
