@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 
 from . import settings
+from .untrusted import private as _private
 
 __all__ = ["ENTRY_CAP", "PrivateCache", "cache_dir"]
 
@@ -32,11 +33,6 @@ def cache_dir() -> Path:
         return Path(own.cache)
     base = own.xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gradebox"
-
-
-def _private(st: os.stat_result) -> bool:
-    """Ours, and writable by nobody else (group or world)."""
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 class PrivateCache:

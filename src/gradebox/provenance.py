@@ -13,13 +13,10 @@ hot path may use it.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
-__all__ = ["CONFIGURES", "Origin", "Source", "owned"]
+__all__ = ["CONFIGURES", "Origin", "Source"]
 
 
 class Source(StrEnum):
@@ -52,28 +49,3 @@ class Origin:
 
     def __str__(self) -> str:
         return f"{self.file} ({self.source})" if self.file else str(self.source)
-
-
-def owned(path: Path) -> bool:
-    """Whether a configuration file found by walking up from a suite is ours to read: a
-    regular file, not a link, owned by us or by root, that not every user may write, in a
-    folder owned by us or by root that not every user may write (unless sticky, as ``/tmp``
-    is). The walk passes shared folders (``/tmp``, ``/home``): a ``/tmp/.gradebox/targets.yaml``
-    or ``/tmp/.env`` that another local user made is not the suite's project, nor is a link
-    there to a file of ours (whose text the agent may have written), nor a file of ours in a
-    folder of theirs (they could swap it between this check and its read)."""
-    ours = (os.geteuid(), 0)
-    try:
-        st = os.lstat(path)
-        link = os.lstat(path.parent)  # a link to a folder is as trusted as its maker
-        folder = os.stat(path.parent)
-    except OSError:
-        return False
-    return (
-        link.st_uid in ours
-        and stat.S_ISREG(st.st_mode)
-        and st.st_uid in ours
-        and not st.st_mode & 0o002
-        and folder.st_uid in ours
-        and (not folder.st_mode & 0o002 or bool(folder.st_mode & stat.S_ISVTX))
-    )

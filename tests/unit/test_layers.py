@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "jsonl",
             "atomic",
             "results",  # a run read back: the one reader of results.jsonl and summary.json
+            "untrusted",  # the door for bytes others wrote: regular files, owners, bounds
             "fstree",
             "scratch",  # scratch names and their sweep: below images (a build's scratch)
             "gitignore",

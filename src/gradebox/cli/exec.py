@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import settings
+from ..untrusted import read_regular as _read_regular
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -595,29 +596,6 @@ def _read_stdin() -> bytes:
     if len(data) > STDIN_CAP:
         raise ExecError(f"stdin is over {STDIN_CAP >> 20} MiB")
     return data
-
-
-def _read_regular(path: Path, cap: int) -> bytes | None:
-    """At most ``cap + 1`` bytes of ``path`` if it is a regular file, else None. Anything
-    else is never opened for reading (a FIFO would block, a device's open can act: a
-    workspace file an agent made a FIFO, or a link to /dev/watchdog, as exec's first word)."""
-    import stat
-
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(cap + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _copied_in(source: Path) -> bytes | None:

@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 
 from .. import settings
+from ..untrusted import read_within
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -353,10 +354,7 @@ def read_payload(source: str, stdin: bytes | None = None) -> dict[str, Any]:
 
 def _read_regular(path: Path) -> bytes | None:
     """The grader file's bytes if it is a regular file of at most the YAML loader's cap."""
-    from .exec import _read_regular as read
-
-    data = read(path, GRADER_FILE_CAP)
-    return data if data is not None and len(data) <= GRADER_FILE_CAP else None
+    return read_within(path, GRADER_FILE_CAP)
 
 
 GRADER_FILE_CAP = 64 << 20  # _yaml.MAX_FILE_BYTES: past it, the full path says it is refused

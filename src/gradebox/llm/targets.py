@@ -37,7 +37,8 @@ from .. import settings
 from .._pathnames import is_file
 from .._yaml import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
-from ..provenance import Origin, Source, owned
+from ..provenance import Origin, Source
+from ..untrusted import trusted as owned
 
 __all__ = [
     "MODEL_KINDS",

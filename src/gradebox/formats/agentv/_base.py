@@ -19,7 +19,7 @@ from typing import Any
 from ..._pathnames import exists, is_dir, is_file
 from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
-from ...provenance import owned
+from ...untrusted import trusted as owned
 
 __all__ = [
     "Where",

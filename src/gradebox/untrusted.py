@@ -1,0 +1,91 @@
+"""The door for bytes others wrote: every host-side read of a file a suite, a grader pack, an
+agent or another local user could have written goes through here.
+
+Three rules, each written once:
+
+- **Regular files only, no link followed out.** ``read_regular`` opens with ``O_NONBLOCK``
+  and ``O_NOCTTY`` (a FIFO would block, a device's open can act: a link to ``/dev/ptmx`` or
+  ``/dev/watchdog``), checks the descriptor it reads, and reads at most ``cap + 1`` bytes, so
+  the caller tells "too large" from "fits" without reading the rest.
+- **Trust needs an owner.** ``trusted`` is the rule for configuration and code found by
+  walking up from a suite (``targets.yaml``, ``.env``, custom assertions, provider scripts):
+  ours or root's, not a link, in a folder ours or root's that not every user may write
+  (unless sticky, as ``/tmp`` is). ``private`` is the stricter rule for what gradebox caches:
+  ours alone, writable by nobody else.
+- **Bounded.** Every reader takes a cap in bytes; what is over it is refused, not truncated
+  into something that parses.
+
+Standard library only, and nothing of ours: ``gradebox exec`` and ``grade``'s lean path
+import it on their hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["private", "read_regular", "read_within", "trusted"]
+
+
+def read_regular(path: Path | str, cap: int, *, follow: bool = True) -> bytes | None:
+    """At most ``cap + 1`` bytes of ``path`` if it is a regular file, else None (missing, a
+    folder, a FIFO, a device, a socket; with ``follow=False``, also a link). Anything that is
+    not a regular file is never opened for reading."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(cap + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_within(path: Path | str, cap: int, *, follow: bool = True) -> bytes | None:
+    """``read_regular``, and None too when the file is over ``cap`` bytes."""
+    data = read_regular(path, cap, follow=follow)
+    return None if data is None or len(data) > cap else data
+
+
+def private(st: os.stat_result) -> bool:
+    """Ours, and writable by nobody else (group or world): the rule for a cache's folder and
+    its entries, checked on the descriptor that is read."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def trusted(path: Path) -> bool:
+    """Whether a file found by walking up from a suite (configuration, or code such as a
+    custom assertion) is the project's to run or read: a regular file, not a link, owned by
+    us or by root, that not every user may write, in a folder owned by us or by root that not
+    every user may write (unless sticky, as ``/tmp`` is). The walk passes shared folders
+    (``/tmp``, ``/home``): a ``/tmp/.gradebox/targets.yaml`` or ``/tmp/.env`` that another
+    local user made is not the suite's project, nor is a link there to a file of ours (whose
+    text the agent may have written), nor a file of ours in a folder of theirs (they could
+    swap it between this check and its read)."""
+    ours = (os.geteuid(), 0)
+    try:
+        st = os.lstat(path)
+        link = os.lstat(path.parent)  # a link to a folder is as trusted as its maker
+        folder = os.stat(path.parent)
+    except OSError:
+        return False
+    return (
+        link.st_uid in ours
+        and stat.S_ISREG(st.st_mode)
+        and st.st_uid in ours
+        and not st.st_mode & 0o002
+        and folder.st_uid in ours
+        and (not folder.st_mode & 0o002 or bool(folder.st_mode & stat.S_ISVTX))
+    )
