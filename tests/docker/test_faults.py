@@ -358,3 +358,57 @@ def test_resume_needs_no_room_for_a_second_copy_of_the_results(tmp_path, tmpfs):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["summary"]["reused"] == 3
     assert sorted(read_results(out / "results.jsonl")) == ["t0", "t1", "t2", "t3"]
+
+
+@pytest.mark.parametrize("backend", ["docker", "oci", "oci-runc"])
+def test_closing_a_sandbox_under_graders_in_flight_is_one_ordered_path(engine, backend):
+    """However a run stops (a full disk, a signal, the engine lost), it ends in the sandbox's
+    ``close()`` from another thread while graders are still in ``execute``. Each of them
+    returns an outcome or raises ``SandboxClosed``, never anything else (its pipes were once
+    closed under its ``select``: ``ValueError: I/O operation on closed file``), and nothing
+    is left. Repeated, at varied moments, to catch the race."""
+    from gradebox.errors import SandboxClosed
+    from gradebox.images import qualified
+    from gradebox.sandbox import get_sandbox
+    from gradebox.sandbox.base import SandboxSpec
+    from gradebox.sandbox.docker import DockerSandbox
+    from gradebox.sandbox.oci import OciSandbox
+
+    def make():
+        if backend == "docker":
+            return DockerSandbox(engine)
+        return OciSandbox(engine, runtime="runc") if backend == "oci-runc" else get_sandbox("oci")
+
+    image = DockerSandbox(engine).resolve_image(qualified("shell"))
+    data = b"x" * (1 << 20)  # still being fed when the close comes: stdin in the select
+    for round_ in range(6):
+        box = make()
+        spec = SandboxSpec(
+            image=image,
+            command=["/bin/sh", "-c", "sleep 0.2; cat; sleep 30"],
+            name="close-race",
+            timeout=60,
+        )
+        ready = [box.prepare(spec) for _ in range(3)]
+        box.prepare(SandboxSpec(image=image, command=["true"], name="close-race"))  # never run
+        ended: list[object] = []
+
+        def run(handle, ended=ended) -> None:
+            try:
+                ended.append(handle.execute(data))
+            except SandboxClosed:
+                ended.append("closed")
+            except BaseException as exc:  # the bug: anything else escapes a grader's run
+                ended.append(exc)
+
+        threads = [threading.Thread(target=run, args=(h,)) for h in ready]
+        for t in threads:
+            t.start()
+        time.sleep(0.1 + 0.15 * (round_ % 4))
+        box.close()
+        for t in threads:
+            t.join(90)
+        assert not any(t.is_alive() for t in threads), "a grader's run outlived close()"
+        odd = [e for e in ended if e != "closed" and not hasattr(e, "exit_code")]
+        assert odd == [], odd
+        assert box.leftovers() == [], box.leftovers()

@@ -75,6 +75,8 @@ __all__ = ["OciSandbox", "collect_garbage", "oci_usable", "state_root", "state_r
 
 log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
 
+RUNNING_GRACE = 60.0  # s close() waits for a killed, running container's thread to discard it
+
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner
 SLOT_LOST = ("the sandbox's slot server was killed while the grader ran (out of memory?): "
@@ -395,18 +397,26 @@ class OciSandbox(EngineImages, Sandbox):
         return sorted(found)
 
     def close(self) -> None:
-        """Kill and delete everything this sandbox still has; safe from another thread."""
+        """Kill and delete everything this sandbox still has; safe from another thread.
+
+        One order, whatever stops the run (a full disk, a signal, the engine lost): nothing new
+        starts (``_closed``, read under the lock by ``prepare``, ``start`` and ``execute``);
+        every container is killed; a container being run is left to the thread running it,
+        which sees ``_closed`` within one turn of its loop and discards it (closing its pipes
+        here, under that thread's ``select``, was a ``ValueError`` or a reused descriptor);
+        only then is the rest discarded and deleted."""
         with self._lock:
             self._closed = True
             live = list(self._live.values())
+            running = [h for h in live if h._used]
         for handle in live:
-            if not handle._used and handle.proc is not None and handle.proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    handle.proc.stdin.close()  # a gate waiting for its release reads EOF
             handle.kill()
+        for handle in running:
+            handle._done.wait(RUNNING_GRACE)  # its thread discards it (execute's finally)
         self.drain()
         for handle in live:
-            handle.discard()
+            if handle not in running or not handle._done.is_set():
+                handle.discard()
         for handle in live:
             self._delete(handle.cid, handle.bundle)
         if self.slots is not None:
@@ -433,6 +443,7 @@ class OciPrepared(Prepared):
         self.proc: subprocess.Popen[bytes] | SlotProcess | None = None
         self._used = False
         self._disposed = False
+        self._done = threading.Event()  # discarded: close() waits on it for a running one
         self.backend = "oci"
 
     def start(self) -> None:
@@ -497,10 +508,14 @@ class OciPrepared(Prepared):
                               self.cid, "KILL"], self.box.mapping, 30, self.box.holder)  # fmt: skip
 
     def execute(self, stdin: bytes | None = None) -> RunOutcome:
-        if self._used:
-            raise RuntimeError("a sandbox is used once; prepare another")
-        self._used = True
+        with self.box._lock:  # close() reads _used under it: a run it will wait for
+            if self._used:
+                raise RuntimeError("a sandbox is used once; prepare another")
+            self._used = True
+            closed = self.box._closed
         try:
+            if closed:
+                raise SandboxClosed()
             if self.proc is None and self.start_error is None:
                 self.start()
             if self.start_error or self.proc is None or self.channel is None:
@@ -598,6 +613,12 @@ class OciPrepared(Prepared):
         if self._disposed:
             return
         self._disposed = True
+        try:
+            self._discard()
+        finally:
+            self._done.set()
+
+    def _discard(self) -> None:
         if self.channel is not None:
             self.channel.close()
         if self.proc is not None:
