@@ -48,8 +48,21 @@ TABLE: dict[str, tuple[list[dict], dict]] = {
         ],
         {"value": {"name": "search", "min": 0, "max": 2}},
     ),  # fmt: skip
-    "trajectory:tool-sequence": ([{"value": []}, {"value": {"steps": []}}], {"value": ["a"]}),
-    "trajectory:tool-args-match": ([], {"value": {"name": "search", "args": {}}}),
+    # A blank tool is one no run calls: negated, the check holds for every run.
+    "trajectory:tool-sequence": (
+        [
+            {"value": []},
+            {"value": {"steps": []}},
+            {"value": [""]},
+            {"value": ["a", " "]},
+            {"value": {"steps": [{"tool": ""}]}},
+        ],
+        {"value": ["a"]},
+    ),
+    "trajectory:tool-args-match": (
+        [{"value": {"name": "", "args": {}}}, {"value": {"name": " ", "args": {"q": 1}}}],
+        {"value": {"name": "search", "args": {}}},
+    ),
     "trajectory:step-count": (
         [{"value": {}}, {"value": {"min": 0}}, {"value": {"type": "message"}}],
         {"value": {"min": 1}},
@@ -61,8 +74,14 @@ TABLE: dict[str, tuple[list[dict], dict]] = {
     "latency": ([{"max_ms": ".inf"}, {"threshold": -5}], {"max_ms": 1000}),
     "cost": ([{"max_usd": ".inf"}, {"budget": -1}], {"max_usd": 0.5}),
     "token-usage": ([{"max_total": ".inf"}, {"max_input": -1}], {"max_output": 100}),
-    "skill-used": ([{"value": {"name": "pdf", "min": 0}}], {"value": {"name": "pdf", "max": 0}}),
-    "not-skill-used": ([], {"value": "pdf"}),
+    "skill-used": (
+        [{"value": {"name": "pdf", "min": 0}}, {"value": {"name": " "}}, {"value": [" "]}],
+        {"value": {"name": "pdf", "max": 0}},
+    ),
+    "not-skill-used": (
+        [{"value": {"name": " "}}, {"value": {"pattern": ""}}, {"value": ""}],
+        {"value": "pdf"},
+    ),
     "field-accuracy": (
         [
             {"fields": []},
@@ -84,7 +103,66 @@ TABLE: dict[str, tuple[list[dict], dict]] = {
         [{"command": ["true"], "pass_score": 0}],
         {"command": ["true"], "pass_score": 0.5},
     ),
+    # The other spellings of each kind: each is refused on its own, not by its twin's row.
+    **{
+        k: ([{"command": ["true"], "pass_score": 0}], {"command": ["true"], "pass_score": 0.5})
+        for k in ("code-grader", "code-judge", "code_judge")
+    },
+    **{
+        k: (
+            [{"rubrics": ["is right"], "threshold": 0}, {"rubrics": []}, {"value": ""}],
+            {"rubrics": ["is right"]},
+        )
+        for k in ("llm-judge", "llm_judge")
+    },
+    "rubric": ([{"value": "is right", "threshold": 0}, {"value": " "}], {"value": "is right"}),
+    "rubrics": ([{"value": ["is right"], "threshold": 0}], {"value": ["is right"]}),
+    "trajectory:goal-success": (
+        [{"value": {"goal": "x"}, "threshold": 0}, {"value": {"goal": " "}}],
+        {"value": {"goal": "fix it"}},
+    ),
+    "program": ([{"program": ""}], {"program": "true"}),
+    "pytest": ([{"files": []}], {"files": "checks/test_x.py"}),
+    "node-test": ([{"files": []}], {"files": "checks/x.test.js"}),
+    # AgentV v4's kinds (graders.trajectory, and composite's groups in graders.assertion).
+    "tool-trajectory": (
+        [
+            {"mode": "any_order", "minimums": {}},
+            {"mode": "any_order", "minimums": {"search": 0}},
+            {"mode": "in_order", "expected": []},
+            {"mode": "exact", "expected": []},
+            {"mode": "superset", "expected": []},
+            # A blank tool is called by no run: negated, or allowed (subset), every run holds.
+            {"mode": "in_order", "expected": [{"tool": ""}]},
+            {"mode": "subset", "expected": [{"tool": " "}]},
+            {"mode": "any_order", "minimums": {" ": 1}},
+        ],
+        {"mode": "in_order", "expected": [{"tool": "search"}]},
+    ),
+    "skill-trigger": (
+        [{"skill": ""}, {"skill": "  "}, {"skill": "  ", "should_trigger": False}],
+        {"skill": "pdf"},
+    ),
+    "composite": (
+        [
+            {"assertions": []},
+            {
+                "assertions": [{"name": "a", "type": "contains", "value": "4"}],
+                "aggregator": {"type": "threshold", "threshold": 0},
+            },
+            {
+                "assertions": [{"name": "a", "type": "contains", "value": ""}],
+                "aggregator": {"type": "weighted_average"},
+            },
+        ],
+        {
+            "assertions": [{"name": "a", "type": "contains", "value": "4"}],
+            "aggregator": {"type": "weighted_average"},
+        },
+    ),
 }
+# The kinds AgentV v4 reads that no model of graders.entries names (graders.assertion).
+V4_KINDS = {"tool-trajectory", "skill-trigger", "composite"}
 # Modifiers any assertion takes: a gate at 0 requires nothing.
 MODIFIERS: tuple[list[dict], dict] = (
     [{"required": 0}, {"required": True, "min_score": 0}],
@@ -99,6 +177,8 @@ def _entry(kind: str, body: dict) -> str:
 
 def _suite(tmp_path: Path, entry: str) -> Path:
     write(tmp_path / ".gradebox" / "targets.yaml", TARGETS)
+    write(tmp_path / "checks" / "test_x.py", "def test_x():\n    assert True\n")  # verifiers'
+    write(tmp_path / "checks" / "x.test.js", "")
     return write(
         tmp_path / "suite.yaml",
         f"name: s\ntests:\n  - id: t\n    output: '4'\n    assert:\n      - {entry}\n",
@@ -108,6 +188,16 @@ def _suite(tmp_path: Path, entry: str) -> Path:
 def test_the_table_covers_every_built_in_type():
     assert set(BUILTINS) <= set(TABLE)
     assert set(TRACE_TYPES) <= set(TABLE)
+
+
+def test_the_table_covers_every_kind_v4s_too():
+    """Every ``type`` a suite may name (each spelling of each kind's model, AgentV v4's kinds,
+    promptfoo's negations aside) has its row: a kind added without one fails here."""
+    from gradebox.graders.assertion import _V4_CHECKS
+    from gradebox.graders.entries import known_types
+
+    kinds = {k.removeprefix("not-") for k in known_types()} | set(_V4_CHECKS) | V4_KINDS
+    assert kinds - set(TABLE) == set()
 
 
 CASES = [(k, body) for k, (bad, _) in TABLE.items() for body in bad]

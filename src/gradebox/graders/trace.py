@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..protocol import GraderResult, Payload, Status
-from .builtin import _search, _TooSlow
+from .builtin import _search, _TooSlow, is_builtin
 from .transcript import ToolCall, Trace, summary_of, trace_of, vally_input
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "ToolCall",
     "Trace",
     "TraceAssertion",
+    "decided_on_host",
     "summary_of",
     "trace_of",
     "vally_input",
@@ -39,6 +40,19 @@ TRACE_TYPES = {
     "trajectory:step-count", "execution-metrics", "latency", "cost", "token-usage",
     "skill-used", "not-skill-used",
 }  # fmt: skip
+
+V4_TRACE_TYPES = ("tool-trajectory", "skill-trigger")
+"""AgentV v4's trace checks (``graders.trajectory``)."""
+
+
+def decided_on_host(kind: str) -> bool:
+    """Whether an assertion of type ``kind`` is decided here, by a rule over what it was
+    given (a built-in, a trace check, v4's): a ``{{ var }}`` that renders to nothing inside
+    one leaves a check (``\\b\\b``, a tool named ``""``, ``skills/pdf-/``) that no vacuity rule
+    can tell from a real one, so its loader refuses it (``formats.agentv.cases``)."""
+    base = kind.removeprefix("not-")
+    return is_builtin(kind) or base in TRACE_TYPES or base in V4_TRACE_TYPES
+
 
 _METRIC_KEYS = {
     "execution-metrics": {
@@ -100,6 +114,8 @@ class TraceAssertion(BaseModel):
             steps = self.value.get("steps") if isinstance(self.value, dict) else self.value
             if not isinstance(steps, list) or not steps:
                 raise ValueError("trajectory:tool-sequence needs value.steps, a list of tools")
+            if any(_blank(s.get("tool") if isinstance(s, dict) else s) for s in steps):
+                raise ValueError(f"trajectory:tool-sequence: {_BLANK_TOOL}")
         if self.type == "trajectory:tool-used":
             _check_tool_used(self.value)
         if self.type == "trajectory:step-count":
@@ -116,6 +132,8 @@ class TraceAssertion(BaseModel):
             isinstance(self.value, dict) and isinstance(self.value.get("name"), str)
         ):
             raise ValueError("trajectory:tool-args-match needs value.name and value.args")
+        if self.type == "trajectory:tool-args-match" and _blank(self.value["name"]):
+            raise ValueError(f"trajectory:tool-args-match: {_BLANK_TOOL}")
         return self
 
     def display_name(self) -> str:
@@ -305,6 +323,19 @@ class TraceAssertion(BaseModel):
         return self._gate(pairs)
 
 
+_BLANK_TOOL = (
+    "a blank tool name (a var that rendered to nothing?) is called by no run: negated, the "
+    "check would hold for every run"
+)
+
+
+def _blank(name: Any) -> bool:
+    """A tool or skill name no run can have: not a string, or only whitespace (the transcript
+    drops a call with an empty name). A check that needs one fails every run, so negated (or
+    as an allowed tool) it holds for every run; a var that rendered to nothing makes one."""
+    return not isinstance(name, str) or not name.strip()
+
+
 def _check_tool_used(value: Any) -> None:
     """Each item names a tool (or a pattern) and a count that some run can miss: no items, a
     blank name, or ``min: 0`` with no ``max`` hold for every run."""
@@ -334,7 +365,12 @@ def _check_skill_value(kind: str, value: Any) -> None:
         return
     if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
         return
-    if isinstance(value, dict) and (value.get("name") or value.get("pattern")):
+    named = [
+        value[k]
+        for k in ("name", "pattern")
+        if isinstance(value, dict) and value.get(k) is not None
+    ]
+    if named and not any(_blank(n) for n in named):
         for key in ("min", "max"):
             if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)
                                  or value[key] < 0):  # fmt: skip

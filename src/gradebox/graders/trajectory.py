@@ -80,6 +80,22 @@ class ExpectedTool(BaseModel):
     max_duration_ms: float | None = Field(default=None, ge=0, alias="maxDurationMs")
     args_match: ArgsMatch | None = Field(default=None, alias="argsMatch")
 
+    @field_validator("tool")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        return _named_tool(value)
+
+
+def _named_tool(name: str) -> str:
+    """A blank tool (a var that rendered to nothing) is one no run calls: expected, it fails
+    every run, so negated or allowed (``subset``) it holds for every run."""
+    if not name.strip():
+        raise ValueError(
+            "a blank tool name (a var that rendered to nothing?) is called by no "
+            "run: the check would hold for every run, or for none"
+        )
+    return name
+
 
 class ToolTrajectory(BaseModel):
     """``type: tool-trajectory`` (v4's ``ToolTrajectoryGrader``).
@@ -102,6 +118,8 @@ class ToolTrajectory(BaseModel):
     def _counts(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         if value is not None and any(v < 0 for v in value.values()):
             raise ValueError("a minimum is a count >= 0")
+        for tool in value or {}:
+            _named_tool(tool)
         return value
 
     @model_validator(mode="after")
@@ -144,19 +162,26 @@ class ToolTrajectory(BaseModel):
         )  # fmt: skip
 
     def _any_order(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
-        """``evaluateAnyOrder``: the share of tools called at least their minimum."""
-        minimums = self.minimums or {}
-        if not minimums:
-            return 1.0, ["no tool requirements specified"]
+        """``evaluateAnyOrder``: the share of tools called at least their minimum, over the
+        minimums above 0 only. v4 counts a minimum of 0 as met: four of them beside one real
+        requirement make 0.8, v4's pass, for a run that called nothing. A 0 requires nothing,
+        so it is named in the evidence and left out of the share (at load, a check with no
+        minimum above 0 is refused)."""
         counts: dict[str, int] = {}
         for call in calls:
             counts[call.name] = counts.get(call.name, 0) + 1
         notes, hits = [], 0
-        for tool, least in minimums.items():
+        required = {tool: least for tool, least in (self.minimums or {}).items() if least > 0}
+        for tool, least in required.items():
             seen = counts.get(tool, 0)
             hits += seen >= least
             notes.append(f"{tool}: called {seen} times (required >={least:g})")
-        return hits / len(minimums), notes
+        free = [tool for tool, least in (self.minimums or {}).items() if tool not in required]
+        if free:
+            notes.append(f"minimum 0, no requirement: {', '.join(free)}")
+        if not required:  # refused at load; never a pass
+            return 0.0, [*notes, "no tool requirement above 0"]
+        return hits / len(required), notes
 
     def _latency(self, item: ExpectedTool, call: ToolCall, notes: list[str]) -> int | None:
         """``checkLatency``: 1 (within), 0 (over), None (no bound, or no duration: skipped)."""
@@ -283,6 +308,18 @@ class SkillTrigger(BaseModel):
     type: Literal["skill-trigger"] = "skill-trigger"
     skill: str = Field(min_length=1)
     should_trigger: bool = True
+
+    @field_validator("skill")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        # A blank skill (a var that rendered to nothing) is found in no run: with
+        # should_trigger: false, or negated, the check would hold for every run.
+        if not value.strip():
+            raise ValueError(
+                "a blank skill name (a var that rendered to nothing?) holds for "
+                "every run or for none"
+            )
+        return value
 
     def display_name(self) -> str:
         return f"skill-trigger {self.skill!r}"

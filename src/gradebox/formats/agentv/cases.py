@@ -23,7 +23,7 @@ from typing import Any
 
 from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
-from ...graders.builtin import is_builtin
+from ...graders.trace import decided_on_host
 from ._base import (
     _VAR,
     Case,
@@ -651,13 +651,39 @@ def _render_checks(
     and ``contains: "Answer: {{ answer }}"`` ``Answer: ``, checks a wrong answer holds that
     the vacuity rules cannot tell from real ones."""
     for i, entry in enumerate(asserts):
-        if isinstance(entry, dict) and is_builtin(str(entry.get("type", ""))):
-            name = next(_blank_refs(entry.get("value"), variables), None)
-            if name is not None:
-                raise where.error((*loc, str(i), "value"), f"{{{{ {name} }}}} renders to nothing "
-                                  "(the test has no such var, or it is empty): the check would "
-                                  "hold for answers it was written to fail")  # fmt: skip
+        found = _blank_check(entry, variables, (*loc, str(i)))
+        if found is not None:
+            raise where.error(found[0], f"{{{{ {found[1]} }}}} renders to nothing (the test has "
+                              "no such var, or it is empty): the check would hold for answers "
+                              "it was written to fail")  # fmt: skip
     return render(asserts, variables)
+
+
+def _blank_check(
+    entry: Any, variables: dict[str, Any], loc: tuple[str, ...]
+) -> tuple[tuple[str, ...], str] | None:
+    """Where (and which) var renders to nothing in a check decided on the host (a built-in,
+    a trace check, v4's; see ``graders.trace.decided_on_host``), or in one inside a group."""
+    if not isinstance(entry, dict):
+        return None
+    kind = str(entry.get("type", ""))
+    if kind in ("composite", "assert-set"):
+        for key in ("assertions", "assert", "evaluators"):
+            children = entry.get(key)
+            for j, child in enumerate(children if isinstance(children, list) else []):
+                found = _blank_check(child, variables, (*loc, key, str(j)))
+                if found is not None:
+                    return found
+        return None
+    if not decided_on_host(kind):
+        return None
+    for key, value in entry.items():
+        name = (
+            None if key in ("name", "metric", "id") else next(_blank_refs(value, variables), None)
+        )
+        if name is not None:
+            return (*loc, str(key)), name
+    return None
 
 
 def _suite_input(
