@@ -19,7 +19,11 @@ import stat
 from pathlib import Path
 
 from . import settings
+from ._log import LazyLogger
 from .untrusted import private as _private
+from .untrusted import unshared
+
+log = LazyLogger("gradebox.cache")
 
 __all__ = ["ENTRY_CAP", "PrivateCache", "cache_dir"]
 
@@ -27,12 +31,58 @@ ENTRY_CAP = 1 << 20  # no entry of ours comes near it: a larger file is not ours
 
 
 def cache_dir() -> Path:
-    """``$GRADEBOX_CACHE``, else ``$XDG_CACHE_HOME/gradebox``, else ``~/.cache/gradebox``."""
+    """``$GRADEBOX_CACHE``, else ``$XDG_CACHE_HOME/gradebox``, else ``~/.cache/gradebox``:
+    when no other local user can change it (``untrusted.unshared``), else, with a one-line
+    warning naming it, this user's own ``~/.cache/gradebox``, else a fresh folder removed at
+    exit. A shared machine's ``XDG_CACHE_HOME=/tmp/cache`` must not hand root a root
+    filesystem, an init or a filter that another user planted (or swaps in after our check:
+    the runtime opens them by name)."""
     own = settings.current()
     if own.cache:
-        return Path(own.cache)
-    base = own.xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gradebox"
+        wanted = Path(own.cache)
+    else:
+        base = own.xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
+        wanted = Path(base) / "gradebox"
+    key = str(wanted)
+    if key not in _chosen:
+        _chosen[key] = _private_or_another(wanted)
+    return _chosen[key]
+
+
+_chosen: dict[str, Path] = {}  # asked once per process and folder: cache_dir() is on exec's path
+
+
+def _private_or_another(wanted: Path) -> Path:
+    why = _made_private(wanted)
+    if why is None:
+        return wanted
+    import pwd  # here: only a shared cache folder needs it
+
+    home = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache" / "gradebox"
+    if home != wanted and _made_private(home) is None:
+        chosen = home
+    else:
+        import atexit
+        import shutil
+        import tempfile
+
+        chosen = Path(tempfile.mkdtemp(prefix="gradebox-cache-"))
+        atexit.register(shutil.rmtree, chosen, ignore_errors=True)
+    log.warning("cache folder %s not used: %s; caching in %s", wanted, why, chosen)
+    return chosen
+
+
+def _made_private(folder: Path) -> str | None:
+    """Why ``folder`` is no cache of ours, or None once it is (made 0700 when missing). A
+    folder that cannot be made is not refused here: its caches fail as they did."""
+    why = unshared(folder)
+    if why is not None:
+        return why
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    return unshared(folder)  # again: a part made by another user while we made ours
 
 
 class PrivateCache:

@@ -25,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["private", "read_regular", "read_within", "trusted"]
+__all__ = ["private", "read_regular", "read_within", "trusted", "unshared"]
 
 
 def read_regular(path: Path | str, cap: int, *, follow: bool = True) -> bytes | None:
@@ -89,3 +89,50 @@ def trusted(path: Path) -> bool:
         and folder.st_uid in ours
         and (not folder.st_mode & 0o002 or bool(folder.st_mode & stat.S_ISVTX))
     )
+
+
+def unshared(path: Path | str) -> str | None:
+    """Why another local user could change what ``path`` names, or None when only we and
+    root can: each folder on the way (links followed, each link ours or root's) is ours or
+    root's and writable by nobody else (group-writable only with our own group, as a umask
+    of 002 makes them; world-writable only when sticky, as ``/tmp`` is), and ``path`` itself,
+    when there, is a folder of ours on the same terms, never sticky. A part not there yet
+    ends the walk (the caller makes it, then asks again); a part that is no folder too
+    (using it fails anyway).
+
+    The rule for a cache whose entries are handed on by name (a root filesystem, the init a
+    runtime binds): in a folder others can write, an entry checked now can be swapped before
+    the runtime opens it."""
+    ours = (os.geteuid(), 0)
+    todo = [p for p in reversed(os.path.abspath(path).split("/")) if p]
+    here, links = "/", 0
+    while todo:
+        name = todo.pop()
+        if name in (".", ".."):
+            here = here if name == "." else os.path.dirname(here)
+            continue
+        step = os.path.join(here, name)
+        try:
+            st = os.lstat(step)
+        except OSError:  # not there (made next), or not a folder (using it fails)
+            return None
+        if st.st_uid not in ours:
+            return f"{step} is owned by uid {st.st_uid}"
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            target = os.readlink(step)
+            if links > 40:
+                return f"{step}: too many links"
+            here = "/" if target.startswith("/") else here
+            todo.extend(p for p in reversed(target.split("/")) if p)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        own_group = st.st_uid == os.geteuid() and st.st_gid == os.getegid()
+        shared = st.st_mode & 0o002 or (st.st_mode & 0o020 and not own_group)
+        if not todo and st.st_uid != os.geteuid():
+            return f"{step} is owned by uid {st.st_uid}, not by us"
+        if shared and (not todo or not st.st_mode & stat.S_ISVTX):
+            return f"{step} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+        here = step
+    return None

@@ -8,10 +8,11 @@ crun links, through ctypes: the rules are added as crun adds them (each name res
 this machine, unknown names skipped; ``value``/``valueTwo`` as libseccomp's ``datum_a``/
 ``datum_b``), then ``seccomp_export_bpf``.
 
-The filter is kept in the user's private cache (``<cache>/seccomp/``), named by the hash of
-the profile, libseccomp's version and the machine: only someone who can already run code as
-this user could change it (the same trust as Python's bytecode), and a changed profile is a
-new name. None where libseccomp cannot be loaded: the runtime then compiles the profile.
+The filter is kept in the user's private cache (``<cache>/seccomp/``, a ``PrivateCache``:
+a folder or file another user could write is a miss), named by the hash of the profile,
+libseccomp's version and the machine: only someone who can already run code as this user
+could change it (the same trust as Python's bytecode), and a changed profile is a new name.
+None where libseccomp cannot be loaded: the runtime then compiles the profile.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 import binascii  # base64's own codec, without the module (and struct) around it
 import json
 import os
+from pathlib import Path
+
+from ..private_cache import PrivateCache
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
@@ -180,37 +184,20 @@ def _library_file() -> str | None:
     return name if name and os.path.isabs(name) else None
 
 
+def _cache(path: str) -> tuple[PrivateCache, str]:
+    """The private cache an entry's path names, and the entry's name in it."""
+    folder, name = os.path.split(path)
+    return PrivateCache(os.path.basename(folder), Path(os.path.dirname(folder))), name
+
+
 def _read(path: str) -> bytes | None:
-    try:
-        # O_NOFOLLOW: the cache folder is ours (0700); a link there is not.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(f.fileno()).st_uid != os.getuid():
-            return None  # written by someone else: not the same trust as our own bytecode
-        data = f.read(1 << 20)
+    # PrivateCache's rule: a folder or a file another user could write is a miss, not a
+    # filter (one that allows every call would be loaded as ours).
+    cache, name = _cache(path)
+    data = cache.read(name)
     return data if data and len(data) % 8 == 0 else None  # whole sock_filter entries
 
 
 def _write(path: str, data: bytes) -> None:
-    folder = os.path.dirname(path)
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        if os.stat(folder).st_uid != os.getuid():
-            return  # not our own folder: nothing of it is trusted, nothing is written
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # whole or not at all
-    except OSError:
-        # A full disk: the partial file goes too (it stayed for good, and its name, this
-        # pid's, refused the next write of a process given the same pid).
-        try:  # noqa: SIM105 (no contextlib import on exec's hot path for a rare failure)
-            os.unlink(tmp)
-        except OSError:
-            pass
+    cache, name = _cache(path)
+    cache.write(name, data)  # whole or not at all, and only into a private folder
