@@ -269,3 +269,34 @@ def test_a_root_filesystem_planted_in_a_shared_cache_is_not_used(shared, other_u
         shutil.rmtree(found, ignore_errors=True)
         for leftover in found.parent.glob(f"{digest}*"):
             leftover.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("how", ["their-entry", "open-entry", "a-link-to-their-entry"])
+def test_an_entry_not_ours_in_a_cache_given_its_own_root_is_unpacked_again(shared, other_user, how):
+    digest = os.urandom(32).hex()
+    planted = shared / "elsewhere" if how == "a-link-to-their-entry" else shared / "rootfs" / digest
+    (planted / "bin").mkdir(parents=True)
+    (planted / "bin" / "sh").write_text("#!/bin/sh\necho planted\n")
+    (planted / ".gradebox-complete").write_text(f"sha256:{digest}\n")
+    if how == "open-entry":
+        os.chmod(planted, 0o777)
+    else:
+        _theirs(planted, other_user)
+    if how == "a-link-to-their-entry":
+        (shared / "rootfs").mkdir()
+        (shared / "rootfs" / digest).symlink_to(planted)
+    engine = _Engine()
+    found = RootfsCache(engine, root=shared).path_for(f"sha256:{digest}")
+    assert engine.exports == 1 and (found / "bin" / "sh").read_text() == "#!/bin/sh\n"
+    assert not found.is_symlink() and found.stat().st_uid == 0
+
+
+def test_a_link_where_the_lock_goes_is_not_followed(shared):
+    digest = os.urandom(32).hex()
+    victim = shared / "victim"
+    victim.write_text("root's file")
+    (shared / "rootfs").mkdir()
+    (shared / "rootfs" / f"{digest}.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        RootfsCache(_Engine(), root=shared).path_for(f"sha256:{digest}")
+    assert victim.read_text() == "root's file"  # not emptied

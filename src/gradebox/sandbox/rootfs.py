@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -24,10 +25,13 @@ from pathlib import Path
 from .._record import Record
 from ..errors import EngineError
 from ..private_cache import cache_dir  # every cache of ours lives there
+from ..untrusted import private as _private
 from . import userns
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
+    from collections.abc import Iterator
+
     from ._engine import Engine
 
 __all__ = ["RootfsCache", "cache_dir"]
@@ -70,11 +74,11 @@ class RootfsCache:
         if image_id in self._known:
             return self._known[image_id]
         final = self._dir(image_id)
-        if not (final / ".gradebox-complete").exists():
+        if not _complete(final):
             self.root.mkdir(parents=True, exist_ok=True)
-            with open(self.root / f"{final.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # one unpacker; the others wait, then reuse
-                if not (final / ".gradebox-complete").exists():
+            with _locked(self.root / f"{final.name}.lock"):
+                # One unpacker; the others wait, then reuse.
+                if not _complete(final):
                     self._unpack(image_id, final)
         self._known[image_id] = final
         return final
@@ -114,7 +118,9 @@ class RootfsCache:
                 init.parent.mkdir(parents=True, exist_ok=True)
                 init.touch()
             (tmp / ".gradebox-complete").write_text(image_id + "\n")
-            if final.exists():  # a half-made leftover of a killed unpacker
+            if final.is_symlink():  # not ours (_complete): the link goes, not what it names
+                final.unlink()
+            elif final.exists():  # a half-made leftover of a killed unpacker, or not ours
                 import shutil  # here: it loads bz2 and lzma (~2 ms)
 
                 shutil.rmtree(final)
@@ -168,7 +174,9 @@ class RootfsCache:
             if proc.returncode != 0:
                 err = proc.stderr.decode(errors="replace")[-300:]
                 raise EngineError(f"unpacking {image_id[:19]} failed: {err}")
-            if final.exists():  # a half-made leftover of a killed unpacker
+            if final.is_symlink():  # not ours (_complete): the link goes, not what it names
+                final.unlink()
+            elif final.exists():  # a half-made leftover of a killed unpacker, or not ours
                 self._rmtree(final)
             os.rename(tmp, final)
         except BaseException:
@@ -198,10 +206,32 @@ class RootfsCache:
 
     def remove(self, image_id: str) -> None:
         final = self._dir(image_id)
-        with open(self.root / f"{final.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with _locked(self.root / f"{final.name}.lock"):
             self._rmtree(final)
         self._known.pop(image_id, None)
+
+
+def _complete(entry: Path) -> bool:
+    """An entry unpacked whole, by us: a folder of ours (no link) that nobody else may write,
+    holding our marker. Anything else is unpacked again: the runtime mounts it by name, so
+    its maker chooses every program a grader runs (cache_dir() refuses a cache folder others
+    can write; this keeps the rule for a cache given its own ``root``)."""
+    try:
+        st = os.lstat(entry)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and _private(st) and (entry / ".gradebox-complete").exists()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``, never through a link (one there is another's)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _du(path: Path) -> int:
