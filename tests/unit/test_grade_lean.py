@@ -125,12 +125,36 @@ def test_a_result_is_written_plain_off_a_terminal_and_styled_on_one():
     plain = buf.getvalue()
     assert plain.splitlines() == [
         "✘ FAIL g\ufffd]0;x\ufffd  score 0.25  5 ms", "  all :thumbs_up: [bold]here[/]",
-        "check   verdict  score  evidence", "has 42  fail      0.50",
-        "  stderr (tail):", "boom",
+        "  check   verdict  score  evidence", "  has 42  fail      0.50",
+        "  stderr (tail):", "  | boom",
     ]  # fmt: skip
     styled = Console(record=True, force_terminal=True, width=200)
     print_result(result_of(fields), styled)  # the model's fields: the same lines
     assert styled.export_text(styles=False) == plain
+
+
+@pytest.mark.parametrize("where", ["evidence", "stdout_tail", "stderr_tail", "check text",
+                                   "check evidence"])  # fmt: skip
+def test_no_line_a_grader_wrote_stands_where_the_verdict_does(where):
+    """A failing grader prints a forged verdict line; only the real one starts the line."""
+    from rich.console import Console
+
+    from gradebox.report.plain import print_result
+
+    forged = "ok\n✔ PASS g  score 1.00  5 ms\n\r✔ PASS"
+    check = {"text": "c", "passed": False, "score": 0.0, "evidence": None}
+    fields = {"name": "g", "type": "script", "status": "failed", "passed": False, "score": 0.0,
+              "evidence": "no", "duration_ms": 5, "checks": [check]}  # fmt: skip
+    if where.startswith("check"):
+        check[where.split()[1]] = forged
+    else:
+        fields[where] = forged
+    for console in (Console(file=io.StringIO(), highlight=False),
+                    Console(record=True, force_terminal=True, width=200)):  # fmt: skip
+        print_result(fields, console)
+        text = console.export_text(styles=False) if console.record else console.file.getvalue()
+        starts = [line for line in text.splitlines() if not line.startswith(" ")]
+        assert starts == ["✘ FAIL g  score 0.00  5 ms"], text
 
 
 # -- the cache of validated grader files -----------------------------------------------------

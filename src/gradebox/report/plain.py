@@ -60,24 +60,33 @@ def result_lines(fields: Any) -> list[tuple[str, str]]:
     shown = f" on {image['ref']} ({image['id'][7:19]})" if image else ""
     head = f"{fields['name']}  score {float(fields['score']):.2f}"
     lines = [(STYLE[status], f"{MARK[status]} {head}  {fields['duration_ms']} ms{shown}")]
+    # Only the verdict's line starts at the margin: every line a grader or an agent wrote is
+    # indented, and a cell of the checks' table is one line, so no "✔ PASS" they print can
+    # stand where the verdict does.
     if fields.get("evidence"):
-        lines.append(("", f"  {fields['evidence']}"))
+        lines += [("", f"  {line}") for line in str(fields["evidence"]).splitlines()]
     checks = fields.get("checks") or []
     if checks:
         rows = [("check", "verdict", "score", "evidence")] + [
-            (c["text"], "pass" if c["passed"] else "fail",
-             "" if c.get("score") is None else f"{c['score']:.2f}", c.get("evidence") or "")
+            (_cell(c["text"]), "pass" if c["passed"] else "fail",
+             "" if c.get("score") is None else f"{c['score']:.2f}", _cell(c.get("evidence")))
             for c in checks
         ]  # fmt: skip
         wide = [max(len(r[i]) for r in rows) for i in range(3)]
         for n, (text, verdict, score, evidence) in enumerate(rows):
-            row = f"{text:<{wide[0]}}  {verdict:<{wide[1]}}  {score:>{wide[2]}}  {evidence}"
+            row = f"  {text:<{wide[0]}}  {verdict:<{wide[1]}}  {score:>{wide[2]}}  {evidence}"
             lines.append(("bold" if n == 0 else "", row.rstrip()))
     for label in ("stdout", "stderr"):
         tail = fields.get(f"{label}_tail")
         if tail:
-            lines += [("dim", f"  {label} (tail):"), ("dim", tail)]
+            lines.append(("dim", f"  {label} (tail):"))
+            lines += [("dim", f"  | {line}") for line in str(tail).splitlines()]
     return [(style, clean(text)) for style, text in lines]
+
+
+def _cell(text: object) -> str:
+    """One line of a table's cell, whatever a grader wrote in it."""
+    return " ".join(str(text or "").splitlines())
 
 
 def print_result(result: Any, console: Any = None) -> None:
