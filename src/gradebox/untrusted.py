@@ -25,7 +25,15 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["private", "read_regular", "read_within", "trusted", "unshared"]
+__all__ = [
+    "TEXT_CAP",
+    "private",
+    "read_regular",
+    "read_text",
+    "read_within",
+    "trusted",
+    "unshared",
+]
 
 
 def read_regular(path: Path | str, cap: int, *, follow: bool = True) -> bytes | None:
@@ -136,3 +144,22 @@ def unshared(path: Path | str) -> str | None:
             return f"{step} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
         here = step
     return None
+
+
+TEXT_CAP = 64 << 20  # a file a suite names (a prompt, cases, a CSV): the YAML loader's cap
+
+
+def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8") -> str:
+    """The text of a file a suite or a grader pack names (a prompt, cases, a CSV, a
+    ``.env``), as ``Path.read_text`` but bounded and never opening anything but a regular
+    file (a FIFO there would hang the run, ``/dev/zero`` fill its memory). Raises ``OSError``
+    (missing, not a regular file, over ``cap``) or ``UnicodeDecodeError``, as ``read_text``
+    does, so callers keep their one-line errors."""
+    data = read_regular(path, cap)
+    if data is None:
+        if not os.path.lexists(path):
+            raise FileNotFoundError(2, "no such file", str(path))
+        raise OSError(22, "not a regular file", str(path))
+    if len(data) > cap:
+        raise OSError(27, f"over {cap >> 20} MiB", str(path))
+    return data.decode(encoding)

@@ -219,8 +219,7 @@ def test_the_live_view_picks_up_an_appended_result(runs, tmp_path, open_page):
     server = ViewServer(run_dir)
     server.start()
     try:
-        host = server.url.removesuffix("/")
-        w = open_page(server.url, (host,))
+        w = open_page(server.url, (server.url,))  # every request of the page holds the token
         page = w.page
         assert count(page) == "2 of 2 tests"
         assert "live" in page.text_content("#live")
@@ -276,12 +275,14 @@ def test_the_view_answers_only_to_its_own_name(tmp_path):
             return resp.status, resp.read(), dict(resp.getheaders())
 
         # A page that rebinds its own DNS name to 127.0.0.1 sends its own name as Host.
-        assert get(f"attacker.example:{server.port}")[0] == 403
-        assert get("127.0.0.1")[0] == 403
-        code, body, headers = get(f"127.0.0.1:{server.port}", "/api/results?offset=0&file=")
+        mine = f"/{server.token}/"  # the printed URL's path: every request needs its token
+        assert get(f"attacker.example:{server.port}", mine)[0] == 403
+        assert get("127.0.0.1", mine)[0] == 403
+        code, body, headers = get(f"127.0.0.1:{server.port}", mine + "api/results?offset=0&file=")
         assert code == 200 and json.loads(body)["rows"][0]["id"] == "a"
         assert "connect-src 'self'" in headers["Content-Security-Policy"]
-        assert get(f"localhost:{server.port}")[0] == 200
+        assert get(f"localhost:{server.port}", mine)[0] == 200
+        assert get(f"localhost:{server.port}")[0] == 403  # its own name, without the token
     finally:
         server.shutdown()
 

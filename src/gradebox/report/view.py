@@ -7,13 +7,20 @@ replaced (``--resume`` rewrites it) or shortened it gets everything again, marke
 Only this machine can reach the server (it binds 127.0.0.1), and only under its own name: a
 request whose Host header is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused, so a web
 page that rebinds its own DNS name to 127.0.0.1 cannot read the run (DNS rebinding).
+
+Every other local user reaches 127.0.0.1 too, and a run folder private to its owner (0700)
+must stay so through the port: every path is under a random secret, ``/TOKEN/``, that only the
+URL printed to the owner holds (the page asks ``api/results`` relative to it). A request
+without it is refused (403) before anything is read; the token is compared in constant time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -60,7 +67,10 @@ class ViewServer:
                               field="--port") from None  # fmt: skip
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/"
+        # 256 bits, URL-safe: in the path, not the query, so the page's relative requests
+        # (api/results) carry it without the page knowing it.
+        self.token = secrets.token_urlsafe(32)
+        self.url = f"http://127.0.0.1:{self.port}/{self.token}/"
 
     def summary(self) -> dict[str, Any] | None:
         path = self.file.with_name("summary.json")
@@ -132,21 +142,40 @@ class _Handler(BaseHTTPRequestHandler):
         port = self.view.port
         return self.headers.get("Host", "") in {f"127.0.0.1:{port}", f"localhost:{port}"}
 
+    def _route(self, path: str) -> str | None:
+        """The path below ``/TOKEN/`` ("" for the page), or None when the request does not
+        hold the token (any other local user). ``compare_digest``: how long the comparison
+        takes says nothing of how much of a guess was right."""
+        _, first, rest = (path.split("/", 2) + ["", ""])[:3]
+        if not hmac.compare_digest(first.encode(), self.view.token.encode()):
+            return None
+        return rest if path.startswith(f"/{first}/") else "/"  # "/TOKEN": to "/TOKEN/"
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if not self._host_ok():
             self._send(403, b"forbidden: not this server's name\n", "text/plain; charset=utf-8")
             return
         url = urlsplit(self.path)
+        route = self._route(url.path)
+        if route is None:
+            body = b"forbidden: open the URL gradebox view printed\n"
+            self._send(403, body, "text/plain; charset=utf-8")
+            return
         try:
-            if url.path == "/":
+            if route == "/":  # the page's relative requests need the trailing slash
+                self.send_response(308)
+                self.send_header("Location", f"/{self.view.token}/")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif route == "":
                 self._send(200, self.view.page().encode(), "text/html; charset=utf-8")
-            elif url.path == "/api/results":
+            elif route == "api/results":
                 query = parse_qs(url.query)
                 offset = int(query.get("offset", ["0"])[0])
                 data = self.view.since(max(0, offset), query.get("file", [""])[0])
                 body = json.dumps(data, ensure_ascii=True, allow_nan=False).encode()
                 self._send(200, body, "application/json")
-            elif url.path == "/favicon.ico":
+            elif route == "favicon.ico":
                 self._send(204, b"", "image/x-icon")
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
