@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
+from . import untrusted
 from .errors import ConfigError
 from .executor import Executor, LocalExecutor
 from .graders.config import GraderConfig, ScriptGrader, load_grader
@@ -26,6 +27,8 @@ from .jobs import GradeJob, Record, Worker
 from .jsonl import JsonlWriter, digest, load_json, read_jsonl, rewrite_jsonl
 from .protocol import GraderResult, Status
 from .sandbox.base import ImageSource, Sandbox
+
+RECORDS_CAP = 1 << 30  # a batch's records file: large, but never the whole disk
 
 __all__ = ["GradedRecord", "Record", "grade_records", "load_grader_ref", "read_records"]
 
@@ -50,7 +53,7 @@ def read_records(path: Path) -> list[tuple[int, Record]]:
     """``(line number, record)`` for every non-empty line; a bad line is a ConfigError."""
     out = []
     try:
-        text = path.read_bytes()
+        text = untrusted.read_file(path, RECORDS_CAP)
     except OSError as exc:
         raise ConfigError(f"cannot read records: {exc.strerror or exc}", file=str(path)) from None
     for number, line in enumerate(text.split(b"\n"), 1):

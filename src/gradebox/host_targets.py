@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import untrusted
 from .errors import ConfigError
 from .llm.client import ModelError, ModelHub
 from .protocol import Message, OutputShapeError, Payload, TokenUsage, Usage, load_untrusted_json
@@ -50,7 +51,7 @@ def _file_block(rel: str, files: list[str]) -> str:
     wanted = rel.replace("\\", "/").lstrip("./")
     host = next((f for f in files if f.replace("\\", "/").endswith(wanted)), None)
     try:
-        data = Path(host).read_bytes()[:MAX_FILE] if host else b""
+        data = (untrusted.read_regular(host, MAX_FILE) or b"")[:MAX_FILE] if host else b""
         text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").strip()
     except OSError:
         text = ""
@@ -185,8 +186,9 @@ def converse(
 
 def _jsonl(path: str) -> list[dict[str, Any]] | str:
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REPLAY + 1)
+        data = untrusted.read_regular(path, MAX_REPLAY)
+        if data is None:
+            raise OSError(22, "not a regular file", path)
     except OSError as exc:
         return f"target: cannot read replay file {path}: {exc.strerror}"
     if len(data) > MAX_REPLAY:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 
+from .. import untrusted
 from .._pathnames import exists, is_dir, is_file
 from .._types import format_duration
 from .._yaml import LineMap, validate
@@ -737,7 +738,7 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
     path = (ctx.suite_dir / rel).resolve()
     if is_file(path):
         try:
-            return path.read_text(encoding="utf-8")
+            return untrusted.read_text(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise _fail(ctx, loc, f"cannot read prompt file {rel!r}: {exc}") from None
     if forced or rel.endswith((".md", ".txt", ".prompt")):

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ... import untrusted
 from ..._pathnames import exists, is_dir, is_file
 from ..._yaml import LineMap
 from ...errors import ConfigError, UnsupportedFeature
@@ -185,7 +186,7 @@ Case = tuple[Any, Where, tuple[str, ...]]
 def csv_rows(path: Path) -> list[tuple[int, dict[str, str]]]:
     """``(line, {header: cell})`` for each data row of a CSV file."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = untrusted.read_text(path, encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     reader = csv.reader(io.StringIO(text, newline=""))

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import untrusted
 from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
 from ...graders.trace import decided_on_host
@@ -313,7 +314,10 @@ def prompt_input(prompt: Any, ctx: Context, loc: tuple[str, ...]) -> Any:
             path = resolve_path(prompt, ctx.roots)
             if path is None or not path.is_file():
                 raise ctx.where.error(loc, f"prompt file {prompt!r} not found")
-            return path.read_text(encoding="utf-8").replace("\r\n", "\n")
+            try:
+                return untrusted.read_text(path).replace("\r\n", "\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ctx.where.error(loc, f"cannot read prompt file {prompt!r}: {exc}") from None
         return prompt
     if isinstance(prompt, list):
         return prompt
@@ -771,7 +775,7 @@ def read_cases_file(path: Path) -> list[Case]:
 def _jsonl_cases(path: Path) -> list[Case]:
     cases: list[Case] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
     for n, line in enumerate(text.splitlines(), 1):
