@@ -28,6 +28,7 @@ from pathlib import Path
 __all__ = [
     "TEXT_CAP",
     "private",
+    "read_file",
     "read_regular",
     "read_text",
     "read_within",
@@ -149,12 +150,12 @@ def unshared(path: Path | str) -> str | None:
 TEXT_CAP = 64 << 20  # a file a suite names (a prompt, cases, a CSV): the YAML loader's cap
 
 
-def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8") -> str:
-    """The text of a file a suite or a grader pack names (a prompt, cases, a CSV, a
-    ``.env``), as ``Path.read_text`` but bounded and never opening anything but a regular
-    file (a FIFO there would hang the run, ``/dev/zero`` fill its memory). Raises ``OSError``
-    (missing, not a regular file, over ``cap``) or ``UnicodeDecodeError``, as ``read_text``
-    does, so callers keep their one-line errors."""
+def read_file(path: Path | str, cap: int = TEXT_CAP) -> bytes:
+    """The bytes of a file a suite or a grader pack names (a prompt, cases, a CSV, records),
+    as ``Path.read_bytes`` but bounded and never opening anything but a regular file (a FIFO
+    there would hang the run, ``/dev/zero`` fill its memory). Raises ``OSError`` (missing,
+    not a regular file, over ``cap``) as ``read_bytes`` does, so callers keep their one-line
+    errors."""
     data = read_regular(path, cap)
     if data is None:
         if not os.path.lexists(path):
@@ -162,4 +163,9 @@ def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8")
         raise OSError(22, "not a regular file", str(path))
     if len(data) > cap:
         raise OSError(27, f"over {cap >> 20} MiB", str(path))
-    return data.decode(encoding)
+    return data
+
+
+def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8") -> str:
+    """``read_file``, decoded (``UnicodeDecodeError`` as ``Path.read_text``)."""
+    return read_file(path, cap).decode(encoding)
