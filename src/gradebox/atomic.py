@@ -9,7 +9,13 @@ come here.
 
 A write that fails for want of space, or because the folder cannot be written, is a
 ``StorageError`` naming the folder and the error (``storage_error``): the machine's fault,
-which ends a run. ``writable_folder`` checks a folder the operator named before anything runs.
+which ends a run. ``writable_folder`` checks a folder the operator named before anything runs,
+and refuses one another local user could swap or plant links in (``untrusted.unshared``):
+gradebox often runs as root on a machine others share.
+
+Nothing here writes through a link: a temporary file is made with ``O_EXCL | O_NOFOLLOW`` and
+renamed over the target (a link there is replaced, not followed), results are appended through
+``untrusted.open_append`` (``O_NOFOLLOW``), and the lock is opened ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 from pathlib import Path
 
 from .errors import ConfigError, GradeboxError, StorageError
+from .untrusted import unshared
 
 __all__ = [
     "DISK_ERRORS",
@@ -53,7 +60,8 @@ def write_atomic(path: Path, data: bytes | str, *, what: str = "folder") -> None
     tmp = folder / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644)
         try:
             view = memoryview(body)
             while view:
@@ -80,6 +88,8 @@ def write_error(exc: OSError, path: Path, what: str = "folder") -> GradeboxError
     if exc.errno in DISK_ERRORS:
         return storage_error(exc, path.parent, what)
     reason = (exc.strerror or str(exc)).lower()
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link (someone else's, maybe)
+        reason = "it is a link, which gradebox does not write through"
     return ConfigError(f"cannot write: {reason}", file=str(path))
 
 
@@ -96,9 +106,16 @@ def _sync_folder(folder: Path) -> None:
 def writable_folder(path: Path, *, field: str, what: str = "results folder") -> Path:
     """Make ``path`` (and its parents) and prove a file can be created in it, before anything
     runs: a folder that names a file, or cannot be written, is the operator's to fix (a
-    ``ConfigError`` on ``field``: exit 2); one already out of space a ``StorageError``."""
+    ``ConfigError`` on ``field``: exit 2); one already out of space a ``StorageError``.
+
+    One that another local user could change is refused too (``untrusted.unshared``): theirs,
+    writable by others, below a folder of theirs or reached through a link of theirs. They
+    could swap it, or leave a link for ``results.jsonl``, and have root write agent text into a
+    file of their choosing. Checked before anything is made (nothing is made through their
+    link) and again once it is there."""
+    _ours_alone(path, field, what)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
     except FileExistsError:
         raise ConfigError(f"{path} is a file, not a folder", field=field) from None
     except NotADirectoryError:
@@ -111,7 +128,18 @@ def writable_folder(path: Path, *, field: str, what: str = "results folder") -> 
         probe.unlink()
     except OSError as exc:
         raise _refused(exc, path, field, what) from None
+    _ours_alone(path, field, what)
     return path
+
+
+def _ours_alone(path: Path, field: str, what: str) -> None:
+    why = unshared(path)
+    if why is not None:
+        raise ConfigError(
+            f"{what} {path} could be changed by another user ({why}); give a folder only you "
+            "can write",
+            field=field,
+        )
 
 
 def _refused(exc: OSError, path: Path, field: str, what: str) -> Exception:

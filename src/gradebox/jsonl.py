@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from .atomic import storage_error, write_atomic, write_error
 from .errors import ConfigError
 from .json_bounds import MAX_OPERATOR_DEPTH, digest, load_json
+from .untrusted import open_append
 
 MAX_JSON_DEPTH = MAX_OPERATOR_DEPTH
 
@@ -83,10 +84,12 @@ def _parse(data: bytes, path: Path, model: type[M], offset: int) -> Iterator[M]:
 def open_jsonl_for_append(path: Path) -> int:
     """Open a JSONL file to append to (a descriptor, ``O_APPEND``), dropping a torn last line
     a killed writer left: an append after it would be glued onto it and spoil a good record
-    too. A folder that cannot take it is a ``StorageError``."""
+    too. A folder that cannot take it is a ``StorageError``. Opened by ``untrusted.open_append``:
+    a link or a file another user left under the name is refused, never followed, emptied or
+    appended to (root would write agent text into a file of their choosing)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_append(path)
     except OSError as exc:
         raise write_error(exc, path, "results folder") from None
     try:

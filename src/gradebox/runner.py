@@ -107,8 +107,10 @@ def _run_locked(
     out = options.out_dir
     results_path = out / "results.jsonl"
     previous = read_results(results_path) if options.resume else {}
-    if not options.resume and results_path.exists():
-        results_path.unlink()
+    if not options.resume:
+        # Whatever is under the name goes, a dangling link too (``exists`` follows it and
+        # would leave it there for the append to follow).
+        results_path.unlink(missing_ok=True)
     # Reuse a result only when the test and everything that grades it are unchanged.
     reusable = {
         k: r

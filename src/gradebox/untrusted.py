@@ -21,12 +21,14 @@ import it on their hot path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 __all__ = [
     "TEXT_CAP",
+    "open_append",
     "private",
     "read_file",
     "read_regular",
@@ -145,6 +147,27 @@ def unshared(path: Path | str) -> str | None:
             return f"{step} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
         here = step
     return None
+
+
+def open_append(path: Path | str, mode: int = 0o644) -> int:
+    """A descriptor to append to ``path`` (read and write, ``O_APPEND``, close-on-exec), the
+    file made with ``mode`` when missing. Never through a link (``O_NOFOLLOW``: a link another
+    user left under the name, dangling or not, is ``ELOOP`` and nothing is made, emptied or
+    written where it points), and only a regular file of ours: a FIFO or another user's file
+    planted under the name (in a folder they may write) is refused, ``EINVAL`` / ``EPERM``,
+    and left as it was. Raises ``OSError``; the caller says which folder."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    fd = os.open(path, flags | os.O_CLOEXEC, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not by us", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 TEXT_CAP = 64 << 20  # a file a suite names (a prompt, cases, a CSV): the YAML loader's cap

@@ -67,7 +67,8 @@ def tmpfs(tmp_path: Path) -> Iterator[callable]:
 
     def mount(path: Path, size: str, *extra: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
-        opts = ",".join([f"size={size}", *extra])
+        # mode=755: a tmpfs is 1777 by default, a results folder others may write (refused)
+        opts = ",".join([f"size={size}", "mode=755", *extra])
         subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], check=True)
         mounted.append(path)
         return path
