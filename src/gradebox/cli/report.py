@@ -51,12 +51,13 @@ def view(
 ) -> None:
     """Serve the report of RUN on 127.0.0.1 and follow its results.jsonl: results a run
     appends show up without reloading the page (filters, scroll and opened tests are kept).
-    Ctrl-C stops it.
+    Open the URL it prints: it holds a random token that every request needs, so other
+    users of this machine cannot read the run through the port. Ctrl-C stops it.
     """
     from ..report.view import ViewServer
 
     server = ViewServer(run, port)
-    # The URL on stdout (a script can read it); Ctrl-C is the way out.
+    # The URL, with its token, on stdout (a script can read it); Ctrl-C is the way out.
     typer.echo(server.url, err=False)
     Output().info(f"[dim]gradebox view: {escape(str(run))} on {server.url}; Ctrl-C stops[/]")
     try:
