@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -192,3 +193,60 @@ def read_file(path: Path | str, cap: int = TEXT_CAP) -> bytes:
 def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8") -> str:
     """``read_file``, decoded (``UnicodeDecodeError`` as ``Path.read_text``)."""
     return read_file(path, cap).decode(encoding)
+
+
+__all__ += ["OverCap", "decoded_within"]
+
+
+class OverCap(ValueError):
+    """More bytes than its cap came out of a bounded reader (``decoded_within``)."""
+
+
+_INFLATE_STEP = 1 << 16  # bytes inflated at a time: what one step of a bomb may cost
+
+
+def decoded_within(chunks: Iterable[bytes], encoding: str, cap: int) -> Iterator[bytes]:
+    """The bytes of a body sent with Content-Encoding ``encoding`` (``identity``, ``gzip``, or
+    ``deflate``, zlib-wrapped or raw), decoded as the chunks stream in; ``OverCap`` as soon as
+    more than ``cap`` decoded bytes came out. Inflating goes ``_INFLATE_STEP`` bytes at a
+    time, so 600 KB of gzip that inflates to 600 MiB costs ``cap`` bytes, not 600 MiB (the
+    usual decoders inflate a whole network chunk at once: 64 KB of it is 64 MiB). Any other
+    encoding (``br``, ``zstd``, a list of several) or a corrupt stream is a ``ValueError``
+    naming it: refused, never passed on undecoded."""
+    name = encoding.strip().lower()
+    if name not in ("", "identity", "gzip", "x-gzip", "deflate"):
+        raise ValueError(f"Content-Encoding {encoding!r} is none of identity, gzip, deflate")
+    inflate = _inflater(name, chunks) if name not in ("", "identity") else iter(chunks)
+    total = 0
+    for piece in inflate:
+        total += len(piece)
+        if total > cap:
+            raise OverCap(f"over {cap} bytes decoded")
+        yield piece
+
+
+def _inflater(name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    import zlib
+
+    stream, head = None, b""
+    try:
+        for chunk in chunks:
+            if stream is None:
+                head += chunk
+                if name == "deflate" and len(head) < 2:
+                    continue
+                # HTTP's "deflate" is zlib-wrapped, but servers send raw deflate too: a zlib
+                # header is 8 in the low nibble and a multiple of 31 over its two bytes.
+                wrapped = head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+                bits = 16 + zlib.MAX_WBITS if name != "deflate" else zlib.MAX_WBITS
+                stream = zlib.decompressobj(bits if name != "deflate" or wrapped else -15)
+                chunk, head = head, b""
+            while True:
+                out = stream.decompress(chunk, _INFLATE_STEP)
+                if out:
+                    yield out
+                chunk = stream.unconsumed_tail
+                if not chunk and len(out) < _INFLATE_STEP:
+                    break
+    except zlib.error as exc:
+        raise ValueError(f"the {name} stream is corrupt ({exc})") from None

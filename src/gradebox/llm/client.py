@@ -5,6 +5,14 @@ Every model call gradebox makes goes through one ``ModelHub`` per run: LLM grade
 directly, and script graders reach it through their own proxy (``llm.proxy``). API keys are
 read from the environment at call time and never leave the host process.
 
+What an endpoint sends back is bytes others wrote, bounded at the one HTTP client every SDK
+client is given (``_http_client``): the target's ``timeout`` bounds the whole call (a reply
+trickled a byte at a time ends there), the decoded reply is at most ``REPLY_CAP`` bytes (a
+gzip bomb costs that much, not what it inflates to), and a redirect is never followed (the
+SDKs' headers, ``x-api-key`` or ``api-key``, would go with it). Each is an error for good,
+never retried. The answer cache is a ``PrivateCache``: a folder another user could write is
+ignored with a warning.
+
 Example::
 
     hub = ModelHub(load_targets(Path(".")))
@@ -16,9 +24,14 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import os
+import socket
+import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +45,12 @@ from tenacity import (
 )
 
 from .. import settings
-from ..atomic import write_atomic
+from .._log import LazyLogger
 from ..errors import GradeboxError
 from ..jsonl import digest
-from ..private_cache import cache_dir
+from ..private_cache import ENTRY_CAP, PrivateCache, cache_dir
 from ..protocol import Usage
+from ..untrusted import OverCap, decoded_within, private
 from .targets import ModelTarget, TargetSet
 
 __all__ = [
@@ -45,10 +59,17 @@ __all__ = [
     "MalformedReply",
     "ModelError",
     "ModelHub",
+    "REPLY_CAP",
     "azure_base_url",
     "cache_dir",
     "missing_env_message",
 ]
+
+log = LazyLogger("gradebox.llm")
+
+# The decoded bytes of one reply: ~4M tokens of text, far above any model's output limit, and
+# a bound on what an endpoint can make this process hold.
+REPLY_CAP = 16 << 20
 
 
 class ModelError(GradeboxError):
@@ -90,7 +111,10 @@ def _sdks() -> tuple[Any, Any]:
 
 
 def _transient(exc: BaseException) -> bool:
-    """Rate limits, server errors, timeouts and dropped connections are worth another try."""
+    """Rate limits, server errors, timeouts and dropped connections are worth another try; a
+    reply over one of its bounds is not (another attempt would be the same)."""
+    if _broken_bound(exc) is not None:
+        return False
     openai, anthropic = _sdks()
     if isinstance(exc, openai.APIStatusError | anthropic.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
@@ -117,6 +141,189 @@ def _wait(state: RetryCallState) -> float:
     return min(30.0, _backoff() * 2 ** (state.attempt_number - 1))
 
 
+# -- the bounds on what an endpoint sends back ----------------------------------------------
+
+_WATCH = "gradebox.watch"  # the request extension that holds its attempt's deadline
+
+
+class _Bound(Exception):
+    """A reply over one of its bounds (the deadline, the decoded size, a redirect, an encoding
+    we do not read), raised inside the HTTP client; ``_broken_bound`` finds it again through
+    the SDK's error wrapped around it."""
+
+
+class _Watch:
+    """One attempt's deadline: the target's timeout bounds the whole attempt, not each read
+    (a reply trickled a byte at a time never lets a per-read timeout fire). At the deadline
+    every socket the attempt opened is shut, which ends a read blocked on it, headers or body.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self._socks: list[socket.socket] = []
+        self._finished = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.daemon = True  # never holds the process open
+        self._timer.start()
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def late(self) -> _Bound:
+        return _Bound(f"no whole reply within its {self.timeout:g} s timeout")
+
+    def tracer(self, previous: Any) -> Any:
+        """httpcore's ``trace`` extension: the socket of each connection made, kept as a
+        duplicate descriptor (TLS wraps the first and detaches it) for the deadline to shut."""
+
+        def trace(name: str, info: dict[str, Any]) -> None:
+            if previous is not None:
+                previous(name, info)
+            if name != "connection.connect_tcp.complete":
+                return
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if not isinstance(sock, socket.socket):
+                return
+            with self._lock:
+                if self._finished:
+                    return
+                self._socks.append(sock.dup())
+            if self.over():  # made after the deadline fired
+                self._expire()
+
+        return trace
+
+    def _expire(self) -> None:
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def finish(self) -> None:
+        """The reply was read, or given up: the deadline stops, the duplicates close."""
+        self._timer.cancel()
+        with self._lock:
+            socks, self._socks = self._socks, []
+            self._finished = True
+        for sock in socks:
+            sock.close()
+
+
+def _broken_bound(exc: BaseException) -> str | None:
+    """Why an attempt failed on one of its reply's bounds, or None: a ``_Bound`` somewhere in
+    the chain the SDK wrapped around it, or the attempt's deadline passed (the deadline shut
+    its socket, or a read timed out at it)."""
+    seen: BaseException | None = exc
+    for _ in range(20):  # a chain is short; a cycle in one must not hang us
+        if seen is None:
+            break
+        if isinstance(seen, _Bound):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    request = getattr(exc, "request", None)
+    watch = getattr(request, "extensions", {}).get(_WATCH)
+    return str(watch.late()) if isinstance(watch, _Watch) and watch.over() else None
+
+
+def _httpx() -> Any:
+    """The HTTP library the SDKs are built on: httpx2, or httpx under older SDKs."""
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover - older SDKs
+        import httpx  # type: ignore[no-redef]
+    return httpx
+
+
+def _http_client(timeout: float, cap: int) -> Any:
+    """The HTTP client given to every SDK client a hub makes, so every call, whatever the
+    provider, has its reply's bounds: a whole-call deadline (``_Watch``), at most ``cap``
+    decoded bytes (decoded here, ``untrusted.decoded_within``), and no redirect followed.
+
+    Redirects: httpx strips ``Authorization`` on a redirect to another origin, but not
+    ``x-api-key`` (Anthropic) nor ``api-key`` (Azure); a model API answers a POST, it does not
+    redirect it. So none is followed, to any origin: the error names where it pointed."""
+    httpx = _httpx()
+
+    def arm(request: Any) -> None:
+        watch = _Watch(timeout)
+        request.extensions[_WATCH] = watch
+        request.extensions["trace"] = watch.tracer(request.extensions.get("trace"))
+        # Only encodings decoded_within reads: an honest server sends no other.
+        request.headers["Accept-Encoding"] = "gzip, deflate"
+
+    def check(response: Any) -> None:
+        watch = response.request.extensions[_WATCH]
+        if response.has_redirect_location:
+            watch.finish()
+            raise _Bound(_redirected(response))
+        encoding = response.headers.pop("content-encoding", "identity")  # decoded here, once
+        response.stream = _bounded_stream()(response.stream, encoding, cap, watch)
+
+    return httpx.Client(
+        timeout=timeout,
+        follow_redirects=False,
+        # No connection kept for another call: the deadline can shut only sockets it saw made.
+        limits=httpx.Limits(max_keepalive_connections=0),
+        event_hooks={"request": [arm], "response": [check]},
+    )
+
+
+def _redirected(response: Any) -> str:
+    try:
+        to = response.request.url.join(response.headers["location"])
+        where = f"{to.scheme}://{to.host}" + (f":{to.port}" if to.port else "")
+    except Exception:  # a Location that is no URL: where it points says nothing more
+        where = "an address that is no URL"
+    return (f"the endpoint redirects (HTTP {response.status_code}) to {where}: not followed, "
+            "its key would go with it (set base_url to where it points)")  # fmt: skip
+
+
+@functools.cache
+def _bounded_stream() -> type:
+    """The class of a reply's body read within its bounds (made on first use: httpx is
+    imported with the SDKs, and most commands never call a model)."""
+    httpx = _httpx()
+
+    class BoundedStream(httpx.SyncByteStream):
+        def __init__(self, raw: Any, encoding: str, cap: int, watch: _Watch) -> None:
+            self.raw, self.encoding, self.cap, self.watch = raw, encoding, cap, watch
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                yield from decoded_within(self._timed(), self.encoding, self.cap)
+            except OverCap:
+                mib = f"{self.cap / (1 << 20):g} MiB"
+                raise _Bound(f"the reply is over {mib} decoded (the cap on a reply)") from None
+            except ValueError as exc:  # an encoding we do not read, a corrupt stream
+                raise _Bound(f"the reply is refused: {_short(exc)}") from None
+
+        def _timed(self) -> Iterator[bytes]:
+            try:
+                for chunk in self.raw:
+                    if self.watch.over():
+                        raise self.watch.late()
+                    yield chunk
+            except _Bound:
+                raise
+            except Exception:
+                if self.watch.over():  # the deadline shut the socket under the read
+                    raise self.watch.late() from None
+                raise
+
+        def close(self) -> None:
+            try:
+                self.raw.close()
+            finally:
+                self.watch.finish()
+
+    return BoundedStream
+
+
 class ModelHub:
     """The run's one way to a model. Thread-safe."""
 
@@ -128,11 +335,15 @@ class ModelHub:
         use_cache: bool = True,
         cache: Path | None = None,
         attempts: int = 5,
+        reply_cap: int = REPLY_CAP,
     ) -> None:
         self.targets = targets
         self.use_cache = use_cache
-        self.cache = cache or cache_dir() / "llm"
+        folder = cache or cache_dir() / "llm"
+        self.cache = PrivateCache(folder.name, folder.parent)
+        self._cache_checked = False
         self.attempts = attempts
+        self.reply_cap = reply_cap
         self._slots = threading.BoundedSemaphore(max(1, max_in_flight))
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, str | None, str | None], Any] = {}
@@ -243,7 +454,12 @@ class ModelHub:
                 raise ModelError(f"model target {target.name!r}: cancelled after a failed "
                                  "attempt") from None  # fmt: skip
             raise
+        except _Bound as exc:  # the SDKs let an error that is not httpx's through as it is
+            raise ModelError(f"model target {target.name!r}: {exc}") from None
         except (openai.APIError, anthropic.APIError) as exc:
+            bound = _broken_bound(exc)
+            if bound is not None:
+                raise ModelError(f"model target {target.name!r}: {bound}") from None
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
             # A server may echo the key in its error; the message goes into results.
@@ -262,13 +478,14 @@ class ModelHub:
             raise ModelError(
                 f"model target {target.name!r}: ${target.api_key_env or '(api_key_env)'} is not set"
             )
-        ident = (target.provider, target.base_url, key, target.api_version)
+        ident = (target.provider, target.base_url, key, target.api_version, target.timeout)
         with self._lock:
             client = self._clients.get(ident)
             if client is None:
                 openai, anthropic = _sdks()
                 # Retries are ours (tenacity), so the SDK's own are off.
-                common = {"api_key": key or "unused", "max_retries": 0, "timeout": target.timeout}
+                common = {"api_key": key or "unused", "max_retries": 0, "timeout": target.timeout,
+                          "http_client": _http_client(target.timeout, self.reply_cap)}  # fmt: skip
                 if target.provider == "azure":
                     client = openai.AzureOpenAI(
                         base_url=azure_base_url(target.base_url or ""),
@@ -346,29 +563,56 @@ class ModelHub:
 
     # -- the cache -----------------------------------------------------------------------
 
-    def _path(self, key: str) -> Path:
-        name = key.removeprefix("sha256:")
-        return self.cache / name[:2] / f"{name}.json"
+    @staticmethod
+    def _name(key: str) -> str:
+        return key.removeprefix("sha256:") + ".json"
 
     def _read(self, key: str) -> Completion | None:
+        """The cached answer, or None: missing, or not ours alone (``PrivateCache``)."""
+        self._check_cache()
+        raw = self.cache.read(self._name(key))
+        if raw is None:
+            return None
         try:
-            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+            data = json.loads(raw)
             return Completion(
                 text=str(data["text"]), input_tokens=int(data["input_tokens"]),
                 output_tokens=int(data["output_tokens"]), cached=True,
                 cost_usd=None, structured=data.get("structured") is True,
             )  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None
 
     def _write(self, key: str, done: Completion) -> None:
         body = {"text": done.text, "input_tokens": done.input_tokens,
                 "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
-        # write_atomic removes its temporary file when the write fails (a full disk left
-        # half-written .tmp files in the cache for ever).
-        with contextlib.suppress(GradeboxError):
-            # a cache that cannot be written costs money later, never a verdict
-            write_atomic(self._path(key), json.dumps(body), what="model cache")
+        data = json.dumps(body).encode()
+        if len(data) <= ENTRY_CAP:  # a larger entry would never be read back
+            # A cache that cannot be written costs money later, never a verdict; the write
+            # is whole or not at all (no half-written file left behind on a full disk).
+            self.cache.write(self._name(key), data)
+
+    def _check_cache(self) -> None:
+        """One warning per hub when the cache folder is not ours alone: every read of it is
+        then a miss (``PrivateCache``), and this says why the run pays for every call."""
+        with self._lock:
+            if self._cache_checked:
+                return
+            self._cache_checked = True
+        path = self.cache.path
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return  # not there yet: made private by the first write
+        if stat.S_ISLNK(st.st_mode):
+            why = "it is a link"
+        elif st.st_uid != os.geteuid():
+            why = f"it is owned by uid {st.st_uid}"
+        elif not private(st):
+            why = f"others may write into it (mode {stat.S_IMODE(st.st_mode):o})"
+        else:
+            return
+        log.warning("model cache %s ignored: %s; every model call is made", path, why)
 
 
 ANSWER_TOOL = "record_answer"
