@@ -6,8 +6,13 @@ eval, case, scenario and targets files, includes) comes through ``load_yaml_file
 of them may be written by someone the user does not trust (a grader pack, a shared eval).
 
 Reading is bounded by limits of our own (PyYAML has none): the file's size, how deep it nests,
-a scalar's length, an integer's digits, and what aliases expand to (a "billion laughs" of nested
-anchors is refused in the composing pass, before anything is built, naming the anchor's line).
+a scalar's length, an integer's digits, and how many nodes (values, lists, mappings) it stands
+for once its aliases are expanded. Nodes are counted as they are composed, so a flood of small
+items (a 2 MB flat list is a million nodes; each costs the heap some 400 bytes, ~200 times its
+text) is refused at the line it passed the limit, before the heap holds it; a "billion laughs"
+of nested anchors is refused in the same pass, naming the anchor's line. Values are those JSON
+has: a tag that makes another kind (``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``) is refused
+at its line, and a date is its text (as AgentV's YAML reads it).
 Events come from libyaml (``CParser``) when PyYAML has it; nodes are composed here, once, with
 those limits and the line of each key, so no second parse is needed for line numbers.
 """
@@ -40,6 +45,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_INT_DIGITS",
+    "MAX_NODES",
     "MAX_SCALAR_CHARS",
     "LineMap",
     "load_yaml_file",
@@ -51,7 +57,12 @@ M = TypeVar("M", bound=BaseModel)
 LineMap = dict[tuple[str, ...], int]
 
 MAX_FILE_BYTES = 64 << 20
-"""A configuration file larger than this is refused unread (a 20 MB suite is well inside)."""
+"""A configuration file larger than this is refused unread (a 20 MB suite of prose is well
+inside; ``MAX_NODES`` bounds one of many small items)."""
+MAX_NODES = 250_000
+"""Nodes (values, lists, mappings) one file may stand for, aliases expanded: the shipped suites
+hold a node per 10 bytes or more (the 5 KB v4 fixture: 508), so this is a suite of some 2.5 MB
+of YAML, or 10,000 tests of 25 nodes; composed, it costs the heap about 100 MiB."""
 MAX_DEPTH = 100
 """Collections nested deeper than this are refused (our code and pydantic walk them)."""
 MAX_SCALAR_CHARS = 1 << 20
@@ -60,8 +71,9 @@ MAX_INT_DIGITS = 4300
 """An integer of more digits is refused: Python refuses to print one (``sys.int_info``)."""
 MAX_ALIASES = 100_000
 """Aliases (``*name``) one file may use."""
-MAX_ALIAS_NODES = 1_000_000
-"""Nodes the aliases of one file may add once expanded (an alias of an alias counts whole)."""
+MAX_ALIAS_NODES = MAX_NODES
+"""Nodes the aliases of one file may add once expanded (an alias of an alias counts whole):
+they share the file's whole budget (``MAX_NODES``), which the nodes composed count against."""
 
 # pydantic's stock wording, rewritten for people who write YAML rather than Python.
 _REWRITES = {
@@ -103,6 +115,17 @@ class _BoundedComposer(Composer):
         self._depth = 0
         self._aliases = 0
         self._alias_nodes = 0
+        self._nodes = 0  # composed, and added by aliases: the file's size once expanded
+
+    def _count(self, event: Any) -> None:
+        """One more node composed: past ``MAX_NODES``, refused at its line (before it is
+        built, so the heap never holds more than the limit's worth)."""
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Refused(
+                f"more than {MAX_NODES:,} nodes (values, lists and mappings, aliases expanded)",
+                _line(event),
+            )
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         event = self.peek_event()
@@ -137,16 +160,24 @@ class _BoundedComposer(Composer):
             raise _Refused(f"the alias *{anchor} is inside its own anchor", _line(event))
         self._aliases += 1
         self._alias_nodes += done[2]
-        if self._aliases > MAX_ALIASES or self._alias_nodes > MAX_ALIAS_NODES:
+        self._nodes += done[2]
+        if (
+            self._aliases > MAX_ALIASES
+            or self._alias_nodes > MAX_ALIAS_NODES
+            or self._nodes > MAX_NODES
+        ):
+            # The alias pushed the file past its budget: named as the aliases' doing.
             raise _Refused(
                 f"aliases expand past gradebox's limit ({MAX_ALIASES:,} aliases, "
-                f"{MAX_ALIAS_NODES:,} nodes): refused at *{anchor}, whose anchor &{anchor} "
-                "is on this line", _line(node),
-            )  # fmt: skip
+                f"{MAX_NODES:,} nodes in all): refused at *{anchor}, whose anchor &{anchor} "
+                "is on this line",
+                _line(node),
+            )
         return node  # type: ignore[no-any-return]
 
     def _scalar(self, anchor: str | None) -> Node:
         event = self.get_event()
+        self._count(event)
         value = event.value
         if len(value) > MAX_SCALAR_CHARS:
             raise _Refused(f"a value longer than {MAX_SCALAR_CHARS:,} characters", _line(event))
@@ -163,6 +194,7 @@ class _BoundedComposer(Composer):
 
     def _sequence(self, anchor: str | None) -> Node:
         start = self.get_event()
+        self._count(start)
         tag = start.tag
         if tag is None or tag == "!":
             tag = self.resolve(SequenceNode, None, start.implicit)
@@ -182,6 +214,7 @@ class _BoundedComposer(Composer):
 
     def _mapping(self, anchor: str | None) -> Node:
         start = self.get_event()
+        self._count(start)
         tag = start.tag
         if tag is None or tag == "!":
             tag = self.resolve(MappingNode, None, start.implicit)
@@ -231,9 +264,32 @@ class _BoundedConstructor(SafeConstructor):
             raise _Refused(f"an integer of more than {MAX_INT_DIGITS:,} digits", _line(node))
         return value  # type: ignore[no-any-return]
 
+    def construct_no_json(self, node: Node) -> Any:
+        """``!!binary`` (bytes), ``!!set``, ``!!omap``, ``!!pairs``: values JSON has not, which
+        every reader past this one would meet unprepared (``regex: !!binary ...`` was a
+        traceback); refused at their line."""
+        kind = str(node.tag).rsplit(":", 1)[-1]
+        raise _Refused(
+            f"the tag !!{kind} makes a value configuration cannot hold (text, "
+            "numbers, lists and mappings only)",
+            _line(node),
+        )
+
+    def construct_date_as_text(self, node: ScalarNode) -> str:
+        # YAML 1.1 reads `2001-01-01` as a date, which no check, variable or JSON payload
+        # takes; AgentV's YAML (1.2) reads it as text, as written.
+        return str(node.value)
+
 
 _INT_CEILING = 10**MAX_INT_DIGITS
 _BoundedConstructor.add_constructor("tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int)
+for _tag in ("binary", "set", "omap", "pairs"):
+    _BoundedConstructor.add_constructor(
+        f"tag:yaml.org,2002:{_tag}", _BoundedConstructor.construct_no_json
+    )
+_BoundedConstructor.add_constructor(
+    "tag:yaml.org,2002:timestamp", _BoundedConstructor.construct_date_as_text
+)
 
 if yaml.__with_libyaml__:
     from yaml.cyaml import CParser

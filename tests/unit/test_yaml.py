@@ -41,8 +41,8 @@ def _refused(path: Path) -> ConfigError:
 def test_alias_bomb_refused_at_its_anchor(tmp_path):
     error = _refused(_write(tmp_path, LAUGHS))
     assert "aliases expand past" in error.message
-    # The line of an anchor whose aliases went past the limit (&f, &g or &h: lines 8-10).
-    assert error.line in (8, 9, 10) and f"{tmp_path}/f.yaml:{error.line}: " in str(error)
+    # The line of an anchor whose aliases went past the limit (&e to &h: lines 7-10).
+    assert error.line in (7, 8, 9, 10) and f"{tmp_path}/f.yaml:{error.line}: " in str(error)
 
 
 def test_alias_bomb_in_a_grader_file_is_one_line(tmp_path):
@@ -112,9 +112,8 @@ def test_huge_integers_refused_at_their_line(tmp_path, number):
     assert "integer of more than 4,300 digits" in error.message and error.line == 2
 
 
-@pytest.mark.parametrize("value", ["2001-13-45", "2001-02-30 25:61:61", "!!float abc",
-                                   "!!int abc", "!!timestamp x", "!!bool maybe",
-                                   "9999-12-31 23:59:59 -24:00"])  # fmt: skip
+# (A date, even a wrong one, is its text: tests/unit/test_yaml_nodes.py.)
+@pytest.mark.parametrize("value", ["!!float abc", "!!int abc", "!!bool maybe"])
 def test_scalars_pyyaml_cannot_construct_are_errors_at_their_line(tmp_path, value):
     """Each was a ValueError, KeyError or AttributeError out of PyYAML's constructors."""
     error = _refused(_write(tmp_path, f"a: 1\nb: [{value}]\n"))
