@@ -337,7 +337,7 @@ def test_a_discovered_provider_is_a_cli_command_and_a_log_reader_refused(tmp_pat
           "targets:\n  - {name: e, provider: echoer}\n"
           "  - {name: f, provider: file-output, command: 'python3 f.py {OUTPUT_FILE}'}\n"
           "  - {name: log, provider: copilot-log, discover: latest}\n")  # fmt: skip
-    for name, command in (("e", "bun run .agentv/providers/echoer.ts {PROMPT}"),
+    for name, command in (("e", "bun run ../.agentv/providers/echoer.ts {PROMPT}"),
                           ("f", "python3 f.py {OUTPUT_FILE}")):  # fmt: skip
         body = f"execution: {{target: {name}}}\n" + V4_TEST
         path = _eval(tmp_path, body, f"evals/{name}.eval.yaml")

@@ -18,7 +18,7 @@ from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_r
 from ..calibrate import agreement, load_review_items, review_sheet, sample
 from ..errors import ConfigError
 from ..graders.config import GraderConfig
-from ..graders.custom import GRADER_DIRS, discover, grader_for_file
+from ..graders.custom import GRADER_DIRS, NOT_OURS, discover, grader_for_file
 from ..graders.run import run_grader
 from ..images import DEFAULT_IMAGE, ImageResolver
 from ..plan import check_grader
@@ -385,7 +385,10 @@ def assert_(
     Exit 0 when the score is at least 0.5, 1 below, 3 when the grader errored.
     """
     session = CommandSession(as_json, sandbox=sandbox, locked=locked)
-    found = discover(Path.cwd(), GRADER_DIRS)
+    refused: dict[str, Path] = {}
+    found = discover(Path.cwd(), GRADER_DIRS, refused)
+    if name not in found and name in refused:
+        raise ConfigError(f"refused: {NOT_OURS}", file=str(refused[name]))
     if name not in found:
         raise ConfigError(
             f"no grader named {name!r} in .gradebox/graders/ or .agentv/graders/ "

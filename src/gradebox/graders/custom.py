@@ -9,14 +9,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..untrusted import trusted
 from .builtin import is_builtin
 from .config import ScriptGrader
 
-__all__ = ["ASSERTION_DIRS", "GRADER_DIRS", "CustomAssertion", "discover", "grader_for_file"]
+__all__ = [
+    "ASSERTION_DIRS",
+    "GRADER_DIRS",
+    "NOT_OURS",
+    "CustomAssertion",
+    "discover",
+    "grader_for_file",
+]
 
 log = logging.getLogger("gradebox.assertions")
 
 ASSERTION_DIRS = (".gradebox/assertions", ".agentv/assertions")
+NOT_OURS = ("not the project's (another user's, a link, or in a folder others may write); "
+            "only code of ours or root's found above the suite runs")  # fmt: skip
 GRADER_DIRS = (".gradebox/graders", ".agentv/graders")
 # extension -> (interpreter argv, image). Anything else must be executable (a shebang).
 RUNNERS: dict[str, tuple[list[str], str]] = {
@@ -50,11 +60,16 @@ class CustomAssertion:
         return RUNNERS.get(self.path.suffix, ([], "python"))[1]
 
 
-def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS) -> dict[str, CustomAssertion]:
+def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS,
+             refused: dict[str, Path] | None = None) -> dict[str, CustomAssertion]:  # fmt: skip
     """Every custom assertion visible from ``start``; the nearest definition of a name wins.
 
     A file named like a built-in (``contains.py``) is skipped with a warning: built-ins keep
-    their meaning everywhere.
+    their meaning everywhere. So is one that is not the project's (``untrusted.trusted``):
+    the walk passes shared folders (``/tmp``, a folder of another user's), and a
+    ``/tmp/.gradebox/assertions/x.py`` that another local user left there must not run as
+    the suite's check; ``refused``, when given, collects them instead of the warning
+    (``gradebox assert`` refuses the one asked for, in one line).
     """
     found: dict[str, CustomAssertion] = {}
     for directory in (start.resolve(), *start.resolve().parents):
@@ -69,6 +84,12 @@ def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS) -> dict[str, C
                     continue
                 if dirs == ASSERTION_DIRS and (is_builtin(name) or name in ("program", "script")):
                     log.warning("%s: named like the built-in assertion %r; skipped", path, name)
+                    continue
+                if not trusted(path):
+                    if refused is None:
+                        log.warning("%s: skipped: %s", path, NOT_OURS)
+                    else:
+                        refused.setdefault(name, path)
                     continue
                 found[name] = CustomAssertion(name, path)
     return found

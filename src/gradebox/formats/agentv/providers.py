@@ -15,6 +15,8 @@ the ``.agentv/`` files above it, as our target.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shlex
 from contextvars import ContextVar
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...graders.assertion import infer_image
+from ...graders.custom import NOT_OURS
 from ...llm.targets import (
     MODEL_KINDS,
     TargetSources,
@@ -32,9 +35,12 @@ from ...llm.targets import (
     agentv_kind,
     agentv_label,
 )
+from ...untrusted import trusted
 from ._base import Where, interpolate_env, resolve_path
 
 __all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "resolve_target"]
+
+log = logging.getLogger("gradebox.agentv")
 
 CHOSEN_TARGET: ContextVar[str | None] = ContextVar("agentv_chosen_target", default=None)
 """The target the user picked (``--target``), see ``agentv.chosen_target``."""
@@ -267,14 +273,25 @@ def _target(
 def _discovered(kind: str, config: dict[str, Any], base: Path) -> str | None:
     """v4's convention-based provider (``resolveDiscoveredProviderConfig`` in
     ``providers/targets.ts``): an unknown kind is a cli command, its own ``command`` or
-    ``bun run .agentv/providers/<kind>.ts {PROMPT}`` when that script exists above the file."""
+    ``bun run .agentv/providers/<kind>.ts {PROMPT}`` when that script exists above the file.
+
+    Only a script that is the project's (``untrusted.trusted``) is run: the walk passes
+    shared folders, and one that another local user left in ``/tmp/.agentv/providers/`` is
+    skipped with a warning naming it. The command names the very file checked, relative to
+    the folder it runs from (the eval file's): one found further up is ``../.agentv/...``,
+    never a nearer one of the same name."""
     command = config.get("command")
     if isinstance(command, str | list) and command:
         return command if isinstance(command, str) else " ".join(str(c) for c in command)
     for folder in (base, *base.parents):
         for ext in (".ts", ".js", ".mts", ".mjs"):
-            if (folder / ".agentv" / "providers" / f"{kind}{ext}").is_file():
-                return f"bun run .agentv/providers/{kind}{ext} {{PROMPT}}"
+            script = folder / ".agentv" / "providers" / f"{kind}{ext}"
+            if not script.is_file():
+                continue
+            if not trusted(script):
+                log.warning("%s: skipped: %s", script, NOT_OURS)
+                continue
+            return f"bun run {shlex.quote(os.path.relpath(script, base))} {{PROMPT}}"
     return None
 
 
