@@ -250,3 +250,30 @@ def _inflater(name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
                     break
     except zlib.error as exc:
         raise ValueError(f"the {name} stream is corrupt ({exc})") from None
+
+
+def open_regular(path: Path | str, *, follow: bool = True) -> int | None:
+    """A descriptor to read ``path`` (``O_RDONLY``, close-on-exec) if it is a regular file,
+    else None: missing, a folder, a FIFO (which would block the open), a device (whose open
+    can act, and which reads without end), a socket; with ``follow=False``, a link. For a
+    reader that seeks or reads in pieces (``read_regular`` reads from the start); the caller
+    closes it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):  # never opened: a device's open can act
+            return None
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # swapped since the stat
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
+
+
+__all__ += ["open_regular"]

@@ -318,3 +318,24 @@ def test_gradebox_view_prints_a_url_with_its_token(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_hostile_run_folder_neither_hangs_nor_floods_the_view(tmp_path):
+    # A run folder another user wrote: summary.json a link to /dev/zero (read whole: memory
+    # without end), results.jsonl a FIFO (opened: a request that never ends).
+    (tmp_path / "summary.json").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "results.jsonl")
+    view = ViewServer(tmp_path)
+    view.start()
+    try:
+        base = f"/{view.token}/"
+        for path in (
+            base,
+            base + "api/results?offset=0&file=",
+            base + "api/results?offset=9&file=x",
+        ):
+            conn = http.client.HTTPConnection("127.0.0.1", view.port, timeout=20)
+            conn.request("GET", path)
+            assert conn.getresponse().status in (200, 500), path
+    finally:
+        view.shutdown()

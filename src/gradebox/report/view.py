@@ -30,23 +30,29 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import ConfigError
 from ..protocol import RunSummary
 from ..results import RunResults, read_results_from, results_file
+from ..untrusted import open_regular, read_within
 from .html import csp, live_row, page, page_data
 
 __all__ = ["ViewServer"]
+
+SUMMARY_CAP = 16 << 20  # a summary.json gradebox wrote is a few KiB
 
 
 def _identity(file: Path, offset: int) -> str:
     """What a reader at ``offset`` has read: the file (device, inode) and a digest of the
     4 KiB before ``offset``. A file rewritten under the same name (``--resume``; an inode can
     be reused) differs there, and is read again from the start."""
+    fd = open_regular(file)  # a FIFO there (a run folder another user wrote) would hang it
+    if fd is None:
+        return "none"
     try:
-        with file.open("rb") as f:
-            st = os.fstat(f.fileno())
-            start = max(0, offset - 4096)
-            f.seek(start)
-            seen = f.read(offset - start)
+        st = os.fstat(fd)
+        start = max(0, offset - 4096)
+        seen = os.pread(fd, offset - start, start)
     except OSError:
         return "none"
+    finally:
+        os.close(fd)
     return f"{st.st_dev}:{st.st_ino}:{hashlib.sha256(seen).hexdigest()[:16]}"
 
 
@@ -73,10 +79,11 @@ class ViewServer:
         self.url = f"http://127.0.0.1:{self.port}/{self.token}/"
 
     def summary(self) -> dict[str, Any] | None:
-        path = self.file.with_name("summary.json")
+        # Bounded, a regular file only: a link to /dev/zero there would be read without end.
+        data = read_within(self.file.with_name("summary.json"), SUMMARY_CAP)
         try:
-            return RunSummary.model_validate_json(path.read_bytes()).model_dump(mode="json")
-        except (OSError, ValueError):
+            return RunSummary.model_validate_json(data or b"").model_dump(mode="json")
+        except ValueError:
             return None  # none yet (the run goes on), or being written: the next poll has it
 
     def since(self, offset: int, file_id: str) -> dict[str, Any]:
