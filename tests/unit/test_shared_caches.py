@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gradebox import private_cache
+from gradebox.errors import EngineError
 from gradebox.private_cache import cache_dir
 from gradebox.sandbox import seccomp, seccomp_bpf
 from gradebox.sandbox.init import sealed_init
@@ -297,6 +298,7 @@ def test_a_link_where_the_lock_goes_is_not_followed(shared):
     victim.write_text("root's file")
     (shared / "rootfs").mkdir()
     (shared / "rootfs" / f"{digest}.lock").symlink_to(victim)
-    with pytest.raises(OSError):
+    with pytest.raises(EngineError) as err:
         RootfsCache(_Engine(), root=shared).path_for(f"sha256:{digest}")
+    assert f"{digest}.lock" in str(err.value) and "\n" not in str(err.value)
     assert victim.read_text() == "root's file"  # not emptied

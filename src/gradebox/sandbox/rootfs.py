@@ -226,7 +226,10 @@ def _complete(entry: Path) -> bool:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path``, never through a link (one there is another's)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a link (ELOOP), a full disk: the run says so in one line
+        raise EngineError(f"{path}: cannot lock ({exc.strerror or exc})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
