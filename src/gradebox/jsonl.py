@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from .atomic import storage_error, write_atomic, write_error
 from .errors import ConfigError
 from .json_bounds import MAX_OPERATOR_DEPTH, digest, load_json
-from .untrusted import open_append
+from .untrusted import open_append, open_regular
 
 MAX_JSON_DEPTH = MAX_OPERATOR_DEPTH
 
@@ -46,18 +46,23 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
-    """Every line of a results file as ``model``; only a torn last line is skipped."""
-    if path.is_file():
-        yield from _parse(path.read_bytes(), path, model, 0)
+    """Every line of a results file as ``model``; only a torn last line is skipped. None
+    when it is not a regular file (a FIFO in a folder another user wrote would hang us)."""
+    fd = open_regular(path)
+    if fd is not None:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        yield from _parse(data, path, model, 0)
 
 
 def read_jsonl_from(path: Path, model: type[M], offset: int = 0) -> tuple[list[M], int]:
     """The complete lines from byte ``offset`` on as ``model``, and the offset after the last
     one: a reader following a file being written (``gradebox view``) reads only what is new,
     and a torn last line waits for its newline."""
-    if not path.is_file():
+    fd = open_regular(path)
+    if fd is None:
         return [], 0
-    with path.open("rb") as f:
+    with os.fdopen(fd, "rb") as f:
         f.seek(offset)
         data = f.read()
     end = data.rfind(b"\n") + 1

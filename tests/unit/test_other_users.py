@@ -339,3 +339,11 @@ def test_a_hostile_run_folder_neither_hangs_nor_floods_the_view(tmp_path):
             assert conn.getresponse().status in (200, 500), path
     finally:
         view.shutdown()
+
+
+def test_reading_results_back_never_opens_a_fifo(tmp_path):
+    from gradebox.results import read_results, read_results_from
+
+    os.mkfifo(tmp_path / "results.jsonl")  # no writer: an open for reading would block
+    assert read_results(tmp_path / "results.jsonl") == {}
+    assert read_results_from(tmp_path / "results.jsonl", 0) == ([], 0)
