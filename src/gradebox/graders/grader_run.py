@@ -29,6 +29,7 @@ from ..fstree import remove_tree
 from ..sandbox.base import Mount
 from ..sandbox.hardening import run_as, run_as_ids
 from ..scratch import new_scratch, scratch_error
+from ..untrusted import TooMany, look_through
 from .spec import (
     CONTAINER_INPUT_DIR,
     CONTAINER_WORKSPACE,
@@ -298,32 +299,34 @@ SECRET_SCAN_LIMIT = 20_000
 
 
 def masked_secrets(folder: Path, target: str, scratch: Path) -> list[Mount] | None:
-    """The masks of a folder mounted at ``target``: each ``.env`` file anywhere in it (a
-    service's ``app/.env`` as much as the top one) and each repository's ``.git/config`` (CI's
-    checkout keeps its token there), covered by an empty file (not ``/dev/null``: mounts are
-    ``nodev``). Links are not followed. None: the folder is too big to look through, and must
-    not be mounted unchecked (``exec``'s current folder, a grader script's own folder)."""
-    names: list[str] = []
-    seen = 0
-    for top, dirs, files in os.walk(folder):
-        seen += len(dirs) + len(files)
-        if seen > SECRET_SCAN_LIMIT:
-            return None
-        rel = os.path.relpath(top, folder)
-        if ".git" in dirs:  # its objects are not read
-            dirs.remove(".git")
-            if os.path.isfile(os.path.join(top, ".git", "config")):
-                names.append(".git/config" if rel == "." else f"{rel}/.git/config")
-        for n in files:
-            if (n == ".env" or n.startswith(".env.")) and os.path.isfile(os.path.join(top, n)):
-                names.append(n if rel == "." else f"{rel}/{n}")
-    if not names:
-        return []
-    empty = scratch / "empty"
-    if not empty.exists():
-        empty.touch(mode=0o444)
-        empty.chmod(0o444)
-    return [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(names)]
+    """The masks of a folder mounted at ``target``, by the one rule of what is kept from a
+    grader (``untrusted.look_through``): each ``.env`` anywhere in it (a service's
+    ``app/.env`` as much as the top one), each repository's configs (CI's checkout keeps its
+    token in ``.git/config``; its submodules' and worktrees' configs hold the same), covered
+    by an empty file or folder (not ``/dev/null``: mounts are ``nodev``). None: the folder is
+    too big to look through, and must not be mounted unchecked (``exec``'s current folder, a
+    grader script's own folder). ``untrusted.Refused`` (a ``ValueError`` naming the entry):
+    it holds a FIFO, a socket, a device or a link to one."""
+    try:
+        held = look_through(folder, SECRET_SCAN_LIMIT)
+    except TooMany:
+        return None
+    mounts = []
+    if held.masked:
+        empty = scratch / "empty"
+        if not empty.exists():
+            empty.touch(mode=0o444)
+            empty.chmod(0o444)
+        mounts += [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(held.masked)]
+    if held.masked_folders:  # a folder named .env: hidden whole
+        void = scratch / "void"
+        if not void.exists():
+            void.mkdir(mode=0o555)
+            void.chmod(0o555)
+        mounts += [
+            Mount(void, f"{target}/{n}", read_only=True) for n in sorted(held.masked_folders)
+        ]
+    return mounts
 
 
 def is_wide(folder: Path) -> bool:

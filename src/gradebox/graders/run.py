@@ -8,16 +8,26 @@ container exists.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path, PurePosixPath
 
 from .. import _pathnames
 from ..errors import ConfigError
+from ..fstree import copy_tree, walk_folders
 from ..images.catalog import DEFAULT_IMAGE
 from ..json_bounds import digest
 from ..sandbox.base import Mount
-from .grader_run import LARGE_OUTPUT_CHARS, GraderRun, masked_secrets, resolve_sub_path
+from ..untrusted import Refused, TooMany, file_kind, hash_regular, look_through, secret_name
+from .grader_run import (
+    LARGE_OUTPUT_CHARS,
+    SECRET_SCAN_LIMIT,
+    GraderRun,
+    masked_secrets,
+    resolve_sub_path,
+)
 from .spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE, workdir_in
 from .spec import enterable as _enterable
 
@@ -73,8 +83,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _secret(name: str) -> bool:
-    return name == ".env" or name.startswith(".env.")  # keys: never mounted
+_secret = secret_name  # keys: never mounted
 
 
 def _in_git(*paths: Path) -> bool:
@@ -190,12 +199,12 @@ def check_grader_files(
         name = "program" if key == "args" and i == 0 else f"{key}.{i + offset}"
         return f"{field}.{name}" if field else name
 
-    for rel, key in helper_files(grader):
+    for rel, name in helper_files(grader):  # not `key`: where() reads it
         try:
             checked_helper(grader, rel)
         except ValueError as exc:
             raise ConfigError(str(exc), file=file, line=line,
-                              field=f"{field}.{key}" if field else key) from None  # fmt: skip
+                              field=f"{field}.{name}" if field else name) from None  # fmt: skip
     if grader.source_dir is not None:
         root = grader_root(grader)
         for i, arg in enumerate(argv):
@@ -206,6 +215,13 @@ def check_grader_files(
                     ".gradebox/, .agentv/ or .git marks a project's root)",
                     file=file, line=line, field=where(i),
                 )  # fmt: skip
+    for i, rel, folder in mounted_folders(grader):
+        try:
+            look_through(folder, SECRET_SCAN_LIMIT)  # as source_mounts will
+        except TooMany:
+            pass  # not mounted whole
+        except Refused as exc:
+            raise ConfigError(special(rel, exc), file=file, line=line, field=where(i)) from None
     for i in named_script_paths(argv):
         arg = argv[i]
         bases = [grader.source_dir, *also_in] if grader.source_dir else list(also_in)
@@ -222,6 +238,29 @@ def check_grader_files(
 
 HELPER_SCAN_LIMIT = 20_000
 """Entries a helper folder may hold: each is looked at for a ``.env`` before it is mounted."""
+
+
+def special(rel: str, exc: Refused) -> str:
+    """``look_through``'s refusal of an entry of the folder ``rel`` (relative to the grader's
+    file), naming the entry the same way, in one line."""
+    return f"{os.path.normpath(os.path.join(rel, exc.entry))!r} {exc.why}"
+
+
+def mounted_folders(grader: GraderConfig) -> list[tuple[int, str, Path]]:
+    """The folders ``source_mounts`` may mount whole for ``grader``, each as ``(the index in
+    its command of the argument naming a file in it, the folder relative to the grader's
+    file, its host path)``: looked through before anything runs, as they are when mounted."""
+    source = grader.source_dir
+    argv = [grader.program, *grader.args] if grader.type == "program" else grader.command
+    if source is None or isinstance(argv, str) or grader.dialect in ("pytest", "node-test"):
+        return []
+    root, found = grader_root(grader), {}
+    for i, arg in enumerate(argv):
+        rel = grader_file(arg, source, root)
+        folder = _own_folder(source, rel, grader.declared_in) if rel is not None else None
+        if folder is not None:
+            found.setdefault(folder, i)
+    return [(i, f, (source / f).resolve()) for f, i in sorted(found.items())]
 
 
 def helper_files(grader: GraderConfig) -> list[tuple[str, str]]:
@@ -309,27 +348,25 @@ def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
     if _in_git(lexical, resolved):
         raise ValueError(f"{rel!r} is in a repository's .git (its config may hold a token): "
                          "never mounted")  # fmt: skip
-    if resolved.is_dir():
-        secret = _secret_inside(resolved)
-        if secret is not None:
-            raise ValueError(
-                f"{rel!r} holds {secret}: a folder with a .env or a .git folder is never mounted"
-            )
+    kind = file_kind(resolved.stat().st_mode)  # links resolved: inside the project
+    if kind is not None:
+        raise ValueError(f"{rel!r} is {kind}: only regular files and folders are given to a grader")
+    if not resolved.is_dir():  # a file: hashed, copied and mounted as it is
+        return PurePosixPath(os.path.relpath(resolved, source)).as_posix(), resolved
+    try:
+        held = look_through(resolved, HELPER_SCAN_LIMIT, links_out=False)
+    except TooMany:
+        raise ValueError(
+            f"{rel!r} holds more than {HELPER_SCAN_LIMIT} entries (each is checked for a .env)"
+        ) from None
+    except Refused as exc:  # copied and hashed: a link out of it is refused too
+        raise ValueError(special(rel, exc)) from None
+    if held.secrets:
+        raise ValueError(
+            f"{rel!r} holds {resolved.name}/{held.secrets[0]}: a folder with a "
+            ".env or a .git is never mounted"
+        )
     return PurePosixPath(os.path.relpath(resolved, source)).as_posix(), resolved
-
-
-def _secret_inside(folder: Path) -> str | None:
-    """The first ``.env`` below ``folder`` (links are not followed), or a refusal when it holds
-    more entries than are looked at."""
-    seen = 0
-    for top, dirs, names in os.walk(folder):
-        for name in (*dirs, *names):
-            seen += 1
-            if _secret(name) or (name == ".git" and name in dirs):
-                return os.path.relpath(os.path.join(top, name), folder.parent)
-        if seen > HELPER_SCAN_LIMIT:
-            return f"more than {HELPER_SCAN_LIMIT} entries (each is checked for a .env)"
-    return None
 
 
 def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mount]
@@ -348,8 +385,11 @@ def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mo
                for m in [*taken, *mounts]):  # fmt: skip
             continue
         if host.is_dir() and not _enterable(host, user):
+            # By descriptor, links as links (checked_helper refused every other kind), the
+            # copy the container user's: it may be as closed as the original.
             copy = scratch / "helpers" / name.replace("../", "_up_/")
-            shutil.copytree(host, copy, symlinks=True)
+            uid, _, gid = user.partition(":")
+            copy_tree(host, copy, (int(uid), int(gid or uid)))
             host = copy
         mounts.append(Mount(host, target, read_only=True))
     return mounts
@@ -411,11 +451,34 @@ def grader_fingerprint(grader: GraderConfig, relative_to: Path | None = None) ->
 
 
 def _tree_digest(folder: Path) -> str:
-    """Every file below ``folder`` (links not followed): names and bytes."""
+    """Every file below ``folder``, walked by descriptor: names and bytes; a link by what it
+    says (never followed); nothing else is opened (``untrusted.hash_regular``)."""
     files = []
-    for top, _, names in os.walk(folder):
-        files += [os.path.join(top, n) for n in names]
-    return digest(*[(os.path.relpath(f, folder), file_digest(Path(f))) for f in sorted(files)])
+    try:
+        for entering, here in walk_folders(folder):
+            if not entering:
+                continue
+            rel = os.fsdecode(here.rel())
+            for name, st in here.entries:
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    what = "link:" + os.fsdecode(os.readlink(name, dir_fd=here.fd))
+                else:
+                    what = _digest_of(name, here.fd)
+                files.append((os.path.join(rel, os.fsdecode(name)), what))
+    except OSError:
+        return "<unreadable>"
+    return digest(*sorted(files))
+
+
+def _digest_of(name: Path | str | bytes, dir_fd: int | None = None, follow: bool = False) -> str:
+    """``digest(bytes)`` of a regular file, streamed; ``<unreadable>`` for anything else."""
+    h = hashlib.sha256()
+    if not hash_regular(name, h, dir_fd=dir_fd, follow=follow):
+        return "<unreadable>"
+    h.update(b"\0")
+    return "sha256:" + h.hexdigest()
 
 
 def file_digest(path: Path) -> str:
@@ -429,10 +492,7 @@ def file_digest(path: Path) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _file_digest(path: str, mtime_ns: int, size: int) -> str:
-    try:
-        return digest(Path(path).read_bytes())
-    except OSError:
-        return "<unreadable>"
+    return _digest_of(path, follow=True)  # a link inside the project: what it points to
 
 
 def source_mounts(
@@ -460,7 +520,10 @@ def source_mounts(
                 continue
             # As exec's current folder: a .env or .git/config anywhere below is masked, and a
             # folder too big to look through is not mounted whole.
-            masks = masked_secrets(host, container_path(folder), scratch)
+            try:
+                masks = masked_secrets(host, container_path(folder), scratch)
+            except Refused as exc:  # checked by `validate`/`run` first; `grade` meets it here
+                raise ConfigError(special(folder, exc)) from None
             if masks is not None:
                 mounts += [Mount(host, container_path(folder), read_only=True), *masks]
                 covered.append(folder)
