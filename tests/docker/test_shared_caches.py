@@ -69,29 +69,31 @@ def _planted_cache(shared: Path, user: pwd.struct_passwd) -> Path:
 
 
 def grade(grader: Path, payload: Path, workspace: Path, cache: Path, backend: str):
+    runtime = {"GRADEBOX_RUNTIME": "runc"} if backend == "oci-runc" else {}
     return subprocess.run(
         [sys.executable, "-m", "gradebox", "grade", str(grader), "-i", str(payload),
-         "-W", str(workspace), "--json", "--sandbox", backend],
+         "-W", str(workspace), "--json", "--sandbox", backend.removesuffix("-runc")],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "GRADEBOX_CACHE": str(cache)},
+        env={**os.environ, "GRADEBOX_CACHE": str(cache), **runtime},
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("backend", ["oci", "oci-runc"])
 def test_a_root_filesystem_planted_in_their_cache_is_not_what_the_grader_runs(
-    shared, other_user, tmp_path, workspace
+    shared, other_user, tmp_path, workspace, backend
 ):
     cache = _planted_cache(shared, other_user)
     # Passes only where the planted file is: in their root filesystem.
     grader = write(tmp_path / "g.yaml", f"type: script\ncommand: [test, -e, /{PLANTED}]\n")
     payload = write(tmp_path / "p.json", json.dumps({"output": "x"}))
-    done = grade(grader, payload, workspace, cache, "oci")
+    done = grade(grader, payload, workspace, cache, backend)
     assert done.returncode == 1, done.stdout + done.stderr  # failed: not their root
     assert json.loads(done.stdout)["status"] == "failed"
     (line,) = [x for x in done.stderr.splitlines() if "not used" in x]
     assert str(cache) in line
 
 
-@pytest.mark.parametrize("backend", ["docker", "oci"])
+@pytest.mark.parametrize("backend", ["docker", "oci", "oci-runc"])
 @pytest.mark.parametrize("payload,code", [("yes", 0), ("no", 1)])
 def test_with_their_cache_the_verdict_is_right_and_nothing_of_ours_is_left_there(
     shared, other_user, tmp_path, workspace, backend, payload, code
