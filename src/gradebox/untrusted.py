@@ -392,6 +392,8 @@ def _link_target(root: str, path: str, st: os.stat_result, links_out: bool) -> s
         kind = file_kind(os.lstat(lead).st_mode)
     except OSError:
         kind = None  # nothing there (here): what the container sees there is its own
+    if kind == "a link":  # a loop: it leads nowhere
+        kind = None
     if kind is not None:
         raise Refused(path, f"is a link to {lead}, {kind}: {_ONLY}")
     if not inside and not links_out:

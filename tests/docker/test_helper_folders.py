@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import gradebox
 from tests.conftest import leftovers_of, write
 from tests.docker.test_exec import base_env
 
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.docker
 BACKENDS = ["docker", "oci"]
 HANG = 60  # seconds: a command still running then is hung (the bug ran until killed)
 GRADEBOX = str(Path(sys.executable).with_name("gradebox"))
+SOURCE = str(Path(gradebox.__file__).resolve().parents[1])
 
 PASS = """import json, os, sys
 sys.stdin.read()
@@ -49,8 +51,9 @@ def gbx(engine, args: list[object], *, cwd: Path, stdin: bytes = b"",
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
     """``gradebox ARGS`` in its own process group; killed whole (SIGKILL: the hang once
     ignored SIGTERM) and failed if it is still running after ``HANG`` seconds."""
+    env = {**(env or base_env()), "PYTHONPATH": SOURCE}  # the gradebox this test imported
     proc = subprocess.Popen(
-        [GRADEBOX, *map(str, args)], cwd=cwd, env=env or base_env(), start_new_session=True,
+        [GRADEBOX, *map(str, args)], cwd=cwd, env=env, start_new_session=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -83,6 +83,7 @@ def test_links_out_are_refused_only_where_the_folder_is_copied_or_hashed(tmp_pat
     os.symlink("/usr/bin/python3", tmp_path / "c" / "python")  # a venv's
     os.symlink("ok.py", tmp_path / "c" / "same.py")  # the control: inside
     os.symlink("nowhere", tmp_path / "c" / "dangling")
+    os.symlink("loop", tmp_path / "c" / "loop")  # leads nowhere, as a dangling one
     assert look_through(tmp_path / "c", 1000).masked == set()
     with pytest.raises(Refused, match="python is a link out of its folder"):
         look_through(tmp_path / "c", 1000, links_out=False)
