@@ -138,3 +138,23 @@ def test_run_and_grade_refuse_before_anything_runs_naming_the_argument(tmp_path)
         check_grader_files(a.grader, file=a.file, field=a.field, line=a.line)
     text = str(caught.value)
     assert "tests.0.assert.0.command.1: 'graders/sub/x-fifo' is a FIFO" in text, text
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "ptmx"])
+def test_a_helper_file_itself_special_is_refused(tmp_path, kind):
+    """``files:`` naming a FIFO or a socket (hashed and mounted as a file): refused; a link
+    to a device leads out of the project, refused as such."""
+    from gradebox.errors import ConfigError
+    from gradebox.graders.run import check_grader_files
+    from gradebox.suite import load_suite
+
+    write(tmp_path / "p" / "graders" / "check.py", "print('{}')\n")
+    name = special(tmp_path / "p" / "helpers", kind)
+    suite = write(
+        tmp_path / "p" / "suite.yaml",
+        "tests:\n  - id: a\n    output: x\n    assert:\n      - {type: script, command: "
+        f"[python3, graders/check.py], files: [helpers/{name}]}}\n",
+    )
+    (a,) = load_suite(suite).graders()
+    with pytest.raises(ConfigError, match=f"files.0: 'helpers/{name}' (is a|leads out)"):
+        check_grader_files(a.grader, file=a.file, field=a.field, line=a.line)
