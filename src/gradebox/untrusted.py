@@ -464,3 +464,38 @@ def open_regular(path: Path | str, *, follow: bool = True) -> int | None:
 
 
 __all__ += ["open_regular"]
+
+
+def unshared_file(path: Path) -> str | None:
+    """Why another local user could have written the file ``path``, or could swap it, in
+    words; None when it is ``trusted`` (ours or root's, not a link, in a folder ours or root's
+    that not every user may write, unless sticky) and neither it nor its folder (unless
+    sticky) may be written by a group but our own (as ``unshared``: a umask of 002 makes ours
+    writable by our own group). Missing is a reason too: the caller asks ``os.path.lexists``
+    first when "none" is an answer.
+
+    The rule for a record read by name that decides what runs (the image lock pins the image
+    every grader runs on): ``trusted`` passes a file a group of others may rewrite."""
+    try:
+        st = os.lstat(path)
+        folder = os.stat(path.parent)
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a link"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if not trusted(path):
+        return (
+            f"it is owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; its folder by "
+            f"uid {folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):o}"
+        )
+    for what, seen in (("it", st), ("its folder", folder)):
+        own_group = seen.st_uid == os.geteuid() and seen.st_gid == os.getegid()
+        sticky = what != "it" and seen.st_mode & stat.S_ISVTX
+        if seen.st_mode & 0o020 and not own_group and not sticky:
+            return f"{what} may be written by group {seen.st_gid}"
+    return None
+
+
+__all__ += ["unshared_file"]

@@ -634,14 +634,17 @@ def _shebang(cwd: Path, program: str) -> bytes | None:
 
 
 def _locked_id(name: str) -> str | None:
-    """The id ``images.lock.json`` pins ``name`` to; None without a lock or entry."""
+    """The id ``images.lock.json`` pins ``name`` to; None without a lock or entry. A lock
+    another local user could have written is an ``ImageError`` (``catalog.lock_bytes``)."""
     import json
 
-    from ..images.catalog import LOCK_FILE, lock_dir
+    from ..images.catalog import lock_bytes
 
+    data = lock_bytes()
+    if data is None:
+        return None
     try:
-        path = lock_dir() / LOCK_FILE
-        entry = json.loads(path.read_text(encoding="utf-8"))["images"][name]
+        entry = json.loads(data)["images"][name]
         iid = entry["id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from .. import settings
+from .. import settings, untrusted
 from .._log import LazyLogger
 from ..errors import ImageError
 
@@ -57,6 +57,59 @@ def lock_dir() -> Path:
     ``gc`` and a cleaned ``~/.cache`` drop. Standard library only: ``exec`` reads it."""
     base = settings.current().xdg_data_home or os.path.expanduser("~/.local/share")
     return _own_images() or Path(base) / "gradebox"
+
+
+LOCK_CAP = 4 << 20  # bytes: a lock holds ~200 per image
+
+
+def lock_bytes(path: Path | None = None) -> bytes | None:
+    """The bytes of ``images.lock.json`` (``path``, else ``lock_dir()``'s); None when there is
+    none. Every reader of the lock comes here (``lock.read_lock``, ``exec``'s lean read).
+
+    The lock pins the image every grader runs on, and its folder may be one another local
+    user can reach (``$GRADEBOX_IMAGES_DIR``, a data folder on a shared machine, where root
+    runs gradebox): a lock they could have written or could swap (``untrusted.unshared_file``:
+    theirs, a link, writable by their group, in a folder of theirs or one every user may
+    write) is an ``ImageError`` naming it. Never ignored: a lock ignored unpins every image."""
+    path = path or lock_dir() / LOCK_FILE
+    if not os.path.lexists(path):
+        return None
+    why = untrusted.unshared_file(path)
+    data = untrusted.read_within(path, LOCK_CAP, follow=False) if why is None else None
+    if data is None:
+        why = why or f"not a regular file of at most {LOCK_CAP >> 20} MiB"
+        raise ImageError(
+            f"image lock {path}: another local user could have written it ({why}); remove "
+            "it and run `gradebox images lock`, or set GRADEBOX_IMAGES_DIR to a folder only "
+            "you can write"
+        )
+    return data
+
+
+def lock_folder(directory: Path) -> Path:
+    """``directory``, made if missing, for ``images.lock.json`` to be written into: an
+    ``ImageError`` naming it when another local user could change it
+    (``untrusted.unshared``: theirs, writable by others, below a folder of theirs or reached
+    through a link of theirs), asked before it is made and again after. The lock itself is
+    written beside it and renamed over the name (``atomic.write_atomic``), never through a
+    link left there."""
+    _ours_alone(directory)
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ImageError(f"image lock folder {directory}: {reason}") from None
+    _ours_alone(directory)  # what was made, and what may have been there after all
+    return directory
+
+
+def _ours_alone(directory: Path) -> None:
+    why = untrusted.unshared(directory)
+    if why is not None:
+        raise ImageError(
+            f"image lock folder {directory}: another local user could change it ({why}); "
+            "set GRADEBOX_IMAGES_DIR to a folder only you can write"
+        )
 
 
 def _own_images() -> Path | None:

@@ -12,7 +12,7 @@ from ..atomic import write_atomic
 from ..engine import Engine
 from ..errors import ImageError
 from .build import _current, status
-from .catalog import BASE, LOCK_FILE, lock_dir
+from .catalog import BASE, LOCK_FILE, lock_bytes, lock_dir, lock_folder
 
 
 class LockEntry(BaseModel):
@@ -39,17 +39,22 @@ def lock_path(directory: Path | None = None) -> Path:
 
 
 def read_lock(path: Path | None = None) -> Lock | None:
+    """The lock at ``path`` (else ``lock_path()``), None when there is none; an ``ImageError``
+    naming it when another local user could have written it (``catalog.lock_bytes``)."""
     path = path or lock_path()
-    if not path.is_file():
+    data = lock_bytes(path)
+    if data is None:
         return None
     try:
-        return Lock.model_validate_json(path.read_text(encoding="utf-8"))
+        return Lock.model_validate_json(data)
     except ValueError as exc:
         raise ImageError(f"{path}: not a valid lock file ({str(exc).splitlines()[0]})") from None
 
 
 def write_lock(engine: Engine, path: Path | None = None) -> Lock:
-    """Record every built image's id, base id and input hash. Refuses out-of-date images."""
+    """Record every built image's id, base id and input hash. Refuses out-of-date images, and
+    a folder another local user could change (``catalog.lock_folder``); a link left under the
+    name is replaced, never written through (``write_atomic``)."""
     statuses = status(engine)
     stale = [s.name for s in statuses if not s.up_to_date]
     if stale:
@@ -67,6 +72,7 @@ def write_lock(engine: Engine, path: Path | None = None) -> Lock:
         }
     )
     path = path or lock_path()
+    lock_folder(path.parent)
     write_atomic(path, json.dumps(lock.model_dump(), indent=2, sort_keys=True) + "\n")
     return lock
 

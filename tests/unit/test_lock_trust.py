@@ -1,0 +1,213 @@
+"""The image lock is read only when no other local user could have written it (issue 40).
+
+``images.lock.json`` pins the id of every image a grader runs on. It is kept in
+``$GRADEBOX_IMAGES_DIR``, a checkout's ``images/`` or the user's data folder
+(``$XDG_DATA_HOME/gradebox``), and gradebox often runs as root on a machine others share: a
+lock another user planted, linked, or could rewrite (a folder everyone may write, a file their
+group may write) would decide which image a grader runs on. Such a lock is refused in one line
+naming it (ignored, it would unpin every image), on every path that reads it: ``read_lock``
+(run, grade, doctor, images) and ``exec``'s own lean read. A lock is written only into a
+folder no other user can change, never through a link.
+
+The tests run as root (as CI does) and make a user of their own to play the other one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gradebox.errors import GradeboxError, ImageError
+from gradebox.images import catalog, lock
+from gradebox.images.build import ImageStatus
+
+IID = "sha256:" + "a" * 64
+BODY = json.dumps({"version": 1, "images": {"python": {"id": IID}}})
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[pwd.struct_passwd]:
+    """A local user of this test's own (another user on a shared machine), removed after."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests make a local user: run them as root (make test does)")
+    name = f"gbxlock{os.getpid() % 100000}"
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
+
+
+@pytest.fixture(params=["images-dir", "data-folder"])
+def folder(request, tmp_path, monkeypatch) -> Path:
+    """Where this gradebox keeps its lock: ``$GRADEBOX_IMAGES_DIR``, or (an installed gradebox,
+    no checkout) ``$XDG_DATA_HOME/gradebox``. Made by root, 0755."""
+    if request.param == "images-dir":
+        where = tmp_path / "images"
+        monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(where))
+    else:
+        monkeypatch.delenv("GRADEBOX_IMAGES_DIR", raising=False)
+        monkeypatch.setattr(catalog, "_checkout", lambda: None)
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+        where = tmp_path / "data" / "gradebox"
+    where.mkdir(parents=True, mode=0o755)
+    where.chmod(0o755)
+    assert catalog.lock_dir() == where
+    return where
+
+
+def _plant(where: Path, user: pwd.struct_passwd, how: str) -> Path:
+    """``where/images.lock.json`` as another local user could leave it (``how``)."""
+    path = where / catalog.LOCK_FILE
+    path.write_text(BODY)
+    path.chmod(0o644)
+    if how == "their-file":  # in root's folder, a file of theirs (made while it was open)
+        os.chown(path, user.pw_uid, user.pw_gid)
+    elif how == "link":  # a link to a lock of root's: its text is whoever can write there
+        elsewhere = where.parent / "elsewhere.json"
+        path.rename(elsewhere)
+        path.symlink_to(elsewhere)
+    elif how == "dangling-link":  # a link to nothing yet: theirs to fill in later
+        path.unlink()
+        path.symlink_to(where.parent / "not-yet.json")
+    elif how == "open-folder":  # root's file, in a folder every user may write (not sticky)
+        where.chmod(0o777)
+    elif how == "their-group":  # root's file, writable by a group root is not: theirs
+        os.chown(path, 0, user.pw_gid)
+        path.chmod(0o664)
+    elif how == "their-group-folder":  # root's folder, writable by their group: swappable
+        os.chown(where, 0, user.pw_gid)
+        where.chmod(0o775)
+    elif how == "their-folder":  # the folder is theirs ($GRADEBOX_IMAGES_DIR pointed at it)
+        os.chown(where, user.pw_uid, user.pw_gid)
+    else:
+        raise AssertionError(how)
+    return path
+
+
+HOW = [
+    "their-file",
+    "link",
+    "dangling-link",
+    "open-folder",
+    "their-group",
+    "their-group-folder",
+    "their-folder",
+]
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_lock_another_user_could_have_written_is_refused_naming_it(folder, other_user, how):
+    path = _plant(folder, other_user, how)
+    with pytest.raises(ImageError) as caught:
+        lock.read_lock()
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message, message
+    assert "gradebox images lock" in message, message  # what to do
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_exec_refuses_it_too(folder, other_user, how):
+    """``exec`` and ``grade``'s lean path read the lock on their own (no pydantic): the same
+    rule, never an unpinned fallback."""
+    from gradebox.cli.exec import _locked_id
+
+    path = _plant(folder, other_user, how)
+    with pytest.raises(ImageError, match=str(path)):
+        _locked_id("python")
+
+
+@pytest.mark.parametrize("how", ["their-file", "open-folder", "their-folder"])
+def test_the_cli_says_it_in_one_line(other_user, how, tmp_path):
+    """``gradebox images verify`` and ``exec``: one line naming the file, no traceback."""
+    where = tmp_path / "images"
+    where.mkdir(mode=0o755)
+    path = _plant(where, other_user, how)
+    env = {**os.environ, "GRADEBOX_IMAGES_DIR": str(where)}
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    for argv in (["images", "verify"], ["exec", "--image", "python", "--", "true"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "gradebox", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=work,
+        )
+        assert done.returncode != 0, (argv, done.stdout, done.stderr)
+        assert str(path) in done.stderr, (argv, done.stderr)
+        assert "Traceback" not in done.stderr, (argv, done.stderr)
+
+
+@pytest.mark.parametrize("how", ["mine", "own-group", "sticky-folder"])
+def test_control_our_own_lock_is_read(folder, how):
+    """Control: root's lock in root's folder; group-writable with our own group (a umask of
+    002); in a world-writable sticky folder (as ``/tmp``), whose files others cannot swap."""
+    path = folder / catalog.LOCK_FILE
+    path.write_text(BODY)
+    if how == "own-group":
+        path.chmod(0o664)
+    elif how == "sticky-folder":
+        folder.chmod(0o1777)
+    read = lock.read_lock()
+    assert read is not None and read.images["python"].id == IID
+    from gradebox.cli.exec import _locked_id
+
+    assert _locked_id("python") == IID
+
+
+def test_control_no_lock_is_no_lock(folder):
+    assert lock.read_lock() is None
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _statuses(monkeypatch) -> None:
+    built = ImageStatus(
+        name="base", ref="gradebox/base:latest", id=IID, size=1, inputs="x", expected_inputs="x"
+    )
+    monkeypatch.setattr(lock, "status", lambda engine: [built])
+
+
+@pytest.mark.parametrize("how", ["their-folder", "open-folder", "their-parent"])
+def test_a_lock_is_never_written_where_another_user_could_change_it(
+    folder, other_user, monkeypatch, how
+):
+    _statuses(monkeypatch)
+    if how == "their-folder":
+        os.chown(folder, other_user.pw_uid, other_user.pw_gid)
+    elif how == "open-folder":
+        folder.chmod(0o777)
+    else:  # ours, below a folder of theirs: they can rename ours away and put theirs there
+        os.chown(folder.parent, other_user.pw_uid, other_user.pw_gid)
+    with pytest.raises(GradeboxError) as caught:
+        lock.write_lock(engine=None)
+    assert str(folder) in str(caught.value) and "\n" not in str(caught.value)
+    assert not (folder / catalog.LOCK_FILE).exists()
+
+
+def test_a_link_left_under_the_name_is_replaced_not_written_through(folder, monkeypatch):
+    _statuses(monkeypatch)
+    target = folder.parent / "theirs.txt"
+    target.write_text("untouched\n")
+    (folder / catalog.LOCK_FILE).symlink_to(target)
+    lock.write_lock(engine=None)
+    assert target.read_text() == "untouched\n"
+    assert not (folder / catalog.LOCK_FILE).is_symlink()
+    assert lock.read_lock().images["base"].id == IID
+
+
+def test_control_a_lock_is_written_into_a_folder_made_for_it(folder, monkeypatch):
+    _statuses(monkeypatch)
+    folder.rmdir()  # made by write_lock, then checked
+    lock.write_lock(engine=None)
+    assert lock.read_lock().images["base"].id == IID
