@@ -5,6 +5,7 @@ here is a scripted server on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -46,8 +47,14 @@ def _sdks_imported() -> None:
 
 
 def _target(kind: str, base_url: str, timeout: float = 120.0) -> ModelTarget:
-    return ModelTarget(name="judge", provider=kind, model="m", base_url=base_url,
-                       api_key_env="FAKE_KEY", timeout=timeout)  # fmt: skip
+    return ModelTarget(
+        name="judge",
+        provider=kind,
+        model="m",
+        base_url=base_url,
+        api_key_env="FAKE_KEY",
+        timeout=timeout,
+    )
 
 
 def _hub(target: ModelTarget, **kw: object) -> ModelHub:
@@ -82,21 +89,52 @@ def _reply(kind: str, text: str) -> bytes:
     """A whole, valid reply of ``kind`` whose text is ``text`` (as tests/fake_models.py)."""
     usage = {"input_tokens": 1, "output_tokens": 1}
     if kind == "anthropic":
-        body = {"id": "m", "type": "message", "role": "assistant", "model": "m",
-                "stop_reason": "end_turn", "stop_sequence": None,
-                "content": [{"type": "text", "text": text}], "usage": usage}  # fmt: skip
+        body = {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "content": [{"type": "text", "text": text}],
+            "usage": usage,
+        }
     elif kind == "azure":
-        body = {"id": "r", "object": "response", "created_at": 0, "model": "m",
-                "status": "completed", "parallel_tool_calls": True, "tool_choice": "auto",
-                "tools": [], "usage": {**usage, "total_tokens": 2},
-                "output": [{"type": "message", "id": "m", "status": "completed",
-                            "role": "assistant", "content": [
-                                {"type": "output_text", "text": text, "annotations": []}]}]}  # fmt: skip
+        body = {
+            "id": "r",
+            "object": "response",
+            "created_at": 0,
+            "model": "m",
+            "status": "completed",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {**usage, "total_tokens": 2},
+            "output": [
+                {
+                    "type": "message",
+                    "id": "m",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+        }
     else:
-        body = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+        body = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
     return json.dumps(body).encode()
 
 
@@ -119,10 +157,8 @@ class Scripted:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
 
     def _serve(self) -> None:
@@ -153,10 +189,8 @@ class Scripted:
                 body += more
             path = lines[0].split(" ")[1]
             self.requests.append((path, headers))
-            try:
+            with contextlib.suppress(OSError):  # the client gave up: what these tests want
                 self.answer(conn, path)
-            except OSError:  # the client gave up: what these tests want
-                pass
 
 
 def _head(status: str = "200 OK", **headers: object) -> bytes:
@@ -252,9 +286,15 @@ def _answered_then_planted(
 
 @pytest.mark.parametrize(
     "variant",
-    ["stranger_folder", "stranger_entries", "world_writable", "group_writable_entries",
-     "linked_entry", "linked_folder"],
-)  # fmt: skip
+    [
+        "stranger_folder",
+        "stranger_entries",
+        "world_writable",
+        "group_writable_entries",
+        "linked_entry",
+        "linked_folder",
+    ],
+)
 def test_a_planted_passing_answer_outside_our_private_cache_is_not_used(
     variant, tmp_path, monkeypatch, stranger, caplog
 ):
@@ -421,8 +461,25 @@ def test_a_normal_reply_in_any_encoding_still_works(kind, encoding):
     assert done.text == PASSING
 
 
+@pytest.mark.parametrize(
+    ("encoding", "body", "why"),
+    [
+        ("br", b"\x1b\x03\x00", "Content-Encoding 'br'"),
+        ("gzip, gzip", b"", "Content-Encoding 'gzip, gzip'"),
+        ("gzip", b"\x1f\x8b\x08\x00garbage-that-is-no-deflate-stream", "gzip stream is corrupt"),
+    ],
+)
+def test_a_reply_in_an_encoding_we_do_not_read_is_an_error(encoding, body, why):
+    """Nothing is passed on undecoded, and an error is one line, never retried."""
+    with Scripted(_sends(_head(Content_Length=len(body), Content_Encoding=encoding), body)) as s:
+        target = _target("openai", _base("openai", s.origin))
+        with pytest.raises(ModelError, match=why) as caught:
+            _hub(target, use_cache=False).complete(target, [{"role": "user", "content": "q"}])
+    assert "\n" not in str(caught.value) and len(s.requests) == 1
+
+
 _BOMB_CALL = """
-import json, resource, sys
+import json, sys
 from gradebox.llm import ModelHub, ModelTarget, TargetSet
 from gradebox.llm.client import ModelError
 target = ModelTarget(name="judge", provider=sys.argv[1], model="m", base_url=sys.argv[2],
@@ -432,7 +489,9 @@ try:
     out = "answered: " + hub.complete(target, [{"role": "user", "content": "q"}]).text[:40]
 except ModelError as exc:
     out = str(exc)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec.
+status = open("/proc/self/status").read().split("VmHWM:")[1].split()
+peak = int(status[0]) * 1024
 print(json.dumps({"out": out, "peak": peak}))
 """
 
@@ -452,8 +511,11 @@ def test_a_gzip_bomb_leaves_the_process_small(kind, bomb, tmp_path):
         env = {**os.environ, "GRADEBOX_CACHE": str(tmp_path / "c"), "FAKE_KEY": KEY}
         run = subprocess.run(
             [sys.executable, "-c", _BOMB_CALL, kind, _base(kind, server.origin)],
-            capture_output=True, text=True, env=env, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert "16 MiB" in got["out"], got

@@ -279,8 +279,11 @@ def _redirected(response: Any) -> str:
         where = f"{to.scheme}://{to.host}" + (f":{to.port}" if to.port else "")
     except Exception:  # a Location that is no URL: where it points says nothing more
         where = "an address that is no URL"
-    return (f"the endpoint redirects (HTTP {response.status_code}) to {where}: not followed, "
-            "its key would go with it (set base_url to where it points)")  # fmt: skip
+    status = response.status_code
+    return (
+        f"the endpoint redirects (HTTP {status}) to {where}: not followed, its key would go "
+        "with it (set base_url to where it points)"
+    )
 
 
 @functools.cache
@@ -484,8 +487,12 @@ class ModelHub:
             if client is None:
                 openai, anthropic = _sdks()
                 # Retries are ours (tenacity), so the SDK's own are off.
-                common = {"api_key": key or "unused", "max_retries": 0, "timeout": target.timeout,
-                          "http_client": _http_client(target.timeout, self.reply_cap)}  # fmt: skip
+                common = {
+                    "api_key": key or "unused",
+                    "max_retries": 0,
+                    "timeout": target.timeout,
+                    "http_client": _http_client(target.timeout, self.reply_cap),
+                }
                 if target.provider == "azure":
                     client = openai.AzureOpenAI(
                         base_url=azure_base_url(target.base_url or ""),
