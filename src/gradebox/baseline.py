@@ -26,8 +26,11 @@ Every host step here is bounded, whatever the agent wrote (the workspace quota a
   a change to it shows as its summary changing;
 - a file with several names (hard links) is shown in full under the first name the walk meets
   and summarised under the others: its bytes are counted, read and diffed once;
-- before git diffs anything, the text it would compare is counted from the trees; past
-  ``DIFF_TOTAL_BYTES`` the diff is not made and the step is an error naming that limit;
+- before git diffs anything, the text it would compare and the path of every changed entry
+  (git holds them all at once) are counted from git's listing of the changes, read as it
+  streams, never whole; past ``DIFF_TOTAL_BYTES`` git is stopped, the diff is not made and the
+  step is an error naming that limit (96,000 empty files under 4 KB paths once took the
+  runner to 1.25 GiB with the listing read whole);
 - git runs under an address-space cap (``GIT_MEMORY``, rlimit through ``prlimit``), and the
   whole step under a time budget (``DIFF_SECONDS``): past either, an error naming it.
 
@@ -52,7 +55,7 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,9 +76,13 @@ _NUL_SHOWN = "\u2400".encode()  # ␀
 # The bounds (see the module docstring). A file over either of the first two is summarised.
 DIFF_FILE_BYTES = 4 << 20
 DIFF_FILE_LINES = 100_000
-DIFF_TOTAL_BYTES = 64 << 20  # text git may compare in one diff (the default cap shows 1 MiB)
+DIFF_TOTAL_BYTES = 64 << 20  # text and paths git may compare in one diff (1 MiB is shown)
 DIFF_SECONDS = 60.0  # a snapshot and git's diffs, together
-GIT_MEMORY = 1 << 30  # git's address space
+# git's address space: it holds the whole listing of changes (a path twice, ~200 bytes more an
+# entry) before it writes a byte of it, so this bounds it where no count of ours can (96,000
+# files under 4 KB paths took it to 0.78 GiB). A diff within DIFF_TOTAL_BYTES needs far less:
+# the listing's paths, then one file pair at a time (DIFF_FILE_BYTES, DIFF_FILE_LINES).
+GIT_MEMORY = 512 << 20
 _MAX_IGNORE_FILE = 1 << 20
 _FLAT_INDEX = b".gradebox-folders"
 _FLAT_HEADER = (
@@ -541,11 +548,16 @@ class Baseline:
         try:
             after = self._snapshot()
             pairs = [(self._before[kind], after[kind]) for kind in ("work", "git")]
-            compared = sum(self._to_compare(old, new) for old, new in pairs)
-            if compared > DIFF_TOTAL_BYTES:
+            listing = _Listing(self._objects.text_bytes, DIFF_TOTAL_BYTES)
+            for old, new in [*pairs, (self._before["ignored"], after["ignored"])]:
+                if old != new and not listing.over:
+                    args = ["diff-tree", "-r", "-z", "--raw", "--no-renames", old, new]
+                    self._run(args, listing.feed)
+            if listing.over:
                 raise WorkspaceError(
-                    f"file_changes: the changed text to diff is {compared:,} bytes, past the "
-                    f"limit of {DIFF_TOTAL_BYTES:,} bytes a diff may compare; not diffed"
+                    f"file_changes: the changed text and paths to diff are over "
+                    f"{listing.count:,} bytes, past the limit of {DIFF_TOTAL_BYTES:,} bytes a "
+                    "diff may compare; not diffed"
                 )
             head = bytearray()
             total = 0
@@ -560,28 +572,27 @@ class Baseline:
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
         return _cut(bytes(head), total, cap)
 
-    def _to_compare(self, old: str, new: str) -> int:
-        """The bytes of text git would read to diff tree ``old`` against ``new``: the sizes
-        of both sides of every changed file it diffs line by line (from git's list of the
-        changed entries, which reads no file; stand-ins and summaries are a line each)."""
-        listed = bytearray()
-        self._stream(["diff-tree", "-r", "-z", "--raw", "--no-renames", old, new], listed,
-                     0, 1 << 62)  # fmt: skip
-        sizes = self._objects.text_bytes
-        count = 0
-        # -z --no-renames: ":MODE MODE OLD NEW STATUS" NUL "PATH" NUL, entry after entry (a
-        # path is never read as an entry, whatever it looks like).
-        for record in bytes(listed).split(b"\0")[0::2]:
-            fields = record.split(b" ")
-            if len(fields) == 5:
-                count += sizes.get(fields[2].decode(), 0) + sizes.get(fields[3].decode(), 0)
-        return count
-
     def _stream(self, args: list[str], head: bytearray, total: int, cap: int,
                 preamble: bytes = b"") -> int:  # fmt: skip
-        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest. git runs
-        under its memory cap and is killed at the time budget's end."""
+        """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest."""
+        counted = [total]
+
+        def keep(chunk: bytes) -> bool:
+            room = cap + 1 - len(head)
+            if room > 0:
+                head.extend(chunk[:room])
+            counted[0] += len(chunk)
+            return True
+
+        self._run(args, keep, preamble)
+        return counted[0]
+
+    def _run(self, args: list[str], sink: Callable[[bytes], bool], preamble: bytes = b"") -> None:
+        """git's output, chunk by chunk, to ``sink``; when it returns False git is stopped (the
+        caller has what it needs). git runs under its memory cap and is killed at the time
+        budget's end."""
         self._in_time()
+        stopped = False
         with subprocess.Popen(
             _capped(["git", *_GIT_OPTS, f"--git-dir={self.store}", *args]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.store,
@@ -592,15 +603,16 @@ class Baseline:
             timer.start()
             try:
                 for chunk in _chunks(proc.stdout, preamble):
-                    room = cap + 1 - len(head)
-                    if room > 0:
-                        head += chunk[:room]
-                    total += len(chunk)
-                err = proc.stderr.read()
+                    if not sink(chunk):
+                        stopped = True
+                        proc.kill()
+                        break
+                # What git says when it fails is a line or two: more is never read.
+                err = proc.stderr.read(1 << 16)
                 proc.wait()
             finally:
                 timer.cancel()
-        if proc.returncode != 0:
+        if proc.returncode != 0 and not stopped:
             if time.monotonic() >= self._deadline:
                 raise WorkspaceError(_past_time())
             text = err.decode(errors="replace")
@@ -611,10 +623,52 @@ class Baseline:
                 )
             lines = text.strip().splitlines()
             raise _git_error(f"git diff failed in {self.store}: {lines[-1] if lines else '?'}", err)
-        return total
 
     def discard(self) -> None:
         shutil.rmtree(self.store, ignore_errors=True)
+
+
+class _Listing:
+    """What a diff would compare, counted from git's ``diff-tree -r -z --raw --no-renames`` as
+    it streams: the sizes of both sides of every changed file diffed line by line (stand-ins
+    and summaries are a line each) and the path of every changed entry, which git holds (and
+    shows) whatever the content. Only one entry's bytes are kept at a time.
+
+    ``-z --no-renames``: ``:MODE MODE OLD NEW STATUS`` NUL ``PATH`` NUL, entry after entry, so a
+    path is never read as an entry, whatever it looks like."""
+
+    def __init__(self, sizes: dict[str, int], limit: int) -> None:
+        self.sizes, self.limit = sizes, limit
+        self.count = 0
+        self._carry = b""  # the part of a field whose NUL has not come yet
+        self._entry: bytes | None = None  # the entry whose path comes next
+
+    @property
+    def over(self) -> bool:
+        return self.count > self.limit
+
+    def feed(self, chunk: bytes) -> bool:
+        """Count ``chunk``; False once past the limit (git need not go on)."""
+        fields = (self._carry + chunk).split(b"\0")
+        self._carry = fields.pop()
+        for field_ in fields:
+            if self._entry is None:
+                self._entry = field_
+                continue
+            self.count += len(field_) + self._text_of(self._entry)
+            self._entry = None
+        # A field with no end yet counts too: no path grows the carry unseen.
+        return self.count + len(self._carry) <= self.limit or self._stop()
+
+    def _stop(self) -> bool:
+        self.count += len(self._carry)
+        return False
+
+    def _text_of(self, entry: bytes) -> int:
+        parts = entry.split(b" ")
+        if len(parts) != 5:
+            return 0
+        return self.sizes.get(parts[2].decode(), 0) + self.sizes.get(parts[3].decode(), 0)
 
 
 def _past_time() -> str:
