@@ -567,3 +567,19 @@ def test_the_key_still_reaches_its_own_endpoint(kind):
         done = _hub(target, use_cache=False).complete(target, [{"role": "user", "content": "q"}])
     assert done.text == "fine"
     assert KEY in " ".join(fake.headers[0].values())
+
+
+def test_the_graders_proxy_has_the_same_bounds():
+    """A script grader's model proxy calls through the same hub: a trickled reply ends at
+    the timeout there too, as a 502 with the one-line reason."""
+    from gradebox.llm.proxy import TargetProxy
+
+    with Scripted(_trickle("openai", "body")) as server:
+        target = _target("openai", _base("openai", server.origin), timeout=1.0)
+        proxy = TargetProxy(_hub(target, use_cache=False), target, max_calls=5)
+        started = time.monotonic()
+        status, answer = proxy.invoke({"question": "q"})
+        took = time.monotonic() - started
+        proxy.close()
+    assert (status, took < 3.0) == (502, True), (status, took, answer)
+    assert "1 s timeout" in answer["error"] and len(server.requests) == 1
