@@ -249,6 +249,7 @@ SECRETS = {
     ".git/worktrees/feature/config.worktree": "SECRET-WORKTREE-CONFIG",
     "lib/.git": "gitdir: ../.git/modules/lib SECRET-SUBMODULE-GITFILE",
     "nested/.git/config": "SECRET-NESTED-REPO-CONFIG",
+    "svc/.env/keys": "SECRET-ENV-FOLDER",  # a folder of keys, masked whole
 }
 ORDINARY = {
     "cfg/settings.toml": "ORDINARY-NESTED",
