@@ -29,6 +29,7 @@ __all__ = [
     "Folder",
     "QuotaPassed",
     "chown_tree",
+    "copy_file",
     "copy_tree",
     "normalise_sub_path",
     "remove_tree",
@@ -340,13 +341,28 @@ def _copy_entry(src: int, name: bytes, st: os.stat_result, out: int, merge: bool
     return True
 
 
-def _copy_file(src: int, name: bytes, out: int, mode: int) -> None:
+def copy_file(source: Path, dest: Path, mode: int) -> None:
+    """Copy the regular file ``source`` to ``dest`` (made, with ``mode``): a link as its last
+    name is not followed, and what is not a regular file (a FIFO swapped in since it was
+    checked) is never read, ``OSError`` instead."""
+    src = os.open(source.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        out = os.open(dest.parent, _DIR_FLAGS)
+        try:
+            _copy_file(src, os.fsencode(source.name), out, mode, os.fsencode(dest.name))
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
+
+
+def _copy_file(src: int, name: bytes, out: int, mode: int, as_name: bytes | None = None) -> None:
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file any more", os.fsdecode(name))
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        dst = os.open(name, flags, 0o600, dir_fd=out)
+        dst = os.open(as_name or name, flags, 0o600, dir_fd=out)
         try:
             # sendfile moves the bytes in the kernel; a quota'd destination ends it with
             # ENOSPC, which the caller reports.

@@ -158,3 +158,21 @@ def test_a_helper_file_itself_special_is_refused(tmp_path, kind):
     (a,) = load_suite(suite).graders()
     with pytest.raises(ConfigError, match=f"files.0: 'helpers/{name}' (is a|leads out)"):
         check_grader_files(a.grader, file=a.file, field=a.field, line=a.line)
+
+
+def test_a_named_file_closed_to_the_container_is_copied_by_the_door(tmp_path):
+    """A script the container user could not read is copied (by descriptor: a FIFO swapped
+    in under its name is an error at once, never a read that waits)."""
+    from gradebox.fstree import copy_file
+    from gradebox.graders.run import source_mounts
+
+    write(tmp_path / "p" / "check.py", "print('{}')\n").chmod(0o600)
+    (tmp_path / "scratch").mkdir()
+    (mount,) = source_mounts(tmp_path / "p", ["check.py"], "65534:65534", tmp_path / "scratch")
+    assert mount.source != tmp_path / "p" / "check.py" and mount.target == "/grader/check.py"
+    assert mount.source.read_text() == "print('{}')\n" and mount.source.stat().st_mode & 0o004
+    os.mkfifo(tmp_path / "p" / "fifo")
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        copy_file(tmp_path / "p" / "fifo", tmp_path / "scratch" / "fifo-copy", 0o644)
+    assert time.monotonic() - started < 5

@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import shutil
 import stat
 from pathlib import Path, PurePosixPath
 
 from .. import _pathnames
 from ..errors import ConfigError
-from ..fstree import copy_tree, walk_folders
+from ..fstree import copy_file, copy_tree, walk_folders
 from ..images.catalog import DEFAULT_IMAGE
 from ..json_bounds import digest
 from ..sandbox.base import Mount
@@ -518,8 +517,8 @@ def source_mounts(
             host = (source_dir / folder).resolve()
             if any(folder.startswith(f"{c}/") for c in covered) or not _enterable(host, user):
                 continue
-            # As exec's current folder: a .env or .git/config anywhere below is masked, and a
-            # folder too big to look through is not mounted whole.
+            # As exec's current folder: a .env or a repository's config anywhere below is
+            # masked, and a folder too big to look through is not mounted whole.
             try:
                 masks = masked_secrets(host, container_path(folder), scratch)
             except Refused as exc:  # checked by `validate`/`run` first; `grade` meets it here
@@ -534,8 +533,7 @@ def source_mounts(
         if path.stat().st_mode & 0o004 == 0:
             copy = scratch / "grader" / rel.replace("../", "_up_/")
             copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, copy)
-            copy.chmod(0o755 if os.access(path, os.X_OK) else 0o644)
+            copy_file(path, copy, 0o755 if os.access(path, os.X_OK) else 0o644)
             path = copy
         mounts.append(Mount(path.resolve(), container_path(rel), read_only=True))
     return mounts
