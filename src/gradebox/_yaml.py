@@ -20,6 +20,8 @@ those limits and the line of each key, so no second parse is needed for line num
 from __future__ import annotations
 
 import gc
+import os
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +39,7 @@ from yaml.events import (
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
+from . import untrusted
 from .errors import ConfigError, ConfigErrors
 
 __all__ = [
@@ -364,14 +367,8 @@ class _Lines(dict[tuple[str, ...], int]):
 def load_yaml_file(path: Path, raw: bytes | None = None) -> tuple[Any, LineMap]:
     """Parse ``path`` (YAML or JSON) within our limits; also a map from key paths to lines.
     ``raw``: its bytes, already read (what is validated is then exactly what was read)."""
-    try:
-        if raw is None:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    if raw is None:
+        raw = _read(path)
     if len(raw) > MAX_FILE_BYTES:
         raise ConfigError(f"larger than {MAX_FILE_BYTES >> 20} MiB: refused", file=str(path))
     try:
@@ -410,6 +407,26 @@ def load_yaml_file(path: Path, raw: bytes | None = None) -> tuple[Any, LineMap]:
         if collecting:
             gc.enable()
     return data, _Lines(None if node is None else node._gb)
+
+
+def _read(path: Path) -> bytes:
+    """At most ``MAX_FILE_BYTES + 1`` bytes of ``path``, through the door: a regular file only
+    (a FIFO there hung the loader in ``open``, ``/dev/zero`` was read to the cap)."""
+    raw = untrusted.read_regular(path, MAX_FILE_BYTES)
+    if raw is not None:
+        return raw
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    kind = untrusted.file_kind(st.st_mode)
+    if kind is not None or stat.S_ISDIR(st.st_mode):
+        what = kind or "a folder"
+        raise ConfigError(f"not a regular file ({what}): refused unread", file=str(path))
+    why = "permission denied" if not os.access(path, os.R_OK) else "it changed as it was read"
+    raise ConfigError(f"cannot read: {why}", file=str(path))
 
 
 def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:

@@ -195,3 +195,54 @@ def test_a_date_no_calendar_has_is_its_text_too(tmp_path, value):
     wrong."""
     data, _ = load_yaml_file(write(tmp_path / "d.yaml", f"a: 1\nb: [{value}]\n"))
     assert data["b"] == [value]
+
+
+_LOAD = """
+import sys
+from pathlib import Path
+from gradebox._yaml import load_yaml_file
+from gradebox.errors import ConfigError
+try:
+    load_yaml_file(Path(sys.argv[1]))
+    print("loaded")
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-fifo", "dev-zero", "folder"])
+def test_a_yaml_file_that_is_no_regular_file_is_refused_unopened(tmp_path, kind):
+    """A suite (or grader, targets, cases) file that is a FIFO hung the loader in open();
+    /dev/zero was read to the size cap. Only a regular file is read: anything else is a
+    one-line error naming it. (In a fresh interpreter, so a hang is a timeout, not a stuck
+    test run.)"""
+    import os
+
+    path = tmp_path / "suite.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-to-fifo":
+        os.mkfifo(tmp_path / "pipe")
+        path.symlink_to(tmp_path / "pipe")
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    p = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    (line,) = p.stdout.splitlines()
+    assert line.startswith(f"{path}: ") and "not a regular file" in line, line
+
+
+def test_control_a_link_to_a_regular_yaml_file_loads(tmp_path):
+    write(tmp_path / "real.yaml", "a: 1\n")
+    (tmp_path / "suite.yaml").symlink_to(tmp_path / "real.yaml")
+    assert load_yaml_file(tmp_path / "suite.yaml")[0] == {"a": 1}
+    with pytest.raises(ConfigError, match="file not found"):
+        load_yaml_file(tmp_path / "missing.yaml")
