@@ -276,8 +276,8 @@ class TooMany(ValueError):
 class Holdings:
     """What ``look_through`` found to keep from a grader, as paths below the folder:
     ``masked`` files and ``masked_folders`` to cover with an empty one where the folder is
-    mounted, and ``secrets``, each ``.env`` and repository (``.git``) at any depth (a folder
-    that is copied or hashed is refused when it holds one)."""
+    mounted, and ``secrets``, each ``.env`` and repository (a ``.git`` folder) at any depth
+    (a folder that is copied or hashed is refused when it holds one)."""
 
     __slots__ = ("masked", "masked_folders", "secrets")
 
@@ -355,7 +355,8 @@ def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> H
                 if stat.S_ISLNK(st.st_mode) and target is None:
                     continue  # out of the folder, or nothing: resolved in the container
                 if secret_name(name) or (name == ".git" and not in_git):
-                    held.secrets.append(path)
+                    if is_dir or name != ".git":  # a submodule's .git file: a pointer, masked
+                        held.secrets.append(path)
                     if is_dir and (secret_name(name) or target is not None):
                         held.masked_folders.add(keep)  # whole: nothing in it is looked at
                         _prune(here, raw)

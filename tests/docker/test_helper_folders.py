@@ -47,15 +47,21 @@ print(json.dumps({"pass": True, "score": 1.0, "reason": "HELPER-" + " ".join(sai
 # -- running a command as a user would, with a hang detector ---------------------------------
 
 
-def gbx(engine, args: list[object], *, cwd: Path, stdin: bytes = b"",
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+def gbx(
+    engine, args: list[object], *, cwd: Path, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``gradebox ARGS`` in its own process group; killed whole (SIGKILL: the hang once
     ignored SIGTERM) and failed if it is still running after ``HANG`` seconds."""
     env = {**(env or base_env()), "PYTHONPATH": SOURCE}  # the gradebox this test imported
     proc = subprocess.Popen(
-        [GRADEBOX, *map(str, args)], cwd=cwd, env=env, start_new_session=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [GRADEBOX, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out, err = proc.communicate(stdin, timeout=HANG)
     except subprocess.TimeoutExpired:
@@ -135,8 +141,7 @@ GRADER = "{type: script, command: [python3, graders/check.py], files: [helpers]}
 
 def run_suite_cli(engine, root: Path, backend: str) -> subprocess.CompletedProcess:
     write(root / "suite.yaml", f"tests:\n  - id: t\n    output: hi\n    assert: [{GRADER}]\n")
-    return gbx(engine, ["run", "suite.yaml", "--out", root / "out", "--sandbox", backend],
-               cwd=root)  # fmt: skip
+    return gbx(engine, ["run", "suite.yaml", "--out", root / "out", "--sandbox", backend], cwd=root)
 
 
 def grade_cli(engine, root: Path, backend: str) -> subprocess.CompletedProcess:
@@ -155,8 +160,9 @@ COMMANDS = {"run": run_suite_cli, "grade": grade_cli}
 @pytest.mark.parametrize(
     ("command", "place"), [(c, p) for c, places in PLACES.items() for p in places]
 )
-def test_a_special_file_in_a_grader_folder_is_refused_at_once(tmp_path, engine, backend, kind,
-                                                              command, place):  # fmt: skip
+def test_a_special_file_in_a_grader_folder_is_refused_at_once(
+    tmp_path, engine, backend, kind, command, place
+):
     root = pack(tmp_path / "p")
     name = plant(root / place, kind)
     p = COMMANDS[command](engine, root, backend)
@@ -177,15 +183,17 @@ def test_a_grader_with_ordinary_helper_files_passes(tmp_path, engine, backend, c
 
 
 def exec_cli(engine, here: Path, backend: str) -> subprocess.CompletedProcess:
-    return gbx(engine, ["exec", "--sandbox", backend, "--", "python3", "check.py"], cwd=here,
-               stdin=b"{}")  # fmt: skip
+    return gbx(
+        engine, ["exec", "--sandbox", backend, "--", "python3", "check.py"], cwd=here, stdin=b"{}"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("place", [".", "sub"])
-def test_a_special_file_in_execs_current_folder_is_refused_at_once(tmp_path, engine, backend,
-                                                                   kind, place):  # fmt: skip
+def test_a_special_file_in_execs_current_folder_is_refused_at_once(
+    tmp_path, engine, backend, kind, place
+):
     here = tmp_path / "here"
     write(here / "check.py", PASS)
     write(here / "ok.txt", "BESIDE")
@@ -212,8 +220,10 @@ def test_assert_mounts_its_grader_alone_and_ends(tmp_path, engine, backend, kind
     """``assert`` mounts the grader's file alone (its folder holds the project's other
     graders): what lies beside it is never read, and the grader still runs."""
     root = tmp_path / "p"
-    write(root / ".gradebox" / "graders" / "check.py", PASS.replace(
-        '__file__.rsplit("/", 1)[0] + "/ok.txt"', '"/dev/null"'))  # fmt: skip
+    write(
+        root / ".gradebox" / "graders" / "check.py",
+        PASS.replace('__file__.rsplit("/", 1)[0] + "/ok.txt"', '"/dev/null"'),
+    )
     plant(root / ".gradebox" / "graders", kind)
     plant(root / ".gradebox" / "graders" / "sub", kind)
     p = gbx(engine, ["assert", "check", "--agent-output", "hi", "--sandbox", backend], cwd=root)
@@ -277,8 +287,9 @@ def everything_under(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exec_from_a_checkout_with_submodules_and_worktrees_reads_no_config(tmp_path, engine,
-                                                                             backend):  # fmt: skip
+def test_exec_from_a_checkout_with_submodules_and_worktrees_reads_no_config(
+    tmp_path, engine, backend
+):
     here = checkout(tmp_path / "checkout")
     p = exec_cli(engine, here, backend)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -302,11 +313,26 @@ def test_grade_masks_every_key_below_the_graders_folder(tmp_path, engine, backen
 def test_run_masks_every_key_below_the_graders_folder(tmp_path, engine, backend):
     root = tmp_path / "p"
     checkout(root / "graders")
-    write(root / "suite.yaml", "tests:\n  - id: t\n    output: hi\n    assert: "
-          "[{type: script, command: [python3, graders/check.py]}]\n")  # fmt: skip
+    write(
+        root / "suite.yaml",
+        "tests:\n  - id: t\n    output: hi\n    assert: "
+        "[{type: script, command: [python3, graders/check.py]}]\n",
+    )
     out = tmp_path / "out"
-    p = gbx(engine, ["run", "suite.yaml", "--out", out, "--junit", tmp_path / "junit.xml",
-                     "--sandbox", backend], cwd=root)  # fmt: skip
+    p = gbx(
+        engine,
+        [
+            "run",
+            "suite.yaml",
+            "--out",
+            out,
+            "--junit",
+            tmp_path / "junit.xml",
+            "--sandbox",
+            backend,
+        ],
+        cwd=root,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     written = everything_under(out) + (tmp_path / "junit.xml").read_text()
     assert leaked(p.stdout, p.stderr, written) == []
@@ -323,3 +349,23 @@ def test_a_helper_folder_holding_a_key_below_its_top_is_refused(tmp_path, engine
     p = run_suite_cli(engine, root, backend)
     assert p.returncode == 2 and "helpers/sub/cfg/.env" in p.stderr, p.stdout + p.stderr
     assert "SECRET-HELPER-ENV" not in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_helper_folder_that_is_a_submodule_runs_with_its_git_file_masked(
+    tmp_path, engine, backend
+):
+    """A vendored submodule as a helper folder (copied: it is 0700): its ``.git`` file, a
+    pointer, is masked rather than refused; its code is read."""
+    root = pack(tmp_path / "p")
+    write(root / "helpers" / "lib" / ".git", "gitdir: ../../.git/modules/lib SECRET-GITFILE\n")
+    write(
+        root / "graders" / "check.py",
+        PASS.replace(
+            '"/grader/helpers/ok.txt").read().strip())',
+            '"/grader/helpers/ok.txt").read().strip() + open("/grader/helpers/lib/.git").read())',
+        ),
+    )
+    p = grade_cli(engine, root, backend)
+    assert p.returncode == 0 and "HELPER-BESIDE IN-HELPERS" in p.stdout, p.stdout + p.stderr
+    assert "SECRET-GITFILE" not in p.stdout + p.stderr

@@ -20,12 +20,25 @@ from tests.conftest import write
 
 
 def checkout(root: Path) -> Path:
-    for rel in ("cfg/.env", "cfg/deep/.env.production", ".git/config", ".git/config.worktree",
-                ".git/HEAD", ".git/modules/lib/config", ".git/modules/lib/HEAD",
-                ".git/modules/vendor/deep/config", ".git/modules/lib/modules/inner/config",
-                ".git/worktrees/feature/config.worktree", ".git/worktrees/feature/HEAD",
-                "lib/.git", "lib/code.py", "nested/.git/config", "cfg/settings.toml",
-                ".env.d/.keep", "keys/real.txt"):  # fmt: skip
+    for rel in (
+        "cfg/.env",
+        "cfg/deep/.env.production",
+        ".git/config",
+        ".git/config.worktree",
+        ".git/HEAD",
+        ".git/modules/lib/config",
+        ".git/modules/lib/HEAD",
+        ".git/modules/vendor/deep/config",
+        ".git/modules/lib/modules/inner/config",
+        ".git/worktrees/feature/config.worktree",
+        ".git/worktrees/feature/HEAD",
+        "lib/.git",
+        "lib/code.py",
+        "nested/.git/config",
+        "cfg/settings.toml",
+        ".env.d/.keep",
+        "keys/real.txt",
+    ):
         write(root / rel, "x")
     write(root / ".git" / "objects" / "ab" / "config", "an object, not looked at")
     os.symlink("../keys/real.txt", root / "cfg" / ".env.local")  # a key under another name
@@ -35,13 +48,21 @@ def checkout(root: Path) -> Path:
 def test_every_key_below_the_top_is_masked_and_nothing_else(tmp_path):
     held = look_through(checkout(tmp_path / "c"), 1000)
     assert held.masked == {
-        "cfg/.env", "cfg/deep/.env.production", ".git/config", ".git/config.worktree",
-        ".git/modules/lib/config", ".git/modules/vendor/deep/config",
-        ".git/modules/lib/modules/inner/config", ".git/worktrees/feature/config.worktree",
-        "lib/.git", "nested/.git/config", "keys/real.txt",
-    }  # fmt: skip
+        "cfg/.env",
+        "cfg/deep/.env.production",
+        ".git/config",
+        ".git/config.worktree",
+        ".git/modules/lib/config",
+        ".git/modules/vendor/deep/config",
+        ".git/modules/lib/modules/inner/config",
+        ".git/worktrees/feature/config.worktree",
+        "lib/.git",
+        "nested/.git/config",
+        "keys/real.txt",
+    }
     assert held.masked_folders == {".env.d"}  # a folder of .env.* whole
-    assert {".git", "lib/.git", "nested/.git", "cfg/.env"} <= set(held.secrets)
+    assert {".git", "nested/.git", "cfg/.env"} <= set(held.secrets)
+    assert "lib/.git" not in held.secrets  # a submodule's pointer: masked, not refused
 
 
 def test_a_folder_named_env_is_masked_whole(tmp_path):

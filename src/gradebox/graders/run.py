@@ -391,6 +391,8 @@ def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mo
             copy_tree(host, copy, (int(uid), int(gid or uid)))
             host = copy
         mounts.append(Mount(host, target, read_only=True))
+        if host.is_dir():  # what the one rule masks (a submodule's .git file): as any folder
+            mounts += masked_secrets(host, target, scratch) or []
     return mounts
 
 
