@@ -101,7 +101,12 @@ BLANK = [
 
 
 @pytest.mark.parametrize(
-    "vars_", ["{first: '', query: '', tool: '', skill: '', variant: '', answer: ''}", "{}"]
+    "vars_",
+    [
+        "{first: '', query: '', tool: '', skill: '', variant: '', answer: ''}",
+        "{first: ' ', query: ' ', tool: '  ', skill: ' ', variant: ' ', answer: \"\\t\"}",
+        "{}",
+    ],
 )
 @pytest.mark.parametrize(("entry", "run"), BLANK)
 def test_a_trace_check_whose_var_renders_to_nothing_is_refused(tmp_path, vars_, entry, run):

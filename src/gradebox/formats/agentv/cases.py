@@ -637,10 +637,12 @@ def build_test(
 
 def _blank_refs(value: Any, variables: dict[str, Any]) -> Iterator[str]:
     """The ``{{ name }}`` placeholders in ``value`` that render to nothing (missing, or an
-    empty value)."""
+    empty or blank value: ``\\b{{ answer }}\\b`` with ``answer: " "`` is ``\\b \\b``)."""
     if isinstance(value, str):
         for m in _VAR.finditer(value):
-            if not m.group(1).startswith("env.") and _lookup(variables, m.group(1)) in (None, ""):
+            found = None if m.group(1).startswith("env.") else _lookup(variables, m.group(1))
+            blank = found is None or isinstance(found, str) and not found.strip()
+            if not m.group(1).startswith("env.") and blank:
                 yield m.group(1)
     elif isinstance(value, list | dict):
         for v in value.values() if isinstance(value, dict) else value:
