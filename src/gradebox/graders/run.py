@@ -216,11 +216,11 @@ def check_grader_files(
                 )  # fmt: skip
     for i, rel, folder in mounted_folders(grader):
         try:
-            look_through(folder, SECRET_SCAN_LIMIT)  # as source_mounts will
-        except TooMany:
-            pass  # not mounted whole
-        except Refused as exc:
-            raise ConfigError(special(rel, exc), file=file, line=line, field=where(i)) from None
+            refused = _refused_in(str(folder), folder.stat().st_mtime_ns)
+        except OSError:
+            continue  # gone: source_mounts says so
+        if refused is not None:
+            raise ConfigError(special(rel, refused), file=file, line=line, field=where(i))
     for i in named_script_paths(argv):
         arg = argv[i]
         bases = [grader.source_dir, *also_in] if grader.source_dir else list(also_in)
@@ -243,6 +243,19 @@ def special(rel: str, exc: Refused) -> str:
     """``look_through``'s refusal of an entry of the folder ``rel`` (relative to the grader's
     file), naming the entry the same way, in one line."""
     return f"{os.path.normpath(os.path.join(rel, exc.entry))!r} {exc.why}"
+
+
+@functools.lru_cache(maxsize=256)
+def _refused_in(folder: str, mtime_ns: int) -> Refused | None:
+    """What ``source_mounts`` will refuse in ``folder``, looked at once however many tests
+    share the folder (keyed by its mtime too; each run looks again as it mounts it)."""
+    try:
+        look_through(folder, SECRET_SCAN_LIMIT)
+    except TooMany:
+        return None  # not mounted whole
+    except Refused as exc:
+        return exc
+    return None
 
 
 def mounted_folders(grader: GraderConfig) -> list[tuple[int, str, Path]]:
