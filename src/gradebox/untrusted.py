@@ -79,28 +79,13 @@ def private(st: os.stat_result) -> bool:
 
 def trusted(path: Path) -> bool:
     """Whether a file found by walking up from a suite (configuration, or code such as a
-    custom assertion) is the project's to run or read: a regular file, not a link, owned by
-    us or by root, that not every user may write, in a folder owned by us or by root that not
-    every user may write (unless sticky, as ``/tmp`` is). The walk passes shared folders
-    (``/tmp``, ``/home``): a ``/tmp/.gradebox/targets.yaml`` or ``/tmp/.env`` that another
-    local user made is not the suite's project, nor is a link there to a file of ours (whose
-    text the agent may have written), nor a file of ours in a folder of theirs (they could
-    swap it between this check and its read)."""
-    ours = (os.geteuid(), 0)
-    try:
-        st = os.lstat(path)
-        link = os.lstat(path.parent)  # a link to a folder is as trusted as its maker
-        folder = os.stat(path.parent)
-    except OSError:
-        return False
-    return (
-        link.st_uid in ours
-        and stat.S_ISREG(st.st_mode)
-        and st.st_uid in ours
-        and not st.st_mode & 0o002
-        and folder.st_uid in ours
-        and (not folder.st_mode & 0o002 or bool(folder.st_mode & stat.S_ISVTX))
-    )
+    custom assertion) is the project's to run or read: ``unshared_file`` finds no reason
+    another local user could have written it. The walk passes shared folders (``/tmp``,
+    ``/home``): a ``/tmp/.gradebox/targets.yaml`` or ``/tmp/.env`` that another local user
+    made is not the suite's project, nor is a link there to a file of ours (whose text the
+    agent may have written), nor a file of ours in a folder of theirs (they could swap it
+    between this check and its read)."""
+    return unshared_file(path) is None
 
 
 def unshared(path: Path | str) -> str | None:
@@ -469,16 +454,18 @@ __all__ += ["open_regular"]
 
 def unshared_file(path: Path) -> str | None:
     """Why another local user could have written the file ``path``, or could swap it, in
-    words; None when it is ``trusted`` (ours or root's, not a link, in a folder ours or root's
-    that not every user may write, unless sticky) and neither it nor its folder (unless
-    sticky) may be written by a group but our own (as ``unshared``: a umask of 002 makes ours
-    writable by our own group). Missing is a reason too: the caller asks ``os.path.lexists``
-    first when "none" is an answer.
+    words; None when only we and root could: a regular file, not a link, ours or root's, in a
+    folder ours or root's (reached through no link of another's); neither may be written by
+    every user (the folder may, when sticky, as ``/tmp`` is), nor by a group but our own (a
+    umask of 002 makes ours writable by our own group). Missing is a reason too: the caller
+    asks ``os.path.lexists`` first when "none" is an answer.
 
-    The rule for a record read by name that decides what runs (the image lock pins the image
-    every grader runs on): ``trusted`` passes a file a group of others may rewrite."""
+    The one rule for configuration and code found by name (``trusted``) and for a record
+    that decides what runs (the image lock pins the image every grader runs on)."""
+    ours = (os.geteuid(), 0)
     try:
         st = os.lstat(path)
+        link = os.lstat(path.parent)  # a link to a folder is as trusted as its maker
         folder = os.stat(path.parent)
     except OSError as exc:
         return (exc.strerror or str(exc)).lower()
@@ -486,16 +473,16 @@ def unshared_file(path: Path) -> str | None:
         return "it is a link"
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
-    if not trusted(path):
-        return (
-            f"it is owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}; its folder by "
-            f"uid {folder.st_uid}, mode {stat.S_IMODE(folder.st_mode):o}"
-        )
+    if st.st_uid not in ours or link.st_uid not in ours or folder.st_uid not in ours:
+        return f"it is owned by uid {st.st_uid}, its folder by uid {folder.st_uid}"
     for what, seen in (("it", st), ("its folder", folder)):
         own_group = seen.st_uid == os.geteuid() and seen.st_gid == os.getegid()
         sticky = what != "it" and seen.st_mode & stat.S_ISVTX
+        mode = stat.S_IMODE(seen.st_mode)
+        if seen.st_mode & 0o002 and not sticky:
+            return f"{what} may be written by every user (mode {mode:o})"
         if seen.st_mode & 0o020 and not own_group and not sticky:
-            return f"{what} may be written by group {seen.st_gid}"
+            return f"{what} may be written by group {seen.st_gid} (mode {mode:o})"
     return None
 
 
