@@ -342,3 +342,23 @@ def test_the_plain_options_are_read_as_typer_reads_them():
     assert opts is not None
     got = (opts.file, opts.input, opts.workspace, opts.sandbox, opts.allow, opts.locked)
     assert got == ("g.yaml", "-", "ws", "oci", ["network", "root"], False) and opts.as_json
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-big"])
+def test_a_payload_that_is_no_regular_file_or_too_large_is_one_line(tmp_path, kind, monkeypatch):
+    """``grade --input`` names a FIFO (it hung), /dev/zero (it filled memory) or a file over
+    the cap: one ConfigError naming it, read no further."""
+    from gradebox.cli import grade_lean
+    from gradebox.errors import ConfigError
+
+    path = tmp_path / "payload.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        monkeypatch.setattr(grade_lean, "PAYLOAD_CAP", 10)
+        path.write_text('{"output": "more than ten bytes"}')
+    with pytest.raises(ConfigError, match="cannot read payload") as err:
+        grade_lean.read_payload(str(path))
+    assert str(path) in str(err.value)

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from .. import settings
-from ..untrusted import read_within
+from ..untrusted import read_file, read_within
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -339,9 +339,11 @@ def read_payload(source: str, stdin: bytes | None = None) -> dict[str, Any]:
     name = "<stdin>" if source == "-" else source
     try:
         if source == "-":
-            raw = sys.stdin.buffer.read() if stdin is None else stdin
+            raw = sys.stdin.buffer.read(PAYLOAD_CAP + 1) if stdin is None else stdin
+            if len(raw) > PAYLOAD_CAP:
+                raise OSError(27, f"over {PAYLOAD_CAP >> 20} MiB")
         else:
-            raw = Path(source).read_bytes()
+            raw = read_file(source, PAYLOAD_CAP)  # a FIFO or /dev/zero named: one line
     except OSError as exc:
         raise ConfigError(f"cannot read payload: {exc.strerror or exc}", file=name) from None
     # Bytes, decoded and bounded in one place: binary, UTF-16, deep nesting and lone
@@ -357,4 +359,5 @@ def _read_regular(path: Path) -> bytes | None:
     return read_within(path, GRADER_FILE_CAP)
 
 
+PAYLOAD_CAP = 256 << 20  # as exec's stdin: an answer, its messages and their files
 GRADER_FILE_CAP = 64 << 20  # _yaml.MAX_FILE_BYTES: past it, the full path says it is refused
