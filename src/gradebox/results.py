@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from . import untrusted
 from .errors import ConfigError
 from .jsonl import read_jsonl, read_jsonl_from
 from .protocol import RunSummary, TestResult
@@ -62,7 +63,11 @@ def load_results(path: Path) -> RunResults:
     summary_file = file.with_name("summary.json")
     if summary_file.is_file():
         try:
-            summary = RunSummary.model_validate_json(summary_file.read_bytes())
+            summary = RunSummary.model_validate_json(untrusted.read_file(summary_file))
+        except OSError as exc:  # a FIFO or a device under the name, a file too big
+            raise ConfigError(
+                f"cannot read: {exc.strerror or exc}", file=str(summary_file)
+            ) from None
         except (ValidationError, ValueError) as exc:
             raise ConfigError(
                 f"not a run summary ({str(exc).splitlines()[0]})", file=str(summary_file)

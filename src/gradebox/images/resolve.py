@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import untrusted
 from ..engine import Engine, NotFound
 from ..errors import ImageError
 from .catalog import LABEL_INPUTS, input_hash, qualified, repo
@@ -134,7 +135,7 @@ class ImageResolver:
             )
         if not dockerfile.is_file():
             raise ImageError(f"image.build: {dockerfile} does not exist")
-        digest = input_hash(context, dockerfile.read_text(errors="replace"))
+        digest = input_hash(context, untrusted.read_file(dockerfile).decode(errors="replace"))
         tag = f"{repo()}-local/{digest[7:23]}:latest"
         try:
             info = self.engine.image(tag)

@@ -91,7 +91,11 @@ def dotenv(start: Path) -> dict[str, str]:
         env = directory / ".env"
         if not owned(env):  # (also: not there) another local user's /tmp/.env is not ours
             continue
-        for line in env.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            text = untrusted.read_file(env).decode(errors="replace")
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(env)) from None
+        for line in text.splitlines():
             key, sep, value = line.strip().removeprefix("export ").partition("=")
             if sep and key and not key.startswith("#"):
                 found.setdefault(key.strip(), value.strip().strip("'\""))
