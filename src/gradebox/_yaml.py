@@ -139,9 +139,11 @@ class _BoundedComposer(Composer):
         if anchor is not None and anchor in self.anchors:
             first = _line(self.anchors[anchor])
             raise yaml.composer.ComposerError(
-                None, None, f"a second anchor &{anchor} (the first is on line {first})",
+                None,
+                None,
+                f"a second anchor &{anchor} (the first is on line {first})",
                 event.start_mark,
-            )  # fmt: skip
+            )
         if kind is ScalarEvent:
             return self._scalar(anchor)
         self._depth += 1
@@ -394,8 +396,9 @@ def load_yaml_file(path: Path, raw: bytes | None = None) -> tuple[Any, LineMap]:
         line = source.count(newline, 0, position) + 1
         raise ConfigError(
             f"invalid YAML: character #x{exc.character:04x}: {exc.reason}",
-            file=str(path), line=line,
-        ) from None  # fmt: skip
+            file=str(path),
+            line=line,
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)

@@ -131,9 +131,11 @@ class _Store:
 
     def init(self) -> None:
         proc = subprocess.run(
-            ["git", "init", "-q", "--bare", str(self.path)], capture_output=True,
-            env={**os.environ, **_GIT_ENV}, check=False,
-        )  # fmt: skip
+            ["git", "init", "-q", "--bare", str(self.path)],
+            capture_output=True,
+            env={**os.environ, **_GIT_ENV},
+            check=False,
+        )
         if proc.returncode != 0:
             raise _git_error(
                 f"git init failed in {self.path}: {proc.stderr.decode()[-200:]}", proc.stderr
@@ -145,8 +147,9 @@ class _Store:
         raw = b"%s %d\0%s" % (kind, len(data), data)
         sha = hashlib.sha1(raw).hexdigest()
         try:
-            out = os.open(self._path_of(sha), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                          0o444)  # fmt: skip
+            out = os.open(
+                self._path_of(sha), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444
+            )
         except FileExistsError:
             return sha  # content-addressed: it is there already
         try:
@@ -186,8 +189,9 @@ class _Store:
     def tree(self, entries: list[tuple[bytes, bytes, str]]) -> str:
         """A tree object of ``(name, mode, sha)``, in git's order (a folder sorts as name/)."""
         entries.sort(key=lambda e: e[0] + b"/" if e[1] == b"40000" else e[0])
-        return self.put(b"tree", b"".join(m + b" " + n + b"\0" + bytes.fromhex(s)
-                                          for n, m, s in entries))  # fmt: skip
+        return self.put(
+            b"tree", b"".join(m + b" " + n + b"\0" + bytes.fromhex(s) for n, m, s in entries)
+        )
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -289,7 +293,10 @@ def _sparse_stand_in(fd: int, st: os.stat_result) -> bytes:
         # No SEEK_DATA here: told apart by what any write changes (its ctime).
         digest.update(b"%d %d %d" % (st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
     return b"\0[gradebox: sparse file, %d bytes, %d allocated, data digest %s]\n" % (
-        st.st_size, st.st_blocks * 512, digest.hexdigest().encode())  # fmt: skip
+        st.st_size,
+        st.st_blocks * 512,
+        digest.hexdigest().encode(),
+    )
 
 
 def _shown_path(folder: Folder, name: bytes) -> bytes:
@@ -412,8 +419,9 @@ class Baseline:
             sha, mode = self._blob(folder, name, st, keep=kind != "ignored")
             if node.flat is not None:
                 node.flat.entries.append((self._token(node, name) + b"-" + name, mode, sha))
-                node.flat.index.append(b"file %s %s %s\n" % (
-                    self._token(node, name), node.token or b"-", _quote(name)))  # fmt: skip
+                node.flat.index.append(
+                    b"file %s %s %s\n" % (self._token(node, name), node.token or b"-", _quote(name))
+                )
             else:
                 node.trees[kind].append((name, mode, sha))
 
@@ -427,8 +435,9 @@ class Baseline:
         kind = self._kind_of(parent, folder.name, True)
         if parent.flat is not None:  # below a flattened folder: one more line of its index
             token = self._token(parent, folder.name)
-            parent.flat.index.append(b"folder %s %s %s\n" % (
-                token, parent.token or b"-", _quote(folder.name)))  # fmt: skip
+            parent.flat.index.append(
+                b"folder %s %s %s\n" % (token, parent.token or b"-", _quote(folder.name))
+            )
             return _Node(None, kind, flat=parent.flat, token=token)
         assert parent.rel is not None
         if folder.length > DEEP_PATH or folder.depth > DEEP_FOLDERS:
@@ -496,15 +505,21 @@ class Baseline:
             self._named[key] = _shown_path(folder, name)
         return sha, git_mode
 
-    def _file(self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool,
-              key: tuple[int, int]) -> str:  # fmt: skip
+    def _file(
+        self, dir_fd: int, name: bytes, st: os.stat_result, keep: bool, key: tuple[int, int]
+    ) -> str:
         hit = self._cache.get(key)
         # A file the agent touched has a newer ctime, which nothing it runs can set back.
         if hit and (hit.size, hit.mtime, hit.ctime, hit.keep) == (
-            st.st_size, st.st_mtime_ns, st.st_ctime_ns, keep):  # fmt: skip
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            keep,
+        ):
             return hit.sha
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dir_fd)  # fmt: skip
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
         try:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode):
@@ -564,16 +579,22 @@ class Baseline:
             for old, new in pairs:
                 total = self._stream([*_DIFF, old, new], head, total, cap)
             args = ["diff-tree", "-r", "--name-status", "--no-renames"]
-            total = self._stream([*args, self._before["ignored"], after["ignored"]], head,
-                                 total, cap, preamble=_IGNORED_NOTE)  # fmt: skip
+            total = self._stream(
+                [*args, self._before["ignored"], after["ignored"]],
+                head,
+                total,
+                cap,
+                preamble=_IGNORED_NOTE,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
         return _cut(bytes(head), total, cap)
 
-    def _stream(self, args: list[str], head: bytearray, total: int, cap: int,
-                preamble: bytes = b"") -> int:  # fmt: skip
+    def _stream(
+        self, args: list[str], head: bytearray, total: int, cap: int, preamble: bytes = b""
+    ) -> int:
         """Append git's output to ``head`` up to ``cap + 1`` bytes; count the rest."""
         counted = [total]
 
@@ -595,9 +616,11 @@ class Baseline:
         stopped = False
         with subprocess.Popen(
             _capped(["git", *_GIT_OPTS, f"--git-dir={self.store}", *args]),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.store,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.store,
             env={**os.environ, **_GIT_ENV},
-        ) as proc:  # fmt: skip
+        ) as proc:
             assert proc.stdout is not None and proc.stderr is not None
             timer = threading.Timer(max(0.0, self._deadline - time.monotonic()), proc.kill)
             timer.start()

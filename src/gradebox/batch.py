@@ -159,8 +159,9 @@ def grade_records(
     sink = JsonlWriter(out) if out else None
     own = executor is None
     if executor is None:
-        worker = Worker(box, images, secrets.token_hex(6), grader=grader, workspace=workspace,
-                        threads=workers)  # fmt: skip
+        worker = Worker(
+            box, images, secrets.token_hex(6), grader=grader, workspace=workspace, threads=workers
+        )
         executor = LocalExecutor(worker)
     try:
         for fin in executor.map([GradeJob(n, r) for n, r in todo], workers):
@@ -168,9 +169,14 @@ def grade_records(
             assert isinstance(job, GradeJob)
             result = fin.value
             if result is None:  # a record no one could grade is an error, never a pass
-                result = GraderResult(name=grader.display_name(), type=grader.type,
-                                      status=Status.error, passed=False, score=0.0,
-                                      evidence=fin.error or "not run")  # fmt: skip
+                result = GraderResult(
+                    name=grader.display_name(),
+                    type=grader.type,
+                    status=Status.error,
+                    passed=False,
+                    score=0.0,
+                    evidence=fin.error or "not run",
+                )
             item = graded(job.line, job.record, result)
             item.fingerprint = record_fingerprint(job.record, grader_print)
             done[job.line] = item

@@ -140,9 +140,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def compare_runs(
-    a: dict[str, Outcome], b: dict[str, Outcome], *, seed: int = 0, resamples: int = 2000,
+    a: dict[str, Outcome],
+    b: dict[str, Outcome],
+    *,
+    seed: int = 0,
+    resamples: int = 2000,
     confidence: float = 0.95,
-) -> CompareReport:  # fmt: skip
+) -> CompareReport:
     """Compare the tests both runs have (paired by id)."""
     common = sorted(set(a) & set(b))
     if not common:
@@ -167,29 +171,41 @@ def compare_runs(
     )
     for name in names:
         both = [k for k in common if name in a[k].graders and name in b[k].graders]
-        graders.append(GraderDelta(
-            name, len(both),
-            sum(a[k].graders[name] for k in both) / len(both),
-            sum(b[k].graders[name] for k in both) / len(both),
-        ))  # fmt: skip
+        graders.append(
+            GraderDelta(
+                name,
+                len(both),
+                sum(a[k].graders[name] for k in both) / len(both),
+                sum(b[k].graders[name] for k in both) / len(both),
+            )
+        )
     return CompareReport(
-        tests=n, only_in_a=sorted(set(a) - set(b)), only_in_b=sorted(set(b) - set(a)),
-        pass_rate_a=sum(pa) / n, pass_rate_b=sum(pb) / n,
-        mean_score_a=sum(sa) / n, mean_score_b=sum(sb) / n,
+        tests=n,
+        only_in_a=sorted(set(a) - set(b)),
+        only_in_b=sorted(set(b) - set(a)),
+        pass_rate_a=sum(pa) / n,
+        pass_rate_b=sum(pb) / n,
+        mean_score_a=sum(sa) / n,
+        mean_score_b=sum(sb) / n,
         pass_rate_ci=(_percentile(d_pass, low), _percentile(d_pass, high)),
         mean_score_ci=(_percentile(d_score, low), _percentile(d_score, high)),
-        regressions=regressions, fixes=fixes,
+        regressions=regressions,
+        fixes=fixes,
         p_value=mcnemar_exact(len(regressions), len(fixes)),
-        confidence=confidence, resamples=resamples, seed=seed, graders=graders,
-    )  # fmt: skip
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        graders=graders,
+    )
 
 
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f} pp" if x else "±0 pp"
 
 
-def markdown(report: CompareReport, name_a: str = "A", name_b: str = "B",
-             alpha: float = 0.05) -> str:  # fmt: skip
+def markdown(
+    report: CompareReport, name_a: str = "A", name_b: str = "B", alpha: float = 0.05
+) -> str:
     """A report for a pull-request comment."""
     r = report
     level = int(r.confidence * 100)
@@ -218,8 +234,11 @@ def markdown(report: CompareReport, name_a: str = "A", name_b: str = "B",
         lines += ["", "**fail → pass:** " + ", ".join(f"`{k}`" for k in r.fixes[:50])]
     if r.graders:
         lines += ["", "| grader | tests | A | B | Δ |", "|---|---|---|---|---|"]
-        lines += [f"| {g.name} | {g.tests} | {g.pass_rate_a:.1%} | {g.pass_rate_b:.1%} | "
-                  f"{_pct(g.delta)} |" for g in r.graders]  # fmt: skip
+        lines += [
+            f"| {g.name} | {g.tests} | {g.pass_rate_a:.1%} | {g.pass_rate_b:.1%} | "
+            f"{_pct(g.delta)} |"
+            for g in r.graders
+        ]
     if r.only_in_a or r.only_in_b:
         lines += ["", f"Only in A: {len(r.only_in_a)}; only in B: {len(r.only_in_b)}."]
     lines += ["", f"<sub>bootstrap: {r.resamples} resamples, seed {r.seed}</sub>", ""]

@@ -53,16 +53,35 @@ def _window(history: list[dict[str, Any]], size: int | None) -> list[dict[str, A
     return history[-2 * size :]
 
 
-def _turn_result(name: str, status: Status, score: float, evidence: str,
-                 children: list[GraderResult] | None = None) -> GraderResult:  # fmt: skip
-    return GraderResult(name=name, type="turn", status=status, passed=status is Status.passed,
-                        score=round(score, 6), evidence=evidence,
-                        children=children or [])  # fmt: skip
+def _turn_result(
+    name: str,
+    status: Status,
+    score: float,
+    evidence: str,
+    children: list[GraderResult] | None = None,
+) -> GraderResult:
+    return GraderResult(
+        name=name,
+        type="turn",
+        status=status,
+        passed=status is Status.passed,
+        score=round(score, 6),
+        evidence=evidence,
+        children=children or [],
+    )
 
 
-def _graded(test_run: _TestRun, name: str, assertions: list[Any], ws: Path, *,
-            history: list[dict[str, Any]], system: str | None, output: str,
-            expected: Any = None) -> GraderResult:  # fmt: skip
+def _graded(
+    test_run: _TestRun,
+    name: str,
+    assertions: list[Any],
+    ws: Path,
+    *,
+    history: list[dict[str, Any]],
+    system: str | None,
+    output: str,
+    expected: Any = None,
+) -> GraderResult:
     """One part of the conversation graded as a test of its own."""
     from .graders.transcript import summary_of, trace_of
     from .protocol import TraceSummary
@@ -70,19 +89,27 @@ def _graded(test_run: _TestRun, name: str, assertions: list[Any], ws: Path, *,
     shown = ([{"role": "system", "content": system}] if system else []) + history
     messages = [Message.model_validate(m) for m in shown]
     answer = [Message(role="assistant", content=output)]
-    payload = test_run.payload.model_copy(update={
-        "input": messages, "output": output, "messages": answer,
-        "expected_output": test_run.payload.expected_output if expected is None
-        else [Message.model_validate(m) for m in _expected(expected)],
-        "trace_summary": TraceSummary.model_validate(summary_of(trace_of(answer))),
-    })  # fmt: skip
-    threshold = test_run.test.threshold if test_run.test.threshold is not None else (
-        DEFAULT_REQUIRED)  # fmt: skip
+    payload = test_run.payload.model_copy(
+        update={
+            "input": messages,
+            "output": output,
+            "messages": answer,
+            "expected_output": test_run.payload.expected_output
+            if expected is None
+            else [Message.model_validate(m) for m in _expected(expected)],
+            "trace_summary": TraceSummary.model_validate(summary_of(trace_of(answer))),
+        }
+    )
+    threshold = (
+        test_run.test.threshold if test_run.test.threshold is not None else (DEFAULT_REQUIRED)
+    )
     results = test_run.grade_with(payload, assertions, ws)
-    status, score, _gates = aggregate(results, threshold,
-                                      agentv=test_run.test.semantics == "agentv")  # fmt: skip
-    return _turn_result(name, status, score, f"score {score:.3f} (threshold {threshold:g})",
-                        results)  # fmt: skip
+    status, score, _gates = aggregate(
+        results, threshold, agentv=test_run.test.semantics == "agentv"
+    )
+    return _turn_result(
+        name, status, score, f"score {score:.3f} (threshold {threshold:g})", results
+    )
 
 
 def _expected(value: Any) -> list[dict[str, Any]]:
@@ -118,12 +145,23 @@ def run_conversation(test_run: _TestRun, ws: Path) -> None:
             why = "skipped: an earlier turn scored below the threshold (on_turn_failure: stop)"
             parts.append(_turn_result(name, Status.failed, 0.0, why))
             continue
-        text = turn.input if isinstance(turn.input, str) else "\n".join(
-            _text(m.content) for m in turn.input)  # fmt: skip
+        text = (
+            turn.input
+            if isinstance(turn.input, str)
+            else "\n".join(_text(m.content) for m in turn.input)
+        )
         history.append({"role": "user", "content": text})
         t0 = time.monotonic()
-        answer = converse(target, _window(history, conversation.window_size), system, test,
-                          run.suite, run.models, turn=index, sample=test_run.sample)  # fmt: skip
+        answer = converse(
+            target,
+            _window(history, conversation.window_size),
+            system,
+            test,
+            run.suite,
+            run.models,
+            turn=index,
+            sample=test_run.sample,
+        )
         if isinstance(answer, str):
             parts.append(_turn_result(name, Status.error, 0.0, answer))
             if conversation.on_turn_failure == "stop":
@@ -136,21 +174,43 @@ def run_conversation(test_run: _TestRun, ws: Path) -> None:
         if not assertions and turn.expected_output is None:
             parts.append(_turn_result(name, Status.passed, 1.0, "no assertions"))
             continue
-        part = _graded(test_run, name, assertions, ws,
-                       history=_window(history, conversation.window_size), system=system,
-                       output=last, expected=turn.expected_output)  # fmt: skip
+        part = _graded(
+            test_run,
+            name,
+            assertions,
+            ws,
+            history=_window(history, conversation.window_size),
+            system=system,
+            output=last,
+            expected=turn.expected_output,
+        )
         parts.append(part)
         if conversation.on_turn_failure == "stop" and part.score < threshold - 1e-9:
             stopped = True
     if test.assertions:
         transcript = "\n\n".join(f"{m['role']}: {m['content']}" for m in history)
-        parts.append(_graded(test_run, "conversation", test.assertions, ws, history=history,
-                             system=system, output=transcript))  # fmt: skip
+        parts.append(
+            _graded(
+                test_run,
+                "conversation",
+                test.assertions,
+                ws,
+                history=history,
+                system=system,
+                output=transcript,
+            )
+        )
     _finish(test_run, parts, history, system, last, threshold)
 
 
-def _finish(test_run: _TestRun, parts: list[GraderResult], history: list[dict[str, Any]],
-            system: str | None, last: str, threshold: float) -> None:  # fmt: skip
+def _finish(
+    test_run: _TestRun,
+    parts: list[GraderResult],
+    history: list[dict[str, Any]],
+    system: str | None,
+    last: str,
+    threshold: float,
+) -> None:
     result = test_run.result
     aggregation = test_run.test.case.conversation.aggregation  # type: ignore[union-attr]
     scores = [p.score for p in parts]

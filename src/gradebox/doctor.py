@@ -59,8 +59,15 @@ def diagnose() -> list[Check]:
 
     user = user_name()
     engine, engine_row = _engine(user)
-    rows = [_backend(engine is not None), *_runtimes(), _cgroups(user), _state(), _subids(),
-            _quota(), engine_row]  # fmt: skip
+    rows = [
+        _backend(engine is not None),
+        *_runtimes(),
+        _cgroups(user),
+        _state(),
+        _subids(),
+        _quota(),
+        engine_row,
+    ]
     rows += _images(engine, engine_row.fix)
     rows += [_init(), kvm(user)]
     return rows
@@ -76,9 +83,13 @@ def _backend(engine: bool = True) -> Check:
     chosen, why = auto_reason()
     named = settings.current().sandbox or "auto"
     if named == "host":
-        return Check("backend", MISSING, f"GRADEBOX_SANDBOX=host: graders run with no "
-                     f"isolation at all (auto would pick {chosen}: {why})",
-                     "unset GRADEBOX_SANDBOX")  # fmt: skip
+        return Check(
+            "backend",
+            MISSING,
+            f"GRADEBOX_SANDBOX=host: graders run with no "
+            f"isolation at all (auto would pick {chosen}: {why})",
+            "unset GRADEBOX_SANDBOX",
+        )
     said = f"{chosen}: {why}"
     if named != "auto":
         said = f"GRADEBOX_SANDBOX={named} (auto would pick {said})"
@@ -91,8 +102,13 @@ def _backend(engine: bool = True) -> Check:
 def version_of(binary: str) -> str:
     """The first line of ``binary --version`` (``crun version 1.8.1``), or why there is none."""
     try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            [binary, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"does not run ({exc})"
     lines = (done.stdout or done.stderr).strip().splitlines()
@@ -107,8 +123,9 @@ def _runtimes() -> list[Check]:
     for name in ("crun", "runc"):
         path = which(name)
         if path is None:
-            rows.append(Check(f"runtime {name}", OPTIONAL, "not installed",
-                              f"apt-get install -y {name}"))  # fmt: skip
+            rows.append(
+                Check(f"runtime {name}", OPTIONAL, "not installed", f"apt-get install -y {name}")
+            )
             continue
         said = f"{version_of(path)} ({path})"
         if chosen.name == name:
@@ -140,16 +157,28 @@ def _cgroups(user: str) -> Check:
         mine = cgroups.v2_delegated()
         if mine is not None:
             return Check("cgroups", OK, f"{mode}; limits in this user's delegated {mine}")
-        return Check("cgroups", OPTIONAL, f"{mode}; no delegated subtree of this user's: rootless "
-                     "OCI cannot set limits (Docker runs instead)",
-                     "systemd-run --user --scope gradebox ...")  # fmt: skip
+        return Check(
+            "cgroups",
+            OPTIONAL,
+            f"{mode}; no delegated subtree of this user's: rootless "
+            "OCI cannot set limits (Docker runs instead)",
+            "systemd-run --user --scope gradebox ...",
+        )
     why = cgroups.v1_delegated()
     if why is None:
-        return Check("cgroups", OK, f"{mode}; limits in {cgroups.parent_name()}/ of every "
-                     "hierarchy, this user's (made through the engine once per boot)")  # fmt: skip
-    return Check("cgroups", OPTIONAL, f"{mode}; no cgroups of this user's ({why}): rootless "
-                 "OCI cannot set limits (Docker runs instead); the engine makes them",
-                 f"sudo usermod -aG docker {user}")  # fmt: skip
+        return Check(
+            "cgroups",
+            OK,
+            f"{mode}; limits in {cgroups.parent_name()}/ of every "
+            "hierarchy, this user's (made through the engine once per boot)",
+        )
+    return Check(
+        "cgroups",
+        OPTIONAL,
+        f"{mode}; no cgroups of this user's ({why}): rootless "
+        "OCI cannot set limits (Docker runs instead); the engine makes them",
+        f"sudo usermod -aG docker {user}",
+    )
 
 
 def _state() -> Check:
@@ -165,8 +194,12 @@ def _subids() -> Check:
         return Check("subordinate ids", INFO, "not needed as root")
     why = missing()
     if why:
-        return Check("subordinate ids", OPTIONAL, f"{why}: no rootless OCI (Docker runs "
-                     "instead), no base image built without root", prerequisite())  # fmt: skip
+        return Check(
+            "subordinate ids",
+            OPTIONAL,
+            f"{why}: no rootless OCI (Docker runs instead), no base image built without root",
+            prerequisite(),
+        )
     uid, gid = subordinate("/etc/subuid", os.getuid()), subordinate("/etc/subgid", os.getuid())
     assert uid is not None and gid is not None
     return Check(
@@ -180,13 +213,21 @@ def _quota() -> Check:
     from .workspace import quota_mounts
 
     if quota_mounts():
-        return Check("workspace quota", OK, "a tmpfs of the quota: the kernel stops a runaway "
-                     "agent or a `workspace: rw` grader (ENOSPC)")  # fmt: skip
+        return Check(
+            "workspace quota",
+            OK,
+            "a tmpfs of the quota: the kernel stops a runaway "
+            "agent or a `workspace: rw` grader (ENOSPC)",
+        )
     # docs/non-root.md: the one promise a non-root runner does not keep, on either backend.
-    return Check("workspace quota", MISSING, "checked after the target; a `workspace: rw` "
-                 "grader's copy is a plain copy on this disk, not size-limited (only "
-                 "limits.file_size bounds each file): the tmpfs needs root",
-                 "run gradebox as root, or give no grader `workspace: rw`")  # fmt: skip
+    return Check(
+        "workspace quota",
+        MISSING,
+        "checked after the target; a `workspace: rw` "
+        "grader's copy is a plain copy on this disk, not size-limited (only "
+        "limits.file_size bounds each file): the tmpfs needs root",
+        "run gradebox as root, or give no grader `workspace: rw`",
+    )
 
 
 def engine_fix(user: str, socket: str | None = None) -> str:
@@ -210,8 +251,10 @@ def _engine(user: str) -> tuple[Engine | None, Check]:
         info = engine.info()
     except GradeboxError as exc:
         return None, Check("engine", MISSING, str(exc), engine_fix(user))
-    said = (f"Docker {info.get('ServerVersion', '?')}, storage driver "
-            f"{info.get('Driver', '?')}, cgroup v{info.get('CgroupVersion', '?')}")  # fmt: skip
+    said = (
+        f"Docker {info.get('ServerVersion', '?')}, storage driver "
+        f"{info.get('Driver', '?')}, cgroup v{info.get('CgroupVersion', '?')}"
+    )
     return engine, Check("engine", OK, said)
 
 
@@ -228,17 +271,23 @@ def _images(engine: Engine | None, engine_fix: str | None = None) -> list[Check]
         names = ", ".join(p.name for p in sorted(where.iterdir()) if (p / "Dockerfile").is_file())
         rows = [Check("image definitions", OK, f"{where}: {names}")]
     except (GradeboxError, OSError) as exc:
-        return [Check("image definitions", MISSING, str(exc),
-                      "pip install --force-reinstall gradebox")]  # fmt: skip
+        return [
+            Check("image definitions", MISSING, str(exc), "pip install --force-reinstall gradebox")
+        ]
     locked = settings.current().ci  # --locked's default
     try:
         lock = read_lock()
     except GradeboxError as exc:
         return [*rows, Check("image lock", MISSING, str(exc), "gradebox images lock")]
     if lock is None:
-        rows.append(Check("image lock", MISSING if locked else OPTIONAL,
-                          f"none at {lock_path()}" + (": CI=true runs --locked" if locked else ""),
-                          "gradebox images lock"))  # fmt: skip
+        rows.append(
+            Check(
+                "image lock",
+                MISSING if locked else OPTIONAL,
+                f"none at {lock_path()}" + (": CI=true runs --locked" if locked else ""),
+                "gradebox images lock",
+            )
+        )
     else:
         rows.append(Check("image lock", OK, f"{lock_path()}: {len(lock.images)} image(s)"))
     if engine is None:
@@ -280,8 +329,14 @@ def image_checks(
             continue
         entry = lock.images.get(s.name) if lock else None
         if entry is not None and problems is not None and problems.get(s.name):
-            rows.append(Check(name, MISSING, f"{short} {problems[s.name]}",
-                              "review it, then gradebox images lock"))  # fmt: skip
+            rows.append(
+                Check(
+                    name,
+                    MISSING,
+                    f"{short} {problems[s.name]}",
+                    "review it, then gradebox images lock",
+                )
+            )
             continue
         if entry is not None:
             state, said, fix = OK, f"{short}, verified against the lock", None
@@ -297,9 +352,14 @@ def image_checks(
         rows.append(Check(name, state, said, fix))
     for gone, problem in sorted((problems or {}).items()):
         if gone not in seen:  # locked, but no longer defined here
-            rows.append(Check(f"image {gone}", MISSING if problem else OK,
-                              f"locked, not in the definitions ({problem or 'present'})",
-                              "gradebox images lock" if problem else None))  # fmt: skip
+            rows.append(
+                Check(
+                    f"image {gone}",
+                    MISSING if problem else OK,
+                    f"locked, not in the definitions ({problem or 'present'})",
+                    "gradebox images lock" if problem else None,
+                )
+            )
     return rows
 
 
@@ -309,14 +369,22 @@ def _init() -> Check:
 
     found = init_binary()
     if found is None:
-        return Check("init", MISSING, "no static tini (docker-init, tini-static) on PATH: "
-                     "PID 1 of every container", "apt-get install -y tini")  # fmt: skip
+        return Check(
+            "init",
+            MISSING,
+            "no static tini (docker-init, tini-static) on PATH: PID 1 of every container",
+            "apt-get install -y tini",
+        )
     # The copy every sandbox binds (made once per tini, as a sandbox makes it).
     sealed = sealed_init(found)
     if sealed is None:
-        return Check("init", MISSING, f"{found}, but no execute-only copy of it in "
-                     f"{cache_dir() / 'init'}: a grader could trace PID 1",
-                     f"chown -R {os.geteuid()} {cache_dir()}")  # fmt: skip
+        return Check(
+            "init",
+            MISSING,
+            f"{found}, but no execute-only copy of it in "
+            f"{cache_dir() / 'init'}: a grader could trace PID 1",
+            f"chown -R {os.geteuid()} {cache_dir()}",
+        )
     return Check("init", OK, f"{found}, bound execute-only as PID 1 ({sealed})")
 
 
@@ -356,8 +424,9 @@ def kvm(user: str, device: str = "/dev/kvm", modules: str = "/sys/module") -> Ch
         fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM):
-            return Check("KVM", INFO, f"{device} is not this user's to open",
-                         _kvm_fix(user, device))  # fmt: skip
+            return Check(
+                "KVM", INFO, f"{device} is not this user's to open", _kvm_fix(user, device)
+            )
         return Check("KVM", INFO, f"{device} does not open ({exc.strerror})")
     try:
         import fcntl

@@ -249,8 +249,12 @@ class Engine:
 
     def export_image(self, image: str, sink: Callable[[bytes], None]) -> None:
         """Stream the flattened filesystem of ``image`` (a tar) into ``sink``."""
-        cid = self.create(lambda: f"gradebox-export-{os.getpid()}-{os.urandom(4).hex()}",
-                          image=image, command=["/bin/true"], network_disabled=True)  # fmt: skip
+        cid = self.create(
+            lambda: f"gradebox-export-{os.getpid()}-{os.urandom(4).hex()}",
+            image=image,
+            command=["/bin/true"],
+            network_disabled=True,
+        )
         try:
             for chunk in self._export(cid):
                 sink(chunk)

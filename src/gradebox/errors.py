@@ -108,9 +108,14 @@ class UnsupportedFeature(ConfigError):
     else that stops such a file is a bug of ours or of the file, never a refusal."""
 
     def __init__(
-        self, feature: str, message: str, *, file: str | None = None, line: int | None = None,
+        self,
+        feature: str,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
         field: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.feature = feature
         super().__init__(f"{feature}: {message}", file=file, line=line, field=field)
 

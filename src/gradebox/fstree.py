@@ -96,13 +96,20 @@ def _open_folder(fd: int, name: bytes, parent: Folder | None) -> Folder:
     depth = 0 if parent is None else parent.depth + 1
     length = 0 if parent is None else parent.length + bool(parent.parent) + len(name)
     return Folder(
-        fd, name, parent, depth, length, entries,
-        [n for n, st in entries if stat.S_ISDIR(st.st_mode)], _ident(os.fstat(fd)),
-    )  # fmt: skip
+        fd,
+        name,
+        parent,
+        depth,
+        length,
+        entries,
+        [n for n, st in entries if stat.S_ISDIR(st.st_mode)],
+        _ident(os.fstat(fd)),
+    )
 
 
-def walk_folders(root: Path | bytes | str, *, dir_fd: int | None = None,
-                 strict: bool = True) -> Iterator[tuple[bool, Folder]]:  # fmt: skip
+def walk_folders(
+    root: Path | bytes | str, *, dir_fd: int | None = None, strict: bool = True
+) -> Iterator[tuple[bool, Folder]]:
     """``(True, folder)`` on entering each folder under ``root`` (itself first), ``(False,
     folder)`` on leaving it, after its subfolders; ``folder.fd`` is open during both.
 
@@ -250,8 +257,14 @@ class QuotaPassed(OSError):
     """``copy_tree``'s ``max_bytes`` was passed: the quota's ENOSPC, not the disk's."""
 
 
-def copy_tree(source: Path, dest: Path, owner: tuple[int, int] | None = None, *,
-              merge: bool = False, max_bytes: int | None = None) -> list[str]:  # fmt: skip
+def copy_tree(
+    source: Path,
+    dest: Path,
+    owner: tuple[int, int] | None = None,
+    *,
+    merge: bool = False,
+    max_bytes: int | None = None,
+) -> list[str]:
     """Copy the tree at ``source`` into ``dest`` (created), following no link on either side.
 
     Links are recreated as links; FIFOs, sockets and devices are skipped (their paths below
@@ -324,8 +337,9 @@ def _enter_copy(out: int, name: bytes, merge: bool) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=out)
 
 
-def _copy_entry(src: int, name: bytes, st: os.stat_result, out: int, merge: bool,
-                owner: tuple[int, int] | None) -> bool:  # fmt: skip
+def _copy_entry(
+    src: int, name: bytes, st: os.stat_result, out: int, merge: bool, owner: tuple[int, int] | None
+) -> bool:
     """Copy one file or link; False for what is neither (a FIFO, a socket, a device)."""
     mode = st.st_mode
     if not (stat.S_ISLNK(mode) or stat.S_ISREG(mode)):

@@ -177,8 +177,7 @@ def _parse_line(raw: bytes) -> _Rule | None:
         line = line[1:]
     # As git does for a path, the literal part before the first wildcard is compared on its
     # own and the rest matched from there: a "**" right after that part counts as leading.
-    cut = 0 if basename else next(
-        (i for i, c in enumerate(line) if c in b"*?[\\"), len(line))  # fmt: skip
+    cut = 0 if basename else next((i for i, c in enumerate(line) if c in b"*?[\\"), len(line))
     try:
         regex = re.compile(re.escape(line[:cut]) + _wildmatch(line[cut:]) + rb"\Z", re.DOTALL)
     except (_Malformed, re.error):

@@ -69,8 +69,7 @@ def _text(content: Any, files: list[str]) -> str:
             if isinstance(part, dict) and part.get("type") == "text":
                 parts.append(str(part.get("text", part.get("value", ""))))
             elif isinstance(part, dict) and part.get("type") == "file":
-                parts.append(_file_block(str(part.get("value") or part.get("path") or ""),
-                                         files))  # fmt: skip
+                parts.append(_file_block(str(part.get("value") or part.get("path") or ""), files))
             else:
                 parts.append(json.dumps(part, ensure_ascii=False))
         return "\n\n".join(p for p in parts if p)
@@ -117,9 +116,14 @@ def _named_files(messages: list[Message]) -> set[str]:
 
 
 def answer_on_host(
-    target: TargetConfig, payload: Payload, test: Test, suite: Suite, hub: ModelHub | None,
-    *, sample: int = 0,
-) -> HostAnswer | str:  # fmt: skip
+    target: TargetConfig,
+    payload: Payload,
+    test: Test,
+    suite: Suite,
+    hub: ModelHub | None,
+    *,
+    sample: int = 0,
+) -> HostAnswer | str:
     """The answer of a model, mock or replay target to one test."""
     if target.provider == "mock":
         return _answered([{"role": "assistant", "content": target.response or ""}])
@@ -133,8 +137,14 @@ def answer_on_host(
     return _ask(target, suite, hub, system, chat, sample)
 
 
-def _ask(target: TargetConfig, suite: Suite, hub: ModelHub | None, system: str | None,
-         chat: list[dict[str, Any]], sample: int) -> HostAnswer | str:  # fmt: skip
+def _ask(
+    target: TargetConfig,
+    suite: Suite,
+    hub: ModelHub | None,
+    system: str | None,
+    chat: list[dict[str, Any]],
+    sample: int,
+) -> HostAnswer | str:
     if hub is None or suite.targets is None:
         return "target: no model hub for this run"
     name = target.model or ""
@@ -168,9 +178,16 @@ def _answered(messages: list[dict[str, Any]], **extra: Any) -> HostAnswer:
 
 
 def converse(
-    target: TargetConfig, history: list[dict[str, Any]], system: str | None, test: Test,
-    suite: Suite, hub: ModelHub | None, *, turn: int, sample: int = 0,
-) -> HostAnswer | str:  # fmt: skip
+    target: TargetConfig,
+    history: list[dict[str, Any]],
+    system: str | None,
+    test: Test,
+    suite: Suite,
+    hub: ModelHub | None,
+    *,
+    turn: int,
+    sample: int = 0,
+) -> HostAnswer | str:
     """One turn of a conversation: the answer to the history so far."""
     if target.provider == "mock":
         return _answered([{"role": "assistant", "content": target.response or ""}])
@@ -212,8 +229,9 @@ def _same_eval_path(recorded: str, lookup: str) -> bool:
     return a == b or (Path(lookup).is_absolute() and b.endswith("/" + a))
 
 
-def replay_answer(source: ReplaySource, test_id: str, suite: Suite, sample: int
-                  ) -> HostAnswer | str:  # fmt: skip
+def replay_answer(
+    source: ReplaySource, test_id: str, suite: Suite, sample: int
+) -> HostAnswer | str:
     """The recorded answer of ``test_id`` (exactly one record must match, as in AgentV)."""
     if source.transcripts:
         return _transcript(source, test_id)
@@ -223,15 +241,19 @@ def replay_answer(source: ReplaySource, test_id: str, suite: Suite, sample: int
     want_suite = source.suite or suite.name
     eval_path = source.eval_path or str(suite.path.resolve())
     matches = [
-        r for r in rows
-        if r.get("suite") == want_suite and r.get("test_id") == test_id
+        r
+        for r in rows
+        if r.get("suite") == want_suite
+        and r.get("test_id") == test_id
         and r.get("source_target") == source.source_target
         and int(r.get("attempt") or 0) == sample
         and (r.get("variant") or None) == (source.variant or None)
         and (not r.get("eval_path") or _same_eval_path(str(r["eval_path"]), eval_path))
-    ]  # fmt: skip
-    key = (f"suite={want_suite} test_id={test_id} source_target={source.source_target} "
-           f"attempt={sample}")  # fmt: skip
+    ]
+    key = (
+        f"suite={want_suite} test_id={test_id} source_target={source.source_target} "
+        f"attempt={sample}"
+    )
     if len(matches) != 1:
         return f"target: replay fixtures hold {len(matches)} records for {key} (one wanted)"
     row = matches[0]
@@ -243,18 +265,26 @@ def _transcript(source: ReplaySource, test_id: str) -> HostAnswer | str:
     rows = _jsonl(source.transcripts or "")
     if isinstance(rows, str):
         return rows
-    mine = [r for r in rows if r.get("test_id") == test_id
-            and r.get("target") == source.source_target]  # fmt: skip
+    mine = [
+        r for r in rows if r.get("test_id") == test_id and r.get("target") == source.source_target
+    ]
     if not mine:
-        return (f"target: the replay transcripts hold nothing for test_id={test_id} "
-                f"source_target={source.source_target}")  # fmt: skip
-    mine.sort(key=lambda r: r.get("message_index") if isinstance(r.get("message_index"), int)
-              else 0)  # fmt: skip
-    messages = [{k: r[k] for k in ("role", "name", "content", "tool_calls") if k in r}
-                for r in mine]  # fmt: skip
+        return (
+            f"target: the replay transcripts hold nothing for test_id={test_id} "
+            f"source_target={source.source_target}"
+        )
+    mine.sort(
+        key=lambda r: r.get("message_index") if isinstance(r.get("message_index"), int) else 0
+    )
+    messages = [
+        {k: r[k] for k in ("role", "name", "content", "tool_calls") if k in r} for r in mine
+    ]
     last = mine[-1]
-    extra = _metrics(last.get("transcript_token_usage"), last.get("transcript_cost_usd"),
-                     last.get("transcript_duration_ms"))  # fmt: skip
+    extra = _metrics(
+        last.get("transcript_token_usage"),
+        last.get("transcript_cost_usd"),
+        last.get("transcript_duration_ms"),
+    )
     return _checked(messages, extra)
 
 
@@ -271,7 +301,8 @@ def _metrics(usage: Any, cost: Any, duration: Any) -> dict[str, Any]:
 
 
 def _checked(messages: Any, extra: dict[str, Any]) -> HostAnswer | str:
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(
-            m.get("role"), str) for m in messages):  # fmt: skip
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
+    ):
         return "target: a replay record's output is not a list of messages"
     return _answered(messages, **extra)

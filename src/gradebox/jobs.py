@@ -138,7 +138,7 @@ class Worker:
                 model_calls,
                 references,
                 scratch,
-            )  # fmt: skip
+            )
             if suite is not None
             else None
         )
@@ -174,9 +174,13 @@ class Worker:
             # it printed before a timeout could pass a grader it never earned).
             assert self.grader is not None
             return GraderResult(
-                name=self.grader.display_name(), type=self.grader.type, status=Status.error,
-                passed=False, score=0.0, evidence=f"no answer to grade: {record.target_error}",
-            )  # fmt: skip
+                name=self.grader.display_name(),
+                type=self.grader.type,
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=f"no answer to grade: {record.target_error}",
+            )
         with self._lock:
             warm = self._spare.pop() if self._spare else None
             if self._started < self._coming:
@@ -214,8 +218,9 @@ def run_job(worker: Worker, job: Job) -> TestResult | GraderResult | Record:
             raise TypeError("a GradeJob needs a worker built with a grader")
         return worker.grade(job.record)
     if isinstance(job, TrialJob):
-        return run_target_once(job.record, job.command, job.image_id, worker.box,
-                               timeout=job.timeout)  # fmt: skip
+        return run_target_once(
+            job.record, job.command, job.image_id, worker.box, timeout=job.timeout
+        )
     raise TypeError(f"not a job: {job!r}")
 
 
@@ -230,9 +235,14 @@ def run_target_once(
         try:
             text = record.input if isinstance(record.input, str) else json.dumps(record.input)
             outcome = run_in_workspace(
-                command, ws.path, box, image_id=image_id, name=f"target-{record.id}",
-                stdin=text.encode(), timeout=timeout,
-            )  # fmt: skip
+                command,
+                ws.path,
+                box,
+                image_id=image_id,
+                name=f"target-{record.id}",
+                stdin=text.encode(),
+                timeout=timeout,
+            )
         finally:
             ws.close()
     finally:

@@ -104,15 +104,28 @@ def image_for(suite: Suite, images: ImageSource, ref: object, source: Path | Non
 
 
 def run_hook(
-    suite: Suite, box: Sandbox, images: ImageSource, run_id: str, name: str,
-    command: list[str] | str, folder: Path, labels: dict[str, str], test: Test | None = None,
-) -> str | None:  # fmt: skip
+    suite: Suite,
+    box: Sandbox,
+    images: ImageSource,
+    run_id: str,
+    name: str,
+    command: list[str] | str,
+    folder: Path,
+    labels: dict[str, str],
+    test: Test | None = None,
+) -> str | None:
     """Run one workspace hook in a container; why it failed, or None."""
     outcome = run_in_workspace(
-        command, folder, box, image_id=image_for(suite, images, None, None), name=name,
-        stdin=hook_input(CONTAINER_WORKSPACE, test, run_id), timeout=HOOK_TIMEOUT,
-        labels=labels, source_dir=suite.root,
-    )  # fmt: skip
+        command,
+        folder,
+        box,
+        image_id=image_for(suite, images, None, None),
+        name=name,
+        stdin=hook_input(CONTAINER_WORKSPACE, test, run_id),
+        timeout=HOOK_TIMEOUT,
+        labels=labels,
+        source_dir=suite.root,
+    )
     return judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
 
 
@@ -131,8 +144,9 @@ def after_all(suite: Suite, box: Sandbox, images: ImageSource, run_id: str) -> l
             seen.add(repr(cfg.after_all))
             scratch = scratch or new_scratch()
             folder = copy_template(None, scratch / f"after-all-{len(seen)}", run_as_ids())
-            failure = run_hook(suite, box, images, run_id, "after_all", cfg.after_all, folder,
-                               {LABEL_RUN: run_id})  # fmt: skip
+            failure = run_hook(
+                suite, box, images, run_id, "after_all", cfg.after_all, folder, {LABEL_RUN: run_id}
+            )
             if failure:
                 log.warning("%s", failure)
                 warnings.append(failure)
@@ -225,20 +239,24 @@ class SuiteContext:
         if cfg is None:
             return
         for repo in cfg.repos:
-            materialise_repo(self.suite.root, repo.source, stage, repo.path, repo.ref,
-                             run_as_ids())  # fmt: skip
+            materialise_repo(self.suite.root, repo.source, stage, repo.path, repo.ref, run_as_ids())
         if cfg.before_all:
             failure = self.hook("before_all", cfg.before_all, stage, self.labels)
             if failure:
                 raise GradeboxError(failure)
 
     def hook(
-        self, name: str, command: list[str] | str, folder: Path, labels: dict[str, str],
+        self,
+        name: str,
+        command: list[str] | str,
+        folder: Path,
+        labels: dict[str, str],
         test: Test | None = None,
-    ) -> str | None:  # fmt: skip
+    ) -> str | None:
         """Run one workspace hook in a container; why it failed, or None."""
-        return run_hook(self.suite, self.box, self.images, self.run_id, name, command, folder,
-                        labels, test)  # fmt: skip
+        return run_hook(
+            self.suite, self.box, self.images, self.run_id, name, command, folder, labels, test
+        )
 
     def image_for(self, ref: object, source: Path | None) -> str:
         return image_for(self.suite, self.images, ref, source)
@@ -261,10 +279,17 @@ class SuiteContext:
             if self._health is None:
                 from .steps import run_healthcheck
 
-                self._health = run_healthcheck(
-                    check, self.target, self.box, image_id=self.image_for(self.target.image,
-                    self.suite.root), labels=self.labels, source_dir=self.suite.root,
-                ) or ""  # fmt: skip
+                self._health = (
+                    run_healthcheck(
+                        check,
+                        self.target,
+                        self.box,
+                        image_id=self.image_for(self.target.image, self.suite.root),
+                        labels=self.labels,
+                        source_dir=self.suite.root,
+                    )
+                    or ""
+                )
             return self._health or None
 
     def close(self) -> None:
@@ -328,9 +353,12 @@ class TestRun:
         if start is not None and not overlay:
             template = start  # the prepared folder, copied
         workspace = Workspace.create(
-            scratch / "workspace", None if overlay else template, owner=run_as_ids(),
-            quota=cfg.quota() if cfg else Quota(), lower=start if overlay else None,
-        )  # fmt: skip
+            scratch / "workspace",
+            None if overlay else template,
+            owner=run_as_ids(),
+            quota=cfg.quota() if cfg else Quota(),
+            lower=start if overlay else None,
+        )
         try:
             if cfg and cfg.before_each:
                 failure = self._hook("before_each", cfg.before_each, workspace.path)
@@ -340,9 +368,10 @@ class TestRun:
             baseline = None
             if cfg is not None or run.target is not None:
                 baseline = Baseline.take(
-                    workspace.path, include_ignored=bool(cfg and cfg.include_ignored),
+                    workspace.path,
+                    include_ignored=bool(cfg and cfg.include_ignored),
                     store=scratch / "baseline",
-                )  # fmt: skip
+                )
             self.timings["workspace"] = int((time.monotonic() - t) * 1000)
             # Start the graders' containers now, while the target works: at release they only
             # need their input. Whatever is not used (the target failed) is discarded. (A
@@ -351,9 +380,11 @@ class TestRun:
             for idx, assertion in enumerate(leaves(ahead)):
                 if isinstance(assertion, GraderAssertion):
                     self.warm[idx] = run.warm.start(
-                        assertion.grader, workspace.path, labels=self.labels,
+                        assertion.grader,
+                        workspace.path,
+                        labels=self.labels,
                         file=str(run.suite.path),
-                    )  # fmt: skip
+                    )
             if self.test.case.conversation is not None:
                 from .conversation import run_conversation
 
@@ -375,8 +406,9 @@ class TestRun:
             return True
         t = time.monotonic()
         if target.on_host:
-            answer = answer_on_host(target, payload, self.test, run.suite, run.models,
-                                    sample=self.sample)  # fmt: skip
+            answer = answer_on_host(
+                target, payload, self.test, run.suite, run.models, sample=self.sample
+            )
             return self.take_answer(answer, t)
         failure = run.healthcheck()
         if failure:
@@ -387,16 +419,32 @@ class TestRun:
         env = {**target.env, "GRADEBOX_TEST_ID": self.test.id}
         if target.provider == "cli":
             outcome, answer = run_cli_target(
-                target, payload, self.test, workspace.path, run.box, image_id=image,
-                env=env, labels=self.labels, source_dir=run.suite.root, attempt=self.sample,
-            )  # fmt: skip
+                target,
+                payload,
+                self.test,
+                workspace.path,
+                run.box,
+                image_id=image,
+                env=env,
+                labels=self.labels,
+                source_dir=run.suite.root,
+                attempt=self.sample,
+            )
         else:
             outcome = run_in_workspace(
-                target.command, workspace.path, run.box, image_id=image,
-                name=f"target-{self.test.id}", stdin=input_text(payload),
-                timeout=target.timeout, network=target.network, env=env,
-                limits=target.limits, labels=self.labels, source_dir=run.suite.root,
-            )  # fmt: skip
+                target.command,
+                workspace.path,
+                run.box,
+                image_id=image,
+                name=f"target-{self.test.id}",
+                stdin=input_text(payload),
+                timeout=target.timeout,
+                network=target.network,
+                env=env,
+                limits=target.limits,
+                labels=self.labels,
+                source_dir=run.suite.root,
+            )
             answer = None
         self.timings["target"] = int((time.monotonic() - t) * 1000)
         result.target, failure = judge_step("target", outcome, target.timeout, target.limits)
@@ -426,7 +474,8 @@ class TestRun:
         """An answer from the host (a model, mock or replay target) into the payload; False
         when there is none (the test is an error, with why)."""
         self.timings["target"] = self.timings.get("target", 0) + int(
-            (time.monotonic() - started) * 1000)  # fmt: skip
+            (time.monotonic() - started) * 1000
+        )
         if isinstance(answer, str):
             self.result.error = answer
             return False
@@ -450,9 +499,13 @@ class TestRun:
         if case.reference_patch:
             patch = (root / case.reference_patch).resolve()
             proc = subprocess.run(
-                ["git", "apply", "--whitespace=nowarn", str(patch)], cwd=workspace.path,
-                capture_output=True, text=True, check=False, timeout=120,
-            )  # fmt: skip
+                ["git", "apply", "--whitespace=nowarn", str(patch)],
+                cwd=workspace.path,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
                 self.result.error = f"reference patch {case.reference_patch}: {tail}"
@@ -479,8 +532,9 @@ class TestRun:
             failure = self._hook("after_each", cfg.after_each, workspace.path)
             if failure:
                 result.error = failure
-        status, score, gates = aggregate(graded, self.test.threshold,
-                                         agentv=self.test.semantics == "agentv")  # fmt: skip
+        status, score, gates = aggregate(
+            graded, self.test.threshold, agentv=self.test.semantics == "agentv"
+        )
         self.finish(status, score, gates)
 
     def finish(self, status: Status, score: float, gates: list[str]) -> None:
@@ -529,9 +583,11 @@ class TestRun:
                 continue
             if isinstance(assertion, LlmGraderAssertion):
                 try:
-                    slots.append(run.grader_pool.submit(
-                        assertion.llm.grade, payload, runtime, assertion.display_name()
-                    ))  # fmt: skip
+                    slots.append(
+                        run.grader_pool.submit(
+                            assertion.llm.grade, payload, runtime, assertion.display_name()
+                        )
+                    )
                 except RuntimeError:
                     raise SandboxClosed() from None
                 continue
@@ -543,10 +599,19 @@ class TestRun:
                 if started is not None:
                     slots.append(run.grader_pool.submit(started.run, body))
                 else:
-                    slots.append(run.grader_pool.submit(
-                        run_grader, assertion.grader, body, ws, run.box, images=run.images,
-                        labels=self.labels, file=str(run.suite.path), models=run.models,
-                    ))  # fmt: skip
+                    slots.append(
+                        run.grader_pool.submit(
+                            run_grader,
+                            assertion.grader,
+                            body,
+                            ws,
+                            run.box,
+                            images=run.images,
+                            labels=self.labels,
+                            file=str(run.suite.path),
+                            models=run.models,
+                        )
+                    )
             except RuntimeError:  # the executor was shut down: the run is being interrupted
                 if started is not None:
                     started.discard()
@@ -564,9 +629,14 @@ class TestRun:
         return [fold(a, done) for a in assertions]
 
     def _aggregate(
-        self, group: AssertSet, done: dict[int, GraderResult], payload: Payload, ws: Path,
-        runtime: LlmRuntime, started: Any,
-    ) -> GraderResult:  # fmt: skip
+        self,
+        group: AssertSet,
+        done: dict[int, GraderResult],
+        payload: Payload,
+        ws: Path,
+        runtime: LlmRuntime,
+        started: Any,
+    ) -> GraderResult:
         """A composite's aggregator over its children's results (AgentV v4's
         ``CompositeGrader.aggregate``): a program in the sandbox reads them on stdin, an LLM
         grader in its prompt. A child with no verdict leaves the set with none: not run."""
@@ -575,59 +645,87 @@ class TestRun:
         if any(r.status is Status.error for r in children):
             if started is not None:
                 started.discard()
-            return GraderResult(name=group.display_name(), type="assert-set", status=Status.error,
-                                passed=False, score=0.0,
-                                evidence="a child assertion gave no verdict")  # fmt: skip
+            return GraderResult(
+                name=group.display_name(),
+                type="assert-set",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence="a child assertion gave no verdict",
+            )
         results = {r.name: _v4_score(r) for r in children}
         if isinstance(program, LlmGraderAssertion):
             # The members' evidence quotes the answer: it reaches the judge fenced as the
             # answer does, never as prompt text of ours (nor as placeholders to fill).
             text = json.dumps(results, indent=2, ensure_ascii=False)
-            prompt = (program.llm.prompt or "").replace("{{EVALUATOR_RESULTS_JSON}}",
-                                                        "{{evaluator_results_json}}")  # fmt: skip
-            llm = dataclasses.replace(program.llm, prompt=prompt,
-                                      agent_data={"evaluator_results_json": text})  # fmt: skip
+            prompt = (program.llm.prompt or "").replace(
+                "{{EVALUATOR_RESULTS_JSON}}", "{{evaluator_results_json}}"
+            )
+            llm = dataclasses.replace(
+                program.llm, prompt=prompt, agent_data={"evaluator_results_json": text}
+            )
             return llm.grade(payload, runtime, program.display_name())
         assert isinstance(program, GraderAssertion)
         body = AggregatorInput(results=results)
         if started is not None:
             return started.run(body)
         return run_grader(
-            program.grader, body, ws, run.box, images=run.images, labels=self.labels,
-            file=str(run.suite.path), models=run.models,
-        )  # fmt: skip
+            program.grader,
+            body,
+            ws,
+            run.box,
+            images=run.images,
+            labels=self.labels,
+            file=str(run.suite.path),
+            models=run.models,
+        )
 
 
 def _v4_score(result: GraderResult) -> dict[str, Any]:
     """A result as AgentV v4's ``EvaluationScore`` (what its aggregators read)."""
-    checks = [{"text": c.text, "passed": c.passed, **({"evidence": c.evidence} if c.evidence
-                                                      else {})} for c in result.checks]  # fmt: skip
+    checks = [
+        {"text": c.text, "passed": c.passed, **({"evidence": c.evidence} if c.evidence else {})}
+        for c in result.checks
+    ]
     if not checks and result.evidence:
         checks = [{"text": result.evidence, "passed": result.passed}]
     return {
-        "score": result.score, "verdict": "pass" if result.passed else "fail",
-        "assertions": checks, "expectedAspectCount": len(checks) or 1,
-    }  # fmt: skip
+        "score": result.score,
+        "verdict": "pass" if result.passed else "fail",
+        "assertions": checks,
+        "expectedAspectCount": len(checks) or 1,
+    }
 
 
 def _payload_of(test: Test, root: Path) -> Payload:
     """What a test's graders read before the target has answered."""
     case = test.case
     return Payload(
-        input=case.input, expected_output=case.expected_output, output=case.output,
+        input=case.input,
+        expected_output=case.expected_output,
+        output=case.output,
         # The reference helper fails on a null criteria: a test without one has "".
-        criteria=case.criteria or "", hint=case.hint, metadata=test.metadata,
+        criteria=case.criteria or "",
+        hint=case.hint,
+        metadata=test.metadata,
         input_files=[_relative(f, root) for f in case.input_files],
-    )  # fmt: skip
+    )
 
 
 def _unfinished(test: Test, payload: Payload) -> TestResult:
     """A test's result before anything ran: an error until it is graded."""
     return TestResult(
-        id=test.id, status=Status.error, passed=False, score=0.0, input=payload.input,
-        expected_output=payload.expected_output, output=payload.output,
-        metadata=test.metadata, started_at=now(), threshold=test.threshold,
-    )  # fmt: skip
+        id=test.id,
+        status=Status.error,
+        passed=False,
+        score=0.0,
+        input=payload.input,
+        expected_output=payload.expected_output,
+        output=payload.output,
+        metadata=test.metadata,
+        started_at=now(),
+        threshold=test.threshold,
+    )
 
 
 def not_run(test: Test, root: Path, why: str) -> TestResult:

@@ -74,14 +74,18 @@ def plan_suite(suite: Any, images: ImageResolver, allowed: Iterable[str] = ()) -
         text = ref if isinstance(ref, str) else f"build:{ref.build}"
         plan.images[text] = images.resolve(ref, source)
 
-    check_build(suite.spec.defaults.image, allow, what="the suite's defaults", file=file,
-                field="defaults")  # fmt: skip
+    check_build(
+        suite.spec.defaults.image, allow, what="the suite's defaults", file=file, field="defaults"
+    )
     target = suite.spec.target
     if target is not None:
         check_privileges(
-            privileges_of(None, target.network, target.limits), allow,
-            what="the target", file=file, field="target",
-        )  # fmt: skip
+            privileges_of(None, target.network, target.limits),
+            allow,
+            what="the target",
+            file=file,
+            field="target",
+        )
         check_build(target.image, allow, what="the target", file=file, field="target")
         resolve(target.image, suite.root)
     if suite.spec.workspace is not None or any(t.workspace for t in suite.tests):
@@ -97,18 +101,24 @@ def plan_suite(suite: Any, images: ImageResolver, allowed: Iterable[str] = ()) -
             grader = assertion.grader
             try:
                 check_grader(
-                    grader, allow, file=assertion.file or file, field=assertion.field,
-                    line=assertion.line, workspaces=(template,) if template else (),
-                )  # fmt: skip
+                    grader,
+                    allow,
+                    file=assertion.file or file,
+                    field=assertion.field,
+                    line=assertion.line,
+                    workspaces=(template,) if template else (),
+                )
                 access = getattr(grader, "target", None)
                 if access is not None and suite.targets is not None:
                     try:
                         suite.targets.get(access.name, file=None, field=None)
                     except ConfigError as exc:
                         raise ConfigError(
-                            exc.message, file=assertion.file or file, line=assertion.line,
+                            exc.message,
+                            file=assertion.file or file,
+                            line=assertion.line,
                             field=f"{assertion.field}.target",
-                        ) from None  # fmt: skip
+                        ) from None
                 resolve(grader.image, grader.source_dir)
             except ConfigError as exc:
                 errors.append(exc)

@@ -131,9 +131,13 @@ class WarmPool:
     """
 
     def __init__(
-        self, box: Sandbox, images: Any, ahead: int, threads: int | None = None,
+        self,
+        box: Sandbox,
+        images: Any,
+        ahead: int,
+        threads: int | None = None,
         models: Any = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.box, self.images, self.models = box, images, models
         self.ahead = max(0, ahead)
         self._slots = threading.BoundedSemaphore(max(1, self.ahead))
@@ -165,18 +169,30 @@ class WarmPool:
 
     def _prepare(self, warm: Warm) -> GraderRun:
         prepared = prepare_grader(
-            warm.grader.to_record(), warm.workspace, self.box, images=self.images,
-            labels=warm.labels, file=warm.file, warm=True, models=self.models,
-        )  # fmt: skip
+            warm.grader.to_record(),
+            warm.workspace,
+            self.box,
+            images=self.images,
+            labels=warm.labels,
+            file=warm.file,
+            warm=True,
+            models=self.models,
+        )
         with self._lock:
             self.stats.prepared += 1
         return prepared
 
     def _cold(self, warm: Warm) -> GraderRun:
         return prepare_grader(
-            warm.grader.to_record(), warm.workspace, self.box, images=self.images,
-            labels=warm.labels, file=warm.file, warm=False, models=self.models,
-        )  # fmt: skip
+            warm.grader.to_record(),
+            warm.workspace,
+            self.box,
+            images=self.images,
+            labels=warm.labels,
+            file=warm.file,
+            warm=False,
+            models=self.models,
+        )
 
     def _give_back(self, *, used: bool) -> None:
         with self._lock:

@@ -98,13 +98,16 @@ def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> Non
                 f"the target ({spec.label or 'cli'}) runs `{spec.program}`, which gradebox's "
                 f"{image!r} image does not carry: build an image with it (e.g. FROM "
                 f"gradebox/node plus its installer) and name it as the provider's `image:`; "
-                "it runs without network or keys unless you allow them", file=file,
-            )  # fmt: skip
+                "it runs without network or keys unless you allow them",
+                file=file,
+            )
     collect(list(errors.values()))
 
 
 def _unresolved(suite: Suite, name: str | None) -> str:
     known = ", ".join(sorted(suite.targets.targets)) if suite.targets is not None else ""
-    return (f"no provider or model target named {name!r} in the file, in .agentv/ and "
-            f".gradebox/ above it or in --targets FILE (model targets: "
-            f"{known or 'none found'})")  # fmt: skip
+    return (
+        f"no provider or model target named {name!r} in the file, in .agentv/ and "
+        f".gradebox/ above it or in --targets FILE (model targets: "
+        f"{known or 'none found'})"
+    )

@@ -259,9 +259,13 @@ _FAILED_START, _FOUND = 1024, 256
 
 
 def json_objects_in(
-    text: str, *, arrays: bool = False, first: bool = False, unique_keys: bool = True,
+    text: str,
+    *,
+    arrays: bool = False,
+    first: bool = False,
+    unique_keys: bool = True,
     effort: int = 4,
-) -> list[tuple[int, int, Any]] | None:  # fmt: skip
+) -> list[tuple[int, int, Any]] | None:
     """Every top-level JSON object in free text (fenced, in prose or alone), in order, as
     ``(start, end, value)``; ``arrays``: objects and arrays (an array that opens with an
     object or array may be found as that inner value); ``first``: stop at the first;

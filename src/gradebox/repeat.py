@@ -70,8 +70,11 @@ def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
         ok = Status.passed in statuses if threshold is None else result.score >= threshold - 1e-9
     else:
         errored = Status.error in statuses
-        ok = all(s is Status.passed for s in statuses) if threshold is None else (
-            result.score >= threshold - 1e-9)  # fmt: skip
+        ok = (
+            all(s is Status.passed for s in statuses)
+            if threshold is None
+            else (result.score >= threshold - 1e-9)
+        )
     if errored:
         result.status = Status.error
     else:

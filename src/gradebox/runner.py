@@ -92,18 +92,38 @@ def run_suite(
     field = "--resume" if options.resume else "--out"
     lock = lock_folder(writable_folder(out, field=field), field=field)
     try:
-        return _run_locked(suite, box, images, options, on_result, on_start, executor,
-                           selected, prints, workers, started, t0)  # fmt: skip
+        return _run_locked(
+            suite,
+            box,
+            images,
+            options,
+            on_result,
+            on_start,
+            executor,
+            selected,
+            prints,
+            workers,
+            started,
+            t0,
+        )
     finally:
         os.close(lock)
 
 
 def _run_locked(
-    suite: Suite, box: Sandbox, images: ImageSource, options: RunOptions,
-    on_result: Callable[[TestResult], None], on_start: Callable[[int, int], None],
-    executor: Executor | None, selected: list[Test], prints: dict[str, str], workers: int,
-    started: str, t0: float,
-) -> RunSummary:  # fmt: skip
+    suite: Suite,
+    box: Sandbox,
+    images: ImageSource,
+    options: RunOptions,
+    on_result: Callable[[TestResult], None],
+    on_start: Callable[[int, int], None],
+    executor: Executor | None,
+    selected: list[Test],
+    prints: dict[str, str],
+    workers: int,
+    started: str,
+    t0: float,
+) -> RunSummary:
     out = options.out_dir
     results_path = out / "results.jsonl"
     previous = read_results(results_path) if options.resume else {}
@@ -132,11 +152,19 @@ def _run_locked(
     writer = JsonlWriter(results_path)
     own = executor is None
     if executor is None:
-        executor = LocalExecutor(Worker(
-            box, images, run_id, suite=suite, threads=workers, max_ahead=options.max_ahead,
-            use_cache=options.use_cache, model_calls=options.model_calls,
-            references=options.references,
-        ))  # fmt: skip
+        executor = LocalExecutor(
+            Worker(
+                box,
+                images,
+                run_id,
+                suite=suite,
+                threads=workers,
+                max_ahead=options.max_ahead,
+                use_cache=options.use_cache,
+                model_calls=options.model_calls,
+                references=options.references,
+            )
+        )
     # Only (status, score) per test stays in memory: a 100,000-test run costs what a
     # 100-test one does; the results themselves are on disk.
     wanted = {t.id for t in selected}
@@ -210,8 +238,11 @@ def _run_locked(
             summary.warnings.append(f"stopped: {full}")
         try:
             # Whole or not at all: a full folder keeps the previous summary as it was.
-            write_atomic(out / "summary.json", summary.model_dump_json(indent=2) + "\n",
-                         what="results folder")  # fmt: skip
+            write_atomic(
+                out / "summary.json",
+                summary.model_dump_json(indent=2) + "\n",
+                what="results folder",
+            )
         except StorageError:
             if full is None and not interrupted:
                 raise

@@ -117,16 +117,22 @@ class FileRef:
     def matches(self, pattern: str, flags: int = 0) -> Check:
         text = self._read()
         found = re.search(pattern, text, flags) if text is not None else None
-        why = "no such file" if text is None else (f"found {found.group(0)[:80]!r}" if found
-                                                    else f"/{pattern}/ does not match")  # fmt: skip
+        why = (
+            "no such file"
+            if text is None
+            else (f"found {found.group(0)[:80]!r}" if found else f"/{pattern}/ does not match")
+        )
         return Check(f"{self.path} matches /{pattern}/", bool(found), why)
 
     def not_matches(self, pattern: str, flags: int = 0) -> Check:
         text = self._read()
         found = re.search(pattern, text, flags) if text is not None else None
         ok = text is not None and found is None
-        why = "no such file" if text is None else (f"found {found.group(0)[:80]!r}"
-                                                    if found else None)  # fmt: skip
+        why = (
+            "no such file"
+            if text is None
+            else (f"found {found.group(0)[:80]!r}" if found else None)
+        )
         return Check(f"{self.path} does not match /{pattern}/", ok, why)
 
     def _field(self, data: Any, dotted: str) -> tuple[bool, Any]:
@@ -139,8 +145,9 @@ class FileRef:
                 return False, None
         return True, data
 
-    def _structured(self, kind: str, dotted: str, expected: Any, parse: Callable[[str], Any]
-                    ) -> Check:  # fmt: skip
+    def _structured(
+        self, kind: str, dotted: str, expected: Any, parse: Callable[[str], Any]
+    ) -> Check:
         label = f"{self.path}: {dotted} == {expected!r}"
         text = self._read()
         if text is None:
@@ -303,17 +310,42 @@ def run(fn: Callable[[Context], Any], *, name: str | None = None) -> None:
             sys.exit(0)
         sys.exit(1)
     if dialect == "program":
-        details = [{"name": c.text, "kind": "code", "passed": c.passed,
-                    "score": 1.0 if c.passed else 0.0, "evidence": c.evidence or ""}
-                   for c in checks]  # fmt: skip
-        print(json.dumps({"name": name, "kind": "code", "passed": passed, "score": score,
-                          "evidence": reason, "details": details}))  # fmt: skip
+        details = [
+            {
+                "name": c.text,
+                "kind": "code",
+                "passed": c.passed,
+                "score": 1.0 if c.passed else 0.0,
+                "evidence": c.evidence or "",
+            }
+            for c in checks
+        ]
+        print(
+            json.dumps(
+                {
+                    "name": name,
+                    "kind": "code",
+                    "passed": passed,
+                    "score": score,
+                    "evidence": reason,
+                    "details": details,
+                }
+            )
+        )
     else:
-        print(json.dumps({
-            "pass": passed, "score": score, "reason": reason, "reasoning": reason,
-            "checks": [{"text": c.text, "pass": c.passed, "evidence": c.evidence}
-                       for c in checks],
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "pass": passed,
+                    "score": score,
+                    "reason": reason,
+                    "reasoning": reason,
+                    "checks": [
+                        {"text": c.text, "pass": c.passed, "evidence": c.evidence} for c in checks
+                    ],
+                }
+            )
+        )
     sys.exit(0)
 
 

@@ -31,18 +31,23 @@ class Settings(namedtuple("Settings", [v.removeprefix("GRADEBOX_").lower() for v
     @classmethod
     def parse(cls, env: dict[str, str]) -> Settings:
         own = cls(*((env.get(v) or "").strip() or None for v in VARIABLES))
-        count = {f: int(v) if (v := getattr(own, f) or "").isdigit() and int(v) > 0 else None
-                 for f in ("workers", "engine_calls")}  # fmt: skip
+        count = {
+            f: int(v) if (v := getattr(own, f) or "").isdigit() and int(v) > 0 else None
+            for f in ("workers", "engine_calls")
+        }
         try:
             backoff = float(own.llm_backoff or 1)
         except ValueError:
             backoff = 1.0
         return own._replace(
-            **count, sandbox=own.sandbox and own.sandbox.lower(), llm_backoff=backoff,
-            ci=(own.ci or "").lower() == "true", debug=bool(env.get("GRADEBOX_DEBUG")),
+            **count,
+            sandbox=own.sandbox and own.sandbox.lower(),
+            llm_backoff=backoff,
+            ci=(own.ci or "").lower() == "true",
+            debug=bool(env.get("GRADEBOX_DEBUG")),
             oci_slots=(own.oci_slots or "").lower() not in ("0", "off", "no"),
             workspace="copy" if (own.workspace or "").lower() == "copy" else "overlay",
-        )  # fmt: skip
+        )
 
 
 # os.environ's own dict (bytes on POSIX, which gradebox runs on): a look-up there is a C call,

@@ -79,8 +79,7 @@ def run_in_workspace(
     """
     named_files = list(named_files or [])
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=read_only),
-              *extra_mounts]  # fmt: skip
+    mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=read_only), *extra_mounts]
     scratch = new_scratch()
     try:
         if source_dir is not None and not isinstance(command, str):
@@ -167,9 +166,15 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def render_cli_command(
-    template: str, *, test_id: str, prompt_text: str, files: list[str], files_format: str,
-    cwd: Path | None, attempt: int = 0,
-) -> tuple[str, list[str]]:  # fmt: skip
+    template: str,
+    *,
+    test_id: str,
+    prompt_text: str,
+    files: list[str],
+    files_format: str,
+    cwd: Path | None,
+    attempt: int = 0,
+) -> tuple[str, list[str]]:
     """The command to run, and the files (relative to ``cwd``) it names, which are mounted.
 
     Ids are filled in first, then every word that names a file next to ``cwd`` is rewritten to
@@ -205,10 +210,18 @@ def render_cli_command(
 
 
 def run_cli_target(
-    target: TargetConfig, payload: Payload, test: Test, workspace: Path, sandbox: Sandbox, *,
-    image_id: str, env: dict[str, str], labels: dict[str, str], source_dir: Path,
+    target: TargetConfig,
+    payload: Payload,
+    test: Test,
+    workspace: Path,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    env: dict[str, str],
+    labels: dict[str, str],
+    source_dir: Path,
     attempt: int = 0,
-) -> tuple[RunOutcome, dict[str, Any] | str]:  # fmt: skip
+) -> tuple[RunOutcome, dict[str, Any] | str]:
     """Run a cli target; its answer as payload fields, or why there is none (a string)."""
     scratch = new_scratch()
     try:
@@ -229,23 +242,43 @@ def run_cli_target(
         cwd = Path(target.cwd) if target.cwd else source_dir
         assert isinstance(target.command, str)
         command, named = render_cli_command(
-            target.command, test_id=test.id, prompt_text=prompt_text, files=files,
-            files_format=target.files_format, cwd=cwd, attempt=attempt,
-        )  # fmt: skip
+            target.command,
+            test_id=test.id,
+            prompt_text=prompt_text,
+            files=files,
+            files_format=target.files_format,
+            cwd=cwd,
+            attempt=attempt,
+        )
         outcome = run_in_workspace(
-            command, workspace, sandbox, image_id=image_id, name=f"target-{test.id}",
-            timeout=target.timeout, network=target.network, env=env, limits=target.limits,
-            labels=labels, source_dir=cwd, extra_mounts=tuple(mounts), named_files=named,
-        )  # fmt: skip
+            command,
+            workspace,
+            sandbox,
+            image_id=image_id,
+            name=f"target-{test.id}",
+            timeout=target.timeout,
+            network=target.network,
+            env=env,
+            limits=target.limits,
+            labels=labels,
+            source_dir=cwd,
+            extra_mounts=tuple(mounts),
+            named_files=named,
+        )
         return outcome, read_cli_answer(io / "output", target.answer_format)
     finally:
         remove_tree(scratch)
 
 
 def run_healthcheck(
-    check: HealthCheck, target: TargetConfig, sandbox: Sandbox, *, image_id: str,
-    labels: dict[str, str], source_dir: Path,
-) -> str | None:  # fmt: skip
+    check: HealthCheck,
+    target: TargetConfig,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    labels: dict[str, str],
+    source_dir: Path,
+) -> str | None:
     """A cli target's healthcheck, run in an empty folder like the target (its files named
     from its cwd, no network unless the target has it); why it failed, or None."""
     scratch = new_scratch()
@@ -259,14 +292,27 @@ def run_healthcheck(
         named: list[str] = []
         if isinstance(command, str):
             command, named = render_cli_command(
-                command, test_id="healthcheck", prompt_text="", files=[],
-                files_format=target.files_format, cwd=cwd,
-            )  # fmt: skip
+                command,
+                test_id="healthcheck",
+                prompt_text="",
+                files=[],
+                files_format=target.files_format,
+                cwd=cwd,
+            )
         outcome = run_in_workspace(
-            command, folder, sandbox, image_id=image_id, name="target-healthcheck",
-            timeout=target.timeout, network=target.network, env=dict(target.env),
-            limits=target.limits, labels=labels, source_dir=cwd, named_files=named,
-        )  # fmt: skip
+            command,
+            folder,
+            sandbox,
+            image_id=image_id,
+            name="target-healthcheck",
+            timeout=target.timeout,
+            network=target.network,
+            env=dict(target.env),
+            limits=target.limits,
+            labels=labels,
+            source_dir=cwd,
+            named_files=named,
+        )
         failure = judge_step("target healthcheck", outcome, target.timeout, target.limits)[1]
         return failure
     finally:
@@ -315,8 +361,9 @@ def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] |
 _CLAIM_SLACK_MS = 1000.0
 
 
-def claims_of(answer: dict[str, Any], outcome: RunOutcome) -> tuple[dict[str, Any] | None,
-                                                                   list[str]]:  # fmt: skip
+def claims_of(
+    answer: dict[str, Any], outcome: RunOutcome
+) -> tuple[dict[str, Any] | None, list[str]]:
     """What a cli target's answer file says about its own run (``duration_ms``,
     ``token_usage``, ``cost_usd``), recorded apart from what gradebox measured, and a warning
     for a claim that contradicts the measurement. The duration checks hold is the measured
@@ -331,18 +378,24 @@ def claims_of(answer: dict[str, Any], outcome: RunOutcome) -> tuple[dict[str, An
     said = claimed.get("duration_ms")
     measured = float(outcome.duration_ms)
     if said is not None and abs(said - measured) > max(_CLAIM_SLACK_MS, measured / 2):
-        warnings.append(f"the target claimed duration_ms {said:g}, gradebox measured "
-                        f"{measured:g}: checks hold the measurement")  # fmt: skip
+        warnings.append(
+            f"the target claimed duration_ms {said:g}, gradebox measured "
+            f"{measured:g}: checks hold the measurement"
+        )
     return claimed or None, warnings
 
 
 def _from_claude(data: dict[str, Any]) -> dict[str, Any]:
     """Claude Code's one JSON result as the cli answer's fields."""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    out: dict[str, Any] = {"text": data.get("result") if isinstance(data.get("result"), str)
-                           else ""}  # fmt: skip
-    tokens = {k: usage[n] for k, n in (("input", "input_tokens"), ("output", "output_tokens"))
-              if isinstance(usage.get(n), int) and not isinstance(usage.get(n), bool)}  # fmt: skip
+    out: dict[str, Any] = {
+        "text": data.get("result") if isinstance(data.get("result"), str) else ""
+    }
+    tokens = {
+        k: usage[n]
+        for k, n in (("input", "input_tokens"), ("output", "output_tokens"))
+        if isinstance(usage.get(n), int) and not isinstance(usage.get(n), bool)
+    }
     if tokens:
         out["token_usage"] = tokens
     for key, name in (("cost_usd", "total_cost_usd"), ("duration_ms", "duration_ms")):

@@ -136,9 +136,10 @@ class TargetConfig(_Strict):
     command: Command | None = None
     label: str | None = Field(default=None, description="the provider's name, for messages")
     model: str | None = Field(
-        default=None, description="model: the name of a model target (.gradebox/targets.yaml, "
+        default=None,
+        description="model: the name of a model target (.gradebox/targets.yaml, "
         "or an AgentV provider label)",
-    )  # fmt: skip
+    )
     response: str | None = Field(default=None, description="mock: the answer to every test")
     replay: ReplaySource | None = None
     program: str | None = Field(
@@ -148,9 +149,9 @@ class TargetConfig(_Strict):
         default="auto", description="cli: how {OUTPUT_FILE} is read"
     )
     healthcheck: HealthCheck | None = Field(
-        default=None, description="cli: run once before the first test; a failure makes every "
-        "test an error",
-    )  # fmt: skip
+        default=None,
+        description="cli: run once before the first test; a failure makes every test an error",
+    )
     cwd: str | None = Field(default=None, description="cli: where command paths resolve")
     files_format: str = Field(default="{path}", description="cli: each entry of {FILES}")
     image: str | ImageBuild | None = None
@@ -229,18 +230,21 @@ class TestCase(_Strict):
         default=None, description="validate-refs: a patch applied to the workspace"
     )
     repeat: int = Field(
-        default=1, ge=1, le=100,
+        default=1,
+        ge=1,
+        le=100,
         description="run the test this many times (AgentV's evaluate_options.repeat)",
-    )  # fmt: skip
+    )
     repeat_strategy: Literal["pass_any", "pass_all", "mean", "confidence_interval"] = Field(
         default="pass_any",
         description="the runs' score: the best (pass_any), the lowest (pass_all), the mean, or "
         "the mean's 95% lower bound (confidence_interval); it passes at its threshold",
     )
     conversation: Conversation | None = Field(
-        default=None, description="a multi-turn conversation with a model target, graded turn "
+        default=None,
+        description="a multi-turn conversation with a model target, graded turn "
         "by turn (AgentV's mode: conversation)",
-    )  # fmt: skip
+    )
     assert_: Assertions = Field(default_factory=list, alias="assert")
 
 
@@ -335,11 +339,17 @@ class Suite:
             target = self.spec.target
             files = []
             if target is not None and isinstance(target.command, list):
-                files = [file_digest(self.root / rel)
-                         for rel in translate_args(target.command, self.root)[1]]  # fmt: skip
+                files = [
+                    file_digest(self.root / rel)
+                    for rel in translate_args(target.command, self.root)[1]
+                ]
             self._suite_print = digest(spec, *files)
-        parts: list[Any] = [self._suite_print, test.case.model_dump(mode="json", by_alias=True),
-                            test.metadata, test.threshold]  # fmt: skip
+        parts: list[Any] = [
+            self._suite_print,
+            test.case.model_dump(mode="json", by_alias=True),
+            test.metadata,
+            test.threshold,
+        ]
         parts.append(test.semantics)
         for a in _all(test.every_assertion()):
             parts.append(a.scoring())
@@ -386,9 +396,12 @@ READERS = {"agentv": ("gradebox.formats.agentv", "load_agentv")}
 
 
 def load_suite(
-    path: str | Path, *, format: str | None = None, targets: tuple[Path, ...] = (),
+    path: str | Path,
+    *,
+    format: str | None = None,
+    targets: tuple[Path, ...] = (),
     target: str | None = None,
-) -> Suite:  # fmt: skip
+) -> Suite:
     """Load and validate a suite file, its graders and its assertions. Runs nothing.
     ``targets``: the operator's targets files (``--targets``), read before the project's;
     ``target``: ``--target NAME``, the target of that name in place of the suite's.
@@ -432,11 +445,16 @@ def load_suite(
 
 
 def build_suite(
-    path: Path, spec: SuiteFile, lines: LineMap, *, flavor: str = "gradebox",
+    path: Path,
+    spec: SuiteFile,
+    lines: LineMap,
+    *,
+    flavor: str = "gradebox",
     origins: list[tuple[str, LineMap, tuple[str, ...]]] | None = None,
-    top: tuple[str, LineMap] | None = None, search_roots: tuple[Path, ...] = (),
+    top: tuple[str, LineMap] | None = None,
+    search_roots: tuple[Path, ...] = (),
     operator_targets: tuple[Path, ...] = (),
-) -> Suite:  # fmt: skip
+) -> Suite:
     """Compile a validated suite's assertions and check its templates. For a file mapped from
     another format, ``origins`` says where each test was written (file, lines, key path) and
     ``top`` where the suite-level assertions were."""
@@ -449,12 +467,16 @@ def build_suite(
 
     def context(file: str, file_lines: LineMap) -> CompileContext:
         c = CompileContext(
-            file=file, lines=file_lines, suite_dir=suite_dir, customs=customs,
+            file=file,
+            lines=file_lines,
+            suite_dir=suite_dir,
+            customs=customs,
             defaults=defaults_for_graders(d.image, d.timeout, d.limits),
             flavor="agentv" if flavor == "agentv" else "gradebox",
-            preprocessors=list(spec.preprocessors), search_roots=search_roots,
+            preprocessors=list(spec.preprocessors),
+            search_roots=search_roots,
             operator_targets=operator_targets,
-        )  # fmt: skip
+        )
         if targets:
             c._targets = targets[0]
         return c
@@ -489,9 +511,10 @@ def build_suite(
         if gate not in shared_by_gate:  # compiled once per gate, shared by its tests
             sctx = replace(ctx, required_default=gate)
             shared_by_gate[gate] = [
-                a for j, e in group_rubrics(spec.assert_)
+                a
+                for j, e in group_rubrics(spec.assert_)
                 for a in compiled(e, sctx, (shared_key, str(j)))
-            ]  # fmt: skip
+            ]
         return shared_by_gate[gate]
 
     shared(gate_of(d.threshold))  # its errors are reported even when no test inherits it
@@ -513,13 +536,25 @@ def build_suite(
         if not case.skip_defaults:
             assertions += shared(gate_of(threshold))
         turns = [
-            [a for j, e in group_rubrics(turn.assert_)
-             for a in compiled(e, tctx, (*where, "turns", str(t), "assert", str(j)))]
+            [
+                a
+                for j, e in group_rubrics(turn.assert_)
+                for a in compiled(e, tctx, (*where, "turns", str(t), "assert", str(j)))
+            ]
             for t, turn in enumerate(case.conversation.turns if case.conversation else [])
-        ]  # fmt: skip
+        ]
         ws = case.workspace or spec.workspace
-        tests.append(Test(case, assertions, ws, {**spec.metadata, **case.metadata}, threshold,
-                          turns, "agentv" if agentv else "gradebox"))  # fmt: skip
+        tests.append(
+            Test(
+                case,
+                assertions,
+                ws,
+                {**spec.metadata, **case.metadata},
+                threshold,
+                turns,
+                "agentv" if agentv else "gradebox",
+            )
+        )
     suite = Suite(path, spec, tests, customs, targets[0] if targets else None)
     for i, test in enumerate(tests):
         template = suite.template_dir(test.workspace)
@@ -534,10 +569,14 @@ def build_suite(
             )
             if not test.case.workspace:
                 file, file_lines = top_file, top_lines
-            errors.append(ConfigError(
-                f"template directory {template} does not exist",
-                file=file, line=file_lines.get(at), field=".".join(at),
-            ))  # fmt: skip
+            errors.append(
+                ConfigError(
+                    f"template directory {template} does not exist",
+                    file=file,
+                    line=file_lines.get(at),
+                    field=".".join(at),
+                )
+            )
     unique = {str(e): e for e in errors}  # one shared template is one error, not one per test
     collect(list(unique.values()))
     return suite
@@ -565,8 +604,9 @@ def _needs_models(spec: SuiteFile) -> bool:
 
     if spec.target is not None and spec.target.provider == "model":
         return True
-    turns = (e for t in spec.tests if t.conversation for u in t.conversation.turns
-             for e in u.assert_)  # fmt: skip
+    turns = (
+        e for t in spec.tests if t.conversation for u in t.conversation.turns for e in u.assert_
+    )
     return (
         any(wants(e) for e in spec.assert_)
         or any(wants(e) for t in spec.tests for e in t.assert_)

@@ -55,8 +55,9 @@ def expand_suite_paths(patterns: list[str], cwd: Path | None = None) -> list[Pat
             raise ConfigError(what, field="SUITE_FILES")
         for match in matches:
             found.setdefault(_key(Path(match)), _shown(Path(match), base))
-    dropped = {_key(Path(m)) for p in exclude
-               for m in _glob(str(p if Path(p).is_absolute() else base / p))}  # fmt: skip
+    dropped = {
+        _key(Path(m)) for p in exclude for m in _glob(str(p if Path(p).is_absolute() else base / p))
+    }
     kept = [shown for key, shown in sorted(found.items()) if key not in dropped]
     if not kept:
         raise ConfigError("every suite file given was left out by a !pattern", field="SUITE_FILES")
@@ -89,11 +90,11 @@ def _glob(pattern: str) -> list[str]:
     if first == len(parts):
         return [pattern] if os.path.isfile(pattern) else []
     try:
-        return [str(m) for m in Path(*parts[:first]).glob(str(Path(*parts[first:])))
-                if m.is_file()]  # fmt: skip
+        return [str(m) for m in Path(*parts[:first]).glob(str(Path(*parts[first:]))) if m.is_file()]
     except RecursionError:  # pathlib walks by recursion: a tree ~1,000 folders deep
-        raise ConfigError(f"folders nested too deep to search for {pattern!r}",
-                          field="SUITE_FILES") from None  # fmt: skip
+        raise ConfigError(
+            f"folders nested too deep to search for {pattern!r}", field="SUITE_FILES"
+        ) from None
 
 
 def _key(path: Path) -> str:

@@ -317,9 +317,15 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], pipe: _Pipe) -> tup
     """Run the test runner to its end with the report pipe; its exit code and output tail."""
     with tempfile.TemporaryFile() as out:
         try:
-            proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    pass_fds=(pipe.fd,))  # fmt: skip
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(pipe.fd,),
+            )
         except OSError as exc:
             pipe.close_writer()
             return 127, f"{command[0]}: {exc}"
@@ -358,16 +364,36 @@ def _run_pytest(spec: dict, workspace: Path, tests: list[Path], pipe: _Pipe) -> 
     ini = tmp / "pytest.ini"
     ini.write_text(INI)
     env = _clean_env()
-    env[PLUGIN_ENV] = json.dumps({"workspace": str(workspace), "report_fd": pipe.fd,
-                                  "dirs": sorted({str(t.parent) for t in tests})})  # fmt: skip
+    env[PLUGIN_ENV] = json.dumps(
+        {
+            "workspace": str(workspace),
+            "report_fd": pipe.fd,
+            "dirs": sorted({str(t.parent) for t in tests}),
+        }
+    )
     # -B: nothing writes bytecode into the workspace during the run (the caches of the
     # standard library and of pytest, outside it, are still read: a private pycache prefix
     # would recompile all of them on every run, +0.7 s).
-    command = [sys.executable, "-I", "-B", "-m", "pytest", "-c", str(ini),
-               "--rootdir", str(workspace), "--import-mode=importlib",
-               "-p", "gradebox.verify", "-p", "no:cacheprovider",
-               "-q", f"--junitxml=/dev/fd/{pipe.fd}", *spec.get("args", []),
-               *(t.relative_to(workspace).as_posix() for t in tests)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-I",
+        "-B",
+        "-m",
+        "pytest",
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(workspace),
+        "--import-mode=importlib",
+        "-p",
+        "gradebox.verify",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--junitxml=/dev/fd/{pipe.fd}",
+        *spec.get("args", []),
+        *(t.relative_to(workspace).as_posix() for t in tests),
+    ]
     return _run(command, workspace, env, pipe)
 
 
@@ -396,10 +422,15 @@ def _hold_inspector_port() -> list[socket.socket]:
 
 def _run_node(workspace: Path, tests: list[Path], pipe: _Pipe) -> tuple[int, str]:
     held = _hold_inspector_port()
-    command = ["node", "--test", f"--test-reporter={NODE_REPORTER}",
-               f"--test-reporter-destination=/dev/fd/{pipe.fd}",
-               "--test-reporter=spec", "--test-reporter-destination=stdout",
-               *(t.relative_to(workspace).as_posix() for t in tests)]  # fmt: skip
+    command = [
+        "node",
+        "--test",
+        f"--test-reporter={NODE_REPORTER}",
+        f"--test-reporter-destination=/dev/fd/{pipe.fd}",
+        "--test-reporter=spec",
+        "--test-reporter-destination=stdout",
+        *(t.relative_to(workspace).as_posix() for t in tests),
+    ]
     try:
         return _run(command, workspace, _clean_env(), pipe)
     finally:
@@ -437,9 +468,16 @@ def main(argv: list[str] | None = None) -> int:
     report = pipe.text()
     sys.stderr.write(output)
     sys.stderr.flush()
-    line = {"runner": runner, "exit_code": code, "report": report, "truncated": pipe.truncated,
-            "declared": declared, "files": [str(t) for t in tests], "tampered": tampered,
-            "output": output[-4000:]}  # fmt: skip
+    line = {
+        "runner": runner,
+        "exit_code": code,
+        "report": report,
+        "truncated": pipe.truncated,
+        "declared": declared,
+        "files": [str(t) for t in tests],
+        "tampered": tampered,
+        "output": output[-4000:],
+    }
     sys.stdout.write("\n" + json.dumps(line) + "\n")  # our own line, whatever came before
     sys.stdout.flush()
     return 0

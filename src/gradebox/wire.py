@@ -154,10 +154,12 @@ def result_json(fields: dict[str, Any]) -> str:
             value = float(value)
         elif key == "checks":
             value = [
-                {f: (float(c[f]) if f == "score" and c[f] is not None else c.get(f))
-                 for f in _CHECK_FIELDS}
+                {
+                    f: (float(c[f]) if f == "score" and c[f] is not None else c.get(f))
+                    for f in _CHECK_FIELDS
+                }
                 for c in value
-            ]  # fmt: skip
+            ]
         elif key == "image" and value is not None:
             value = {"ref": value["ref"], "id": value["id"]}
         doc[key] = value

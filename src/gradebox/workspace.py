@@ -57,8 +57,9 @@ DEFAULT_MAX_SIZE = 1 << 30
 DEFAULT_MAX_FILES = 100_000
 
 
-def safe_copy(source: Path, dest: Path, owner: tuple[int, int] | None = None,
-              max_bytes: int | None = None) -> list[str]:  # fmt: skip
+def safe_copy(
+    source: Path, dest: Path, owner: tuple[int, int] | None = None, max_bytes: int | None = None
+) -> list[str]:
     """Copy the tree at ``source`` into ``dest`` (created) without following any link.
 
     Links are recreated as links, FIFOs, sockets and devices are skipped (their relative paths
@@ -105,9 +106,13 @@ def copy_template(template: Path | None, dest: Path, owner: tuple[int, int] | No
 
 
 def materialise_repo(
-    root: Path, source: str, stage: Path, where: str, ref: str | None,
+    root: Path,
+    source: str,
+    stage: Path,
+    where: str,
+    ref: str | None,
     owner: tuple[int, int] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Place a local repository (the suite author's, next to the suite) at ``stage/where``:
     a clone checked out at ``ref`` when one is given, else a copy that follows no link."""
 
@@ -125,16 +130,24 @@ def materialise_repo(
     if dest.exists() and any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_TERMINAL_PROMPT": "0",
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(stage)}  # fmt: skip
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(stage),
+    }
     for args in (
         ["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(src), str(dest)],
         ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", ref],
     ):
         proc = subprocess.run(
             ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", *args],
-            capture_output=True, text=True, env=env, timeout=300, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
             raise WorkspaceError(f"repository {source} at {ref}: git {args[0]} failed: {tail}")
@@ -175,11 +188,14 @@ def _mount_tmpfs(path: Path, quota: Quota, owner: tuple[int, int] | None) -> boo
         return False
     uid, gid = owner or (os.getuid(), os.getgid())
     opts = f"size={quota.size},nr_inodes={quota.files + 1},mode=0755,uid={uid},gid={gid}"
-    rc = _lib().mount(b"gradebox-ws", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                      opts.encode())  # fmt: skip
+    rc = _lib().mount(
+        b"gradebox-ws", str(path).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts.encode()
+    )
     if rc != 0:
-        log.warning("no size-limited workspace (%s): quota checked after the fact",
-                    os.strerror(ctypes.get_errno()))  # fmt: skip
+        log.warning(
+            "no size-limited workspace (%s): quota checked after the fact",
+            os.strerror(ctypes.get_errno()),
+        )
         return False
     return True
 
@@ -200,10 +216,12 @@ def _mount_overlay(lower: Path, layer: Path, merged: Path, owner: tuple[int, int
     os.chmod(upper, stat.S_IMODE(st.st_mode))
     os.chown(upper, *(owner or (st.st_uid, st.st_gid)))
     # No redirects, index or metacopy: the upper layer holds plain files and whiteouts only.
-    opts = (f"lowerdir={lower},upperdir={upper},workdir={work},"
-            "redirect_dir=off,index=off,metacopy=off")  # fmt: skip
-    rc = _lib().mount(b"gradebox-ws", str(merged).encode(), b"overlay",
-                      _MS_NOSUID | _MS_NODEV, opts.encode())  # fmt: skip
+    opts = (
+        f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=off,index=off,metacopy=off"
+    )
+    rc = _lib().mount(
+        b"gradebox-ws", str(merged).encode(), b"overlay", _MS_NOSUID | _MS_NODEV, opts.encode()
+    )
     if rc != 0:
         log.info("no overlay (%s): the workspace is copied", os.strerror(ctypes.get_errno()))
         return False

@@ -131,9 +131,11 @@ def _root(
     _state["debug"] = debug
     # The variable is checked as the option is: a typo in it fell back to the docker backend
     # (with `exec`, without a word), where the operator had named a runtime outright.
-    named, where = (runtime, "--runtime") if runtime is not None else (
-        settings.current().runtime, "$GRADEBOX_RUNTIME"
-    )  # fmt: skip
+    named, where = (
+        (runtime, "--runtime")
+        if runtime is not None
+        else (settings.current().runtime, "$GRADEBOX_RUNTIME")
+    )
     if named is not None:
         from ..sandbox.runtime import checked
 

@@ -37,8 +37,9 @@ def compare(
     flips and McNemar's p is below --alpha; 2 unreadable input.
     """
     out = Output(as_json)
-    report = compare_runs(load_run(run_a), load_run(run_b), seed=seed, resamples=resamples,
-                          confidence=1 - alpha)  # fmt: skip
+    report = compare_runs(
+        load_run(run_a), load_run(run_b), seed=seed, resamples=resamples, confidence=1 - alpha
+    )
     worse = report.significantly_worse(alpha)
     if markdown_out is not None:
         write_atomic(markdown_out, markdown(report, str(run_a), str(run_b), alpha))

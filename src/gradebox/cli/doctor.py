@@ -35,8 +35,14 @@ def doctor(as_json: JsonOpt = False) -> None:
     checks = dr.diagnose()
     ok = dr.kept(checks)
     if as_json:
-        out.document({"ok": ok, "user": user_name(), "uid": os.geteuid(),
-                      "checks": [c.as_dict() for c in checks]})  # fmt: skip
+        out.document(
+            {
+                "ok": ok,
+                "user": user_name(),
+                "uid": os.geteuid(),
+                "checks": [c.as_dict() for c in checks],
+            }
+        )
     else:
         table = Table(title=f"gradebox doctor (as {user_name()}, uid {os.geteuid()})")
         fixes = any(c.fix for c in checks)  # no empty column where nothing needs fixing
@@ -51,8 +57,10 @@ def doctor(as_json: JsonOpt = False) -> None:
         out.console.print(table)
         missing = [c.name for c in checks if c.state == dr.MISSING]
         if missing:
-            out.console.print(f"[red]missing: {', '.join(missing)}[/]: gradebox cannot keep "
-                              "every promise here; each row's fix is one line")  # fmt: skip
+            out.console.print(
+                f"[red]missing: {', '.join(missing)}[/]: gradebox cannot keep "
+                "every promise here; each row's fix is one line"
+            )
         else:
             out.console.print("[green]every promise can be kept here[/]")
     raise typer.Exit(0 if ok else 1)

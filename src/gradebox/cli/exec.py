@@ -188,9 +188,19 @@ def _quick(argv: list[str]) -> dict[str, Any] | None:
     None for anything else (--help, an abbreviation, an unknown option, a value that starts
     with "-", an integer that is none): argparse reads those, with its own messages. Importing
     and building argparse's parser costs the hot path ~4 ms; this costs nothing."""
-    ns: dict[str, Any] = {"image": None, "workspace": None, "timeout": "60s", "sandbox": None,
-                          "runtime": None, "allow": [], "env": [], "target": None,
-                          "targets": None, "max_calls": 50, "locked": None}  # fmt: skip
+    ns: dict[str, Any] = {
+        "image": None,
+        "workspace": None,
+        "timeout": "60s",
+        "sandbox": None,
+        "runtime": None,
+        "allow": [],
+        "env": [],
+        "target": None,
+        "targets": None,
+        "max_calls": 50,
+        "locked": None,
+    }
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -399,8 +409,14 @@ class Exec:
             files["input.json"] = data
         flag = Path(opts.targets) if opts.targets else None
         models = operator_models(flag) if opts.target else None
-        with GraderRun(self.box, security=security, models=models, target=opts.target,
-                       max_calls=opts.max_calls, target_field="--target") as run:  # fmt: skip
+        with GraderRun(
+            self.box,
+            security=security,
+            models=models,
+            target=opts.target,
+            max_calls=opts.max_calls,
+            target_field="--target",
+        ) as run:
             ws_mount = run.view(workspace)
             # Where the command runs: the current folder, read-only; inside the workspace,
             # the workspace's own mount (Vally runs a grader in the workspace or its sub_path).

@@ -78,15 +78,21 @@ def grade(
     Exit codes: 0 passed, 1 failed, 2 invalid configuration or usage (nothing ran),
     3 the grader errored (timeout, crash, unparseable output), 4 the engine failed.
     """
-    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
-                             targets=targets)  # fmt: skip
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked, targets=targets)
     grader = _load_grader(grader_file)
     payload = load_payload(input) if input else Payload()
     workspace = checked_workspace(workspace)
     check_grader(grader, session.allowed, file=str(grader_file), workspaces=(workspace,))
     with session.open_sandbox() as box:
-        result = run_grader(grader, payload, workspace, box, images=session.images(box),
-                            file=str(grader_file), models=session.models(grader))  # fmt: skip
+        result = run_grader(
+            grader,
+            payload,
+            workspace,
+            box,
+            images=session.images(box),
+            file=str(grader_file),
+            models=session.models(grader),
+        )
     if as_json:
         session.out.document(result)
     else:

@@ -164,12 +164,16 @@ class _Call:
             box = box_opener()
             try:
                 if image is None:
-                    image = str(box.images(locked=self._locked()).resolve(
-                        grader.image or "python", grader.source_dir))  # fmt: skip
+                    image = str(
+                        box.images(locked=self._locked()).resolve(
+                            grader.image or "python", grader.source_dir
+                        )
+                    )
                 from ..graders.run import prepare_grader
 
-                ready = prepare_grader(grader, workspace, box, image_id=image, file=str(path),
-                                       warm=False)  # fmt: skip
+                ready = prepare_grader(
+                    grader, workspace, box, image_id=image, file=str(path), warm=False
+                )
                 fields = ready.run_wire(body, big)
             finally:
                 box.close()

@@ -45,12 +45,14 @@ TargetsOpt = Annotated[
 ]
 
 
-def _load(session: CommandSession, suite_file: Path, format: str | None,
-          target: str | None = None) -> Suite:  # fmt: skip
+def _load(
+    session: CommandSession, suite_file: Path, format: str | None, target: str | None = None
+) -> Suite:
     from ..llm.targets import operator_files
 
-    return load_suite(suite_file, format=format, targets=operator_files(session.targets),
-                      target=target)  # fmt: skip
+    return load_suite(
+        suite_file, format=format, targets=operator_files(session.targets), target=target
+    )
 
 
 SuitesArg = Annotated[
@@ -82,7 +84,7 @@ def run(
             "--test-id",
             help="Only tests whose id matches this glob (repeatable: any of them).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     target: Annotated[
         list[str] | None,
         typer.Option(
@@ -128,18 +130,21 @@ def run(
     node: nothing ran), 5 out of space (the results or scratch folder; finished tests are
     kept), 130 interrupted (finished tests are kept).
     """
-    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
-                             targets=targets)  # fmt: skip
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked, targets=targets)
     output = session.out
     if ray is not None and targets is not None:
-        raise ConfigError("--targets with --ray: a node reads the suite's own targets; put "
-                          "yours in the suite's .gradebox/", field="--targets")  # fmt: skip
+        raise ConfigError(
+            "--targets with --ray: a node reads the suite's own targets; put "
+            "yours in the suite's .gradebox/",
+            field="--targets",
+        )
     files = expand_suite_paths(suite_files)
     if target and len(target) > 1:
         raise ConfigError(
             "one --target per run (AgentV runs a matrix of several; run gradebox once per "
-            "target, each with its own --out)", field="--target",
-        )  # fmt: skip
+            "target, each with its own --out)",
+            field="--target",
+        )
     chosen = target[0] if target else None
     suites = [_load(session, f, format, chosen) for f in files]
     if filter and not any(
@@ -192,14 +197,30 @@ def run(
         with progress:
             for (suite, images, plan), suite_dir in zip(prepared, dirs, strict=True):
                 options = RunOptions(
-                    out_dir=suite_dir, workers=workers, filter=filter or None,
-                    resume=resume is not None, retry_errors=retry_errors,
+                    out_dir=suite_dir,
+                    workers=workers,
+                    filter=filter or None,
+                    resume=resume is not None,
+                    retry_errors=retry_errors,
                     use_cache=not no_cache,
-                )  # fmt: skip
+                )
                 where = session.wanted_sandbox(suite.spec.defaults.sandbox)
-                summaries.append(_run_one(suite, plan, box, images, options, progress, output,
-                                          ray=ray, allow=session.allowed, format=format,
-                                          sandbox=where, target=chosen))  # fmt: skip
+                summaries.append(
+                    _run_one(
+                        suite,
+                        plan,
+                        box,
+                        images,
+                        options,
+                        progress,
+                        output,
+                        ray=ray,
+                        allow=session.allowed,
+                        format=format,
+                        sandbox=where,
+                        target=chosen,
+                    )
+                )
     results: list[TestResult] = []
     for suite, summary, suite_dir in zip(suites, summaries, dirs, strict=True):
         if summary.reused:
@@ -209,21 +230,25 @@ def run(
         results += [_labelled(r, suite, suites) for r in mine] if several else mine
     summary = combined(summaries) if several else summaries[0]
     if several:
-        write_atomic(out_dir / "summary.json", summary.model_dump_json(indent=2) + "\n",
-                     what="results folder")  # fmt: skip
+        write_atomic(
+            out_dir / "summary.json",
+            summary.model_dump_json(indent=2) + "\n",
+            what="results folder",
+        )
     if junit:
         write_atomic(junit, junit_xml(results, summary))
     if report:
         from ..report.html import write_report
 
         # One page per file of a run of several (each its own run folder): FILE-<its folder>.
-        pages = [(report, [out_dir])] if not several else [
-            (report.with_name(f"{report.stem}-{d.name}{report.suffix}"), [d]) for d in dirs
-        ]  # fmt: skip
+        pages = (
+            [(report, [out_dir])]
+            if not several
+            else [(report.with_name(f"{report.stem}-{d.name}{report.suffix}"), [d]) for d in dirs]
+        )
         for page, folders in pages:
             write_report(folders, page)
-            output.info(f"report: {escape(str(page))} (it holds the run's outputs: check it "
-                        "first)")  # fmt: skip
+            output.info(f"report: {escape(str(page))} (it holds the run's outputs: check it first)")
     if as_json:
         document: dict[str, Any] = {"summary": summary, "results_dir": str(out_dir)}
         if several:
@@ -240,17 +265,28 @@ def run(
     for s in summaries:
         gate = s.min_mean_score
         if code == 0 and gate is not None and s.mean_score < gate - 1e-9:
-            output.info(f"{s.suite}: mean score {s.mean_score:.3f} is below the suite's "
-                        f"threshold {gate:g}")  # fmt: skip
+            output.info(
+                f"{s.suite}: mean score {s.mean_score:.3f} is below the suite's threshold {gate:g}"
+            )
             code = 1
     raise typer.Exit(code)
 
 
 def _run_one(
-    suite: Suite, plan: Any, box: Any, images: Any, options: RunOptions, progress: Progress,
-    output: Output, *, ray: str | None, allow: set[str], format: str | None, sandbox: str,
+    suite: Suite,
+    plan: Any,
+    box: Any,
+    images: Any,
+    options: RunOptions,
+    progress: Progress,
+    output: Output,
+    *,
+    ray: str | None,
+    allow: set[str],
+    format: str | None,
+    sandbox: str,
     target: str | None,
-) -> RunSummary:  # fmt: skip
+) -> RunSummary:
     """One suite of the run, with its progress bar (on a Ray cluster when asked)."""
     counts = {"passed": 0, "failed": 0, "errored": 0}
     task = progress.add_task(suite.name, total=None, **counts)
@@ -269,14 +305,23 @@ def _run_one(
             from ..cluster import RayCluster, start_suite
 
             cluster = RayCluster(ray)
-            remote = stack.enter_context(start_suite(
-                cluster, suite, plan, allow=allow, format=format, sandbox=sandbox,
-                options=options, target=target,
-            ))  # fmt: skip
+            remote = stack.enter_context(
+                start_suite(
+                    cluster,
+                    suite,
+                    plan,
+                    allow=allow,
+                    format=format,
+                    sandbox=sandbox,
+                    options=options,
+                    target=target,
+                )
+            )
             options.workers = options.workers or cluster.slots()
             output.info(f"[dim]ray: {remote.describe()}[/]")
-        return run_suite(suite, box, images, options, on_result=on_result,
-                         on_start=on_start, executor=remote)  # fmt: skip
+        return run_suite(
+            suite, box, images, options, on_result=on_result, on_start=on_start, executor=remote
+        )
 
 
 def _same_layout(out_dir: Path, several: bool, field: str) -> None:
@@ -289,8 +334,9 @@ def _same_layout(out_dir: Path, several: bool, field: str) -> None:
         raise ConfigError(
             f"{out_dir} holds the results of a run of one suite file ({top}); a run of several "
             "files keeps each file's in a folder of its own: give another folder, or the one "
-            "file", field=field,
-        )  # fmt: skip
+            "file",
+            field=field,
+        )
     # (Its summary.json at the top, no results.jsonl there: a folder that merely holds run
     # folders, as gradebox-runs/ does, is not one.)
     if not several and not top.exists() and (out_dir / "summary.json").is_file():
@@ -299,8 +345,9 @@ def _same_layout(out_dir: Path, several: bool, field: str) -> None:
             raise ConfigError(
                 f"{out_dir} holds a run of several suite files ({', '.join(theirs[:3])}"
                 f"{', ...' if len(theirs) > 3 else ''}); name the same files to resume it, "
-                "or give another folder", field=field,
-            )  # fmt: skip
+                "or give another folder",
+                field=field,
+            )
 
 
 def _suite_sandbox(suites: list[Suite], session: CommandSession) -> str | None:
@@ -309,8 +356,9 @@ def _suite_sandbox(suites: list[Suite], session: CommandSession) -> str | None:
     if len(asked) > 1 and session.sandbox is None and not session.settings.sandbox:
         raise ConfigError(
             f"the suite files ask for different sandboxes ({', '.join(sorted(asked))}) in "
-            "defaults.sandbox; choose one with --sandbox", field="--sandbox",
-        )  # fmt: skip
+            "defaults.sandbox; choose one with --sandbox",
+            field="--sandbox",
+        )
     return next(iter(asked), None)
 
 
@@ -332,19 +380,28 @@ def combined(summaries: list[RunSummary]) -> RunSummary:
             usage = usage or Usage()
             usage.merge(s.usage)
     return RunSummary(
-        suite=f"{len(summaries)} suites", run_id=summaries[0].run_id, total=total,
-        passed=sum(s.passed for s in summaries), failed=sum(s.failed for s in summaries),
-        errored=sum(s.errored for s in summaries), not_run=sum(s.not_run for s in summaries),
+        suite=f"{len(summaries)} suites",
+        run_id=summaries[0].run_id,
+        total=total,
+        passed=sum(s.passed for s in summaries),
+        failed=sum(s.failed for s in summaries),
+        errored=sum(s.errored for s in summaries),
+        not_run=sum(s.not_run for s in summaries),
         pass_rate=round(sum(s.passed for s in summaries) / ran, 6) if ran else 0.0,
-        mean_score=round(sum(s.mean_score * (s.passed + s.failed + s.errored)
-                             for s in summaries) / ran, 6) if ran else 0.0,
+        mean_score=round(
+            sum(s.mean_score * (s.passed + s.failed + s.errored) for s in summaries) / ran, 6
+        )
+        if ran
+        else 0.0,
         duration_s=round(sum(s.duration_s for s in summaries), 3),
         workers=max(s.workers for s in summaries),
         interrupted=any(s.interrupted for s in summaries),
-        reused=sum(s.reused for s in summaries), usage=usage,
+        reused=sum(s.reused for s in summaries),
+        usage=usage,
         warnings=[w for s in summaries for w in s.warnings],
-        started_at=summaries[0].started_at, finished_at=summaries[-1].finished_at,
-    )  # fmt: skip
+        started_at=summaries[0].started_at,
+        finished_at=summaries[-1].finished_at,
+    )
 
 
 def validate(
@@ -368,8 +425,7 @@ def validate(
     """Check a suite, its graders, its assertions, its images and the privileges its graders
     ask for: the plan `run` makes, without running anything (exit 0, or 2 listing every error,
     one per line). It needs no secrets: an unset key or variable is a warning."""
-    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked,
-                             targets=targets)  # fmt: skip
+    session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked, targets=targets)
     output = session.out
     suite = _load(session, suite_file, format, target)
     with session.open_sandbox(suite.spec.defaults.sandbox) as box:
@@ -437,10 +493,12 @@ def validate_refs(
         if r.status is Status.passed:
             continue
         failing = [f"{g.name}: {g.evidence[:200]}" for g in r.graders if not g.passed]
-        bad.append({"id": test.id, "status": r.status.value, "error": r.error,
-                    "graders": failing})  # fmt: skip
-    report = {"checked": len(checked), "without_reference": len(suite.tests) - len(checked),
-              "failing": bad}  # fmt: skip
+        bad.append({"id": test.id, "status": r.status.value, "error": r.error, "graders": failing})
+    report = {
+        "checked": len(checked),
+        "without_reference": len(suite.tests) - len(checked),
+        "failing": bad,
+    }
     if as_json:
         output.document(report)
     else:

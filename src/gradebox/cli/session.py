@@ -23,9 +23,15 @@ __all__ = ["CommandSession"]
 class CommandSession:
     """``--json``, ``--sandbox``, ``--allow``, ``--locked`` and ``--targets``, checked once."""
 
-    def __init__(self, as_json: bool = False, *, sandbox: str | None = None,
-                 allow: list[str] | None = None, locked: bool | None = None,
-                 targets: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        as_json: bool = False,
+        *,
+        sandbox: str | None = None,
+        allow: list[str] | None = None,
+        locked: bool | None = None,
+        targets: Path | None = None,
+    ) -> None:
         self.settings = settings.current()
         self.out = Output(as_json)
         self.sandbox = sandbox
@@ -60,8 +66,9 @@ class CommandSession:
     def images(self, box: Any, allow: Iterable[str] = ()) -> Any:
         """The image resolver of ``box``, with the privileges given and ``allow`` (a suite's)."""
         allowed = self.allowed | set(allow)
-        return box.images(locked=self.locked, build_network="network" in allowed,
-                          build="build" in allowed)  # fmt: skip
+        return box.images(
+            locked=self.locked, build_network="network" in allowed, build="build" in allowed
+        )
 
     def models(self, grader: Any) -> Any:
         """The model targets a grader without a suite is given (the operator's), or None for

@@ -89,10 +89,15 @@ def _grade(
 
 
 def _on_cluster(
-    stack: ExitStack, session: CommandSession, address: str, grader_file: Path,
-    config: GraderConfig, images: ImageResolver, workspace: Path | None = None,
+    stack: ExitStack,
+    session: CommandSession,
+    address: str,
+    grader_file: Path,
+    config: GraderConfig,
+    images: ImageResolver,
+    workspace: Path | None = None,
     more_images: tuple[str, ...] = (),
-) -> tuple[RayExecutor, int]:  # fmt: skip
+) -> tuple[RayExecutor, int]:
     """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
     the cluster's slots (the default number in flight)."""
     from ..cluster import RayCluster, start_grader
@@ -100,10 +105,16 @@ def _on_cluster(
     cluster = RayCluster(address)
     refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
     ids = {ref: images.resolve(ref) for ref in refs}  # a grader's own build: on each node
-    remote = stack.enter_context(start_grader(
-        cluster, grader_file, ids, sandbox=session.wanted_sandbox(),
-        workspace=workspace, allow=session.allowed,
-    ))  # fmt: skip
+    remote = stack.enter_context(
+        start_grader(
+            cluster,
+            grader_file,
+            ids,
+            sandbox=session.wanted_sandbox(),
+            workspace=workspace,
+            allow=session.allowed,
+        )
+    )
     session.out.info(f"[dim]ray: {remote.describe()}[/]")
     return remote, cluster.slots()
 
@@ -246,14 +257,21 @@ def trials(
         remote = None
         if ray is not None:
             more = (target_image,) if target else ()
-            remote, slots = _on_cluster(stack, session, ray, grader, config, images,
-                                        more_images=more)  # fmt: skip
+            remote, slots = _on_cluster(
+                stack, session, ray, grader, config, images, more_images=more
+            )
             n_workers = workers or slots
         if target:
             records = run_target_trials(
-                records, target, images.resolve(target_image), k, box, workers=n_workers,
-                executor=remote, timeout=target_timeout,
-            )  # fmt: skip
+                records,
+                target,
+                images.resolve(target_image),
+                k,
+                box,
+                workers=n_workers,
+                executor=remote,
+                timeout=target_timeout,
+            )
         graded = _grade(
             out,
             "trials",

@@ -48,14 +48,20 @@ def start_suite(
     root = common_root(paths)
     exclude = [options.out_dir] if options is not None else []
     return cluster.start(
-        root=root, exclude=exclude, kind="suite", entry=str(suite.path.resolve().relative_to(root)),
-        images=dict(plan.images), sandbox=sandbox, format=format, target=target,
+        root=root,
+        exclude=exclude,
+        kind="suite",
+        entry=str(suite.path.resolve().relative_to(root)),
+        images=dict(plan.images),
+        sandbox=sandbox,
+        format=format,
+        target=target,
         allow=tuple(sorted(allow | set(suite.spec.allow))),
         fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
         use_cache=options.use_cache if options else True,
         model_calls=options.model_calls if options else 4,
         references=options.references if options else False,
-    )  # fmt: skip
+    )
 
 
 def start_grader(
@@ -71,7 +77,11 @@ def start_grader(
     paths = [grader_file, *([workspace] if workspace else [])]
     root = common_root(paths)
     return cluster.start(
-        root=root, kind="grader", entry=str(grader_file.resolve().relative_to(root)),
+        root=root,
+        kind="grader",
+        entry=str(grader_file.resolve().relative_to(root)),
         workspace=str(workspace.resolve().relative_to(root)) if workspace else None,
-        images=image_ids, sandbox=sandbox, allow=tuple(sorted(allow)),
-    )  # fmt: skip
+        images=image_ids,
+        sandbox=sandbox,
+        allow=tuple(sorted(allow)),
+    )

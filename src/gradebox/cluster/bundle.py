@@ -67,8 +67,11 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
                 if _skipped(entry.name) or path in skip or entry.name in SKIPPED_DIRS:
                     continue
                 info = entry.stat(follow_symlinks=False)
-                if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
-                        or stat.S_ISLNK(info.st_mode)):  # fmt: skip
+                if not (
+                    stat.S_ISREG(info.st_mode)
+                    or stat.S_ISDIR(info.st_mode)
+                    or stat.S_ISLNK(info.st_mode)
+                ):
                     continue  # a FIFO or a socket is nothing a node can use
                 rel = str(path.relative_to(root))
                 if stat.S_ISREG(info.st_mode):
@@ -119,8 +122,15 @@ def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
         return None if _inside(name, member.linkname) else f"is a link out ({member.linkname})"
     if member.isreg() or member.isdir():
         return None
-    kind = ("a hard link" if member.islnk() else "a device" if member.ischr() or member.isblk()
-            else "a FIFO" if member.isfifo() else "not a file, folder or link")  # fmt: skip
+    kind = (
+        "a hard link"
+        if member.islnk()
+        else "a device"
+        if member.ischr() or member.isblk()
+        else "a FIFO"
+        if member.isfifo()
+        else "not a file, folder or link"
+    )
     return f"is {kind}"
 
 

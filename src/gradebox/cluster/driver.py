@@ -74,9 +74,10 @@ class RayCluster:
     def nodes(self) -> list[dict[str, Any]]:
         """Live nodes that offer gradebox slots."""
         return [
-            n for n in self.ray.nodes()
+            n
+            for n in self.ray.nodes()
             if n.get("Alive") and n.get("Resources", {}).get("gradebox", 0) > 0
-        ]  # fmt: skip
+        ]
 
     def slots(self) -> int:
         """Tests the cluster runs at once: the sum of its nodes' ``gradebox`` resources."""
@@ -120,8 +121,9 @@ class RayCluster:
         """Put a run's files in the object store, then check every node (``RayExecutor``)."""
         root, exclude = fields.pop("root"), fields.pop("exclude", ())
         bundle = self.ray.put(pack(root, exclude))
-        spec = RunSpec(run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle,
-                       **fields)  # fmt: skip
+        spec = RunSpec(
+            run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle, **fields
+        )
         run = RayExecutor(self, spec)
         run.preflight()
         return run
@@ -219,8 +221,12 @@ class RayExecutor(Executor):
             return Done(item, None, f"on the cluster: {_first_line(exc)}", None, attempt)
         except exceptions.RayError as exc:  # the node or its worker died under it
             if attempt < MAX_ATTEMPTS:
-                log.warning("%s: its node was lost (%s); sending it again (attempt %d)",
-                            item, type(exc).__name__, attempt + 1)  # fmt: skip
+                log.warning(
+                    "%s: its node was lost (%s); sending it again (attempt %d)",
+                    item,
+                    type(exc).__name__,
+                    attempt + 1,
+                )
                 return None
             why = f"its node was lost {attempt} times ({type(exc).__name__}); not run again"
             return Done(item, None, why, None, attempt)

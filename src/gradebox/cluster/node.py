@@ -125,10 +125,16 @@ class _Context:
             self.problems = _suite_problems(suite, tests, spec.fingerprints)
             # Graders of one test run side by side, as they do locally.
             self.worker = Worker(
-                self.box, self.images, spec.run_id, suite=suite, threads=4,
-                use_cache=spec.use_cache, model_calls=spec.model_calls,
-                references=spec.references, scratch=self.dir / f"stage-{os.getpid()}",
-            )  # fmt: skip
+                self.box,
+                self.images,
+                spec.run_id,
+                suite=suite,
+                threads=4,
+                use_cache=spec.use_cache,
+                model_calls=spec.model_calls,
+                references=spec.references,
+                scratch=self.dir / f"stage-{os.getpid()}",
+            )
         else:
             from ..batch import load_grader_ref
 
@@ -138,8 +144,9 @@ class _Context:
             else:
                 workspace = self.dir / "empty"
                 workspace.mkdir(exist_ok=True)
-            self.worker = Worker(self.box, self.images, spec.run_id, grader=grader,
-                                 workspace=workspace, threads=1)  # fmt: skip
+            self.worker = Worker(
+                self.box, self.images, spec.run_id, grader=grader, workspace=workspace, threads=1
+            )
 
     def _same_images(self) -> None:
         """Every image the driver planned must be the same bytes here. A grader's own
@@ -199,8 +206,11 @@ def _keys_used(suite: Any) -> set[str]:
     under test), not every target a targets file lists."""
     from ..preflight import models_used
 
-    return {u.target.api_key_env for u in models_used(suite)
-            if u.target is not None and u.target.api_key_env}  # fmt: skip
+    return {
+        u.target.api_key_env
+        for u in models_used(suite)
+        if u.target is not None and u.target.api_key_env
+    }
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)

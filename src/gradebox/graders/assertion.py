@@ -106,8 +106,12 @@ class Scoring:
     file: str | None = None
 
     def scoring(self) -> dict[str, Any]:
-        return {"name": self.name, "weight": self.weight, "negate": self.negate,
-                "required": self.required}  # fmt: skip
+        return {
+            "name": self.name,
+            "weight": self.weight,
+            "negate": self.negate,
+            "required": self.required,
+        }
 
 
 @dataclass(kw_only=True)
@@ -240,8 +244,9 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
     elif a.aggregator == "count":
         ok = score >= (a.threshold or 0.0) - 1e-9
         status = Status.passed if ok else Status.failed
-        evidence = (f"{sum(r.passed for r in children)}/{len(children)} passed (threshold "
-                    f"{a.threshold:g})")  # fmt: skip
+        evidence = (
+            f"{sum(r.passed for r in children)}/{len(children)} passed (threshold {a.threshold:g})"
+        )
     elif a.threshold is not None:
         ok = score >= a.threshold - 1e-9
         status = Status.passed if ok else Status.failed
@@ -252,10 +257,14 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
         failing = [r.name for r, w in zip(children, weights, strict=True) if w > 0 and not r.passed]
         evidence = "every child passed" if ok else f"failed: {', '.join(failing)}"
     result = GraderResult(
-        name=a.display_name(), type="assert-set", status=status,
-        passed=status is Status.passed, score=round(score, 6), evidence=evidence,
+        name=a.display_name(),
+        type="assert-set",
+        status=status,
+        passed=status is Status.passed,
+        score=round(score, 6),
+        evidence=evidence,
         children=children,
-    )  # fmt: skip
+    )
     crashed = next((r for r in children if r.no_verdict and not r.passed), None)
     if status is Status.failed and crashed is not None:
         result.no_verdict = f"its child {crashed.name!r} gave none: {crashed.no_verdict}"
@@ -336,15 +345,26 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
 def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
     given = {k: entry[k] for k in _MODIFIERS if k in entry}
     s = validate(Entry, given, file=ctx.file, lines=ctx.lines, prefix=loc)
-    gate = (s.required if s.required is not True  # false, or the gate itself
-            else ctx.required_default if s.min_score is None else s.min_score)  # fmt: skip
+    gate = (
+        s.required
+        if s.required is not True  # false, or the gate itself
+        else ctx.required_default
+        if s.min_score is None
+        else s.min_score
+    )
     if gate is not False and gate <= 0:
         # Every score reaches a gate at 0: `required` would require nothing.
         where = "min_score" if s.required is True and s.min_score is not None else "required"
         raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
-    return {"name": s.name if "name" in given else s.metric, "weight": s.weight,
-            "negate": s.negate, "required": None if gate is False else float(gate),
-            "field": ".".join(loc), "line": ctx.lines.get(loc), "file": ctx.file}  # fmt: skip
+    return {
+        "name": s.name if "name" in given else s.metric,
+        "weight": s.weight,
+        "negate": s.negate,
+        "required": None if gate is False else float(gate),
+        "field": ".".join(loc),
+        "line": ctx.lines.get(loc),
+        "file": ctx.file,
+    }
 
 
 def compile_assertion(
@@ -375,9 +395,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
         raise UnsupportedFeature(
-            f"assertion type {kind!r}", _LATER[kind], file=ctx.file,
-            line=ctx.lines.get((*loc, "type")), field=".".join((*loc, "type")),
-        )  # fmt: skip
+            f"assertion type {kind!r}",
+            _LATER[kind],
+            file=ctx.file,
+            line=ctx.lines.get((*loc, "type")),
+            field=".".join((*loc, "type")),
+        )
     if kind in _V4_CHECKS:
         check = validate(_V4_CHECKS[kind], body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
@@ -394,10 +417,13 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     schema = body.get("value") not in (None, "")
     if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
         raise UnsupportedFeature(
-            f"a JSON schema given to {kind}", "the schema would not be checked, and any JSON "
+            f"a JSON schema given to {kind}",
+            "the schema would not be checked, and any JSON "
             "would pass; check the answer's shape with a script grader (or field-accuracy)",
-            file=ctx.file, line=ctx.lines.get((*loc, "value")), field=".".join((*loc, "value")),
-        )  # fmt: skip
+            file=ctx.file,
+            line=ctx.lines.get((*loc, "value")),
+            field=".".join((*loc, "value")),
+        )
     if is_builtin(kind) or kind == "field-accuracy":  # its model validates, its record runs
         record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
         return HostAssertion(check=record.check(), **score)
@@ -416,11 +442,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if custom is None:
         known = ", ".join(sorted(ctx.customs)) or "none found"
         raise _fail(
-            ctx, (*loc, "type"),
+            ctx,
+            (*loc, "type"),
             f"unknown assertion type {kind!r}: not a built-in, not program/script, and no "
             f".gradebox/assertions/{kind}.* (or .agentv/assertions/) above {ctx.suite_dir} "
             f"(custom assertions found: {known})",
-        )  # fmt: skip
+        )
     return _custom(custom, body, score, ctx, loc)
 
 
@@ -439,9 +466,12 @@ def _promptfoo_extras(
 
 
 def _assert_set(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...],
+    body: dict[str, Any],
+    score: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
     depth: int,
-) -> AssertSet:  # fmt: skip
+) -> AssertSet:
     if depth >= 8:
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
     record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
@@ -449,8 +479,11 @@ def _assert_set(
     if not isinstance(record.assert_, list) or not record.assert_:
         raise _fail(ctx, (*loc, "assert"), "an assert-set needs a non-empty 'assert' list")
     if threshold is not None and threshold <= 0:
-        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any "
-                    "weighted score reaches it): give one above 0")  # fmt: skip
+        raise _fail(
+            ctx,
+            (*loc, "threshold"),
+            "threshold 0 holds for every answer (any weighted score reaches it): give one above 0",
+        )
     compiled = []
     for i, child in enumerate(record.assert_):
         if shared and isinstance(child, dict):  # the parent's config, child keys winning
@@ -458,8 +491,11 @@ def _assert_set(
         compiled.append(compile_assertion(child, ctx, (*loc, "assert", str(i)), depth=depth + 1))
     if threshold is None and all(c.weight == 0 for c in compiled):
         # It passes when every child of nonzero weight passes: with none, always.
-        raise _fail(ctx, (*loc, "assert"), "every child of this assert-set weighs 0: it holds "
-                    "for every answer")  # fmt: skip
+        raise _fail(
+            ctx,
+            (*loc, "assert"),
+            "every child of this assert-set weighs 0: it holds for every answer",
+        )
     return AssertSet(children=compiled, threshold=threshold, **score)
 
 
@@ -468,29 +504,39 @@ _PLAIN = {"name": None, "weight": 1.0, "negate": False, "required": None}
 
 
 def _composite(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...],
+    body: dict[str, Any],
+    score: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
     depth: int,
-) -> AssertSet:  # fmt: skip
+) -> AssertSet:
     """AgentV v4's ``composite`` (``loaders/grader-parser.ts``, ``graders/composite.ts``)."""
     if depth >= 8:
         raise _fail(ctx, loc, "composite nested deeper than 8 levels")
     key = next((k for k in ("assertions", "assert", "evaluators") if k in body), "assertions")
     unknown = set(body) - {"type", "aggregator", key}
     if unknown:
-        raise _fail(ctx, (*loc, sorted(unknown)[0]), "unknown field of a composite (check its "
-                    "spelling)")  # fmt: skip
+        raise _fail(
+            ctx, (*loc, sorted(unknown)[0]), "unknown field of a composite (check its spelling)"
+        )
     members = body.get(key)
     if not isinstance(members, list) or not members:
-        raise _fail(ctx, (*loc, key) if key in body else loc,
-                    "a composite needs a non-empty 'assertions' list")  # fmt: skip
+        raise _fail(
+            ctx,
+            (*loc, key) if key in body else loc,
+            "a composite needs a non-empty 'assertions' list",
+        )
     agg = body.get("aggregator")
     kind = agg.get("type") if isinstance(agg, dict) else None
     if isinstance(kind, str) and kind not in ("weighted_average", "threshold"):
         kind = kind.replace("_", "-")
     if kind not in _AGGREGATORS:
-        raise _fail(ctx, (*loc, "aggregator") if "aggregator" in body else loc,
-                    "a composite needs aggregator: {type: "
-                    "weighted_average | threshold | code-grader | llm-grader}")  # fmt: skip
+        raise _fail(
+            ctx,
+            (*loc, "aggregator") if "aggregator" in body else loc,
+            "a composite needs aggregator: {type: "
+            "weighted_average | threshold | code-grader | llm-grader}",
+        )
     assert isinstance(agg, dict)
     aloc = (*loc, "aggregator")
     for i, member in enumerate(members):
@@ -498,16 +544,25 @@ def _composite(
         if not isinstance(name, str) or not name.strip():
             # v4 skips a member without a name (its results are keyed by name): it would
             # silently grade nothing.
-            raise _fail(ctx, (*loc, key, str(i)), "a composite's member needs a name "
-                        "(AgentV v4 skips one without)")  # fmt: skip
+            raise _fail(
+                ctx,
+                (*loc, key, str(i)),
+                "a composite's member needs a name (AgentV v4 skips one without)",
+            )
         if isinstance(member, dict) and member.get("negate") is True:
             # v4 negates a grader in its orchestrator, never a composite's member: honouring
             # it would give verdicts v4 does not, ignoring it a check the user did not write.
-            raise _fail(ctx, (*loc, key, str(i), "negate"), "AgentV v4 ignores negate on "
-                        "a composite's member; negate the composite, or move the member "
-                        "out")  # fmt: skip
-    children = [compile_assertion(m, ctx, (*loc, key, str(i)), depth=depth + 1)
-                for i, m in enumerate(members)]  # fmt: skip
+            raise _fail(
+                ctx,
+                (*loc, key, str(i), "negate"),
+                "AgentV v4 ignores negate on "
+                "a composite's member; negate the composite, or move the member "
+                "out",
+            )
+    children = [
+        compile_assertion(m, ctx, (*loc, key, str(i)), depth=depth + 1)
+        for i, m in enumerate(members)
+    ]
     if kind == "weighted_average":
         weights = agg.get("weights") or {}
         if not isinstance(weights, dict) or not all(weight_ok(w) for w in weights.values()):
@@ -520,19 +575,26 @@ def _composite(
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise _fail(ctx, (*aloc, "threshold"), "threshold must be a number from 0 to 1")
         if value <= 0:  # the share of members that passed always reaches 0
-            raise _fail(ctx, (*aloc, "threshold"), "threshold 0 holds for every answer (no "
-                        "member needs to pass): give one above 0")  # fmt: skip
+            raise _fail(
+                ctx,
+                (*aloc, "threshold"),
+                "threshold 0 holds for every answer (no member needs to pass): give one above 0",
+            )
         return AssertSet(children=children, threshold=float(value), aggregator="count", **score)
     program: GraderAssertion | LlmGraderAssertion
     if kind == "code-grader":
         path = agg.get("path", agg.get("command"))
         argv = shlex.split(path) if isinstance(path, str) else path
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise _fail(ctx, (*aloc, "path"), "a code-grader aggregator needs path: the "
-                        "command that runs it")  # fmt: skip
+            raise _fail(
+                ctx,
+                (*aloc, "path"),
+                "a code-grader aggregator needs path: the command that runs it",
+            )
         # One more script grader, run in the sandbox; the children's results on its stdin.
-        program = _grader({"type": "code-grader", "command": argv, "pass_score": V4_PASS},
-                          dict(_PLAIN), ctx, aloc)  # fmt: skip
+        program = _grader(
+            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, dict(_PLAIN), ctx, aloc
+        )
     else:
         prompt = agg.get("prompt", _AGGREGATOR_PROMPT)
         if not isinstance(prompt, str) or not prompt.strip():
@@ -586,8 +648,12 @@ def _grader(
                 raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
             root = project_folder(ctx.suite_dir)
             if source != root and root not in source.parents:
-                raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} leads out of the project folder "
-                            f"{root}: a grader's files must lie inside it")  # fmt: skip
+                raise _fail(
+                    ctx,
+                    (*loc, "cwd"),
+                    f"{cwd!r} leads out of the project folder "
+                    f"{root}: a grader's files must lie inside it",
+                )
         if ctx.flavor == "agentv":
             body = _agentv_script(body, ctx, loc)
             env = body.get("env") if isinstance(body.get("env"), dict) else {}
@@ -614,8 +680,9 @@ def _grader(
     return GraderAssertion(grader=grader, config=config, **score)
 
 
-def _agentv_script(body: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
-                   ) -> dict[str, Any]:  # fmt: skip
+def _agentv_script(
+    body: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+) -> dict[str, Any]:
     """AgentV's script grader: ``provider: true`` or ``{max_calls}`` (today's name for the
     model proxy, ``target`` before it), and a score without ``pass`` judged by AgentV's
     ``scoreToVerdict`` at 0.8 (custom assertions keep their 0.5)."""
@@ -653,9 +720,12 @@ _SCRIPT_LIKE = re.compile(r"[/\\]|\.(?:[cm]?[jt]sx?|py|sh|bash|rb|go|rs)$", re.I
 
 
 def _custom(
-    custom: CustomAssertion, body: dict[str, Any], score: dict[str, Any], ctx: CompileContext,
+    custom: CustomAssertion,
+    body: dict[str, Any],
+    score: dict[str, Any],
+    ctx: CompileContext,
     loc: tuple[str, ...],
-) -> GraderAssertion:  # fmt: skip
+) -> GraderAssertion:
     own = {k: body[k] for k in ("timeout", "limits", "image", "network") if k in body}
     config = {k: v for k, v in body.items() if k not in own and k != "type"}
     image = ctx.defaults.get("image") if custom.image() == "python" else custom.image()
@@ -688,13 +758,19 @@ def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list
                 text = _score_ranges_text(item, ctx, here)
             weight = item.get("weight", 1.0)
             if not isinstance(text, str) or not text.strip():
-                raise _fail(ctx, here, "a rubric item needs its text in 'outcome' (or "
-                            "score_ranges)")  # fmt: skip
+                raise _fail(
+                    ctx, here, "a rubric item needs its text in 'outcome' (or score_ranges)"
+                )
             if not weight_ok(weight):
                 raise _fail(ctx, (*here, "weight"), "weight must be a finite number >= 0")
-            out.append(RubricItem(text=text.strip(), weight=float(weight),
-                                  required=bool(item.get("required") or item.get("min_score")),
-                                  id=str(item["id"]) if "id" in item else None))  # fmt: skip
+            out.append(
+                RubricItem(
+                    text=text.strip(),
+                    weight=float(weight),
+                    required=bool(item.get("required") or item.get("min_score")),
+                    id=str(item["id"]) if "id" in item else None,
+                )
+            )
         else:
             raise _fail(ctx, here, "a rubric item is a string or {outcome, weight, required}")
     return out
@@ -711,14 +787,18 @@ def _score_ranges_text(item: dict[str, Any], ctx: CompileContext, loc: tuple[str
             try:
                 bands.append((int(str(key).split("-")[0]), str(text)))
             except ValueError:
-                raise _fail(ctx, (*loc, "score_ranges", str(key)),
-                            "score_ranges keys are scores 0..10") from None  # fmt: skip
+                raise _fail(
+                    ctx, (*loc, "score_ranges", str(key)), "score_ranges keys are scores 0..10"
+                ) from None
     elif isinstance(ranges, list):
         for i, band in enumerate(ranges):
             span = band.get("score_range") if isinstance(band, dict) else None
             if not isinstance(span, list) or not span or not isinstance(band.get("outcome"), str):
-                raise _fail(ctx, (*loc, "score_ranges", str(i)),
-                            "a band is {score_range: [lo, hi], outcome}")  # fmt: skip
+                raise _fail(
+                    ctx,
+                    (*loc, "score_ranges", str(i)),
+                    "a band is {score_range: [lo, hi], outcome}",
+                )
             bands.append((int(span[0]), band["outcome"]))
     else:
         raise _fail(ctx, (*loc, "score_ranges"), "score_ranges is a list or a mapping")
@@ -752,17 +832,21 @@ def _llm(
     kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:
         raise UnsupportedFeature(
-            "transform", "output transforms run code inside AgentV's process; use a "
-            "preprocessors: [{type, command}] entry", file=ctx.file,
-            line=ctx.lines.get((*loc, "transform")), field=".".join((*loc, "transform")),
-        )  # fmt: skip
+            "transform",
+            "output transforms run code inside AgentV's process; use a "
+            "preprocessors: [{type, command}] entry",
+            file=ctx.file,
+            line=ctx.lines.get((*loc, "transform")),
+            field=".".join((*loc, "transform")),
+        )
     if ctx.flavor == "agentv":
         # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
         # agentic judge's max_steps): the single-shot judge here reads temperature. Its
         # rubric items take keys of their own too (`operator`): _rubric_items reads them.
         kept = set(LlmJudge.model_fields) - {"value", "rubrics", "criteria"}
-        record = check_entry({k: v for k, v in body.items() if k in kept}, file=ctx.file,
-                             lines=ctx.lines, loc=loc)  # fmt: skip
+        record = check_entry(
+            {k: v for k, v in body.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
+        )
     else:
         record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
     rubrics: list[RubricItem] = []
@@ -790,13 +874,20 @@ def _llm(
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
     threshold = record.threshold
     if threshold <= 0:
-        raise _fail(ctx, (*loc, "threshold"), "threshold 0 holds for every answer (any score "
-                    "the judge gives reaches it): give one above 0")  # fmt: skip
+        raise _fail(
+            ctx,
+            (*loc, "threshold"),
+            "threshold 0 holds for every answer (any score "
+            "the judge gives reaches it): give one above 0",
+        )
     name = body.get("target", body.get("provider"))
     if ctx.flavor == "agentv" and GRADER_TARGET.get():
         name = GRADER_TARGET.get()
-    where = (*loc, "target") if "target" in body else (
-        (*loc, "provider") if "provider" in body else loc)  # fmt: skip
+    where = (
+        (*loc, "target")
+        if "target" in body
+        else ((*loc, "provider") if "provider" in body else loc)
+    )
     target: ModelTarget | None = None
     unresolved = None
     try:
@@ -807,10 +898,12 @@ def _llm(
             raise error from None
         # AgentV checks a judge's name when it grades; so do we (and before the run).
         unresolved = str(error)
-    if target is not None and isinstance(temperature, int | float) and not isinstance(
-            temperature, bool):  # fmt: skip
-        target = target.model_copy(update={"params": {**target.params,
-                                                      "temperature": temperature}})  # fmt: skip
+    if (
+        target is not None
+        and isinstance(temperature, int | float)
+        and not isinstance(temperature, bool)
+    ):
+        target = target.model_copy(update={"params": {**target.params, "temperature": temperature}})
     pre = body.get("preprocessors", ctx.preprocessors)
     if not isinstance(pre, list) or not all(
         isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in pre
@@ -818,10 +911,16 @@ def _llm(
         raise _fail(ctx, (*loc, "preprocessors"), "preprocessors are [{type, command}]")
     label = "rubric" if kind in ("llm-rubric", "rubric", "rubrics") and prompt is None else kind
     llm = LlmAssertion(
-        target=target, rubrics=rubrics, prompt=prompt, prompt_command=command,
-        prompt_config=config, preprocessors=pre, pass_score=float(threshold), label=label,
+        target=target,
+        rubrics=rubrics,
+        prompt=prompt,
+        prompt_command=command,
+        prompt_config=config,
+        preprocessors=pre,
+        pass_score=float(threshold),
+        label=label,
         unresolved=unresolved,
-    )  # fmt: skip
+    )
     return LlmGraderAssertion(llm=llm, **score)
 
 
@@ -829,8 +928,9 @@ _DEFAULT_PROMPTED = {"llm-rubric", "rubric", "rubrics", "llm-grader"}
 """Without a prompt or items these judge the test's criteria with the default prompt."""
 
 
-def _judge_error(ctx: CompileContext, where: tuple[str, ...], name: Any,
-                 exc: ConfigError) -> ConfigError:  # fmt: skip
+def _judge_error(
+    ctx: CompileContext, where: tuple[str, ...], name: Any, exc: ConfigError
+) -> ConfigError:
     """A judge that names an AgentV agent (a coding-agent CLI, a cli command) is refused by
     name; a judge that names nothing known is the file's own error."""
     from ..llm.targets import agentv_entries, agentv_kind, agentv_label
@@ -844,8 +944,10 @@ def _judge_error(ctx: CompileContext, where: tuple[str, ...], name: Any,
                     f"a {kind} provider as the judge",
                     f"{name!r} is not a model: gradebox's LLM graders call a model from the "
                     "host; name a model provider (openai, azure, anthropic, gemini, ...)",
-                    file=ctx.file, line=ctx.lines.get(where), field=".".join(where),
-                )  # fmt: skip
+                    file=ctx.file,
+                    line=ctx.lines.get(where),
+                    field=".".join(where),
+                )
     return _fail(ctx, where, exc.message)
 
 

@@ -175,9 +175,13 @@ class BuiltinAssertion:
                 hit = bool(BUILTINS[base](output or "", self.value))
         except _TooSlow as exc:
             return GraderResult(
-                name=self.display_name(), type="builtin", status=Status.error, passed=False,
-                score=0.0, evidence=str(exc),
-            )  # fmt: skip
+                name=self.display_name(),
+                type="builtin",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=str(exc),
+            )
         passed = hit != negate
         answer = (output or "").strip()
         shown = repr(answer if len(answer) <= 80 else answer[:79] + "…")

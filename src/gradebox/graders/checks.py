@@ -27,9 +27,14 @@ __all__ = ["check_build", "check_grader", "check_privileges", "check_runtime"]
 
 
 def check_privileges(
-    asked: Iterable[str], allowed: set[str], *, what: str, file: str | None,
-    field: str | None, line: int | None = None,
-) -> None:  # fmt: skip
+    asked: Iterable[str],
+    allowed: set[str],
+    *,
+    what: str,
+    file: str | None,
+    field: str | None,
+    line: int | None = None,
+) -> None:
     """Refuse what was asked for and not allowed, naming the key and the fix."""
     missing = [p for p in asked if p not in allowed]
     if missing:
@@ -63,9 +68,14 @@ def check_grader(
 
 
 def check_build(
-    image: Any, allowed: set[str], *, what: str, file: str | None, field: str | None,
+    image: Any,
+    allowed: set[str],
+    *,
+    what: str,
+    file: str | None,
+    field: str | None,
     line: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """A Dockerfile build (``image: {build: ...}``) runs its RUN steps as root with
     capabilities on the engine: refused, naming ``image.build``, unless ``build`` is allowed."""
     asked = [p for p in privileges_of(None, image=image) if p == "build"]
@@ -96,5 +106,7 @@ def check_runtime(
         raise ConfigError(
             f"{what!r} is TypeScript, and the {image!r} image has no TypeScript runtime; use "
             "image: node (it carries bun) or an image of your own that has one",
-            file=file, line=line, field=f"{field}.image" if field else "image",
-        )  # fmt: skip
+            file=file,
+            line=line,
+            field=f"{field}.image" if field else "image",
+        )

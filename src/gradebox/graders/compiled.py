@@ -107,9 +107,14 @@ class GraderRecord(namedtuple("GraderRecord", _FIELDS)):
         ):
             return None
         out = {k: getattr(self, k) for k in (*_SHAPE, *_OPTIONAL_STR, *_KINDS[self.type])}
-        return {**out, "limits": self.limits.as_dict(),
-                "security": {**self.security.as_dict(),
-                             "capabilities": list(self.security.capabilities)}}  # fmt: skip
+        return {
+            **out,
+            "limits": self.limits.as_dict(),
+            "security": {
+                **self.security.as_dict(),
+                "capabilities": list(self.security.capabilities),
+            },
+        }
 
 
 def _seal(key: str, values: dict[str, Any]) -> str:
@@ -117,8 +122,9 @@ def _seal(key: str, values: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def store(path: Path, raw: bytes, dialect: str, grader: GraderRecord,
-          cache: PrivateCache | None = None) -> bool:  # fmt: skip
+def store(
+    path: Path, raw: bytes, dialect: str, grader: GraderRecord, cache: PrivateCache | None = None
+) -> bool:
     """Keep ``grader``, validated from ``raw`` (``path``'s bytes), for the next run; False
     when it was not kept (never cached, or the cache folder is not private)."""
     values = grader.cached()
@@ -130,8 +136,9 @@ def store(path: Path, raw: bytes, dialect: str, grader: GraderRecord,
     return (cache or PrivateCache(FOLDER)).write(f"{key}.json", data)
 
 
-def load(path: Path, raw: bytes, dialect: str,
-         cache: PrivateCache | None = None) -> GraderRecord | None:  # fmt: skip
+def load(
+    path: Path, raw: bytes, dialect: str, cache: PrivateCache | None = None
+) -> GraderRecord | None:
     """The validated form of ``path`` (its bytes ``raw``), or None: not cached, or an entry
     that is not exactly what ``store`` wrote for this key."""
     key = cache_key(path, raw, dialect)
@@ -171,9 +178,11 @@ def _grader(values: dict[str, Any], source_dir: Path) -> GraderRecord | None:
     if any(values[n] is not None and not isinstance(values[n], str) for n in _OPTIONAL_STR):
         return None
     strings = [*values["files"], *values["env"], *values["env"].values()]
-    strings += values["args"] if kind == "program" else (
-        values["command"] if isinstance(values["command"], list) else []
-    )  # fmt: skip
+    strings += (
+        values["args"]
+        if kind == "program"
+        else (values["command"] if isinstance(values["command"], list) else [])
+    )
     if not all(isinstance(s, str) for s in strings):
         return None
     if values["network"] not in ("none", "bridge") or values["workspace"] not in ("ro", "rw"):
@@ -184,12 +193,20 @@ def _grader(values: dict[str, Any], source_dir: Path) -> GraderRecord | None:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in limits.values()):
         return None
     caps = security["capabilities"]
-    if not (all(isinstance(security[r.name], bool) for r in Security._rows if r.unit == "on/off")
-            and (security["user"] is None or isinstance(security["user"], str))
-            and isinstance(caps, list) and all(isinstance(c, str) for c in caps)):  # fmt: skip
+    if not (
+        all(isinstance(security[r.name], bool) for r in Security._rows if r.unit == "on/off")
+        and (security["user"] is None or isinstance(security["user"], str))
+        and isinstance(caps, list)
+        and all(isinstance(c, str) for c in caps)
+    ):
         return None
-    return GraderRecord(**{
-        **dict.fromkeys(_FIELDS), **values, "limits": Limits(**limits),
-        "security": Security(**{**security, "capabilities": tuple(caps)}),
-        "max_calls": 0, "source_dir": source_dir,
-    })  # fmt: skip
+    return GraderRecord(
+        **{
+            **dict.fromkeys(_FIELDS),
+            **values,
+            "limits": Limits(**limits),
+            "security": Security(**{**security, "capabilities": tuple(caps)}),
+            "max_calls": 0,
+            "source_dir": source_dir,
+        }
+    )

@@ -126,19 +126,34 @@ class _GraderBase(BaseModel):
     def to_record(self) -> GraderRecord:
         """The plain, frozen record every run reads (and the cache of grader files keeps)."""
         access = getattr(self, "target", None)
-        own = (dict(program=self.program, args=list(self.args), shell=self.shell)
-               if isinstance(self, ProgramGrader) else
-               dict(command=self.command, pass_score=self.pass_score))  # fmt: skip
-        return GraderRecord(**{
-            **dict.fromkeys(GraderRecord._fields), **own, "type": self.type, "name": self.name,
-            "image": self.image, "timeout": float(self.timeout), "env": dict(self.env),
-            "sub_path": self.sub_path, "files": list(self.files), "limits": self.limits,
-            "security": self.security, "network": self.network, "workspace": self.workspace,
-            "weight": float(self.weight), "dialect": self.dialect,
-            "target": (access.name or "") if access else None,  # "": the operator's default
-            "max_calls": access.max_calls if access else 0,
-            "source_dir": self._source_dir, "declared_in": self._declared_in,
-        })  # fmt: skip
+        own = (
+            dict(program=self.program, args=list(self.args), shell=self.shell)
+            if isinstance(self, ProgramGrader)
+            else dict(command=self.command, pass_score=self.pass_score)
+        )
+        return GraderRecord(
+            **{
+                **dict.fromkeys(GraderRecord._fields),
+                **own,
+                "type": self.type,
+                "name": self.name,
+                "image": self.image,
+                "timeout": float(self.timeout),
+                "env": dict(self.env),
+                "sub_path": self.sub_path,
+                "files": list(self.files),
+                "limits": self.limits,
+                "security": self.security,
+                "network": self.network,
+                "workspace": self.workspace,
+                "weight": float(self.weight),
+                "dialect": self.dialect,
+                "target": (access.name or "") if access else None,  # "": the operator's default
+                "max_calls": access.max_calls if access else 0,
+                "source_dir": self._source_dir,
+                "declared_in": self._declared_in,
+            }
+        )
 
     def with_source(self, directory: Path | None, declared_in: Path | None = None) -> _GraderBase:
         self._source_dir = directory.resolve() if directory else None
@@ -214,10 +229,12 @@ class ScriptGrader(_GraderBase):
         default=None, description="a model proxy for this grader, reached on its loopback"
     )
     pass_score: float | None = Field(
-        default=None, gt=0, le=1,  # 0: any score would pass
+        default=None,
+        gt=0,
+        le=1,  # 0: any score would pass
         description="a result with a score and no pass passes at this score (default 0.5; "
         "script graders of AgentV eval files: 0.8, AgentV's scoreToVerdict)",
-    )  # fmt: skip
+    )
 
     @field_validator("command")
     @classmethod

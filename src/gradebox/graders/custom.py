@@ -25,8 +25,10 @@ __all__ = [
 log = logging.getLogger("gradebox.assertions")
 
 ASSERTION_DIRS = (".gradebox/assertions", ".agentv/assertions")
-NOT_OURS = ("not the project's (another user's, a link, or in a folder others may write); "
-            "only code of ours or root's found above the suite runs")  # fmt: skip
+NOT_OURS = (
+    "not the project's (another user's, a link, or in a folder others may write); "
+    "only code of ours or root's found above the suite runs"
+)
 GRADER_DIRS = (".gradebox/graders", ".agentv/graders")
 # extension -> (interpreter argv, image). Anything else must be executable (a shebang).
 RUNNERS: dict[str, tuple[list[str], str]] = {
@@ -60,8 +62,9 @@ class CustomAssertion:
         return RUNNERS.get(self.path.suffix, ([], "python"))[1]
 
 
-def discover(start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS,
-             refused: dict[str, Path] | None = None) -> dict[str, CustomAssertion]:  # fmt: skip
+def discover(
+    start: Path, dirs: tuple[str, ...] = ASSERTION_DIRS, refused: dict[str, Path] | None = None
+) -> dict[str, CustomAssertion]:
     """Every custom assertion visible from ``start``; the nearest definition of a name wins.
 
     A file named like a built-in (``contains.py``) is skipped with a warning: built-ins keep
@@ -119,8 +122,13 @@ def grader_for_file(
         # The inline reference imports JS/TS graders and calls the `grade` they export.
         command = [command[0], MODULE_RUNNER, path.name]
     grader = ScriptGrader.model_validate(
-        {"type": "script", "name": name or path.stem, "command": command,
-         "image": found.image(), "dialect": dialect}
-    )  # fmt: skip
+        {
+            "type": "script",
+            "name": name or path.stem,
+            "command": command,
+            "image": found.image(),
+            "dialect": dialect,
+        }
+    )
     grader.with_source(path.parent)
     return grader

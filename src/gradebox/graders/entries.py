@@ -93,15 +93,17 @@ class Entry(BaseModel):
         default=1.0, ge=0, allow_inf_nan=False, description="its share of the test's score"
     )
     # Strict: `negate: "yes"` or `min_score: true` is a mistake, not a spelling of true or 1.
-    negate: bool = Field(default=False, description="pass and fail swap (an error stays one)",
-                         strict=True)  # fmt: skip
+    negate: bool = Field(
+        default=False, description="pass and fail swap (an error stays one)", strict=True
+    )
     required: Annotated[bool | Score, BeforeValidator(_gate)] = Field(
         default=False,
         description="the test fails when this scores below its gate: true (min_score, else "
         "0.8) or the gate itself",
     )
-    min_score: Score | None = Field(default=None, description="the gate of required: true",
-                                    strict=True)  # fmt: skip
+    min_score: Score | None = Field(
+        default=None, description="the gate of required: true", strict=True
+    )
 
 
 KINDS: list[type[BaseModel]] = []
@@ -296,8 +298,15 @@ class Preprocessor(BaseModel):
 class LlmJudge(Entry):
     """A model judges the answer: by rubric items, a prompt, or the test's criteria."""
 
-    type: Literal["llm-grader", "llm-rubric", "llm-judge", "llm_judge", "rubric", "rubrics",
-                  "trajectory:goal-success"]  # fmt: skip
+    type: Literal[
+        "llm-grader",
+        "llm-rubric",
+        "llm-judge",
+        "llm_judge",
+        "rubric",
+        "rubrics",
+        "trajectory:goal-success",
+    ]
     value: Rubric | dict[str, Any] | None = Field(
         default=None, description="rubric items ({goal} for trajectory:goal-success)"
     )
@@ -411,7 +420,7 @@ AssertItem = Annotated[
         _tag,
         custom_error_type="assertion",
         custom_error_message="an assertion is a rubric string or a mapping with a 'type'",
-    ),  # fmt: skip
+    ),
 ]
 """One entry of an ``assert`` list: a rubric item (a plain string) or an assertion."""
 

@@ -29,9 +29,20 @@ _MAX_ANSWER = 1 << 20
 _ABBREVIATED = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
                 "dec")  # fmt: skip
 _MONTHS = {m: i + 1 for i, m in enumerate(_ABBREVIATED)}
-_MONTHS |= {"sept": 9, "january": 1, "february": 2, "march": 3, "april": 4, "june": 6,
-            "july": 7, "august": 8, "september": 9, "october": 10, "november": 11,
-            "december": 12}  # fmt: skip
+_MONTHS |= {
+    "sept": 9,
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
+}
 _NUMERIC_DATE = re.compile(r"^(\d{1,2})[/-](\d{1,2})[/-](\d{4})$")
 _NAMED_DATE = re.compile(r"^(\d{1,2})-([A-Za-z]{3,9})-(\d{4})$")
 _FENCE = re.compile(r"```(?:json)?")
@@ -64,10 +75,14 @@ class FieldAccuracy:
     def evaluate(self, payload: Payload) -> GraderResult:
         def result(passed: bool, score: float, evidence: str, checks: list[Check]) -> GraderResult:
             return GraderResult(
-                name=self.display_name(), type="field-accuracy",
-                status=Status.passed if passed else Status.failed, passed=passed,
-                score=round(score, 6), evidence=evidence, checks=checks,
-            )  # fmt: skip
+                name=self.display_name(),
+                type="field-accuracy",
+                status=Status.passed if passed else Status.failed,
+                passed=passed,
+                score=round(score, 6),
+                evidence=evidence,
+                checks=checks,
+            )
 
         answer = _json_object(payload.output or "")
         if answer is None:
@@ -83,8 +98,12 @@ class FieldAccuracy:
             total = sum(w for _, w, _, _ in scored)
             score = sum(s * w for s, w, _, _ in scored) / total if total else 0.0
         hits = sum(hit for _, _, hit, _ in scored)
-        return result(score >= PASS_SCORE - 1e-9, score, f"{hits} of {len(scored)} fields "
-                      f"match (score {score:.3f})", checks)  # fmt: skip
+        return result(
+            score >= PASS_SCORE - 1e-9,
+            score,
+            f"{hits} of {len(scored)} fields match (score {score:.3f})",
+            checks,
+        )
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
@@ -131,8 +150,9 @@ def _resolve(data: Any, path: str) -> Any:
     return data
 
 
-def _field(spec: FieldSpec, answer: dict[str, Any], expected: dict[str, Any]
-           ) -> tuple[float, float, bool, str]:  # fmt: skip
+def _field(
+    spec: FieldSpec, answer: dict[str, Any], expected: dict[str, Any]
+) -> tuple[float, float, bool, str]:
     """``(score, weight, hit, message)`` of one field, as AgentV computes it."""
     want, got = _resolve(expected, spec.path), _resolve(answer, spec.path)
     if want is _MISSING:

@@ -274,14 +274,16 @@ def _proxy(models: Any, target: str, max_calls: int, file: str | None, field: st
     name one, never define one (docs/security.md, provenance)."""
     if models is None:
         raise ConfigError(
-            "this grader calls a model (target:), and no model targets were given to this "
-            "command", file=file, field=field,
-        )  # fmt: skip
+            "this grader calls a model (target:), and no model targets were given to this command",
+            file=file,
+            field=field,
+        )
     from ..llm.proxy import TargetProxy  # a grader with a model only: its sockets and pydantic
 
     # "" names no target: the operator's default one.
-    return TargetProxy(models, models.targets.get(target or None, file=file, field=field),
-                       max_calls=max_calls)  # fmt: skip
+    return TargetProxy(
+        models, models.targets.get(target or None, file=file, field=field), max_calls=max_calls
+    )
 
 
 def operator_models(flag: Path | None) -> ModelHub:

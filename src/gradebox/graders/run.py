@@ -179,9 +179,13 @@ def _looks_like_path(arg: str) -> bool:
 
 
 def check_grader_files(
-    grader: GraderConfig, *, file: str | None, field: str | None, line: int | None = None,
+    grader: GraderConfig,
+    *,
+    file: str | None,
+    field: str | None,
+    line: int | None = None,
     also_in: tuple[Path, ...] = (),
-) -> None:  # fmt: skip
+) -> None:
     """Refuse, before anything runs, a command that names a script that is not there: next to
     the grader file, nor in the workspace it will run in. A typo in a path must not become a
     failure charged to the agent."""
@@ -202,8 +206,9 @@ def check_grader_files(
         try:
             checked_helper(grader, rel)
         except ValueError as exc:
-            raise ConfigError(str(exc), file=file, line=line,
-                              field=f"{field}.{name}" if field else name) from None  # fmt: skip
+            raise ConfigError(
+                str(exc), file=file, line=line, field=f"{field}.{name}" if field else name
+            ) from None
     if grader.source_dir is not None:
         root = grader_root(grader)
         for i, arg in enumerate(argv):
@@ -212,8 +217,10 @@ def check_grader_files(
                     f"{arg!r} names a file outside the grader's project folder ({root}), or a "
                     "link out of it: only files inside it are mounted (a folder holding "
                     ".gradebox/, .agentv/ or .git marks a project's root)",
-                    file=file, line=line, field=where(i),
-                )  # fmt: skip
+                    file=file,
+                    line=line,
+                    field=where(i),
+                )
     for i, rel, folder in mounted_folders(grader):
         try:
             refused = _refused_in(str(folder), folder.stat().st_mtime_ns)
@@ -347,19 +354,24 @@ def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
     except (OSError, RuntimeError):  # a link loop
         exists = False
     if not _inside(lexical, root) or (exists and not _inside(resolved, root)):
-        raise ValueError(f"{rel!r} leads out of the project folder {root} (by '..' or a "
-                         "link): only files inside it are mounted")  # fmt: skip
+        raise ValueError(
+            f"{rel!r} leads out of the project folder {root} (by '..' or a "
+            "link): only files inside it are mounted"
+        )
     if not exists:
         raise ValueError(f"{rel!r} does not exist next to the grader file ({source})")
     for kept in (source, grader.declared_in):
         if kept is not None and (resolved == kept or resolved in kept.parents):
-            raise ValueError(f"{rel!r} is the grader file's folder or one above it (the suite "
-                             "and its answers): name the folder it reads")  # fmt: skip
+            raise ValueError(
+                f"{rel!r} is the grader file's folder or one above it (the suite "
+                "and its answers): name the folder it reads"
+            )
     if _secret(lexical.name) or _secret(resolved.name):
         raise ValueError(f"{rel!r} is a .env file: keys are never mounted")
     if _in_git(lexical, resolved):
-        raise ValueError(f"{rel!r} is in a repository's .git (its config may hold a token): "
-                         "never mounted")  # fmt: skip
+        raise ValueError(
+            f"{rel!r} is in a repository's .git (its config may hold a token): never mounted"
+        )
     kind = file_kind(resolved.stat().st_mode)  # links resolved: inside the project
     if kind is not None:
         raise ValueError(f"{rel!r} is {kind}: only regular files and folders are given to a grader")
@@ -381,8 +393,9 @@ def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
     return PurePosixPath(os.path.relpath(resolved, source)).as_posix(), resolved
 
 
-def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mount]
-                  ) -> list[Mount]:  # fmt: skip
+def helper_mounts(
+    grader: GraderConfig, user: str, scratch: Path, taken: list[Mount]
+) -> list[Mount]:
     """Mount, read-only, the grader's helper files and folders (``helper_files``) where its
     command sees them, unless a mount of its command's files already shows them. A folder the
     container user could not enter (a 0700 one) is copied first, without following links."""
@@ -393,8 +406,10 @@ def helper_mounts(grader: GraderConfig, user: str, scratch: Path, taken: list[Mo
         except ValueError as exc:  # checked by `validate`/`run` first; `grade` meets it here
             raise ConfigError(str(exc), field="files") from None
         target = container_path(name)
-        if any(target == m.target or target.startswith(m.target.rstrip("/") + "/")
-               for m in [*taken, *mounts]):  # fmt: skip
+        if any(
+            target == m.target or target.startswith(m.target.rstrip("/") + "/")
+            for m in [*taken, *mounts]
+        ):
             continue
         if host.is_dir() and not _enterable(host, user):
             # By descriptor, links as links (checked_helper refused every other kind), the
@@ -510,9 +525,14 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
 
 
 def source_mounts(
-    source_dir: Path, used: list[str], user: str, scratch: Path, *, folders: bool = True,
+    source_dir: Path,
+    used: list[str],
+    user: str,
+    scratch: Path,
+    *,
+    folders: bool = True,
     keep_out: Path | None = None,
-) -> list[Mount]:  # fmt: skip
+) -> list[Mount]:
     """Mount, read-only, what the command names, each where ``translate_args`` put it.
 
     With ``folders`` (a grader, not a verifier or a target), a named file's own folder is
@@ -527,8 +547,10 @@ def source_mounts(
     covered: list[str] = []
     used = list(dict.fromkeys(used))
     if folders:
-        for folder in sorted({f for rel in used if (f := _own_folder(source_dir, rel, keep_out))},
-                             key=lambda f: (f.count("/"), f)):  # fmt: skip
+        for folder in sorted(
+            {f for rel in used if (f := _own_folder(source_dir, rel, keep_out))},
+            key=lambda f: (f.count("/"), f),
+        ):
             host = (source_dir / folder).resolve()
             if any(folder.startswith(f"{c}/") for c in covered) or not _enterable(host, user):
                 continue
@@ -597,20 +619,28 @@ def prepare_grader(
     if image_id is None:
         image_id = (images or sandbox.images()).resolve(ref, grader.source_dir)
     run = GraderRun(
-        sandbox, security=grader.security, grader=grader,
+        sandbox,
+        security=grader.security,
+        grader=grader,
         image=(ref if isinstance(ref, str) else f"build:{ref.build}", image_id),
-        models=models, target=grader.target, max_calls=grader.max_calls, file=file,
-    )  # fmt: skip
+        models=models,
+        target=grader.target,
+        max_calls=grader.max_calls,
+        file=file,
+    )
     try:
         ws = run.view(workspace, writable=grader.workspace == "rw")
         command, used = build_command(grader)
         mounts: list[Mount] = []
         if grader.source_dir:
             mounts += source_mounts(
-                grader.source_dir, used, run.user, run.scratch,
+                grader.source_dir,
+                used,
+                run.user,
+                run.scratch,
                 folders=grader.dialect not in ("pytest", "node-test"),
                 keep_out=grader.declared_in,
-            )  # fmt: skip
+            )
         mounts += helper_mounts(grader, run.user, run.scratch, mounts)
     except BaseException:
         run.close()

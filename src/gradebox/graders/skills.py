@@ -69,8 +69,14 @@ def skill_calls(trace: Trace) -> list[SkillCall]:
                 add(SkillCall(skill.strip()))
             continue
         if name == "read":
-            path = next((args[k] for k in ("file_path", "path", "filePath")
-                         if isinstance(args.get(k), str)), None)  # fmt: skip
+            path = next(
+                (
+                    args[k]
+                    for k in ("file_path", "path", "filePath")
+                    if isinstance(args.get(k), str)
+                ),
+                None,
+            )
             m = _PATH.search(path.strip().replace("\\", "/")) if path else None
             if m:
                 add(SkillCall(m.group(1), path.strip(), "heuristic"))
@@ -108,8 +114,11 @@ def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str]
         else:
             missing = [w for w in wanted if w not in used]
             ok = not missing
-            why = (f"required skill(s) used: {', '.join(wanted)}; actual: {actual}" if ok
-                   else f"missing skill(s): {', '.join(missing)}; actual: {actual}")  # fmt: skip
+            why = (
+                f"required skill(s) used: {', '.join(wanted)}; actual: {actual}"
+                if ok
+                else f"missing skill(s): {', '.join(missing)}; actual: {actual}"
+            )
         return ok, why
     spec = value if isinstance(value, dict) else {}
     name, pattern = spec.get("name"), spec.get("pattern")

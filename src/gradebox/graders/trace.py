@@ -97,8 +97,10 @@ class TraceAssertion(BaseModel):
                     # `.inf` holds for every run, a negative limit for none.
                     raise ValueError(f"{key} must be a finite number >= 0")
             if data["type"] == "execution-metrics" and set(metrics) == {"exploration_tolerance"}:
-                raise ValueError("exploration_tolerance needs target_exploration_ratio: with "
-                                 "no limit, execution-metrics holds for every run")  # fmt: skip
+                raise ValueError(
+                    "exploration_tolerance needs target_exploration_ratio: with "
+                    "no limit, execution-metrics holds for every run"
+                )
             return {**rest, "metrics": metrics}
         return data
 
@@ -122,12 +124,15 @@ class TraceAssertion(BaseModel):
             spec = self.value if isinstance(self.value, dict) else {"max": self.value}
             low, high = spec.get("min"), spec.get("max")
             for key, bound in (("min", low), ("max", high)):
-                if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
-                                          or bound < 0):  # fmt: skip
+                if bound is not None and (
+                    isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+                ):
                     raise ValueError(f"trajectory:step-count: {key} must be a whole number >= 0")
             if not low and high is None:
-                raise ValueError("trajectory:step-count needs a max or a min above 0: without "
-                                 "one it holds for every run")  # fmt: skip
+                raise ValueError(
+                    "trajectory:step-count needs a max or a min above 0: without "
+                    "one it holds for every run"
+                )
         if self.type == "trajectory:tool-args-match" and not (
             isinstance(self.value, dict) and isinstance(self.value.get("name"), str)
         ):
@@ -149,13 +154,22 @@ class TraceAssertion(BaseModel):
         try:
             passed, score, evidence = getattr(self, "_" + kind.replace("-", "_"))(trace, payload)
         except _TooSlow as exc:
-            return GraderResult(name=self.display_name(), type="trace", status=Status.error,
-                                passed=False, score=0.0, evidence=str(exc))  # fmt: skip
+            return GraderResult(
+                name=self.display_name(),
+                type="trace",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=str(exc),
+            )
         return GraderResult(
-            name=self.display_name(), type="trace",
-            status=Status.passed if passed else Status.failed, passed=passed,
-            score=score, evidence=evidence,
-        )  # fmt: skip
+            name=self.display_name(),
+            type="trace",
+            status=Status.passed if passed else Status.failed,
+            passed=passed,
+            score=score,
+            evidence=evidence,
+        )
 
     # Each check returns (passed, score, evidence).
 
@@ -184,9 +198,10 @@ class TraceAssertion(BaseModel):
             high = item.get("max") if isinstance(item, dict) else None
             # The pattern is the suite's, the names the agent's: bounded like every regex.
             count = sum(
-                1 for c in trace.tool_calls
+                1
+                for c in trace.tool_calls
                 if (c.name == name if name else _search(str(pattern), c.name))
-            )  # fmt: skip
+            )
             if count < low or (high is not None and count > int(high)):
                 bound = f"at least {low}" + (f", at most {high}" if high is not None else "")
                 misses.append(f"{name or pattern}: called {count} times, wanted {bound}")
@@ -341,8 +356,9 @@ def _check_tool_used(value: Any) -> None:
     blank name, or ``min: 0`` with no ``max`` hold for every run."""
     items = value if isinstance(value, list) else [value]
     if not items:
-        raise ValueError("trajectory:tool-used needs at least one tool: with none it holds "
-                         "for every run")  # fmt: skip
+        raise ValueError(
+            "trajectory:tool-used needs at least one tool: with none it holds for every run"
+        )
     for item in items:
         spec = item if isinstance(item, dict) else {"name": item}
         name, pattern = spec.get("name"), spec.get("pattern")
@@ -352,12 +368,14 @@ def _check_tool_used(value: Any) -> None:
             raise ValueError("trajectory:tool-used: each tool needs a name or a pattern")
         for key in ("min", "max"):
             bound = spec.get(key)
-            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
-                                      or bound < 0):  # fmt: skip
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+            ):
                 raise ValueError(f"trajectory:tool-used: {key} must be a whole number >= 0")
         if spec.get("min", 1) == 0 and spec.get("max") is None:
-            raise ValueError(f"trajectory:tool-used {name or pattern!r}: min 0 with no max "
-                             "holds for every run")  # fmt: skip
+            raise ValueError(
+                f"trajectory:tool-used {name or pattern!r}: min 0 with no max holds for every run"
+            )
 
 
 def _check_skill_value(kind: str, value: Any) -> None:
@@ -372,8 +390,9 @@ def _check_skill_value(kind: str, value: Any) -> None:
     ]
     if named and not any(_blank(n) for n in named):
         for key in ("min", "max"):
-            if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)
-                                 or value[key] < 0):  # fmt: skip
+            if key in value and (
+                isinstance(value[key], bool) or not isinstance(value[key], int) or value[key] < 0
+            ):
                 raise ValueError(f"{kind}: {key} must be a whole number >= 0")
         if kind == "not-skill-used" and ("min" in value or value.get("max", 0) != 0):
             raise ValueError("not-skill-used takes a name or pattern, with no bounds (or max: 0)")

@@ -156,10 +156,13 @@ class ToolTrajectory(BaseModel):
     def _result(self, score: float, notes: list[str]) -> GraderResult:
         passed = score >= V4_PASS
         return GraderResult(
-            name=self.display_name(), type="trace",
-            status=Status.passed if passed else Status.failed, passed=passed,
-            score=round(score, 6), evidence="; ".join(notes)[:2000],
-        )  # fmt: skip
+            name=self.display_name(),
+            type="trace",
+            status=Status.passed if passed else Status.failed,
+            passed=passed,
+            score=round(score, 6),
+            evidence="; ".join(notes)[:2000],
+        )
 
     def _any_order(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
         """``evaluateAnyOrder``: the share of tools called at least their minimum, over the
@@ -209,12 +212,13 @@ class ToolTrajectory(BaseModel):
                         matched = call
                         notes.append(f"found {item.tool} at position {at - 1}")
                     else:
-                        notes.append(f"expected {item.tool} at position {i}: found at {at - 1} "
-                                     "but its arguments differ")  # fmt: skip
+                        notes.append(
+                            f"expected {item.tool} at position {i}: found at {at - 1} "
+                            "but its arguments differ"
+                        )
                     break
             else:
-                notes.append(f"expected {item.tool} at position {i}, not in the rest of the "
-                             "trace")  # fmt: skip
+                notes.append(f"expected {item.tool} at position {i}, not in the rest of the trace")
             if matched is not None:
                 hits += 1
                 latency = self._latency(item, matched, notes)
@@ -266,8 +270,16 @@ class ToolTrajectory(BaseModel):
         used: set[int] = set()
         notes, hits = [], 0
         for item in expected:
-            j = next((j for j, c in enumerate(calls) if j not in used and c.name == item.tool
-                      and _args_match(item.args, c.args, self._mode_of(item))), None)  # fmt: skip
+            j = next(
+                (
+                    j
+                    for j, c in enumerate(calls)
+                    if j not in used
+                    and c.name == item.tool
+                    and _args_match(item.args, c.args, self._mode_of(item))
+                ),
+                None,
+            )
             if j is None:
                 notes.append(f"expected {item.tool}, not found")
             else:
@@ -281,15 +293,17 @@ class ToolTrajectory(BaseModel):
         expected = self.expected or []
         if not expected:
             ok = not calls
-            return float(ok), ["no tool calls, none allowed" if ok else
-                               f"{len(calls)} tool calls, none allowed"]  # fmt: skip
+            return float(ok), [
+                "no tool calls, none allowed" if ok else f"{len(calls)} tool calls, none allowed"
+            ]
         if not calls:
             return 1.0, ["no tool calls (trivially a subset)"]
         notes, hits = [], 0
         for i, call in enumerate(calls):
-            ok = any(call.name == item.tool and _args_match(item.args, call.args,
-                                                            self._mode_of(item))
-                     for item in expected)  # fmt: skip
+            ok = any(
+                call.name == item.tool and _args_match(item.args, call.args, self._mode_of(item))
+                for item in expected
+            )
             hits += ok
             notes.append(f"position {i}: {call.name} is {'' if ok else 'not '}allowed")
         return hits / len(calls), notes
@@ -346,15 +360,21 @@ class SkillTrigger(BaseModel):
         if passed:
             evidence = found or f"skill {self.skill!r} correctly did not trigger"
         elif self.should_trigger:
-            evidence = (f"skill {self.skill!r} not found in {len(calls)} tool call(s)" if calls
-                        else "no tool calls recorded")  # fmt: skip
+            evidence = (
+                f"skill {self.skill!r} not found in {len(calls)} tool call(s)"
+                if calls
+                else "no tool calls recorded"
+            )
         else:
             evidence = f"skill {self.skill!r} triggered unexpectedly: {found}"
         return GraderResult(
-            name=self.display_name(), type="trace",
-            status=Status.passed if passed else Status.failed, passed=passed,
-            score=float(passed), evidence=evidence,
-        )  # fmt: skip
+            name=self.display_name(),
+            type="trace",
+            status=Status.passed if passed else Status.failed,
+            passed=passed,
+            score=float(passed),
+            evidence=evidence,
+        )
 
 
 def _js_string(value: Any) -> str:

@@ -56,9 +56,12 @@ def _tool_call(raw: Any) -> ToolCall | None:
     if isinstance(duration, bool) or not isinstance(duration, int | float):
         duration = None
     return ToolCall(
-        name=name, args=_arguments(args), output=raw.get("output"),
-        error=status in ("error", "failed") or bool(raw.get("error")), duration_ms=duration,
-    )  # fmt: skip
+        name=name,
+        args=_arguments(args),
+        output=raw.get("output"),
+        error=status in ("error", "failed") or bool(raw.get("error")),
+        duration_ms=duration,
+    )
 
 
 def trace_of(messages: list[Message], events: list[Any] | None = None) -> Trace:

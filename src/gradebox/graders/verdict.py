@@ -195,8 +195,10 @@ def _lookalike(text: str, problem: str) -> str | None:
         hidden = [c for c in chars if not c.isprintable()] or [c for c in chars if c > " "]
         shown = ", ".join(f"U+{ord(c):04X}" for c in hidden)
         line = text.count("\n", 0, m.start(1)) + 1
-        return (f"a JSON object on line {line} behind invisible characters ({shown[:80]}) "
-                "is not read as a result")  # fmt: skip
+        return (
+            f"a JSON object on line {line} behind invisible characters ({shown[:80]}) "
+            "is not read as a result"
+        )
     if _FIRST_ARRAY.match(text):
         return problem
     # NULs between the characters (UTF-16 read as UTF-8) hide nothing either.
@@ -228,8 +230,9 @@ def judge(
 ) -> GraderResult:
     """Normalise one run into a result (image and duration are filled in by the caller);
     see ``verdict`` for the arguments."""
-    fields = verdict(dialect, name, outcome, timeout=timeout, limits=limits, named=named,
-                     pass_score=pass_score)  # fmt: skip
+    fields = verdict(
+        dialect, name, outcome, timeout=timeout, limits=limits, named=named, pass_score=pass_score
+    )
     return result_of(fields)
 
 
@@ -275,9 +278,14 @@ def verdict(
 
     def error(evidence: str) -> dict[str, Any]:
         return dict(
-            name=name, type=kind, status="error", passed=False, score=0.0,
-            evidence=evidence, **common,
-        )  # fmt: skip
+            name=name,
+            type=kind,
+            status="error",
+            passed=False,
+            score=0.0,
+            evidence=evidence,
+            **common,
+        )
 
     if outcome.timed_out:
         return error(f"Grader timed out after {format_duration(timeout)}")
@@ -325,8 +333,10 @@ def verdict(
         if field and dialect in ("script", "assertion"):
             # `[{"pass": false}]`, or a result encoded as a JSON string: no result object,
             # but nobody would read it as the exit-code pass either.
-            return error(f"Grader printed a JSON {type(parsed).__name__}, not a result object, "
-                         f"that names a verdict field ({field.group()})")  # fmt: skip
+            return error(
+                f"Grader printed a JSON {type(parsed).__name__}, not a result object, "
+                f"that names a verdict field ({field.group()})"
+            )
         parsed = None  # a script's stdout of `42` or `[1, 2]` is check text
 
     if isinstance(parsed, dict):
@@ -347,10 +357,16 @@ def verdict(
         if not named and isinstance(parsed.get("name"), str) and parsed["name"].strip():
             name = parsed["name"].strip()[:200]
         return dict(
-            name=name, type=kind, status=status, passed=passed, score=score,
-            evidence=evidence, checks=checks, details=details,
+            name=name,
+            type=kind,
+            status=status,
+            passed=passed,
+            score=score,
+            evidence=evidence,
+            checks=checks,
+            details=details,
             **{**common, **_tails_if(status, common)},
-        )  # fmt: skip
+        )
 
     if dialect == "inline":
         return error("Grader printed no JSON result on stdout (the inline dialect requires one)")
@@ -390,8 +406,9 @@ def read_result(
     for key in data:
         named = _verdict_key_lookalike(key) if key not in _VERDICT_KEYS else None
         if named:
-            raise OutputShapeError(f"key {key!r} is not {named!r}: a result names its verdict "
-                                   "exactly")  # fmt: skip
+            raise OutputShapeError(
+                f"key {key!r} is not {named!r}: a result names its verdict exactly"
+            )
     text = {k: _text(data, k, k) for k in _TEXT_KEYS}
     verdict_, passed = _bool(data, "pass", "pass"), _bool(data, "passed", "passed")
     score = _score(data, "score")
@@ -496,8 +513,13 @@ def _sub(check: Any, where: str) -> tuple[str, bool | None, bool | None, float |
         _text(check, "reason", f"{where}.reason"),
     )
     said = evidence or reason
-    return (text, _bool(check, "pass", f"{where}.pass"), _bool(check, "passed", f"{where}.passed"),
-            _score(check, f"{where}.score"), said)  # fmt: skip
+    return (
+        text,
+        _bool(check, "pass", f"{where}.pass"),
+        _bool(check, "passed", f"{where}.passed"),
+        _score(check, f"{where}.score"),
+        said,
+    )
 
 
 def _ends_in_a_result(stream: bytes) -> bool:
@@ -522,9 +544,15 @@ def _exit_mode(
     else:
         evidence = f"Grader exited with exit code {code}"
     result = dict(
-        name=name, type=dialect, status=status, passed=passed, score=1.0 if passed else 0.0,
-        evidence=evidence, checks=checks, **{**common, **_tails_if(status, common)},
-    )  # fmt: skip
+        name=name,
+        type=dialect,
+        status=status,
+        passed=passed,
+        score=1.0 if passed else 0.0,
+        evidence=evidence,
+        checks=checks,
+        **{**common, **_tails_if(status, common)},
+    )
     # A crash (a traceback, exit 1) ends exactly like a fail by exit code, on whichever stream
     # it was sent to: a wrapper's `2>&1` puts it on stdout, where a script's check text goes
     # too. Only a silent non-zero exit is a fail and nothing else; anything printed beside a

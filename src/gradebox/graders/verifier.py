@@ -87,8 +87,12 @@ def pytest_grader_data(
             allowed.append(_hash(suite_dir / conftest))  # the verifier folder's own conftest
             sources.append(conftest)
             dests.append((base / "conftest.py").as_posix())
-    spec = {"dests": dests, "allowed": sorted(set(allowed)), "template": template_files,
-            "args": [str(a) for a in body.get("args", [])]}  # fmt: skip
+    spec = {
+        "dests": dests,
+        "allowed": sorted(set(allowed)),
+        "template": template_files,
+        "args": [str(a) for a in body.get("args", [])],
+    }
     return {
         "type": "script",
         "dialect": "pytest",
@@ -121,8 +125,15 @@ def node_test_grader_data(body: dict[str, Any], suite_dir: Path) -> dict[str, An
 
 
 def _error(name: str, kind: str, evidence: str, **common: Any) -> GraderResult:
-    return GraderResult(name=name, type=kind, status=Status.error, passed=False, score=0.0,
-                        evidence=evidence, **common)  # fmt: skip
+    return GraderResult(
+        name=name,
+        type=kind,
+        status=Status.error,
+        passed=False,
+        score=0.0,
+        evidence=evidence,
+        **common,
+    )
 
 
 def _runner_line(stdout: str) -> dict[str, Any] | str:
@@ -151,9 +162,15 @@ def _tail(data: dict[str, Any]) -> str:
 
 
 def _finish(
-    name: str, kind: str, checks: list[Check], data: dict[str, Any], common: dict[str, Any], *,
-    failures: int, missing: list[str],
-) -> GraderResult:  # fmt: skip
+    name: str,
+    kind: str,
+    checks: list[Check],
+    data: dict[str, Any],
+    common: dict[str, Any],
+    *,
+    failures: int,
+    missing: list[str],
+) -> GraderResult:
     """The verdict over the reported tests, held against the runner's exit code and against
     the tests the verifier declares: an inconsistent or incomplete report is never a pass."""
     code = data["exit_code"]
@@ -164,11 +181,21 @@ def _finish(
             return _error(name, kind, "the verifier collected no tests", **common)
         return _error(name, kind, f"{tool} ended with exit code {code}: {_tail(data)}", **common)
     if code == 1 and not failures:
-        return _error(name, kind, f"{tool} exited with code 1, yet its report shows no failed "
-                      "test: the report is not trusted", **common)  # fmt: skip
+        return _error(
+            name,
+            kind,
+            f"{tool} exited with code 1, yet its report shows no failed "
+            "test: the report is not trusted",
+            **common,
+        )
     if code == 0 and failures:
-        return _error(name, kind, f"{tool} exited with code 0, yet its report shows {failures} "
-                      "failed test(s): the report is not trusted", **common)  # fmt: skip
+        return _error(
+            name,
+            kind,
+            f"{tool} exited with code 0, yet its report shows {failures} "
+            "failed test(s): the report is not trusted",
+            **common,
+        )
     if missing and all(c.passed for c in checks):
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         why = f"the report lacks {len(missing)} test(s) the verifier declares ({shown})"
@@ -191,10 +218,16 @@ def _finish(
     if ok:  # what the test run printed explains failures; on a pass it is only noise
         common = {**common, "stdout_tail": None, "stderr_tail": None}
     return GraderResult(
-        name=name, type=kind, status=Status.passed if ok else Status.failed, passed=ok,
-        score=passed_n / total, evidence=evidence[:4000], checks=checks, warnings=warnings,
+        name=name,
+        type=kind,
+        status=Status.passed if ok else Status.failed,
+        passed=ok,
+        score=passed_n / total,
+        evidence=evidence[:4000],
+        checks=checks,
+        warnings=warnings,
         **common,
-    )  # fmt: skip
+    )
 
 
 def _report_problem(name: str, kind: str, data: dict[str, Any] | str, common: dict[str, Any]):
@@ -236,8 +269,9 @@ def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
         if bad is not None:
             message = (bad.get("message") or "").strip() or (bad.text or "").strip()
             if "collection failure" in message or test == "":
-                return _error(name, "pytest", f"collection error: {label}: {message[:500]}",
-                              **common)  # fmt: skip
+                return _error(
+                    name, "pytest", f"collection error: {label}: {message[:500]}", **common
+                )
             failures += 1
             checks.append(Check(text=label[:500], passed=False, evidence=message[:2000]))
         elif skipped is not None:
@@ -287,8 +321,12 @@ def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
         error = str(event.get("error") or "")[:2000] or None
         if label in files and not event.get("suite") and event.get("nesting") == 0:
             if passed:
-                return _error(name, "node-test", f"the test file {label} ran no test (it ended "
-                              "before its tests ran)", **common)  # fmt: skip
+                return _error(
+                    name,
+                    "node-test",
+                    f"the test file {label} ran no test (it ended before its tests ran)",
+                    **common,
+                )
             failures += 1
             checks.append(Check(text=label, passed=False, evidence=error))
             continue

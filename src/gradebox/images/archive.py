@@ -66,8 +66,11 @@ def load_images(engine: Engine, archive: Path) -> dict[str, str | None]:
             raise ImageError(f"{archive}: its lock does not parse ({exc})") from None
         local = read_lock()
         if local is not None:
-            differ = [n for n, e in lock.images.items()
-                      if n in local.images and local.images[n].id != e.id]  # fmt: skip
+            differ = [
+                n
+                for n, e in lock.images.items()
+                if n in local.images and local.images[n].id != e.id
+            ]
             if differ:
                 raise ImageError(
                     f"{archive} holds {', '.join(differ)} with ids that differ from this "

@@ -164,12 +164,17 @@ def _bootstrap_unshared(engine: Engine, say: Callable[[str], None]) -> str:
         tar_path = Path(tmp) / "rootfs.tar"
         say(f"bootstrapping Debian {mirror.suite} from {mirror.uri} (mmdebstrap, unshare)")
         cmd = [
-            tool, "--mode=unshare", "--variant=minbase", "--quiet",
+            tool,
+            "--mode=unshare",
+            "--variant=minbase",
+            "--quiet",
             f"--include={','.join(BASE_PACKAGES)}",
             # As debootstrap leaves it: no package lists, no downloaded packages.
             "--customize-hook=rm -rf $1/var/lib/apt/lists/* $1/var/cache/apt/archives/*.deb",
-            mirror.suite, str(tar_path), mirror.uri,
-        ]  # fmt: skip
+            mirror.suite,
+            str(tar_path),
+            mirror.uri,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
@@ -187,10 +192,25 @@ def fetch_wheels(lock: Path, dest: Path) -> None:
     file whose hash differs. The image build then copies them, reaching no registry."""
     dest.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--require-hashes", "-r", str(lock), "-d", str(dest)],
-        capture_output=True, text=True, check=False, timeout=1800,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "-r",
+            str(lock),
+            "-d",
+            str(dest),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise ImageError(f"fetching the wheels {lock} pins failed:\n{tail}")

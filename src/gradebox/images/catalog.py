@@ -124,8 +124,11 @@ def _checkout() -> Path | None:
     """The checkout this module runs from (an editable install too), or None."""
     package = _HERE.parent.parent  # .../gradebox
     root = package.parent.parent  # the checkout, when the package is its src/gradebox
-    if package.parent.name == "src" and (root / "pyproject.toml").is_file() and (
-            root / "images" / BASE).is_dir():  # fmt: skip
+    if (
+        package.parent.name == "src"
+        and (root / "pyproject.toml").is_file()
+        and (root / "images" / BASE).is_dir()
+    ):
         return root
     return None
 

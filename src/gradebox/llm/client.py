@@ -120,9 +120,11 @@ def _transient(exc: BaseException) -> bool:
         return exc.status_code == 429 or exc.status_code >= 500
     return isinstance(
         exc,
-        openai.APITimeoutError | openai.APIConnectionError
-        | anthropic.APITimeoutError | anthropic.APIConnectionError,
-    )  # fmt: skip
+        openai.APITimeoutError
+        | openai.APIConnectionError
+        | anthropic.APITimeoutError
+        | anthropic.APIConnectionError,
+    )
 
 
 def _backoff() -> float:
@@ -428,11 +430,13 @@ class ModelHub:
         sent = False
 
         @retry(
-            retry=retry_if_exception(_transient), wait=_wait, reraise=True,
+            retry=retry_if_exception(_transient),
+            wait=_wait,
+            reraise=True,
             # Cancelled: no further attempt, and no backoff sleep that outlives the caller.
             stop=stop | stop_when_event_set(cancel) if cancel is not None else stop,
             sleep=cancel.wait if cancel is not None else time.sleep,
-        )  # fmt: skip
+        )
         def once() -> Completion:
             nonlocal sent
             if cancel is not None and cancel.is_set():
@@ -454,8 +458,9 @@ class ModelHub:
             return once()
         except Cancelled:
             if sent:  # an earlier attempt reached the model
-                raise ModelError(f"model target {target.name!r}: cancelled after a failed "
-                                 "attempt") from None  # fmt: skip
+                raise ModelError(
+                    f"model target {target.name!r}: cancelled after a failed attempt"
+                ) from None
             raise
         except _Bound as exc:  # the SDKs let an error that is not httpx's through as it is
             raise ModelError(f"model target {target.name!r}: {exc}") from None
@@ -496,8 +501,9 @@ class ModelHub:
                 if target.provider == "azure":
                     client = openai.AzureOpenAI(
                         base_url=azure_base_url(target.base_url or ""),
-                        api_version=target.api_version or "v1", **common,
-                    )  # fmt: skip
+                        api_version=target.api_version or "v1",
+                        **common,
+                    )
                 else:
                     kind = anthropic.Anthropic if target.provider == "anthropic" else openai.OpenAI
                     client = kind(base_url=target.base_url, **common)
@@ -535,9 +541,13 @@ class ModelHub:
         params: dict[str, Any] = {}
         if schema is not None:
             params["text"] = {
-                "format": {"type": "json_schema", "name": "answer", "strict": True,
-                           "schema": schema}
-            }  # fmt: skip
+                "format": {
+                    "type": "json_schema",
+                    "name": "answer",
+                    "strict": True,
+                    "schema": schema,
+                }
+            }
         if "temperature" in target.params:
             params["temperature"] = target.params["temperature"]
         if "max_tokens" in target.params:
@@ -560,8 +570,9 @@ class ModelHub:
         if schema is not None:
             # Anthropic's structured output: one tool whose input is the answer, and a call
             # of it forced. Its input, not the text blocks, is the answer.
-            params["tools"] = [{"name": ANSWER_TOOL, "description": "Record your answer.",
-                                "input_schema": schema}]  # fmt: skip
+            params["tools"] = [
+                {"name": ANSWER_TOOL, "description": "Record your answer.", "input_schema": schema}
+            ]
             params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         reply = self._client(target).messages.create(
             model=target.model, messages=messages, **params
@@ -583,16 +594,23 @@ class ModelHub:
         try:
             data = json.loads(raw)
             return Completion(
-                text=str(data["text"]), input_tokens=int(data["input_tokens"]),
-                output_tokens=int(data["output_tokens"]), cached=True,
-                cost_usd=None, structured=data.get("structured") is True,
-            )  # fmt: skip
+                text=str(data["text"]),
+                input_tokens=int(data["input_tokens"]),
+                output_tokens=int(data["output_tokens"]),
+                cached=True,
+                cost_usd=None,
+                structured=data.get("structured") is True,
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
     def _write(self, key: str, done: Completion) -> None:
-        body = {"text": done.text, "input_tokens": done.input_tokens,
-                "output_tokens": done.output_tokens, "structured": done.structured}  # fmt: skip
+        body = {
+            "text": done.text,
+            "input_tokens": done.input_tokens,
+            "output_tokens": done.output_tokens,
+            "structured": done.structured,
+        }
         data = json.dumps(body).encode()
         if len(data) <= ENTRY_CAP:  # a larger entry would never be read back
             # A cache that cannot be written costs money later, never a verdict; the write
@@ -688,14 +706,22 @@ def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Compl
     if not isinstance(content, list):
         raise _missing(target, "has no 'content'")
     usage = getattr(reply, "usage", None)
-    tokens = {"input_tokens": _count(usage, "input_tokens"),
-              "output_tokens": _count(usage, "output_tokens")}  # fmt: skip
+    tokens = {
+        "input_tokens": _count(usage, "input_tokens"),
+        "output_tokens": _count(usage, "output_tokens"),
+    }
     if structured:
-        calls = [b for b in content if getattr(b, "type", None) == "tool_use"
-                 and getattr(b, "name", None) == ANSWER_TOOL]  # fmt: skip
+        calls = [
+            b
+            for b in content
+            if getattr(b, "type", None) == "tool_use" and getattr(b, "name", None) == ANSWER_TOOL
+        ]
         if len(calls) != 1 or not isinstance(getattr(calls[0], "input", None), dict):
-            raise _missing(target, f"has no single '{ANSWER_TOOL}' tool call with an object "
-                           f"as its input ({len(calls)} found)")  # fmt: skip
+            raise _missing(
+                target,
+                f"has no single '{ANSWER_TOOL}' tool call with an object "
+                f"as its input ({len(calls)} found)",
+            )
         return Completion(text=json.dumps(calls[0].input), structured=True, **tokens)
     texts = [getattr(b, "text", None) for b in content if getattr(b, "type", None) == "text"]
     if not texts or not all(isinstance(t, str) for t in texts):
@@ -728,8 +754,10 @@ def missing_env_message(target: ModelTarget, missing: list[str]) -> str:
     names = ", ".join(f"${n}" for n in missing)
     verb = "is" if len(missing) == 1 else "are"
     if target._use_target is not None:
-        return (f"target {target.name!r} uses use_target: {target._use_target}, and {names} "
-                f"{verb} not set (set it to a target's name)")  # fmt: skip
+        return (
+            f"target {target.name!r} uses use_target: {target._use_target}, and {names} "
+            f"{verb} not set (set it to a target's name)"
+        )
     return f"model target {target.name!r}: {names} {verb} not set ({target.provider})"
 
 

@@ -132,8 +132,9 @@ class LlmRuntime(Protocol):
 
     hub: ModelHub
 
-    def prompt_from_command(self, command: list[str], config: dict[str, Any],
-                            payload: Payload) -> str: ...  # fmt: skip
+    def prompt_from_command(
+        self, command: list[str], config: dict[str, Any], payload: Payload
+    ) -> str: ...
 
     def candidate_text(self, payload: Payload, preprocessors: list[dict[str, Any]]) -> str: ...
 
@@ -180,9 +181,12 @@ def _fence(
     """The agent's variables, each inside its delimited block."""
     return {
         **variables,
-        **{k: f"<agent-data-{nonce}>\n{variables[k]}\n</agent-data-{nonce}>"
-           for k in keys if k in variables},
-    }  # fmt: skip
+        **{
+            k: f"<agent-data-{nonce}>\n{variables[k]}\n</agent-data-{nonce}>"
+            for k in keys
+            if k in variables
+        },
+    }
 
 
 def template_variables(
@@ -227,9 +231,11 @@ def _verdict_object(text: str, structured: bool) -> dict[str, Any] | str:
     (reading the prompt to decide would let the candidate, who writes part of it, decide)."""
     if structured:
         objects = json_objects_in(text)
-        whole = objects is not None and len(objects) == 1 and (
-            text[: objects[0][0]].strip() == "" and text[objects[0][1] :].strip() == ""
-        )  # fmt: skip
+        whole = (
+            objects is not None
+            and len(objects) == 1
+            and (text[: objects[0][0]].strip() == "" and text[objects[0][1] :].strip() == "")
+        )
         if not whole:
             return "the model's structured answer is not exactly one JSON object"
         verdicts = [objects[0]]  # type: ignore[index]
@@ -239,13 +245,17 @@ def _verdict_object(text: str, structured: bool) -> dict[str, Any] | str:
             return "the model's answer holds too many broken JSON objects to find its verdict"
         verdicts = [o for o in objects if any(k in o[2] for k in _VERDICT_KEYS)]
         if not verdicts:
-            return "the model's answer holds no JSON object" if not objects else (
-                "the model's answer holds no JSON object with a 'score' or 'checks'"
-            )  # fmt: skip
+            return (
+                "the model's answer holds no JSON object"
+                if not objects
+                else ("the model's answer holds no JSON object with a 'score' or 'checks'")
+            )
     distinct = {json.dumps(v, sort_keys=True, default=str) for _, _, v in verdicts}
     if len(distinct) > 1:
-        return (f"the model's answer holds {len(distinct)} different verdict objects (one may "
-                "be the candidate's text, echoed)")  # fmt: skip
+        return (
+            f"the model's answer holds {len(distinct)} different verdict objects (one may "
+            "be the candidate's text, echoed)"
+        )
     try:
         return clean_value(verdicts[-1][2])
     except OutputShapeError as exc:
@@ -311,10 +321,13 @@ def parse_verdict(
             if not isinstance(passed, bool):
                 return f"checks.{i} has no true/false 'passed'"
             evidence = c.get("evidence", c.get("reason"))
-            checks.append(Check(
-                text=str(c.get("text") or (rubrics[i].text if i < len(rubrics) else i))[:500],
-                passed=passed, evidence=str(evidence)[:2000] if evidence is not None else None,
-            ))  # fmt: skip
+            checks.append(
+                Check(
+                    text=str(c.get("text") or (rubrics[i].text if i < len(rubrics) else i))[:500],
+                    passed=passed,
+                    evidence=str(evidence)[:2000] if evidence is not None else None,
+                )
+            )
     reasoning = data.get("reasoning", data.get("reason", ""))
     reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning)
     matched = _match(rubrics, checks)
@@ -322,12 +335,14 @@ def parse_verdict(
         if r.required and not found:
             return f"the judge gave no check for the required rubric item {r.text[:200]!r}"
     # A required item fails when any check the judge gave it failed.
-    failed_required = [r.text for r, found in zip(rubrics, matched, strict=True)
-                       if r.required and not all(c.passed for c in found)]  # fmt: skip
+    failed_required = [
+        r.text
+        for r, found in zip(rubrics, matched, strict=True)
+        if r.required and not all(c.passed for c in found)
+    ]
     if rubrics and all(len(found) == 1 for found in matched):
         total = sum(r.weight for r in rubrics)
-        score = sum(r.weight for r, found in zip(rubrics, matched, strict=True)
-                    if found[0].passed)  # fmt: skip
+        score = sum(r.weight for r, found in zip(rubrics, matched, strict=True) if found[0].passed)
         score = score / total if total else 0.0
     else:
         number = _number(data.get("score"))
@@ -360,18 +375,21 @@ class LlmAssertion:
         return {
             "target": self.target.identity() if self.target else self.unresolved,
             "rubrics": [r.to_json() for r in self.rubrics],
-            "prompt": self.prompt, "prompt_command": self.prompt_command,
-            "prompt_config": self.prompt_config, "preprocessors": self.preprocessors,
+            "prompt": self.prompt,
+            "prompt_command": self.prompt_command,
+            "prompt_config": self.prompt_config,
+            "preprocessors": self.preprocessors,
             "pass_score": self.pass_score,
-        }  # fmt: skip
+        }
 
     def grade(self, payload: Payload, runtime: LlmRuntime, name: str) -> GraderResult:
         hub = runtime.hub
         before = Usage()
         if self.target is None:
             why = self.unresolved or "no model target"
-            return GraderResult(name=name, type="llm", status=Status.error, passed=False,
-                                score=0.0, evidence=why)  # fmt: skip
+            return GraderResult(
+                name=name, type="llm", status=Status.error, passed=False, score=0.0, evidence=why
+            )
         try:
             output = runtime.candidate_text(payload, self.preprocessors)
             variables = {**template_variables(payload, self.rubrics, output), **self.agent_data}
@@ -385,31 +403,53 @@ class LlmAssertion:
                 )
             else:
                 nonce = agent_nonce(variables, keys)
-                prompt = render_prompt(self.prompt or DEFAULT_PROMPT,
-                                       _fence(variables, nonce, keys))  # fmt: skip
+                prompt = render_prompt(
+                    self.prompt or DEFAULT_PROMPT, _fence(variables, nonce, keys)
+                )
                 system = f"{ANSWER_FORMAT}\n{AGENT_DATA.format(nonce=nonce)}"
-            done = hub.complete(self.target, [{"role": "user", "content": prompt}],
-                                system=system, schema=VERDICT_SCHEMA)  # fmt: skip
+            done = hub.complete(
+                self.target,
+                [{"role": "user", "content": prompt}],
+                system=system,
+                schema=VERDICT_SCHEMA,
+            )
         except ModelError as exc:
-            return GraderResult(name=name, type="llm", status=Status.error, passed=False,
-                                score=0.0, evidence=str(exc))  # fmt: skip
+            return GraderResult(
+                name=name,
+                type="llm",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=str(exc),
+            )
         before.add(done)
         parsed = parse_verdict(done.text, self.rubrics, structured=done.structured)
         if isinstance(parsed, str):
             return GraderResult(
-                name=name, type="llm", status=Status.error, passed=False, score=0.0,
-                evidence=f"unparseable model answer: {parsed}", usage=before,
+                name=name,
+                type="llm",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=f"unparseable model answer: {parsed}",
+                usage=before,
                 raw_response=done.text[:MAX_RAW],
-            )  # fmt: skip
+            )
         score, checks, reasoning, failed_required = parsed
         passed = score >= self.pass_score - 1e-9 and not failed_required
         evidence = reasoning
         if failed_required:
             evidence = f"required rubric item failed: {failed_required[0]}. {reasoning}"
         return GraderResult(
-            name=name, type="llm", status=Status.passed if passed else Status.failed,
-            passed=passed, score=round(score, 6), evidence=evidence, checks=checks, usage=before,
-        )  # fmt: skip
+            name=name,
+            type="llm",
+            status=Status.passed if passed else Status.failed,
+            passed=passed,
+            score=round(score, 6),
+            evidence=evidence,
+            checks=checks,
+            usage=before,
+        )
 
 
 def candidate_from_files(
@@ -433,8 +473,14 @@ def candidate_from_files(
             continue
         rel = str(part.get("path") or part.get("value") or "")
         kind = str(part.get("media_type") or Path(rel).suffix.lstrip(".")).lower()
-        match = next((p for p in preprocessors if str(p.get("type", "")).lower() in
-                      (kind, Path(rel).suffix.lstrip(".").lower())), None)  # fmt: skip
+        match = next(
+            (
+                p
+                for p in preprocessors
+                if str(p.get("type", "")).lower() in (kind, Path(rel).suffix.lstrip(".").lower())
+            ),
+            None,
+        )
         if match is not None:
             # A container's argv is UTF-8: a name that is not cannot be handed to it.
             texts.append(preprocess(match["command"], rel) if _is_utf8(rel) else _unreadable(rel))

@@ -142,9 +142,11 @@ class TargetProxy:
     def serve(self, sock: socket.socket) -> None:
         self._server = _Server(sock, self)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-            name="model-proxy", daemon=True,
-        )  # fmt: skip
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="model-proxy",
+            daemon=True,
+        )
         self._thread.start()
 
     def close(self, *, wait: bool = True) -> None:
@@ -201,8 +203,7 @@ class TargetProxy:
         if self.closed.is_set():
             return 503, {"error": "this grader's run is over"}
         if not self._take_call():
-            return 429, {"error": f"this grader's budget of {self.max_calls} model calls "
-                                  "is spent"}  # fmt: skip
+            return 429, {"error": f"this grader's budget of {self.max_calls} model calls is spent"}
         messages = [{"role": "user", "content": request["question"]}]
         try:
             done = self.hub.complete(self.target, messages, system=system, cancel=self.closed)
@@ -229,10 +230,14 @@ class TargetProxy:
             calls = self.granted
         name = self.target.name
         return {
-            "targetName": name, "providerLabel": name,  # ours, and AgentV's SDK's spelling
-            "model": self.target.model, "maxCalls": self.max_calls, "callCount": calls,
-            "availableTargets": [name], "availableProviderLabels": [name],
-        }  # fmt: skip
+            "targetName": name,
+            "providerLabel": name,  # ours, and AgentV's SDK's spelling
+            "model": self.target.model,
+            "maxCalls": self.max_calls,
+            "callCount": calls,
+            "availableTargets": [name],
+            "availableProviderLabels": [name],
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):

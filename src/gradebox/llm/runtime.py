@@ -27,9 +27,14 @@ class LlmRuntime:
     commands and preprocessors (read-only workspace, no network, the suite's files named)."""
 
     def __init__(
-        self, hub: ModelHub | None, box: Sandbox, image_for: Callable[[object, Path | None], str],
-        root: Path, labels: dict[str, str], workspace: Path,
-    ) -> None:  # fmt: skip
+        self,
+        hub: ModelHub | None,
+        box: Sandbox,
+        image_for: Callable[[object, Path | None], str],
+        root: Path,
+        labels: dict[str, str],
+        workspace: Path,
+    ) -> None:
         self.hub = hub  # type: ignore[assignment]
         self.box, self.image_for, self.root = box, image_for, root
         self.labels, self.workspace = labels, workspace
@@ -39,10 +44,17 @@ class LlmRuntime:
 
         image = self.image_for(infer_image(command), self.root)
         outcome = run_in_workspace(
-            command, self.workspace, self.box, image_id=image, name=name, stdin=stdin,
-            timeout=HOOK_TIMEOUT, labels=self.labels, source_dir=self.root,
+            command,
+            self.workspace,
+            self.box,
+            image_id=image,
+            name=name,
+            stdin=stdin,
+            timeout=HOOK_TIMEOUT,
+            labels=self.labels,
+            source_dir=self.root,
             read_only=True,
-        )  # fmt: skip
+        )
         failure = judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
         if failure:
             raise GradeboxError(failure)

@@ -117,8 +117,13 @@ class ModelTarget(BaseModel):
 
     def identity(self) -> dict[str, Any]:
         """What determines an answer besides the prompt (the cache key's part)."""
-        return {"provider": self.provider, "model": self.model, "base_url": self.base_url,
-                "api_version": self.api_version, "params": self.params}  # fmt: skip
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_version": self.api_version,
+            "params": self.params,
+        }
 
     def missing_env(self) -> list[str]:
         """The variables this target needs that are not set now (checked before a run)."""
@@ -159,8 +164,10 @@ class TargetSet:
         if not origin.configures:
             raise ConfigError(
                 f"a {origin.source} may name a model target, never define one (only the "
-                "operator and the suite's project do)", file=origin.file, field="targets",
-            )  # fmt: skip
+                "operator and the suite's project do)",
+                file=origin.file,
+                field="targets",
+            )
         if target.name in self.targets or target.name in self.aliases:
             return
         target._origin = origin
@@ -187,8 +194,9 @@ class TargetSet:
             value = (os.environ.get(var) or "").strip() if var else raw
             if not value:
                 if var is None:
-                    raise ConfigError(f"target {name!r} has an empty use_target",
-                                      file=self.sources.get(name))  # fmt: skip
+                    raise ConfigError(
+                        f"target {name!r} has an empty use_target", file=self.sources.get(name)
+                    )
                 unset = ModelTarget(name=name, model=raw, requires_env=[var], key_optional=True)
                 unset._use_target = raw
                 return unset
@@ -198,10 +206,11 @@ class TargetSet:
                     f"target {name!r} uses use_target: {via}, and no model target has that "
                     f"name (targets: {', '.join(sorted(self.targets)) or 'none found'})",
                     file=self.sources.get(name),
-                )  # fmt: skip
+                )
             if value in seen:
-                raise ConfigError(f"use_target loops: {' -> '.join([*seen, value])}",
-                                  file=self.sources.get(name))  # fmt: skip
+                raise ConfigError(
+                    f"use_target loops: {' -> '.join([*seen, value])}", file=self.sources.get(name)
+                )
             seen.append(value)
             name = value
         raise ConfigError(f"use_target goes deeper than 10 from {seen[0]!r}")
@@ -213,16 +222,19 @@ class TargetSet:
                 "an LLM grader needs a model target: name one with `target:`, or set "
                 "default_grader in .gradebox/targets.yaml (or defaults.grader in "
                 ".agentv/config.yaml)",
-                file=file, field=field,
-            )  # fmt: skip
+                file=file,
+                field=field,
+            )
         found = self.lookup(wanted)
         if found is None:
             known = ", ".join(sorted(self.targets)) or "none found"
             raise ConfigError(
                 f"no model target named {wanted!r} (targets: {known}; they come from "
                 "--targets FILE, $GRADEBOX_TARGETS, the suite's .gradebox/ or .agentv/, or "
-                "~/.gradebox/)", file=file, field=field,
-            )  # fmt: skip
+                "~/.gradebox/)",
+                file=file,
+                field=field,
+            )
         return found
 
 
@@ -281,12 +293,16 @@ def _empty_refs(value: Any) -> list[str]:
     missing endpoint is one line naming the variable, not an HTTP error per test."""
     if not isinstance(value, str):
         return []
-    return [name for m in _ANY_REF.finditer(value)
-            if not os.environ.get(name := (m.group(1) or m.group(2)))]  # fmt: skip
+    return [
+        name
+        for m in _ANY_REF.finditer(value)
+        if not os.environ.get(name := (m.group(1) or m.group(2)))
+    ]
 
 
-def _from_agentv(entry: dict[str, Any], file: str, lines: LineMap,
-                 loc: tuple[str, ...]) -> ModelTarget | None:  # fmt: skip
+def _from_agentv(
+    entry: dict[str, Any], file: str, lines: LineMap, loc: tuple[str, ...]
+) -> ModelTarget | None:
     """An AgentV provider/target entry as a model target; None for agents (cli, codex...)."""
     config = agentv_config(entry)
     kind = agentv_kind(entry)
@@ -297,13 +313,18 @@ def _from_agentv(entry: dict[str, Any], file: str, lines: LineMap,
     key = config.get("api_key")
     env_name = _env_name(key)
     if key is not None and env_name is None:
-        at = (*loc, "config", "api_key") if "api_key" in (entry.get("config") or {}) else (
-            *loc, "api_key")  # fmt: skip
+        at = (
+            (*loc, "config", "api_key")
+            if "api_key" in (entry.get("config") or {})
+            else (*loc, "api_key")
+        )
         raise ConfigError(
             "write the key as a reference to the environment (${{ VAR }} or {{ env.VAR }}), "
             "never the key itself",
-            file=file, line=lines.get(at), field=".".join(at),
-        )  # fmt: skip
+            file=file,
+            line=lines.get(at),
+            field=".".join(at),
+        )
     spec_model = str(entry.get("id", "")).removeprefix("agentv:").partition(":")[2]
     raw_model = config.get("deployment") if kind == "azure" else None
     raw_model = raw_model or config.get("model") or spec_model
@@ -325,7 +346,7 @@ def _from_agentv(entry: dict[str, Any], file: str, lines: LineMap,
         # AgentV always wants a key; a local server of your own (ollama, vllm, an
         # OpenAI-compatible base_url without api_key) does not.
         "key_optional": env_name is None
-        and (default_key is None or (kind == "openai" and bool(raw_url))),  # fmt: skip
+        and (default_key is None or (kind == "openai" and bool(raw_url))),
         "params": params,
         "requires_env": sorted(set(needed)),
     }
@@ -373,8 +394,13 @@ class TargetSources:
 
     def folders(self) -> Iterator[tuple[Path, Source]]:
         home = _home()
-        folders = [*([self.project.resolve(), *self.project.resolve().parents]
-                     if self.project is not None else [])]  # fmt: skip
+        folders = [
+            *(
+                [self.project.resolve(), *self.project.resolve().parents]
+                if self.project is not None
+                else []
+            )
+        ]
         if home is not None and home not in folders:
             folders.append(home)
         for directory in folders:

@@ -91,8 +91,7 @@ def script_json(data: Any) -> str:
     try:
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False)  # fmt: skip
+        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return _script_safe(text)
 
 
@@ -279,20 +278,32 @@ def _as_tests(graded: list[GradedRecord]) -> list[TestResult]:
         best = max(runs, key=lambda g: (g.pass_, g.score))
         statuses = [g.status for g in runs]
         status = (  # as `repeat`'s default (pass_any): a pass passes, all errors are an error
-            Status.passed if Status.passed in statuses
-            else Status.error if all(s is Status.error for s in statuses)
+            Status.passed
+            if Status.passed in statuses
+            else Status.error
+            if all(s is Status.error for s in statuses)
             else Status.failed
-        )  # fmt: skip
+        )
         asked = best.input if isinstance(best.input, list) else [best.input]
-        tests.append(TestResult(
-            id=key, status=status, passed=status is Status.passed, score=best.score,
-            input=[Message(role="user", content=text) for text in asked], output=best.output,
-            graders=[best.result], error=best.target_error, metadata=best.metadata or {},
-            trials=[
-                TrialRecord(sample=i, status=g.status, score=g.score, error=g.target_error)
-                for i, g in enumerate(runs)
-            ] if len(runs) > 1 else None,
-        ))  # fmt: skip
+        tests.append(
+            TestResult(
+                id=key,
+                status=status,
+                passed=status is Status.passed,
+                score=best.score,
+                input=[Message(role="user", content=text) for text in asked],
+                output=best.output,
+                graders=[best.result],
+                error=best.target_error,
+                metadata=best.metadata or {},
+                trials=[
+                    TrialRecord(sample=i, status=g.status, score=g.score, error=g.target_error)
+                    for i, g in enumerate(runs)
+                ]
+                if len(runs) > 1
+                else None,
+            )
+        )
     return tests
 
 

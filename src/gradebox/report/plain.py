@@ -47,8 +47,13 @@ def fits(line: str) -> bool:
     markup or emoji code)? Until the command's one output layer writes its lines plainly."""
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() else 80
-    return (not terminal(sys.stderr) and len(line) <= width and line.isascii()
-            and line.isprintable() and not re.search(r"[\\\[]|:[^\s:]*:", line))  # fmt: skip
+    return (
+        not terminal(sys.stderr)
+        and len(line) <= width
+        and line.isascii()
+        and line.isprintable()
+        and not re.search(r"[\\\[]|:[^\s:]*:", line)
+    )
 
 
 def result_lines(fields: Any) -> list[tuple[str, str]]:
@@ -68,10 +73,14 @@ def result_lines(fields: Any) -> list[tuple[str, str]]:
     checks = fields.get("checks") or []
     if checks:
         rows = [("check", "verdict", "score", "evidence")] + [
-            (_cell(c["text"]), "pass" if c["passed"] else "fail",
-             "" if c.get("score") is None else f"{c['score']:.2f}", _cell(c.get("evidence")))
+            (
+                _cell(c["text"]),
+                "pass" if c["passed"] else "fail",
+                "" if c.get("score") is None else f"{c['score']:.2f}",
+                _cell(c.get("evidence")),
+            )
             for c in checks
-        ]  # fmt: skip
+        ]
         wide = [max(len(r[i]) for r in rows) for i in range(3)]
         for n, (text, verdict, score, evidence) in enumerate(rows):
             row = f"  {text:<{wide[0]}}  {verdict:<{wide[1]}}  {score:>{wide[2]}}  {evidence}"

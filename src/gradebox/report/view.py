@@ -69,8 +69,9 @@ class ViewServer:
         try:
             self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         except OSError as exc:  # the port is taken, or privileged: the operator's to choose
-            raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}",
-                              field="--port") from None  # fmt: skip
+            raise ConfigError(
+                f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", field="--port"
+            ) from None
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         # 256 bits, URL-safe: in the path, not the query, so the page's relative requests
@@ -106,9 +107,11 @@ class ViewServer:
         latest = list({r.id: r for r in results}.values())  # a later line for an id wins
         summary = self.summary()
         run = RunResults(
-            self.name, self.file.parent,
-            RunSummary.model_validate(summary) if summary else None, latest,
-        )  # fmt: skip
+            self.name,
+            self.file.parent,
+            RunSummary.model_validate(summary) if summary else None,
+            latest,
+        )
         return page(page_data([run], live={"file": ident, "offset": offset}), [run])
 
     def serve_forever(self) -> None:

@@ -74,8 +74,9 @@ def auto_reason() -> tuple[str, str]:
         from .cgroups import scope_entered
 
         where = f" (a delegated scope of its systemd: {scope_entered[0]})" if scope_entered else ""
-        return "oci", (f"{runtime}, rootless in a user namespace, limits in this user's "
-                       f"cgroups{where}")  # fmt: skip
+        return "oci", (
+            f"{runtime}, rootless in a user namespace, limits in this user's cgroups{where}"
+        )
     return "docker", f"the OCI backend cannot keep every promise here: {why}"
 
 
@@ -114,9 +115,11 @@ def _entry_point(name: str):  # type: ignore[no-untyped-def]
 
 
 def collect_garbage(
-    everything: bool = False, engine_timeout: float = 120.0, need_engine: bool = True,
+    everything: bool = False,
+    engine_timeout: float = 120.0,
+    need_engine: bool = True,
     owner: int | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Remove the containers of every backend whose runner is gone (or all, ``everything``;
     only the runner ``owner``'s, gone or not, with ``owner``):
     the OCI runtime's first (their workspaces are mounts in scratch folders), then the Docker

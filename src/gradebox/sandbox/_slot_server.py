@@ -106,8 +106,10 @@ def _recv_fds(sock: _socket.socket) -> tuple[bytes, list[int]]:
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             usable = len(data) - len(data) % 4
-            fds += [int.from_bytes(data[i : i + 4], sys.byteorder, signed=True)
-                    for i in range(0, usable, 4)]  # fmt: skip
+            fds += [
+                int.from_bytes(data[i : i + 4], sys.byteorder, signed=True)
+                for i in range(0, usable, 4)
+            ]
     return msg, fds
 
 
@@ -139,8 +141,14 @@ def _spawn(argv: list[bytes], fds: list[int], call: object, host: int) -> tuple[
             call("setns", host, CLONE_NEWNS)
             _cover(call)
         actions = _placed(fds)
-        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True,
-                             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))  # fmt: skip
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            os.environ,
+            file_actions=actions,
+            setsid=True,
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )
     except OSError as exc:
         return 0, f"{os.fsdecode(argv[0])}: {os.strerror(exc.errno or 0)}".encode()
     finally:
@@ -154,8 +162,9 @@ def _placed(fds: list[int]) -> list[tuple[int, ...]]:
     arrived with: each is first moved above all of them, so no placement overwrites an fd
     still to be placed (one that arrived as 3, say, before fd 3 is given its own)."""
     base = max([*fds, len(fds)]) + 1
-    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, fd, base + i)
-                                      for i, fd in enumerate(fds)]  # fmt: skip
+    actions: list[tuple[int, ...]] = [
+        (os.POSIX_SPAWN_DUP2, fd, base + i) for i, fd in enumerate(fds)
+    ]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in fds]
     actions += [(os.POSIX_SPAWN_DUP2, base + i, i) for i in range(len(fds))]
     actions += [(os.POSIX_SPAWN_CLOSE, base + i) for i in range(len(fds))]
@@ -259,5 +268,6 @@ def _sweep(here: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(_socket.socket(fileno=int(sys.argv[1])), sys.argv[2] == "1", int(sys.argv[3]),
-          sys.argv[4:])  # fmt: skip
+    serve(
+        _socket.socket(fileno=int(sys.argv[1])), sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4:]
+    )

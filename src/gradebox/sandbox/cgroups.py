@@ -98,8 +98,11 @@ def v2_delegated() -> Path | None:
             break
         try:
             ctl = set((folder / "cgroup.controllers").read_text().split())
-            if not ({"memory", "pids"} <= ctl and folder.stat().st_uid == os.getuid()
-                    and os.access(folder / "cgroup.subtree_control", os.W_OK)):  # fmt: skip
+            if not (
+                {"memory", "pids"} <= ctl
+                and folder.stat().st_uid == os.getuid()
+                and os.access(folder / "cgroup.subtree_control", os.W_OK)
+            ):
                 break
         except OSError:
             break
@@ -136,15 +139,21 @@ def delegate_v1(engine: object, image: str) -> None:
     name = f"gradebox-cgroups-{uid}-{os.urandom(3).hex()}"
     try:
         cid = engine.create(
-            lambda: name, image=image, command=["/bin/sh", "-c", _DELEGATE],
+            lambda: name,
+            image=image,
+            command=["/bin/sh", "-c", _DELEGATE],
             environment={"NAME": parent_name(uid), "OWNER": f"{uid}:{gid}"},
-            network_disabled=True, labels={"gradebox.cgroups": str(uid)},
+            network_disabled=True,
+            labels={"gradebox.cgroups": str(uid)},
             host_config=engine.api.create_host_config(
                 binds={"/sys/fs/cgroup": {"bind": "/cg", "mode": "rw"}},
-                cap_drop=["ALL"], cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
-                security_opt=["no-new-privileges:true"], read_only=True, network_mode="none",
+                cap_drop=["ALL"],
+                cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+                security_opt=["no-new-privileges:true"],
+                read_only=True,
+                network_mode="none",
             ),
-        )  # fmt: skip
+        )
     except GradeboxError as exc:
         raise GradeboxError(f"cannot ask the engine for a cgroup subtree: {exc}") from None
     try:
@@ -341,11 +350,31 @@ def enter_user_scope(timeout: float = 10.0) -> str | None:
     if not os.environ.get("DBUS_SESSION_BUS_ADDRESS") and not os.environ.get("XDG_RUNTIME_DIR"):
         return "no user bus (XDG_RUNTIME_DIR is unset: not a login session)"
     unit = f"gradebox-{os.getpid()}-{os.urandom(3).hex()}.scope"
-    argv = [busctl, "--user", "--quiet", "call", "org.freedesktop.systemd1",
-            "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
-            "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", "3",
-            "PIDs", "au", "1", str(os.getpid()), "Delegate", "b", "true",
-            "Description", "s", "gradebox runner (its containers' cgroups)", "0"]  # fmt: skip
+    argv = [
+        busctl,
+        "--user",
+        "--quiet",
+        "call",
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "StartTransientUnit",
+        "ssa(sv)a(sa(sv))",
+        unit,
+        "fail",
+        "3",
+        "PIDs",
+        "au",
+        "1",
+        str(os.getpid()),
+        "Delegate",
+        "b",
+        "true",
+        "Description",
+        "s",
+        "gradebox runner (its containers' cgroups)",
+        "0",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout, text=True)
     except (OSError, subprocess.TimeoutExpired) as exc:

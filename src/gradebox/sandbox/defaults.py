@@ -64,8 +64,13 @@ class Protection(Record):
     def cells(self) -> list[str]:
         value = {"bytes": format_bytes, "cores": lambda n: f"{n:g} core"}.get(self.unit, str)
         override = self.override or (f"`{self.key}`" if self.key else "—")
-        return [self.row, self.shown.replace("{}", value(self.default)), self.engine or "—",
-                override, f"`{self.allow}`" if self.allow else "—"]  # fmt: skip
+        return [
+            self.row,
+            self.shown.replace("{}", value(self.default)),
+            self.engine or "—",
+            override,
+            f"`{self.allow}`" if self.allow else "—",
+        ]
 
 
 # A user as the engine and the runtime read it: decimal numbers only ("00", "+0", "0_0",

@@ -109,17 +109,25 @@ def listen_via_engine(
         server.settimeout(30)
         config = engine.api.create_host_config(
             binds={folder: {"bind": "/door", "mode": "rw"}},
-            network_mode=f"container:{container}", read_only=True, cap_drop=["ALL"],
+            network_mode=f"container:{container}",
+            read_only=True,
+            cap_drop=["ALL"],
             security_opt=["no-new-privileges:true", f"seccomp={seccomp_json()}"],
-            pids_limit=16, mem_limit=64 << 20, memswap_limit=64 << 20, ipc_mode="private",
-        )  # fmt: skip
+            pids_limit=16,
+            mem_limit=64 << 20,
+            memswap_limit=64 << 20,
+            ipc_mode="private",
+        )
         try:
             cid = engine.create(
                 lambda: f"gradebox-door-{os.urandom(4).hex()}",
-                image=qualified(DOOR_IMAGE), user=f"{os.getuid()}:{os.getgid()}",
+                image=qualified(DOOR_IMAGE),
+                user=f"{os.getuid()}:{os.getgid()}",
                 command=["python3", "-I", "-S", "-c", _HELPER.replace("PORT", str(int(port)))],
-                labels=labels, host_config=config, use_config_proxy=False,
-            )  # fmt: skip
+                labels=labels,
+                host_config=config,
+                use_config_proxy=False,
+            )
             engine.start(cid)
         except GradeboxError as exc:
             raise _failed(f"the engine could not run the door's helper ({exc})") from None

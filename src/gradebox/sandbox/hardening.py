@@ -87,7 +87,7 @@ def host_config(
     """The Engine API ``HostConfig`` body for one grader container. ``own_init``: the
     command starts our own init (the sealed tini of ``init.py``, bound in ``mounts``), so
     the engine adds none; without it, the engine's own init, whose copy a grader can read,
-    and so trace."""  # fmt: skip
+    and so trace."""
     tmpfs_opts = ",".join(("rw", *SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"))
     binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in mounts]
     # Our profile, not the engine's default (see seccomp.py for how they differ).

@@ -68,8 +68,12 @@ def _sealed(source: Path) -> Path:
     path = folder / f"tini-{src.st_dev:x}-{src.st_ino:x}-{src.st_size:x}-{src.st_mtime_ns:x}"
     with contextlib.suppress(FileNotFoundError):
         st = os.stat(path, follow_symlinks=False)
-        if (stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == SEALED_MODE
-                and st.st_size == src.st_size and st.st_uid == os.geteuid()):  # fmt: skip
+        if (
+            stat.S_ISREG(st.st_mode)
+            and stat.S_IMODE(st.st_mode) == SEALED_MODE
+            and st.st_size == src.st_size
+            and st.st_uid == os.geteuid()
+        ):
             return path
     data = source.read_bytes()
     if len(data) != src.st_size:

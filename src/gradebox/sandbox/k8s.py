@@ -27,9 +27,14 @@ def _label(value: str) -> str:
 
 
 def pod_spec(
-    spec: SandboxSpec, *, image: str, name: str, namespace: str = "gradebox",
-    runtime_class: str | None = "gvisor", workspace_claim: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    spec: SandboxSpec,
+    *,
+    image: str,
+    name: str,
+    namespace: str = "gradebox",
+    runtime_class: str | None = "gvisor",
+    workspace_claim: str | None = None,
+) -> dict[str, Any]:
     """The pod that runs ``spec`` once. ``image`` must be pinned by digest
     (``registry/name@sha256:...``): a tag could be moved under a running suite."""
     if not _DIGEST.match(image):
@@ -54,12 +59,15 @@ def pod_spec(
     ]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     if workspace_claim is not None:
-        volumes.append({"name": "workspace",
-                        "persistentVolumeClaim": {"claimName": workspace_claim}})  # fmt: skip
+        volumes.append(
+            {"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_claim}}
+        )
         read_only = not any(m.target == "/workspace" and not m.read_only for m in spec.mounts)
         mounts.append({"name": "workspace", "mountPath": "/workspace", "readOnly": read_only})
-    labels = {"app.kubernetes.io/managed-by": "gradebox",
-              **{_label(k): _label(v) for k, v in spec.labels.items()}}  # fmt: skip
+    labels = {
+        "app.kubernetes.io/managed-by": "gradebox",
+        **{_label(k): _label(v) for k, v in spec.labels.items()},
+    }
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -76,7 +84,7 @@ def pod_spec(
             "securityContext": {
                 "runAsNonRoot": int(uid) != 0,
                 "seccompProfile": {"type": "RuntimeDefault"},
-            },  # fmt: skip
+            },
             "containers": [
                 {
                     "name": "grader",
@@ -95,10 +103,10 @@ def pod_spec(
                             "ephemeral-storage": str(int(limits.file_size)),
                         },
                         "requests": {"memory": memory, "cpu": str(limits.cpus)},
-                    },  # fmt: skip
+                    },
                     "volumeMounts": mounts,
                 }
-            ],  # fmt: skip
+            ],
             "volumes": volumes,
         },
     }
@@ -115,7 +123,7 @@ def network_policy(run_label: str, value: str, namespace: str = "gradebox") -> d
         "metadata": {
             "name": f"gradebox-deny-{_label(value)}".lower()[:63],
             "namespace": namespace,
-        },  # fmt: skip
+        },
         "spec": {
             "podSelector": {"matchLabels": {_label(run_label): _label(value)}},
             "policyTypes": ["Ingress", "Egress"],

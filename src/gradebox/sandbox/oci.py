@@ -79,8 +79,10 @@ RUNNING_GRACE = 60.0  # s close() waits for a killed, running container's thread
 
 ID_PREFIX = "gradebox-"
 CGROUP_PARENT = cgroups.parent_name()  # gradebox, or gradebox-<uid> for a non-root runner
-SLOT_LOST = ("the sandbox's slot server was killed while the grader ran (out of memory?): "
-             "how the grader ended is unknown")  # fmt: skip
+SLOT_LOST = (
+    "the sandbox's slot server was killed while the grader ran (out of memory?): "
+    "how the grader ended is unknown"
+)
 
 
 def state_root() -> Path:
@@ -184,8 +186,10 @@ def oci_usable(
         return None
     why = userns.missing()
     if why:
-        return (f"rootless containers need subordinate ids: {why} (once, as root: "
-                f"{userns.prerequisite()})")  # fmt: skip
+        return (
+            f"rootless containers need subordinate ids: {why} (once, as root: "
+            f"{userns.prerequisite()})"
+        )
     return rootless_cgroups(engine)
 
 
@@ -223,8 +227,10 @@ def rootless_cgroups(engine: _engine.Engine | None = None) -> str | None:
             _delegation[uid] = str(exc)
     why = _delegation[uid]
     if why:
-        return (f"cgroup v1 and no cgroup subtree of this user's ({why}): limits could not be "
-                "enforced without root")  # fmt: skip
+        return (
+            f"cgroup v1 and no cgroup subtree of this user's ({why}): limits could not be "
+            "enforced without root"
+        )
     return None
 
 
@@ -240,9 +246,12 @@ class OciSandbox(EngineImages, Sandbox):
     """
 
     def __init__(
-        self, engine: _engine.Engine | None = None, session: str | None = None,
-        runtime: str | Runtime | None = None, slot: Slot | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        engine: _engine.Engine | None = None,
+        session: str | None = None,
+        runtime: str | Runtime | None = None,
+        slot: Slot | None = None,
+    ) -> None:
         if engine is None:
             from . import _engine
 
@@ -258,8 +267,9 @@ class OciSandbox(EngineImages, Sandbox):
         # Rootless, or crun on a hybrid cgroup host: the runtime runs in namespaces of ours.
         self.holder = (
             userns.Holder(self.mapping, self.runtime.hide_v2)
-            if self.mapping is not None or self.runtime.hide_v2 else None
-        )  # fmt: skip
+            if self.mapping is not None or self.runtime.hide_v2
+            else None
+        )
         self.session = session or os.urandom(4).hex()
         self.init = sealed_init() or init_binary()  # execute-only: no grader traces PID 1
         root = state_root()
@@ -267,8 +277,9 @@ class OciSandbox(EngineImages, Sandbox):
         self.bundles = root / "bundles"
         for path in (self.state, self.bundles):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.cache = RootfsCache(self.engine, mount_points=MOUNT_POINTS,
-                                 open_points=("/tmp", HOME), mapping=self.mapping)  # fmt: skip
+        self.cache = RootfsCache(
+            self.engine, mount_points=MOUNT_POINTS, open_points=("/tmp", HOME), mapping=self.mapping
+        )
         self.cgroup_parent = _cgroup_parent()
         self._live: dict[str, OciPrepared] = {}
         self._lock = threading.Lock()
@@ -283,10 +294,12 @@ class OciSandbox(EngineImages, Sandbox):
         if self.slots_off is None:
             holder = self.holder
             self.slots = SlotPool(
-                self.cgroup_parent.strip("/"), prefix, hide_v2=self.runtime.hide_v2,
+                self.cgroup_parent.strip("/"),
+                prefix,
+                hide_v2=self.runtime.hide_v2,
                 join=(lambda: holder.pid()) if holder is not None and self.mapping else None,
                 first=slot,
-            )  # fmt: skip
+            )
             self.slots.spare()  # the first container's, made while the caller gets ready
         self._docker: Sandbox | None = None
         self._remover = BackgroundRemover(
@@ -324,23 +337,26 @@ class OciSandbox(EngineImages, Sandbox):
             return OciPrepared(self, cid, bundle, spec, start_error=str(exc))
         slot = self.slots.acquire(spec.limits) if self.slots is not None else None
         # Our cgroup, the container's parent, holds its memory limit (none in a slot).
-        cg = None if slot else cgroups.make_parent(cid, int(spec.limits.memory),
-                                                   self.cgroup_parent)  # fmt: skip
+        cg = None if slot else cgroups.make_parent(cid, int(spec.limits.memory), self.cgroup_parent)
         try:
             bundle.mkdir(parents=True, mode=0o700)
             channel = ReportChannel(bundle)
             cgroup = None if slot else f"{self.cgroup_parent}/{cid}" + ("/c" if cg else "")
             config = runtime_config(
-                spec, rootfs=rootfs, init_source=self.init, memory=cg is None,
-                cgroup=cgroup, report=channel.path, direct=slot is not None,
-            )  # fmt: skip
+                spec,
+                rootfs=rootfs,
+                init_source=self.init,
+                memory=cg is None,
+                cgroup=cgroup,
+                report=channel.path,
+                direct=slot is not None,
+            )
             if slot is not None:
                 # The grader before anything else of its slot (its server, crun's waiting
                 # parent) when its memory runs out: they must outlive it to say how it ended.
                 config["process"]["oomScoreAdj"] = 1000
             if self.runtime.name == "crun":  # the filter compiled once, not at every start
-                bpf = seccomp_bpf.compiled(config["linux"]["seccomp"],
-                                           str(cache_dir() / "seccomp"))  # fmt: skip
+                bpf = seccomp_bpf.compiled(config["linux"]["seccomp"], str(cache_dir() / "seccomp"))
                 if bpf is not None:
                     config["annotations"] = {seccomp_bpf.ANNOTATION: bpf}
                     # crun loads the compiled filter instead of the profile, and parsing the
@@ -431,10 +447,16 @@ class OciPrepared(Prepared):
     """One container of the OCI runtime, started ahead (or at execute), used at most once."""
 
     def __init__(
-        self, box: OciSandbox, cid: str, bundle: Path, spec: SandboxSpec,
-        start_error: str | None = None, cg: Path | None = None,
-        channel: ReportChannel | None = None, slot: Slot | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        box: OciSandbox,
+        cid: str,
+        bundle: Path,
+        spec: SandboxSpec,
+        start_error: str | None = None,
+        cg: Path | None = None,
+        channel: ReportChannel | None = None,
+        slot: Slot | None = None,
+    ) -> None:
         self.box, self.cid, self.bundle, self.spec = box, cid, bundle, spec
         self.slot = slot  # the cgroups it starts in, made ahead (None: the runtime makes them)
         self.channel = channel  # what the gate and the init report (see gate.py)
@@ -453,18 +475,32 @@ class OciPrepared(Prepared):
         slotted = self.slot is not None
         manager = ("--cgroup-manager=disabled",) if slotted else ()
         keep = ("--keep",) if self.cg is None and not slotted and box.runtime.keeps else ()
-        argv = [box.runtime.binary, *manager, "--root", str(box.state),
-                "--log", str(self.bundle / "runtime.log"),
-                "--log-format", "json", "run", *keep,
-                *(("--preserve-fds", "2") if slotted else ()), "--bundle", str(self.bundle),
-                "--pid-file", str(self.bundle / "pid"), self.cid]  # fmt: skip
+        argv = [
+            box.runtime.binary,
+            *manager,
+            "--root",
+            str(box.state),
+            "--log",
+            str(self.bundle / "runtime.log"),
+            "--log-format",
+            "json",
+            "run",
+            *keep,
+            *(("--preserve-fds", "2") if slotted else ()),
+            "--bundle",
+            str(self.bundle),
+            "--pid-file",
+            str(self.bundle / "pid"),
+            self.cid,
+        ]
 
         if box.mapping is not None:
             # crun writes its pid file as the user namespace's root (a subordinate id) with
             # mode 0700, which we could not read: made ours first, it is written into as is.
             with contextlib.suppress(OSError):
-                os.close(os.open(self.bundle / "pid", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
-                                 0o644))  # fmt: skip
+                os.close(
+                    os.open(self.bundle / "pid", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+                )
         # Under the lock: close() may have run between prepare() and here, and nothing may
         # start after it (it would outlive the run).
         with box._lock:
@@ -504,8 +540,13 @@ class OciPrepared(Prepared):
             if self.slot is not None:
                 self.slot.kill_all()  # the slot holds nothing else of anyone's
             elif self.proc is not None and self.proc.poll() is None:
-                _runtime_call(self.box.runtime, ["--root", str(self.box.state), "kill", "--all",
-                              self.cid, "KILL"], self.box.mapping, 30, self.box.holder)  # fmt: skip
+                _runtime_call(
+                    self.box.runtime,
+                    ["--root", str(self.box.state), "kill", "--all", self.cid, "KILL"],
+                    self.box.mapping,
+                    30,
+                    self.box.holder,
+                )
 
     def execute(self, stdin: bytes | None = None) -> RunOutcome:
         with self.box._lock:  # close() reads _used under it: a run it will wait for
@@ -557,8 +598,14 @@ class OciPrepared(Prepared):
         started = time.monotonic()
         token = os.urandom(16).hex()  # secrets.token_hex itself, minus importing secrets
         out = CappedOutput(int(spec.limits.output))
-        timed_out, overflow = _pump(proc, f"{token}\n".encode() + stdin, out, channel,
-                                    started + spec.timeout, lambda: self.box._closed)  # fmt: skip
+        timed_out, overflow = _pump(
+            proc,
+            f"{token}\n".encode() + stdin,
+            out,
+            channel,
+            started + spec.timeout,
+            lambda: self.box._closed,
+        )
         if self.box._closed:
             self.kill()
             raise SandboxClosed()
@@ -575,8 +622,13 @@ class OciPrepared(Prepared):
             code = None
         duration_ms = int((time.monotonic() - started) * 1000)
         if isinstance(proc, SlotProcess) and proc.lost:
-            return RunOutcome(exit_code=None, stdout=bytes(out.stdout), stderr=bytes(out.stderr),
-                              duration_ms=duration_ms, start_error=SLOT_LOST)  # fmt: skip
+            return RunOutcome(
+                exit_code=None,
+                stdout=bytes(out.stdout),
+                stderr=bytes(out.stderr),
+                duration_ms=duration_ms,
+                start_error=SLOT_LOST,
+            )
         report = channel.report(token)
         start_error = report.start_error
         if start_error is None and code and not report.started:
@@ -640,8 +692,14 @@ class OciPrepared(Prepared):
                 self.box._live.pop(self.cid, None)
 
 
-def _pump(proc: subprocess.Popen[bytes], data: bytes, out: CappedOutput, channel: ReportChannel,
-          deadline: float, stop: Callable[[], bool]) -> tuple[bool, bool]:  # fmt: skip
+def _pump(
+    proc: subprocess.Popen[bytes],
+    data: bytes,
+    out: CappedOutput,
+    channel: ReportChannel,
+    deadline: float,
+    stop: Callable[[], bool],
+) -> tuple[bool, bool]:
     """Feed stdin and drain stdout/stderr (and the report channel, so no report blocks the
     init) together until both close, the deadline, or ``stop()`` (the sandbox is closing)."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -764,15 +822,21 @@ def _oom_killed(cid: str, parent_cg: Path | None, parent: str = f"/{CGROUP_PAREN
     return any(cgroups._counter(path, "oom_kill") > 0 for path in (v1, v2))
 
 
-def _runtime_call(runtime: Runtime, args: list[str], mapping: userns.IdMap | None,
-                  timeout: float, holder: userns.Holder | None = None) -> None:  # fmt: skip
+def _runtime_call(
+    runtime: Runtime,
+    args: list[str],
+    mapping: userns.IdMap | None,
+    timeout: float,
+    holder: userns.Holder | None = None,
+) -> None:
     """Run the runtime once more (kill, delete): in the sandbox's ``holder``, where its
     containers run (a root of another user namespace may not signal them), else in
     namespaces like those (a runner that is gone: ``gc``)."""
     argv = [runtime.binary, *args]
     if holder is not None:
-        proc = holder.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = holder.popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -785,13 +849,18 @@ def _runtime_call(runtime: Runtime, args: list[str], mapping: userns.IdMap | Non
         userns.run(runtime.one_shot(argv), mapping=mapping, timeout=timeout)
 
 
-def delete_container(runtime: Runtime, state: Path, cid: str,
-                     mapping: userns.IdMap | None = None,
-                     holder: userns.Holder | None = None) -> None:  # fmt: skip
+def delete_container(
+    runtime: Runtime,
+    state: Path,
+    cid: str,
+    mapping: userns.IdMap | None = None,
+    holder: userns.Holder | None = None,
+) -> None:
     """Force-delete a container (kills what still runs, removes its cgroups and state)."""
     try:
-        _runtime_call(runtime, ["--root", str(state), "delete", "--force", cid], mapping, 60,
-                      holder)  # fmt: skip
+        _runtime_call(
+            runtime, ["--root", str(state), "delete", "--force", cid], mapping, 60, holder
+        )
     except (OSError, GradeboxError, subprocess.TimeoutExpired) as exc:
         log.warning("could not delete container %s: %s", cid, exc)
 
@@ -805,8 +874,9 @@ def _owner_pid(cid: str) -> int | None:
 def _runtimes() -> list[Runtime]:
     """Every runtime whose state gc may find: the chosen one, and crun and runc if installed
     (a container is deleted by the runtime that made it, each in its own state folder)."""
-    found = {rt.name: rt for rt in (choose_runtime("runc"), choose_runtime("crun"))
-             if which(rt.binary)}  # fmt: skip
+    found = {
+        rt.name: rt for rt in (choose_runtime("runc"), choose_runtime("crun")) if which(rt.binary)
+    }
     chosen = choose_runtime()
     found[chosen.name] = chosen
     return list(found.values())

@@ -68,8 +68,9 @@ _CAP_PREFIX = "CAP_"
 
 
 def _caps(names: list[str]) -> list[str]:
-    return [n.upper() if n.upper().startswith(_CAP_PREFIX) else _CAP_PREFIX + n.upper()
-            for n in names]  # fmt: skip
+    return [
+        n.upper() if n.upper().startswith(_CAP_PREFIX) else _CAP_PREFIX + n.upper() for n in names
+    ]
 
 
 def runtime_config(
@@ -94,8 +95,12 @@ def runtime_config(
     on fds 3 and 4 (``gate.direct_command``): no entry, no bind."""
     limits, security = spec.limits, spec.security
     uid, _, gid = run_as(security).partition(":")
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOME": HOME, **spec.env, GATE_CWD: spec.workdir}  # fmt: skip
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": HOME,
+        **spec.env,
+        GATE_CWD: spec.workdir,
+    }
     init = security.init and init_source is not None
     if init:
         env.update(INIT_ENV)
@@ -103,37 +108,84 @@ def runtime_config(
     caps = _caps(security.capabilities)
     tmpfs = [*SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"]  # Docker's, noexec
     mounts: list[dict[str, Any]] = [
-        {"destination": "/proc", "type": "proc", "source": "proc",
-         "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-        {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
-         "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
-        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
-        {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
-         "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {
+            "destination": "/proc",
+            "type": "proc",
+            "source": "proc",
+            "options": ["nosuid", "noexec", "nodev"],
+        },
+        {
+            "destination": "/dev",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+        },
+        {
+            "destination": "/dev/pts",
+            "type": "devpts",
+            "source": "devpts",
+            "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+        },
+        {
+            "destination": "/dev/shm",
+            "type": "tmpfs",
+            "source": "shm",
+            "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        },
+        {
+            "destination": "/dev/mqueue",
+            "type": "mqueue",
+            "source": "mqueue",
+            "options": ["nosuid", "noexec", "nodev"],
+        },
+        {
+            "destination": "/sys",
+            "type": "sysfs",
+            "source": "sysfs",
+            "options": ["nosuid", "noexec", "nodev", "ro"],
+        },
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
         {"destination": HOME, "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
-    ]  # fmt: skip
+    ]
     if init:
-        mounts.append({"destination": INIT_PATH, "type": "bind", "source": str(init_source),
-                       "options": ["bind", "ro", "nosuid", "nodev"]})  # fmt: skip
+        mounts.append(
+            {
+                "destination": INIT_PATH,
+                "type": "bind",
+                "source": str(init_source),
+                "options": ["bind", "ro", "nosuid", "nodev"],
+            }
+        )
     if report is not None and not direct:
-        mounts.append({"destination": REPORT_PATH, "type": "bind", "source": str(report),
-                       "options": ["bind", "ro", "nosuid", "nodev", "noexec"]})  # fmt: skip
+        mounts.append(
+            {
+                "destination": REPORT_PATH,
+                "type": "bind",
+                "source": str(report),
+                "options": ["bind", "ro", "nosuid", "nodev", "noexec"],
+            }
+        )
     nested = [m for m in spec.mounts if m.target.startswith("/grader/")]
     if nested and not any(m.target == "/grader" for m in spec.mounts):
         # Single files under /grader: their mount points are made in a small tmpfs, never in
         # the shared root filesystem.
-        mounts.append({"destination": "/grader", "type": "tmpfs", "source": "tmpfs",
-                       "options": ["nosuid", "nodev", "size=1m", "mode=755"]})  # fmt: skip
+        mounts.append(
+            {
+                "destination": "/grader",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "size=1m", "mode=755"],
+            }
+        )
     for m in sorted(spec.mounts, key=lambda m: m.target.count("/")):
-        mounts.append({"destination": m.target, "type": "bind", "source": str(m.source),
-                       "options": ["rbind", "ro" if m.read_only else "rw", "nosuid", "nodev",
-                                   "rprivate"]})  # fmt: skip
+        mounts.append(
+            {
+                "destination": m.target,
+                "type": "bind",
+                "source": str(m.source),
+                "options": ["rbind", "ro" if m.read_only else "rw", "nosuid", "nodev", "rprivate"],
+            }
+        )
     resources = {
         "devices": [{"allow": False, "access": "rwm"}],
         "pids": {"limit": limits.pids},
@@ -154,7 +206,7 @@ def runtime_config(
             "cwd": "/",
             "capabilities": {
                 k: caps for k in ("bounding", "effective", "permitted", "inheritable")
-            },  # fmt: skip
+            },
             "rlimits": [
                 {"type": f"RLIMIT_{name.upper()}", "hard": n, "soft": n}
                 for name, n in rlimits(limits)

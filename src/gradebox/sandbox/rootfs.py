@@ -52,10 +52,14 @@ class RootfsCache:
         root = cache.path_for("sha256:5d29...")   # exported once, then reused
     """
 
-    def __init__(self, engine: Engine | None, root: Path | None = None,
-                 mount_points: tuple[str, ...] = (),
-                 open_points: tuple[str, ...] = (),
-                 mapping: userns.IdMap | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: Engine | None,
+        root: Path | None = None,
+        mount_points: tuple[str, ...] = (),
+        open_points: tuple[str, ...] = (),
+        mapping: userns.IdMap | None = None,
+    ) -> None:
         self.engine = engine
         self.mapping = mapping  # unpack in a user namespace with this mapping (non-root)
         self.root = (root or cache_dir()) / "rootfs"
@@ -96,8 +100,9 @@ class RootfsCache:
             # tar (run as a program, like git) keeps owners, modes, links and device nodes.
             with subprocess.Popen(
                 ["tar", "-x", "--numeric-owner", "-C", str(tmp)],
-                stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-            ) as tar:  # fmt: skip
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ) as tar:
                 assert tar.stdin is not None
                 try:
                     self.engine.export_image(image_id, tar.stdin.write)
@@ -140,20 +145,22 @@ class RootfsCache:
             'for p in "$@"; do case "$p" in +*) p="${p#+}"; o=1;; *) o=;; esac\n'
             '  [ -e "$d$p" ] || [ -L "$d$p" ] || mkdir -p "$d$p"\n'
             '  if [ -n "$o" ] && [ -d "$d$p" ] && [ ! -L "$d$p" ]; then chmod 1777 "$d$p"; fi\n'
-            'done\n'
+            "done\n"
             'i="$d/sbin/gradebox-init"; [ -e "$i" ] || [ -L "$i" ] || '
             '{ mkdir -p "$d/sbin"; : > "$i"; }\n'
             'printf "%s\\n" "$id" > "$d/.gradebox-complete"\n'
-        )  # fmt: skip
+        )
         points = [("+" if p in self.open_points else "") + p for p in self.mount_points]
         read_end, write_end = os.pipe()
         done: dict[str, object] = {}
 
         def unpack() -> None:
             try:
-                done["proc"] = userns.run(["/bin/sh", "-c", script, "unpack", str(tmp), image_id,
-                                           *points],
-                                          stdin=read_end, mapping=self.mapping)  # fmt: skip
+                done["proc"] = userns.run(
+                    ["/bin/sh", "-c", script, "unpack", str(tmp), image_id, *points],
+                    stdin=read_end,
+                    mapping=self.mapping,
+                )
             except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
                 done["error"] = exc
 

@@ -57,8 +57,12 @@ class Runtime:
             import subprocess
 
             try:
-                done = subprocess.run([self.binary, "run", "--help"], capture_output=True,
-                                      timeout=10, stdin=subprocess.DEVNULL)  # fmt: skip
+                done = subprocess.run(
+                    [self.binary, "run", "--help"],
+                    capture_output=True,
+                    timeout=10,
+                    stdin=subprocess.DEVNULL,
+                )
                 # An option line of its own ("--keep   do not delete ..."), not a word in prose.
                 found = re.search(rb"(?m)^\s*--keep(?![\w-])", done.stdout + done.stderr)
                 self._keeps = found is not None
@@ -83,8 +87,18 @@ class Runtime:
 
 def v2_hidden(argv: list[str]) -> list[str]:
     """``argv`` in a fresh mount namespace where the hybrid cgroup2 mount is covered."""
-    return ["unshare", "-m", "--propagation", "slave", "--", "/bin/sh", "-c",
-            HIDE_V2 + 'exec "$@"', "sh", *argv]  # fmt: skip
+    return [
+        "unshare",
+        "-m",
+        "--propagation",
+        "slave",
+        "--",
+        "/bin/sh",
+        "-c",
+        HIDE_V2 + 'exec "$@"',
+        "sh",
+        *argv,
+    ]
 
 
 def hybrid_v2() -> bool:

@@ -65,8 +65,13 @@ def _lib(found: str | None = None) -> Any:
     lib.seccomp_arch_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
     lib.seccomp_arch_native.restype = ctypes.c_uint32
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
-                                           ctypes.c_uint, ctypes.POINTER(ArgCmp)]  # fmt: skip
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ArgCmp),
+    ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.ArgCmp = ArgCmp
     return lib
@@ -94,8 +99,9 @@ def compile_profile(profile: dict[str, Any], lib: Any = None) -> bytes:
             args = rule.get("args") or []
             array = (lib.ArgCmp * max(1, len(args)))()
             for i, arg in enumerate(args):
-                array[i] = lib.ArgCmp(arg["index"], _OPS[arg["op"]], arg["value"],
-                                   arg.get("valueTwo", 0))  # fmt: skip
+                array[i] = lib.ArgCmp(
+                    arg["index"], _OPS[arg["op"]], arg["value"], arg.get("valueTwo", 0)
+                )
             for name in rule["names"]:
                 nr = lib.seccomp_syscall_resolve_name(name.encode())
                 if nr < 0:  # a call this machine's libseccomp does not know: crun skips it
@@ -151,7 +157,7 @@ def compiled(profile: dict[str, Any], cache: str | None = None) -> str | None:
     ident = f"{found}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{os.uname().machine}"
     key = f"{zlib.crc32(body):08x}{zlib.adler32(body):08x}{len(body):x}-" + (
         f"{zlib.crc32(ident.encode()):08x}"
-    )  # fmt: skip
+    )
     path = os.path.join(cache, key + ".bpf") if cache else None
     data = _read(path) if path else None
     if data is None:
@@ -173,8 +179,14 @@ def _library_file() -> str | None:
     """libseccomp's file, where the distribution puts it, found with a few ``stat`` calls;
     ``ctypes.util.find_library`` (which forks ``ldconfig -p``) only where it is elsewhere."""
     triplet = _TRIPLETS.get(os.uname().machine, "")
-    for folder in (f"/usr/lib/{triplet}", f"/lib/{triplet}", "/usr/lib64", "/lib64",
-                   "/usr/lib", "/lib"):  # fmt: skip
+    for folder in (
+        f"/usr/lib/{triplet}",
+        f"/lib/{triplet}",
+        "/usr/lib64",
+        "/lib64",
+        "/usr/lib",
+        "/lib",
+    ):
         path = os.path.join(folder, "libseccomp.so.2")
         if os.path.exists(path):
             return os.path.realpath(path)

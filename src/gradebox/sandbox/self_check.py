@@ -63,8 +63,10 @@ def stdin_is_delivered(box: Sandbox, image: str) -> None:
 def output_is_passed_on_byte_for_byte(box: Sandbox, image: str) -> None:
     # What the sandbox itself reports never shares the command's streams: lines that look like
     # an init's or the gate's reach the caller untouched, newlines and all.
-    text = ("a[INFO  tini (1)] Main child exited normally (with status '0')\n{}\n"
-            "[gradebox:0123456789abcdef0123456789abcdef] error x\n[WARN  tini (7)] y")  # fmt: skip
+    text = (
+        "a[INFO  tini (1)] Main child exited normally (with status '0')\n{}\n"
+        "[gradebox:0123456789abcdef0123456789abcdef] error x\n[WARN  tini (7)] y"
+    )
     quoted = shlex.quote(text)
     out = _sh(box, image, f"printf '%s' {quoted}; printf '%s' {quoted} >&2")
     _expect(out.stdout == text.encode(), f"stdout {out.stdout!r}")
@@ -182,8 +184,9 @@ def _python(box: Sandbox, image: str, code: str) -> dict[str, object]:
         seen = json.loads(out.stdout or b"{}")
     except ValueError:
         seen = None
-    _expect(isinstance(seen, dict), f"exit {out.exit_code}: {out.stdout[-300:]!r} "
-                                    f"{out.stderr[-300:]!r}")  # fmt: skip
+    _expect(
+        isinstance(seen, dict), f"exit {out.exit_code}: {out.stdout[-300:]!r} {out.stderr[-300:]!r}"
+    )
     return seen  # type: ignore[return-value]
 
 
@@ -221,8 +224,14 @@ def seccomp_denies_escape_syscalls(box: Sandbox, image: str) -> None:
     # through another ABI than the native one.
     seen = _python(box, image, _SYSCALL_PROBE)
     _expect(seen.get("seccomp") == ["2"], f"no seccomp filter: {seen}")
-    for name in ("keyctl", "unshare", "add_key", "io_uring_setup", "socket(AF_VSOCK)",
-                 "process_mrelease"):  # fmt: skip
+    for name in (
+        "keyctl",
+        "unshare",
+        "add_key",
+        "io_uring_setup",
+        "socket(AF_VSOCK)",
+        "process_mrelease",
+    ):
         _expect(seen.get(name, 1) == 1, f"{name} was not refused with EPERM: {seen}")
     _expect(seen.get("inet", 0) == 0, f"an IPv4 socket was refused: {seen}")
     _expect(seen.get("x32", 31) & 0x7F == 31, f"an x32 call was not stopped: {seen}")

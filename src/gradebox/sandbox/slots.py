@@ -281,12 +281,22 @@ class Slot:
                 import subprocess
 
                 self.server = subprocess.Popen(
-                    [sys.executable, "-I", "-S", SERVER, str(theirs.fileno()),
-                     "1" if hide_v2 else "0", str(join or 0), *procs],
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    [
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        SERVER,
+                        str(theirs.fileno()),
+                        "1" if hide_v2 else "0",
+                        str(join or 0),
+                        *procs,
+                    ],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                     start_new_session=True,
-                )  # fmt: skip
+                )
         except OSError as exc:
             self.broken = f"cannot start the slot's server: {exc.strerror or exc}"
         finally:
@@ -318,8 +328,9 @@ class Slot:
             raise GradeboxError(self.broken)
         self._ready = True
 
-    def popen(self, argv: list[str], sees: tuple[str, ...] = (),
-              report: int | None = None) -> SlotProcess:  # fmt: skip
+    def popen(
+        self, argv: list[str], sees: tuple[str, ...] = (), report: int | None = None
+    ) -> SlotProcess:
         """Start ``argv`` (the runtime) in this slot, with three new pipes as its stdin,
         stdout and stderr; with ``report`` (an fd, not taken), that as its stdout and stderr
         and the pipes on fds 3 and 4 (``gate.direct_command``). ``sees``: host paths the
@@ -336,8 +347,10 @@ class Slot:
         try:
             rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in theirs)
             flag = b"-" if self._sees(sees) else b"F"
-            self.sock.sendmsg([flag + b"\0".join(a.encode() for a in argv)],
-                              [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])  # fmt: skip
+            self.sock.sendmsg(
+                [flag + b"\0".join(a.encode() for a in argv)],
+                [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)],
+            )
             said = self._recv(READY_TIMEOUT)
         except OSError:
             said = b""  # its server is gone
@@ -471,8 +484,12 @@ class Slot:
                 # with the removed cgroup, as it did with a cgroup per container.
                 log.info("slot %s: memory still charged after its grader; retired", self.name)
                 return False
-        for name in ("memory.max_usage_in_bytes", "memory.failcnt",
-                     "memory.memsw.max_usage_in_bytes", "memory.memsw.failcnt"):  # fmt: skip
+        for name in (
+            "memory.max_usage_in_bytes",
+            "memory.failcnt",
+            "memory.memsw.max_usage_in_bytes",
+            "memory.memsw.failcnt",
+        ):
             with contextlib.suppress(OSError):
                 _write(mem / name, "0")
         return True
@@ -513,8 +530,16 @@ class SlotPool:
     machine for that wait, the runtime's own too. At most ``limit`` exist at once (past that,
     the caller makes a cgroup of its own for the container, as without slots)."""
 
-    def __init__(self, parent: str, prefix: str, *, hide_v2: bool, join: object = None,
-                 limit: int = 64, first: Slot | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        parent: str,
+        prefix: str,
+        *,
+        hide_v2: bool,
+        join: object = None,
+        limit: int = 64,
+        first: Slot | None = None,
+    ) -> None:
         self.parent, self.prefix, self.hide_v2 = parent, prefix, hide_v2
         self._join = join
         self.limit = limit
@@ -585,8 +610,9 @@ class SlotPool:
         if _int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
             import threading
 
-            threading.Thread(target=self._release, args=(slot,), daemon=True,
-                             name="gradebox-slot-empty").start()  # fmt: skip
+            threading.Thread(
+                target=self._release, args=(slot,), daemon=True, name="gradebox-slot-empty"
+            ).start()
             return
         self._release(slot)
 

@@ -132,8 +132,9 @@ def spawn(argv: list[str], mapping: IdMap | None, **popen: Any) -> subprocess.Po
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _ENTER, str(ctl_r), str(ack_w), *argv],
-            pass_fds=(ctl_r, ack_w), **popen,
-        )  # fmt: skip
+            pass_fds=(ctl_r, ack_w),
+            **popen,
+        )
     finally:
         os.close(ctl_r)
         os.close(ack_w)
@@ -144,8 +145,9 @@ def spawn(argv: list[str], mapping: IdMap | None, **popen: Any) -> subprocess.Po
         if ready:
             for tool, ranges in (("newuidmap", mapping.uids), ("newgidmap", mapping.gids)):
                 args = [str(x) for r in ranges for x in r]
-                done = subprocess.run([tool, str(proc.pid), *args], capture_output=True,
-                                      text=True, timeout=30)  # fmt: skip
+                done = subprocess.run(
+                    [tool, str(proc.pid), *args], capture_output=True, text=True, timeout=30
+                )
                 if done.returncode != 0:
                     err = f"{tool}: {done.stderr.strip() or done.returncode}"
                     break
@@ -164,15 +166,25 @@ def spawn(argv: list[str], mapping: IdMap | None, **popen: Any) -> subprocess.Po
     return proc
 
 
-def run(argv: list[str], *, stdin: int | None = None, mapping: IdMap | None = None,
-        timeout: float = 3600) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+def run(
+    argv: list[str],
+    *,
+    stdin: int | None = None,
+    mapping: IdMap | None = None,
+    timeout: float = 3600,
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` as root of a new user namespace with ``mapping`` (default ``id_map()``),
     its stdin from the fd ``stdin`` (default: none); its stdout and stderr captured."""
     mapping = mapping or id_map()
     if mapping is None:
         raise GradeboxError(f"cannot map ids: {missing()}; once, as root: {prerequisite()}")
-    proc = spawn(argv, mapping, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = spawn(
+        argv,
+        mapping,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
@@ -253,14 +265,20 @@ class Holder:
     def _hold(self) -> subprocess.Popen[bytes]:
         # It says a line once its namespaces are ready: joined before that, the mount
         # namespace could still be the host's.
-        proc = spawn(self.wrap(["/bin/sh", "-c", "echo; read _"]), self.mapping,
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                     stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = spawn(
+            self.wrap(["/bin/sh", "-c", "echo; read _"]),
+            self.mapping,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         assert proc.stdout is not None
         if proc.stdout.readline() != b"\n":
             proc.wait()
-            raise GradeboxError("cannot hold the runtime's namespaces: "
-                                f"its holder exited with {proc.returncode}")  # fmt: skip
+            raise GradeboxError(
+                f"cannot hold the runtime's namespaces: its holder exited with {proc.returncode}"
+            )
         proc.stdout.close()
         return proc
 
@@ -327,10 +345,21 @@ def listen(pid: int, port: int) -> socket.socket:
     with ours:
         try:
             proc = subprocess.run(
-                [sys.executable, "-I", "-S", "-c", _JOIN, str(pid), str(port),
-                 str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _JOIN,
+                    str(pid),
+                    str(port),
+                    str(theirs.fileno()),
+                ],
+                pass_fds=(theirs.fileno(),),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         finally:
             theirs.close()
         if proc.returncode != 0:

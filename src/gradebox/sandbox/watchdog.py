@@ -70,9 +70,12 @@ def watch_from_outside() -> Callable[[], None]:
     try:
         subprocess.Popen(
             [sys.executable, "-m", "gradebox.sandbox.watchdog", str(owner), str(read_fd)],
-            pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            pass_fds=(read_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except OSError:
         os.close(write_fd)
         return _nothing

@@ -132,8 +132,11 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
         if key in _REMOVED and release == "5.x":
             raise where.error((key,), f"AgentV removed top-level {key!r}: {_REMOVED[key]}")
         if key in _REMOVED and release == "v4":  # v4 never had it either
-            raise where.error((key,), f"{key!r} is not a top-level field of an AgentV v4 "
-                              "eval file (v4's validator rejects it too)")  # fmt: skip
+            raise where.error(
+                (key,),
+                f"{key!r} is not a top-level field of an AgentV v4 "
+                "eval file (v4's validator rejects it too)",
+            )
         if key in _REMOVED:
             raise where.error(
                 (key,),
@@ -141,26 +144,37 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
                 f"file: v4 never had it, and 5.x removed it ({_REMOVED[key]})",
             )
         if key not in _TOP_KEYS:
-            raise where.error((key,), "not a top-level field of an AgentV eval file (AgentV "
-                              "rejects it too; check its spelling)")  # fmt: skip
+            raise where.error(
+                (key,),
+                "not a top-level field of an AgentV eval file (AgentV "
+                "rejects it too; check its spelling)",
+            )
     if data.get("evaluators"):
         # v4's validator knows it, and its parser reads suite-level graders from assertions
         # only: these would silently grade nothing.
-        raise where.error(("evaluators",), "top-level evaluators are never run by AgentV v4 "
-                          "(it reads suite-level graders from assertions); rename it "
-                          "assertions")  # fmt: skip
+        raise where.error(
+            ("evaluators",),
+            "top-level evaluators are never run by AgentV v4 "
+            "(it reads suite-level graders from assertions); rename it "
+            "assertions",
+        )
     options = data.get("evaluate_options")
     if options is not None:
         if not isinstance(options, dict):
             raise where.error(("evaluate_options",), "evaluate_options is a mapping")
         unknown = set(options) - _EVALUATE_OPTIONS
         if unknown:
-            raise where.error(("evaluate_options", sorted(unknown, key=str)[0]),
-                              "not an evaluate_options field AgentV knows")  # fmt: skip
+            raise where.error(
+                ("evaluate_options", sorted(unknown, key=str)[0]),
+                "not an evaluate_options field AgentV knows",
+            )
         check_repeat(options.get("repeat"), where, ("evaluate_options", "repeat"))
     threshold = data.get("threshold")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(
-            threshold, int | float) or not 0 <= threshold <= 1):  # fmt: skip
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not 0 <= threshold <= 1
+    ):
         raise where.error(("threshold",), "threshold is a number from 0 to 1")
     for key, ok, what in (
         ("providers", (str, dict, list), "a label, an entry, or a list of them"),
@@ -171,38 +185,44 @@ def _check_top(data: dict[str, Any], where: Where) -> None:
             raise where.error((key,), f"{key} is {what}")
     if data.get("nunjucks_filters"):
         raise where.refuse(
-            ("nunjucks_filters",), "nunjucks_filters",
+            ("nunjucks_filters",),
+            "nunjucks_filters",
             "template filters are JavaScript run inside AgentV's process; render the values "
             "into vars instead",
-        )  # fmt: skip
+        )
     if data.get("prompts") is not None and (data.get("input_files") is not None):
-        raise where.error(("input_files",), "AgentV does not combine top-level input_files "
-                          "with prompts")  # fmt: skip
+        raise where.error(
+            ("input_files",), "AgentV does not combine top-level input_files with prompts"
+        )
     for i, ext in enumerate(data.get("extensions") or []):
         name = ext.get("id") if isinstance(ext, dict) else ext
         configured = isinstance(ext, dict) and any(
             ext.get(k) or (ext.get("config") or {}).get(k)
-            for k in ("skills", "hooks", "agents", "rules"))  # fmt: skip
+            for k in ("skills", "hooks", "agents", "rules")
+        )
         if isinstance(name, str) and name.startswith("agentv:agent-rules") and not configured:
             continue  # it only tells a coding agent where the workspace's skills already are
         raise where.refuse(
-            ("extensions", str(i)), "a lifecycle extension",
+            ("extensions", str(i)),
+            "a lifecycle extension",
             "extensions are JavaScript modules AgentV imports into its own process (with its "
             "state); write the step as a command: environment.setup, or workspace.hooks "
             "(before_all, before_each, after_each, after_all)",
-        )  # fmt: skip
+        )
 
 
-def _default_test(data: dict[str, Any], where: Where, roots: list[Path], env: dict[str, str]
-                  ) -> dict[str, Any]:  # fmt: skip
+def _default_test(
+    data: dict[str, Any], where: Where, roots: list[Path], env: dict[str, str]
+) -> dict[str, Any]:
     value = data.get("default_test")
     if value is None:
         return {}
     if isinstance(value, str):
         ref = value.strip()
         if ref.startswith("ref://"):
-            raise where.refuse(("default_test",), "ref:// references",
-                               "name the file with file://...")  # fmt: skip
+            raise where.refuse(
+                ("default_test",), "ref:// references", "name the file with file://..."
+            )
         if not ref.startswith("file://"):
             raise where.error(("default_test",), "default_test is a mapping or file://...")
         path = resolve_path(ref, roots)
@@ -241,8 +261,9 @@ def _eval_defaults(data: dict[str, Any], base: Path) -> dict[str, Any]:
 def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]:
     """The eval file's mapping (a JSONL file of cases takes its same-named YAML sidecar)."""
     if path.suffix == ".jsonl":
-        sidecar = next((p for p in (path.with_suffix(".yaml"), path.with_suffix(".yml"))
-                        if p.is_file()), None)  # fmt: skip
+        sidecar = next(
+            (p for p in (path.with_suffix(".yaml"), path.with_suffix(".yml")) if p.is_file()), None
+        )
         if sidecar is not None:
             data, lines = load_yaml_file(sidecar)
             where = Where(sidecar, lines)
@@ -258,9 +279,13 @@ def _read(path: Path, data: Any, lines: LineMap) -> tuple[dict[str, Any], Where]
 
 
 def load_agentv(
-    path: Path, data: Any, lines: LineMap, *, targets: tuple[Path, ...] = (),
+    path: Path,
+    data: Any,
+    lines: LineMap,
+    *,
+    targets: tuple[Path, ...] = (),
     target_name: str | None = None,
-) -> Suite:  # fmt: skip
+) -> Suite:
     """Read an AgentV eval file (YAML, or JSONL with an optional same-named YAML sidecar).
 
     ``targets``: the operator's providers files (``--providers``), read before ``.agentv/``;
@@ -285,8 +310,9 @@ def load_agentv(
 
     workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)
     docker = workspace_docker(data.get("workspace"), where, ("workspace",), base, env)
-    environment, settings = map_environment(data.get("environment"), where, ("environment",),
-                                            base, env, base)  # fmt: skip
+    environment, settings = map_environment(
+        data.get("environment"), where, ("environment",), base, env, base
+    )
     if environment is not None:
         workspace = {**(workspace or {}), **environment}
 
@@ -335,9 +361,16 @@ def load_agentv(
         suite_file = SuiteFile.model_validate(spec)
     except ValidationError as exc:
         raise _locate(exc, origins, where) from None
-    return build_suite(path, suite_file, lines, flavor="agentv", origins=origins,
-                       top=(str(where.path), where.lines), search_roots=tuple(roots),
-                       operator_targets=targets)  # fmt: skip
+    return build_suite(
+        path,
+        suite_file,
+        lines,
+        flavor="agentv",
+        origins=origins,
+        top=(str(where.path), where.lines),
+        search_roots=tuple(roots),
+        operator_targets=targets,
+    )
 
 
 def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:
@@ -346,13 +379,14 @@ def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:
         return []
     if not isinstance(value, list) or not all(
         isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in value
-    ):  # fmt: skip
+    ):
         raise where.error(("preprocessors",), "preprocessors are [{type, command}]")
     return value
 
 
-def _conversations_need_a_host_target(tests: list[dict[str, Any]], target: dict[str, Any] | None,
-                                      origins: list[Any]) -> None:  # fmt: skip
+def _conversations_need_a_host_target(
+    tests: list[dict[str, Any]], target: dict[str, Any] | None, origins: list[Any]
+) -> None:
     """AgentV holds a conversation with any provider; here a turn is a call from the host,
     so a conversation needs a model, mock or replay target."""
     if target is not None and target.get("provider") in ("model", "mock", "replay"):
@@ -361,10 +395,11 @@ def _conversations_need_a_host_target(tests: list[dict[str, Any]], target: dict[
         if test.get("conversation"):
             kind = (target or {}).get("provider", "no target")
             raise Where(Path(file), lines).refuse(
-                (*loc, "mode"), f"a conversation with a {kind} target",
+                (*loc, "mode"),
+                f"a conversation with a {kind} target",
                 "turns are sent from the host, one call each: use a model provider (or mock, "
                 "replay) as the target, or write the turns as one test's input messages",
-            )  # fmt: skip
+            )
 
 
 def _stem(path: Path) -> str:
@@ -375,8 +410,9 @@ def _stem(path: Path) -> str:
     return name
 
 
-def _target_settings(target: dict[str, Any], settings: dict[str, Any],
-                     options: dict[str, Any]) -> None:  # fmt: skip
+def _target_settings(
+    target: dict[str, Any], settings: dict[str, Any], options: dict[str, Any]
+) -> None:
     """A Docker environment's image and limits are the target's too; ``timeout_ms`` bounds it."""
     if target.get("provider") in ("cli", "stdio"):
         if settings.get("image") is not None and "image" not in target:
@@ -388,8 +424,9 @@ def _target_settings(target: dict[str, Any], settings: dict[str, Any],
         target["timeout"] = f"{ms / 1000}s"
 
 
-def _suite_input_files(data: dict[str, Any], tests: list[dict[str, Any]], roots: list[Path],
-                       where: Where) -> None:  # fmt: skip
+def _suite_input_files(
+    data: dict[str, Any], tests: list[dict[str, Any]], roots: list[Path], where: Where
+) -> None:
     """Top-level ``input_files``: every test's (unless it skips the suite's defaults)."""
     files = data.get("input_files")
     if not files:
@@ -407,8 +444,9 @@ def _suite_input_files(data: dict[str, Any], tests: list[dict[str, Any]], roots:
             test["input_files"] = [*found, *test["input_files"]]
 
 
-def _filter_range(data: dict[str, Any], tests: list[dict[str, Any]], origins: list[Any],
-                  where: Where) -> list[dict[str, Any]]:  # fmt: skip
+def _filter_range(
+    data: dict[str, Any], tests: list[dict[str, Any]], origins: list[Any], where: Where
+) -> list[dict[str, Any]]:
     """``evaluate_options.filter_range``: ``[start, end)`` of the tests, or ``"start:end"``."""
     options = data.get("evaluate_options") or {}
     span = options.get("filter_range") if isinstance(options, dict) else None

@@ -53,9 +53,12 @@ class Where:
         """A feature gradebox does not run, named, with what to do instead."""
         loc = _keys(loc)
         return UnsupportedFeature(
-            feature, message, file=str(self.path), line=self.lines.get(loc),
+            feature,
+            message,
+            file=str(self.path),
+            line=self.lines.get(loc),
             field=".".join(loc) or None,
-        )  # fmt: skip
+        )
 
 
 def _keys(loc: tuple[Any, ...]) -> tuple[str, ...]:

@@ -59,9 +59,14 @@ class Context:
     """What mapping each test of one file needs to know."""
 
     def __init__(
-        self, data: dict[str, Any], where: Where, base: Path, roots: list[Path],
-        env: dict[str, str], default_test: dict[str, Any],
-    ) -> None:  # fmt: skip
+        self,
+        data: dict[str, Any],
+        where: Where,
+        base: Path,
+        roots: list[Path],
+        env: dict[str, str],
+        default_test: dict[str, Any],
+    ) -> None:
         self.data, self.where, self.base, self.roots, self.env = data, where, base, roots, env
         self.default_test = default_test
         self.suite_metadata = _suite_metadata(data)
@@ -103,8 +108,11 @@ def _file_cases(ref: str, base: Path, where: Where, loc: tuple[str, ...]) -> lis
         if is_dir(path):
             out += _case_folder(path)
         elif re.search(r"\.eval\.ya?ml$", path.name, re.I):
-            raise where.error(loc, f"{ref!r} is an eval file: include it with "
-                              "{include: ..., type: suite} or name its case file")  # fmt: skip
+            raise where.error(
+                loc,
+                f"{ref!r} is an eval file: include it with "
+                "{include: ..., type: suite} or name its case file",
+            )
         else:
             out += read_cases_file(path)
     return out
@@ -136,18 +144,18 @@ def gather_cases(ctx: Context, key: str) -> list[Case]:
     return cases
 
 
-def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
-             ) -> list[Case]:  # fmt: skip
+def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path) -> list[Case]:
     unknown = set(item) - {"include", "type", "select", "run"}
     if unknown:
         raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of an include entry")
     kind = item.get("type", "tests")
     if kind == "suite":
         raise where.refuse(
-            (*loc, "type"), "including a suite (type: suite)",
+            (*loc, "type"),
+            "including a suite (type: suite)",
             "a suite brings its own target and settings: run that eval file on its own, or "
             "include its cases with type: tests",
-        )  # fmt: skip
+        )
     if kind != "tests":
         raise where.error((*loc, "type"), "type is tests or suite")
     cases: list[Case] = []
@@ -160,8 +168,11 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
             if isinstance(tests, str):
                 cases += _file_cases(tests, path.parent, Where(path, lines), ("tests",))
             elif isinstance(tests, list):
-                cases += [(t, Where(path, lines), ("tests", str(i))) for i, t in enumerate(tests)
-                          if isinstance(t, dict)]  # fmt: skip
+                cases += [
+                    (t, Where(path, lines), ("tests", str(i)))
+                    for i, t in enumerate(tests)
+                    if isinstance(t, dict)
+                ]
         elif is_dir(path):
             cases += _case_folder(path)
         else:
@@ -169,8 +180,11 @@ def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Pat
     select, run = item.get("select"), item.get("run")
     picked = [c for c in cases if _selected(c[0], select)]
     if isinstance(run, dict):
-        picked = [({**c[0], "run": {**(c[0].get("run") or {}), **run}}, c[1], c[2])
-                  for c in picked if isinstance(c[0], dict)]  # fmt: skip
+        picked = [
+            ({**c[0], "run": {**(c[0].get("run") or {}), **run}}, c[1], c[2])
+            for c in picked
+            if isinstance(c[0], dict)
+        ]
     return picked
 
 
@@ -218,16 +232,18 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
                 data = interpolate_env(data, env)
                 items = data.get("scenarios") if isinstance(data, dict) else data
                 if not isinstance(items, list):
-                    raise ConfigError("a scenario file holds a list of scenarios",
-                                      file=str(path))  # fmt: skip
+                    raise ConfigError("a scenario file holds a list of scenarios", file=str(path))
                 key = ("scenarios",) if isinstance(data, dict) else ()
                 scenarios += [(s, Where(path, lines), (*key, str(j))) for j, s in enumerate(items)]
         else:
             scenarios.append((item, where, ("scenarios", str(i))))
     out: list[Case] = []
     for s, (scenario, swhere, sloc) in enumerate(scenarios):
-        if not isinstance(scenario, dict) or not isinstance(scenario.get("config"), list) \
-                or not isinstance(scenario.get("tests"), list):  # fmt: skip
+        if (
+            not isinstance(scenario, dict)
+            or not isinstance(scenario.get("config"), list)
+            or not isinstance(scenario.get("tests"), list)
+        ):
             raise swhere.error(sloc, "a scenario is {config: [...], tests: [...]}")
         unknown = set(scenario) - {"description", "config", "tests"}
         if unknown:
@@ -237,13 +253,19 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             for t, test in enumerate(tests):
                 if not isinstance(config, dict) or not isinstance(test, dict):
                     raise swhere.error(sloc, "scenario config rows and tests are mappings")
-                out.append((_merge_row(config, test, s, c, t, len(tests)), swhere,
-                            (*sloc, "tests", str(t))))  # fmt: skip
+                out.append(
+                    (
+                        _merge_row(config, test, s, c, t, len(tests)),
+                        swhere,
+                        (*sloc, "tests", str(t)),
+                    )
+                )
     return out
 
 
-def _merge_row(config: dict[str, Any], test: dict[str, Any], s: int, c: int, t: int,
-               count: int) -> dict[str, Any]:  # fmt: skip
+def _merge_row(
+    config: dict[str, Any], test: dict[str, Any], s: int, c: int, t: int, count: int
+) -> dict[str, Any]:
     merged: dict[str, Any] = {**config, **test}
     for key in ("vars", "metadata", "options", "run"):
         both = {**(config.get(key) or {}), **(test.get(key) or {})}
@@ -280,15 +302,21 @@ def _var_combinations(case: dict[str, Any]) -> list[dict[str, Any]]:
     variables = case.get("vars")
     if not isinstance(variables, dict):
         return [case]
-    axes = [[(k, x) for x in v] if isinstance(v, list) and (not v or isinstance(v[0], str))
-            else [(k, v)] for k, v in variables.items()]  # fmt: skip
+    axes = [
+        [(k, x) for x in v]
+        if isinstance(v, list) and (not v or isinstance(v[0], str))
+        else [(k, v)]
+        for k, v in variables.items()
+    ]
     if all(len(a) == 1 and not isinstance(variables[a[0][0]], list) for a in axes):
         return [case]
     combos = [dict(c) for c in itertools.product(*axes)]
     if len(combos) == 1:
         return [{**case, "vars": combos[0]}]
-    return [{**case, "vars": v, "id": f"{case.get('id', '')}__vars_{i + 1}"}
-            for i, v in enumerate(combos)]  # fmt: skip
+    return [
+        {**case, "vars": v, "id": f"{case.get('id', '')}__vars_{i + 1}"}
+        for i, v in enumerate(combos)
+    ]
 
 
 def _prompt_id(prompt: Any) -> str:
@@ -325,10 +353,11 @@ def prompt_input(prompt: Any, ctx: Context, loc: tuple[str, ...]) -> Any:
         for key in ("function", "function_file", "command"):
             if key in prompt:
                 raise ctx.where.refuse(
-                    (*loc, key), f"a prompt {key}",
+                    (*loc, key),
+                    f"a prompt {key}",
                     "it runs code to write the prompt when the file loads; write the prompt "
                     "(or a file:// prompt file) instead",
-                )  # fmt: skip
+                )
         if "file" in prompt:
             return prompt_input(f"file://{prompt['file']}", ctx, (*loc, "file"))
         for key in ("messages", "prompt", "raw"):
@@ -347,8 +376,10 @@ def expand(case: dict[str, Any], prompts: list[Any]) -> list[tuple[dict[str, Any
             out.append((combo, None))
             continue
         if "input" in combo:  # with prompts, a test's input is a var of the prompt
-            combo = {**{k: v for k, v in combo.items() if k not in ("input", "input_files")},
-                     "vars": {**(combo.get("vars") or {}), "input": combo["input"]}}  # fmt: skip
+            combo = {
+                **{k: v for k, v in combo.items() if k not in ("input", "input_files")},
+                "vars": {**(combo.get("vars") or {}), "input": combo["input"]},
+            }
         for prompt in prompts:
             one = combo
             if len(prompts) > 1 and combo.get("id"):
@@ -366,8 +397,12 @@ def _suite_metadata(data: dict[str, Any]) -> dict[str, Any]:
     ``tags``, ``governance``."""
     meta = dict(data.get("metadata") or {}) if isinstance(data.get("metadata"), dict) else {}
     tags = meta.pop("tags", None)
-    merged = [t for t in (_globs(data.get("tags")) if not isinstance(data.get("tags"), dict)
-                          else []) + _globs(tags) if t]  # fmt: skip
+    merged = [
+        t
+        for t in (_globs(data.get("tags")) if not isinstance(data.get("tags"), dict) else [])
+        + _globs(tags)
+        if t
+    ]
     if merged:
         meta["tags"] = list(dict.fromkeys(merged))
     if isinstance(data.get("governance"), dict):
@@ -380,8 +415,11 @@ def _merge_metadata(case: dict[str, Any], suite: dict[str, Any]) -> dict[str, An
     for key, value in suite.items():
         mine = out.get(key)
         if isinstance(value, list) and isinstance(mine, list):
-            out[key] = list(dict.fromkeys([*value, *mine], None)) if all(
-                isinstance(v, str) for v in [*value, *mine]) else [*value, *mine]  # fmt: skip
+            out[key] = (
+                list(dict.fromkeys([*value, *mine], None))
+                if all(isinstance(v, str) for v in [*value, *mine])
+                else [*value, *mine]
+            )
         elif isinstance(value, dict) and isinstance(mine, dict):
             out[key] = _merge_metadata(mine, value)
         elif mine is None:
@@ -389,8 +427,14 @@ def _merge_metadata(case: dict[str, Any], suite: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _content_parts(content: Any, ctx: Context, cwhere: Where, roots: list[Path], files: list[str],
-                   loc: tuple[str, ...]) -> Any:  # fmt: skip
+def _content_parts(
+    content: Any,
+    ctx: Context,
+    cwhere: Where,
+    roots: list[Path],
+    files: list[str],
+    loc: tuple[str, ...],
+) -> Any:
     """Message content: text parts stay, ``{type: file, value: path}`` parts become input files
     (found where AgentV looks) and stay in the message as a reference."""
     if not isinstance(content, list):
@@ -401,8 +445,11 @@ def _content_parts(content: Any, ctx: Context, cwhere: Where, roots: list[Path],
             rel = str(part.get("value") or part.get("path") or "")
             path = resolve_path(rel, roots) if rel else None
             if path is None or not path.is_file():
-                raise cwhere.error((*loc, str(i), "value"), f"input file {rel!r} not found "
-                                   f"(looked from {roots[0]} up, then in {roots[-1]})")  # fmt: skip
+                raise cwhere.error(
+                    (*loc, str(i), "value"),
+                    f"input file {rel!r} not found "
+                    f"(looked from {roots[0]} up, then in {roots[-1]})",
+                )
             files.append(str(path))
             out.append({"type": "file", "value": rel})
         elif isinstance(part, dict) and part.get("type") == "text":
@@ -412,19 +459,37 @@ def _content_parts(content: Any, ctx: Context, cwhere: Where, roots: list[Path],
     return out
 
 
-def _messages(value: Any, role: str, ctx: Context, cwhere: Where, roots: list[Path],
-              files: list[str], loc: tuple[str, ...]) -> Any:  # fmt: skip
+def _messages(
+    value: Any,
+    role: str,
+    ctx: Context,
+    cwhere: Where,
+    roots: list[Path],
+    files: list[str],
+    loc: tuple[str, ...],
+) -> Any:
     if isinstance(value, dict) and "role" in value:
         value = [value]
-    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m
-                                                 for m in value):  # fmt: skip
-        return [{**m, "content": _content_parts(m.get("content"), ctx, cwhere, roots, files,
-                                                 (*loc, str(i), "content"))}
-                for i, m in enumerate(value)]  # fmt: skip
-    if isinstance(value, list) and value and all(isinstance(p, dict) and "type" in p
-                                                 for p in value):  # fmt: skip
-        return [{"role": role,
-                 "content": _content_parts(value, ctx, cwhere, roots, files, loc)}]  # fmt: skip
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and "role" in m for m in value)
+    ):
+        return [
+            {
+                **m,
+                "content": _content_parts(
+                    m.get("content"), ctx, cwhere, roots, files, (*loc, str(i), "content")
+                ),
+            }
+            for i, m in enumerate(value)
+        ]
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(p, dict) and "type" in p for p in value)
+    ):
+        return [{"role": role, "content": _content_parts(value, ctx, cwhere, roots, files, loc)}]
     if isinstance(value, dict | list):
         return [{"role": role, "content": value}]
     return value
@@ -462,13 +527,17 @@ def check_shapes(item: dict[str, Any], where: Where, loc: tuple[str, ...]) -> No
         raise where.error(
             (*loc, "run", sorted(unknown, key=str)[0]), "not a run field AgentV knows"
         )
-    for at, value in ((("run", "threshold"), run.get("threshold")), (("threshold",),
-                      item.get("threshold"))):  # fmt: skip
+    for at, value in (
+        (("run", "threshold"), run.get("threshold")),
+        (("threshold",), item.get("threshold")),
+    ):
         if value is not None and (_number(value) is None or not 0 <= value <= 1):
             raise where.error((*loc, *at), "threshold is a number from 0 to 1")
     options = item.get("options") or {}
-    for at, value in ((("run", "repeat"), run.get("repeat")),
-                      (("options", "repeat"), options.get("repeat"))):  # fmt: skip
+    for at, value in (
+        (("run", "repeat"), run.get("repeat")),
+        (("options", "repeat"), options.get("repeat")),
+    ):
         check_repeat(value, where, (*loc, *at))
 
 
@@ -484,15 +553,20 @@ def check_repeat(value: Any, where: Where, loc: tuple[str, ...]) -> None:
         if value.get("strategy", "pass_any") not in _STRATEGIES:
             raise where.error((*loc, "strategy"), f"strategy is one of {', '.join(_STRATEGIES)}")
         value, loc = value.get("count"), (*loc, "count")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or not 1 <= value <= 100):  # fmt: skip
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100
+    ):
         raise where.error(loc, "repeat is a whole number from 1 to 100")
 
 
 def _threshold(item: dict[str, Any], execution: dict[str, Any], ctx: Context) -> float | None:
     run = item.get("run") if isinstance(item.get("run"), dict) else {}
-    for value in (run.get("threshold"), execution.get("threshold"), item.get("threshold"),
-                  ctx.default_test.get("threshold")):  # fmt: skip
+    for value in (
+        run.get("threshold"),
+        execution.get("threshold"),
+        item.get("threshold"),
+        ctx.default_test.get("threshold"),
+    ):
         if _number(value) is not None:
             return _number(value)
     return None
@@ -529,37 +603,57 @@ def _v4_trials(ctx: Context) -> tuple[int, str]:
         raise ctx.where.error((*loc, "count"), "trials.count is a whole number from 1 to 100")
     strategy = trials.get("strategy") or "pass_at_k"
     if strategy not in _V4_TRIALS:
-        raise ctx.where.error((*loc, "strategy"), "trials.strategy is pass_at_k, mean or "
-                              "confidence_interval")  # fmt: skip
+        raise ctx.where.error(
+            (*loc, "strategy"), "trials.strategy is pass_at_k, mean or confidence_interval"
+        )
     return count, _V4_TRIALS[strategy]
 
 
 def build_test(
-    item: Any, cwhere: Where, loc: tuple[str, ...], prompt: Any, ctx: Context, index: int,
-) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    item: Any,
+    cwhere: Where,
+    loc: tuple[str, ...],
+    prompt: Any,
+    ctx: Context,
+    index: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One test in our ``TestCase`` form, and the step settings its environment asks for."""
     if not isinstance(item, dict):
         raise cwhere.error(loc, "a test must be a mapping")
     unknown = set(item) - TEST_KEYS
     if unknown:
-        raise cwhere.error((*loc, sorted(unknown, key=str)[0]), "not a test field AgentV "
-                           "knows (check its spelling)")  # fmt: skip
+        raise cwhere.error(
+            (*loc, sorted(unknown, key=str)[0]),
+            "not a test field AgentV knows (check its spelling)",
+        )
     check_shapes(item, cwhere, loc)
-    for key, why in (("depends_on", "tests run independently here; put the dependency's "
-                      "steps in a before_each hook or the workspace template"),
-                     ("provider", "a test-level provider: gradebox runs one target per run; "
-                      "move it to the file's providers"),
-                     ("providers", "a test-level provider: gradebox runs one target per run; "
-                      "move it to the file's providers")):  # fmt: skip
+    for key, why in (
+        (
+            "depends_on",
+            "tests run independently here; put the dependency's "
+            "steps in a before_each hook or the workspace template",
+        ),
+        (
+            "provider",
+            "a test-level provider: gradebox runs one target per run; "
+            "move it to the file's providers",
+        ),
+        (
+            "providers",
+            "a test-level provider: gradebox runs one target per run; "
+            "move it to the file's providers",
+        ),
+    ):
         if item.get(key):
             raise cwhere.refuse((*loc, key), f"tests[].{key}", why)
     options = item.get("options") if isinstance(item.get("options"), dict) else {}
     if options.get("transform") is not None:
         raise cwhere.refuse(
-            (*loc, "options", "transform"), "output transforms",
+            (*loc, "options", "transform"),
+            "output transforms",
             "a transform runs code inside AgentV's process over the answer; grade the raw "
             "answer, or give LLM graders preprocessors: [{type, command}]",
-        )  # fmt: skip
+        )
     rubrics = item.get("rubrics")
     if rubrics is not None and not isinstance(rubrics, list):
         raise cwhere.error((*loc, "rubrics"), "rubrics is a list of rubric items")
@@ -582,10 +676,12 @@ def build_test(
     skip_defaults = bool(execution.get("skip_defaults", False))
     if ctx.data.get("input") is not None and prompt is None and not skip_defaults:
         message_input = _suite_input(message_input, variables, ctx, roots, files)
-    expected = item.get("expected_messages",
-                        item.get("expected_output", variables.get("expected_output")))  # fmt: skip
-    expected = _messages(render(expected, variables), "assistant", ctx, cwhere, roots, [],
-                         (*loc, "expected_output"))  # fmt: skip
+    expected = item.get(
+        "expected_messages", item.get("expected_output", variables.get("expected_output"))
+    )
+    expected = _messages(
+        render(expected, variables), "assistant", ctx, cwhere, roots, [], (*loc, "expected_output")
+    )
     for i, rel in enumerate(render(item.get("input_files") or [], variables)):
         path = resolve_path(str(rel), roots)
         if path is None or not path.is_file():
@@ -599,16 +695,20 @@ def build_test(
     if rubrics:  # AgentV v4 (parseInlineRubrics): one rubric grader, before the others
         asserts = [{"type": "llm-rubric", "value": rubrics}, *asserts]
     suite_asserts = ctx.data.get("assert", ctx.data.get("assertions"))
-    if isinstance(criteria, str) and criteria.strip() and not asserts and not (
-            suite_asserts and not skip_defaults):  # fmt: skip
+    if (
+        isinstance(criteria, str)
+        and criteria.strip()
+        and not asserts
+        and not (suite_asserts and not skip_defaults)
+    ):
         asserts = [criteria]  # AgentV: a test's bare criteria is its one rubric
     workspace, settings = None, {}
     if item.get("workspace") is not None:
-        workspace = map_workspace(item["workspace"], cwhere, (*loc, "workspace"), case_dir,
-                                  ctx.env)  # fmt: skip
+        workspace = map_workspace(item["workspace"], cwhere, (*loc, "workspace"), case_dir, ctx.env)
     if item.get("environment") is not None:
-        workspace, settings = map_environment(item["environment"], cwhere, (*loc, "environment"),
-                                              case_dir, ctx.env, ctx.base)  # fmt: skip
+        workspace, settings = map_environment(
+            item["environment"], cwhere, (*loc, "environment"), case_dir, ctx.env, ctx.base
+        )
     metadata = _merge_metadata(dict(item.get("metadata") or {}), ctx.suite_metadata)
     metadata = {**(ctx.default_test.get("metadata") or {}), **metadata}
     for key in ("description", "conversation_id"):
@@ -651,7 +751,7 @@ def _blank_refs(value: Any, variables: dict[str, Any]) -> Iterator[str]:
 
 def _render_checks(
     asserts: list[Any], variables: dict[str, Any], where: Where, loc: tuple[str, ...]
-) -> Any:  # fmt: skip
+) -> Any:
     """``render`` over a test's assertions, refusing a built-in check whose value names a
     variable that renders to nothing: ``regex: "\\b{{ answer }}\\b"`` would become ``\\b\\b``
     and ``contains: "Answer: {{ answer }}"`` ``Answer: ``, checks a wrong answer holds that
@@ -659,9 +759,12 @@ def _render_checks(
     for i, entry in enumerate(asserts):
         found = _blank_check(entry, variables, (*loc, str(i)))
         if found is not None:
-            raise where.error(found[0], f"{{{{ {found[1]} }}}} renders to nothing (the test has "
-                              "no such var, or it is empty): the check would hold for answers "
-                              "it was written to fail")  # fmt: skip
+            raise where.error(
+                found[0],
+                f"{{{{ {found[1]} }}}} renders to nothing (the test has "
+                "no such var, or it is empty): the check would hold for answers "
+                "it was written to fail",
+            )
     return render(asserts, variables)
 
 
@@ -694,13 +797,14 @@ def _blank_check(
 
 def _suite_input(
     own: Any, variables: dict[str, Any], ctx: Context, roots: list[Path], files: list[str]
-) -> Any:  # fmt: skip
+) -> Any:
     """AgentV v4's top-level ``input``: its messages before every test's own (``yaml-parser.ts``
     prepends them, rendered with the test's vars), unless the test skips the suite's defaults.
     Its files are found from the eval file's folder."""
     suite_roots = [ctx.base, *[r for r in roots if r != ctx.base]]
-    first = _messages(render(ctx.data["input"], variables), "user", ctx, ctx.where, suite_roots,
-                      files, ("input",))  # fmt: skip
+    first = _messages(
+        render(ctx.data["input"], variables), "user", ctx, ctx.where, suite_roots, files, ("input",)
+    )
     if isinstance(first, str):
         first = [{"role": "user", "content": first}]
     if own is None or own == "":
@@ -711,9 +815,13 @@ def _suite_input(
 
 
 def _conversation(
-    item: dict[str, Any], variables: dict[str, Any], ctx: Context, cwhere: Where,
-    roots: list[Path], loc: tuple[str, ...],
-) -> dict[str, Any]:  # fmt: skip
+    item: dict[str, Any],
+    variables: dict[str, Any],
+    ctx: Context,
+    cwhere: Where,
+    roots: list[Path],
+    loc: tuple[str, ...],
+) -> dict[str, Any]:
     turns = item.get("turns")
     if not isinstance(turns, list) or not turns:
         raise cwhere.error((*loc, "turns"), "mode: conversation needs turns")
@@ -726,13 +834,20 @@ def _conversation(
         if unknown:
             raise cwhere.error((*tloc, sorted(unknown, key=str)[0]), "unknown field of a turn")
         text = render(turn["input"], variables)
-        out.append({
-            "input": text if isinstance(text, str) else _messages(
-                text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
-            "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
-            "assert": _render_checks(list(turn.get("assert", turn.get("assertions")) or []),
-                                     variables, cwhere, (*loc, "turns", str(i), "assert")),
-        })  # fmt: skip
+        out.append(
+            {
+                "input": text
+                if isinstance(text, str)
+                else _messages(text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
+                "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
+                "assert": _render_checks(
+                    list(turn.get("assert", turn.get("assertions")) or []),
+                    variables,
+                    cwhere,
+                    (*loc, "turns", str(i), "assert"),
+                ),
+            }
+        )
     conversation: dict[str, Any] = {"turns": out}
     for key in ("aggregation", "on_turn_failure", "window_size"):
         if item.get(key) is not None:
@@ -740,8 +855,9 @@ def _conversation(
     return conversation
 
 
-def build_tests(cases: list[Case], prompts: list[Any], ctx: Context
-                ) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:  # fmt: skip
+def build_tests(
+    cases: list[Case], prompts: list[Any], ctx: Context
+) -> tuple[list[dict[str, Any]], list[Any], dict[str, Any]]:
     """Every test, where each was written (for errors), and step settings (a Docker
     environment's image and limits) any of them asked for."""
     tests, origins, settings = [], [], {}
@@ -793,7 +909,8 @@ def _jsonl_cases(path: Path) -> list[Case]:
         if "\x00" in line or "\\u0000" in line:  # as YAML files: see _yaml
             raise ConfigError("refused: a value holds a NUL character", file=str(path), line=n)
         if deep:
-            raise ConfigError(f"refused: nested more than {MAX_DEPTH} levels deep",
-                              file=str(path), line=n)  # fmt: skip
+            raise ConfigError(
+                f"refused: nested more than {MAX_DEPTH} levels deep", file=str(path), line=n
+            )
         cases.append((item, Where(path, Lines1(n)), ()))
     return cases

@@ -37,10 +37,11 @@ def expected_assertion(text: str, source: Path, where: Where) -> dict[str, Any]:
             return {"type": "llm-rubric", "value": text.removeprefix(prefix).strip()}
     if text.startswith(("javascript:", "fn:", "eval:")):
         raise where.refuse(
-            (), "inline JavaScript assertions",
+            (),
+            "inline JavaScript assertions",
             "gradebox runs no code inside its own process; write it as a script grader "
             "(__expected: python:check.py)",
-        )  # fmt: skip
+        )
     if text.startswith(("python:", "file://")):
         script = text.split(":", 1)[1].removeprefix("//").strip()
         if not script.endswith(".py"):
@@ -134,12 +135,18 @@ def csv_cases(path: Path) -> list[Case]:
             elif key.startswith("__config:"):
                 configs.update(_config_column(key, value, path))
             elif key.startswith("__provider_output") or key == "__providerOutput":
-                raise where.error((), f"{key} was removed from AgentV's CSV imports; use a "
-                                  "mock or replay provider for fixed answers")  # fmt: skip
+                raise where.error(
+                    (),
+                    f"{key} was removed from AgentV's CSV imports; use a "
+                    "mock or replay provider for fixed answers",
+                )
             elif key:
                 if key.count(".") > MAX_DEPTH:  # the limit YAML files have
-                    raise where.error((), f"refused: the column {key[:40]}... nests more than "
-                                      f"{MAX_DEPTH} levels deep")  # fmt: skip
+                    raise where.error(
+                        (),
+                        f"refused: the column {key[:40]}... nests more than "
+                        f"{MAX_DEPTH} levels deep",
+                    )
                 _set_var(variables, key, value)
         if "input" in case:
             case["input"] = f"{prefix}{case['input']}{suffix}"

@@ -62,8 +62,17 @@ def map_workspace(
         return map_workspace(data, inner, (), folder, env)
     if not isinstance(ws, dict):
         raise where.error(loc, "workspace must be a mapping or a workspace file's path")
-    unknown = set(ws) - {"template", "repos", "hooks", "isolation", "env", "scope", "mode",
-                         "path", "docker"}  # fmt: skip
+    unknown = set(ws) - {
+        "template",
+        "repos",
+        "hooks",
+        "isolation",
+        "env",
+        "scope",
+        "mode",
+        "path",
+        "docker",
+    }
     if unknown:
         raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown workspace field")
     mode = ws.get("mode")
@@ -79,8 +88,10 @@ def map_workspace(
         out["template"] = str(folder)
     if ws.get("template") is not None:
         out["template"] = str((base / str(ws["template"])).resolve())
-    repos = [_repo(repo, where, (*loc, "repos", str(i)), base)
-             for i, repo in enumerate(ws.get("repos") or [])]  # fmt: skip
+    repos = [
+        _repo(repo, where, (*loc, "repos", str(i)), base)
+        for i, repo in enumerate(ws.get("repos") or [])
+    ]
     if repos:
         out["repos"] = repos
     hooks = ws.get("hooks") or {}
@@ -90,8 +101,10 @@ def map_workspace(
         if name == "enabled":
             continue
         if name not in ("before_all", "before_each", "after_each", "after_all"):
-            raise where.error((*loc, "hooks", name), "unknown hook (before_all, before_each, "
-                              "after_each, after_all)")  # fmt: skip
+            raise where.error(
+                (*loc, "hooks", name),
+                "unknown hook (before_all, before_each, after_each, after_all)",
+            )
         command = _hook_command(hook, where, (*loc, "hooks", name))
         if command is not None:
             out[name] = command
@@ -101,8 +114,9 @@ def map_workspace(
 _OUR_IMAGES = {"python": "python", "node": "node"}
 
 
-def workspace_docker(ws: Any, where: Where, loc: tuple[str, ...], base: Path,
-                     env: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+def workspace_docker(
+    ws: Any, where: Where, loc: tuple[str, ...], base: Path, env: dict[str, str]
+) -> dict[str, Any]:
     """v4's ``workspace.docker`` as the graders' settings (``image``, ``limits``,
     ``timeout``); ``{}`` when there is none."""
     if isinstance(ws, str) and ws.strip():
@@ -122,14 +136,18 @@ def workspace_docker(ws: Any, where: Where, loc: tuple[str, ...], base: Path,
         raise where.error((*at, sorted(unknown)[0]), "not a field of workspace.docker")
     image = spec["image"].strip()
     name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-    ours = _OUR_IMAGES.get(name) if "/" not in image or image.startswith("docker.io/library/") \
-        else None  # fmt: skip
+    ours = (
+        _OUR_IMAGES.get(name)
+        if "/" not in image or image.startswith("docker.io/library/")
+        else None
+    )
     if ours is None:
         raise where.refuse(
-            (*at, "image"), f"the workspace image {image!r}",
+            (*at, "image"),
+            f"the workspace image {image!r}",
             "gradebox pulls no image: its graders run on its own images (python, node, "
             "shell); name one of those, or a Dockerfile as {build: ...} in a gradebox suite",
-        )  # fmt: skip
+        )
     settings: dict[str, Any] = {"image": ours}
     # v4's memory and cpus cap the container: here a cap below our defaults is kept, and one
     # above them changes nothing (raising a limit is a privilege only --allow grants).
@@ -159,10 +177,11 @@ def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str
     local = source.get("path") if kind == "local" else None
     if kind != "local" or not isinstance(local, str):
         raise where.refuse(
-            loc, "a remote repository",
+            loc,
+            "a remote repository",
             "gradebox fetches nothing over the network; clone it next to the eval file and "
             "name it as source: {type: local, path: ...}",
-        )  # fmt: skip
+        )
     checkout = repo.get("checkout") if isinstance(repo.get("checkout"), dict) else {}
     ref = checkout.get("base_commit") or checkout.get("ref") or repo.get("commit")
     path = (base / local).resolve()
@@ -172,9 +191,13 @@ def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str
 
 
 def map_environment(
-    spec: Any, where: Where, loc: tuple[str, ...], base: Path, env: dict[str, str],
+    spec: Any,
+    where: Where,
+    loc: tuple[str, ...],
+    base: Path,
+    env: dict[str, str],
     suite_dir: Path,
-) -> tuple[dict[str, Any] | None, dict[str, Any]]:  # fmt: skip
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """``(workspace, step settings)`` of today's ``environment``; the settings (``image``,
     ``limits``) apply to every step of a Docker environment."""
     if spec is None:
@@ -209,9 +232,11 @@ def map_environment(
         command = _hook_command(setup, where, (*loc, "setup"))
         if not (isinstance(command, str) and command.strip()) and not (
             isinstance(command, list) and command and all(isinstance(c, str) for c in command)
-        ):  # fmt: skip
-            raise where.error((*loc, "setup", "command"), "setup.command is a non-empty argv "
-                              'list (["bash", "-lc", "..."] for a shell)')  # fmt: skip
+        ):
+            raise where.error(
+                (*loc, "setup", "command"),
+                'setup.command is a non-empty argv list (["bash", "-lc", "..."] for a shell)',
+            )
         cwd = setup.get("cwd")
         here = (folder or base) / cwd if isinstance(cwd, str) else base
         if command is not None:
@@ -236,12 +261,17 @@ def _relative_to(command: Any, cwd: Path, suite_dir: Path) -> Any:
     return out
 
 
-def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
-            ) -> dict[str, Any]:  # fmt: skip
-    for key, why in (("mounts", "host folders are never mounted into a step; copy them into "
-                      "the workspace template"),
-                     ("secrets", "secrets never enter a container; call models through a "
-                      "script grader's model proxy")):  # fmt: skip
+def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path) -> dict[str, Any]:
+    for key, why in (
+        (
+            "mounts",
+            "host folders are never mounted into a step; copy them into the workspace template",
+        ),
+        (
+            "secrets",
+            "secrets never enter a container; call models through a script grader's model proxy",
+        ),
+    ):
         if spec.get(key):
             raise where.refuse((*loc, key), f"a Docker environment's {key}", why)
     settings: dict[str, Any] = {}
@@ -260,8 +290,11 @@ def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
     if not isinstance(resources, dict):
         raise where.error((*loc, "resources"), "resources is {cpus, memory}")
     if resources.get("gpu"):
-        raise where.refuse((*loc, "resources", "gpu"), "GPUs in a Docker environment",
-                           "steps run without devices; drop gpu")  # fmt: skip
+        raise where.refuse(
+            (*loc, "resources", "gpu"),
+            "GPUs in a Docker environment",
+            "steps run without devices; drop gpu",
+        )
     limits: dict[str, Any] = {}
     memory = resources.get("memory")
     if memory is not None:

@@ -136,9 +136,13 @@ def _catalog(label: str, sources: TargetSources, env: dict[str, str]) -> Found |
 
 
 def resolve_target(
-    data: dict[str, Any], where: Where, base: Path, env: dict[str, str],
-    roots: list[Path], sources: TargetSources | None = None,
-) -> dict[str, Any] | None:  # fmt: skip
+    data: dict[str, Any],
+    where: Where,
+    base: Path,
+    env: dict[str, str],
+    roots: list[Path],
+    sources: TargetSources | None = None,
+) -> dict[str, Any] | None:
     """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
     carry their answers)."""
     sources = sources or TargetSources(project=base)
@@ -156,8 +160,9 @@ def resolve_target(
     return _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
 
 
-def _pick(data: dict[str, Any], where: Where, sources: TargetSources
-          ) -> tuple[Found | None, str | None]:  # fmt: skip
+def _pick(
+    data: dict[str, Any], where: Where, sources: TargetSources
+) -> tuple[Found | None, str | None]:
     """The provider written in the file, or the label it (or a default) names; ``--target``
     (``CHOSEN_TARGET``) in place of the file's providers and target, as AgentV's does."""
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
@@ -172,10 +177,11 @@ def _pick(data: dict[str, Any], where: Where, sources: TargetSources
     if isinstance(providers, list) and providers:
         if len(providers) > 1:
             raise where.refuse(
-                ("providers",), "several providers (a provider matrix)",
+                ("providers",),
+                "several providers (a provider matrix)",
                 "gradebox runs one target per run; list one provider, and run a copy of the "
                 "file for each of the others",
-            )  # fmt: skip
+            )
         picked = _inline(providers[0], where, ("providers", "0"))
         return (picked, None) if isinstance(picked, Found) else (None, picked)
     for value in (data.get("target"), execution.get("target")):
@@ -184,8 +190,9 @@ def _pick(data: dict[str, Any], where: Where, sources: TargetSources
     return None, agentv_defaults(sources).get("provider")
 
 
-def _matrix(targets: list[Any], chosen: str | None, where: Where
-            ) -> tuple[Found | None, str | None]:  # fmt: skip
+def _matrix(
+    targets: list[Any], chosen: str | None, where: Where
+) -> tuple[Found | None, str | None]:
     """v4's ``execution.targets``: AgentV runs the file once per target. Here a run has one
     target: the one ``--target`` picks from the list (an inline entry, ``{name, use_target}``,
     stands for itself), or a refusal that lists them."""
@@ -198,20 +205,23 @@ def _matrix(targets: list[Any], chosen: str | None, where: Where
         names.append(name.strip())
     if chosen is None:
         raise where.refuse(
-            loc, "several targets (execution.targets)",
+            loc,
+            "several targets (execution.targets)",
             f"AgentV runs the file once per target ({', '.join(names)}); gradebox runs one "
             "target per run: pick each with --target NAME",
-        )  # fmt: skip
+        )
     if chosen not in names:
-        raise where.error(loc, f"--target {chosen!r} is not one of execution.targets: "
-                          f"{', '.join(names)}")  # fmt: skip
+        raise where.error(
+            loc, f"--target {chosen!r} is not one of execution.targets: {', '.join(names)}"
+        )
     item = targets[names.index(chosen)]
     if isinstance(item, dict) and item.get("hooks"):
         raise where.refuse(
-            (*loc, str(names.index(chosen)), "hooks"), "a target's own hooks",
+            (*loc, str(names.index(chosen)), "hooks"),
+            "a target's own hooks",
             "per-target hooks change the workspace for one target; put the step in "
             "workspace.hooks of a copy of the file for that target",
-        )  # fmt: skip
+        )
     redirect = item.get("use_target") if isinstance(item, dict) else None
     if isinstance(redirect, str) and redirect.strip():
         return None, redirect.strip()
@@ -219,9 +229,13 @@ def _matrix(targets: list[Any], chosen: str | None, where: Where
 
 
 def _target(
-    found: Found, base: Path, env: dict[str, str], roots: list[Path], timeout: Any,
+    found: Found,
+    base: Path,
+    env: dict[str, str],
+    roots: list[Path],
+    timeout: Any,
     suite_env: Any,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     entry, where, loc = found.entry, found.where, found.loc
     config = agentv_config(entry)
     kind = agentv_kind(entry)
@@ -229,11 +243,12 @@ def _target(
     at = (*loc, "provider" if "provider" in entry else "id")
     if config.get("provider_batching") is True or config.get("providerBatching") is True:
         raise where.refuse(
-            (*loc, "provider_batching"), "a batching provider (provider_batching)",
+            (*loc, "provider_batching"),
+            "a batching provider (provider_batching)",
             "it answers every test in one call (JSONL keyed by test id); gradebox calls the "
             "target once per test, so its answer would be graded as each test's: give a "
             "command that answers one test",
-        )  # fmt: skip
+        )
     if kind == "cli":
         return _cli(config, where, loc, base, timeout, suite_env, label)
     if kind in MODEL_KINDS:
@@ -251,23 +266,26 @@ def _target(
         return _coding_agent(kind, config, where, loc, label, base, timeout)
     if kind in IN_PROCESS:
         raise where.refuse(
-            at, f"the {kind} provider",
+            at,
+            f"the {kind} provider",
             "it runs inside AgentV's own process (an SDK); use its CLI provider "
             "(claude-cli, codex-cli, copilot-cli, pi-cli) or a cli command",
-        )  # fmt: skip
+        )
     if kind in LOG_READERS:
         raise where.refuse(
-            at, f"the {kind} provider",
+            at,
+            f"the {kind} provider",
             "it answers with a session log it reads from this machine's home folder, where "
             "no agent ran under gradebox; record the session as a replay provider's "
             "transcripts file (agentv import) or run the agent as a target",
-        )  # fmt: skip
+        )
     discovered = _discovered(kind, config, base)
     if discovered is not None:
-        return _cli({**config, "command": discovered}, where, loc, base, timeout, suite_env,
-                     label)  # fmt: skip
-    raise where.error(at, f"unknown provider {kind!r} (cli, a model provider, mock, replay, or "
-                      "a coding-agent CLI)")  # fmt: skip
+        return _cli({**config, "command": discovered}, where, loc, base, timeout, suite_env, label)
+    raise where.error(
+        at,
+        f"unknown provider {kind!r} (cli, a model provider, mock, replay, or a coding-agent CLI)",
+    )
 
 
 def _discovered(kind: str, config: dict[str, Any], base: Path) -> str | None:
@@ -295,31 +313,40 @@ def _discovered(kind: str, config: dict[str, Any], base: Path) -> str | None:
     return None
 
 
-def _healthcheck(config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
-                 ) -> dict[str, Any] | None:  # fmt: skip
+def _healthcheck(
+    config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
+) -> dict[str, Any] | None:
     check = config.get("healthcheck")
     if check is None:
         return None
     if isinstance(check, dict) and check.get("url"):
         raise where.refuse(
-            (*loc, "healthcheck", "url"), "an HTTP healthcheck",
+            (*loc, "healthcheck", "url"),
+            "an HTTP healthcheck",
             "the target has no network, so a URL says nothing about it; use a command "
             "healthcheck (healthcheck: {command: ...})",
-        )  # fmt: skip
+        )
     command = check.get("command") if isinstance(check, dict) else check
     if isinstance(command, list):
         command = " ".join(str(c) for c in command)
     if not isinstance(command, str) or not command.strip():
         raise where.error((*loc, "healthcheck"), "a healthcheck needs a command (or a url)")
     cwd = check.get("cwd") if isinstance(check, dict) else None
-    return {"command": command, "cwd": str((base / cwd).resolve()) if isinstance(cwd, str)
-            else None}  # fmt: skip
+    return {
+        "command": command,
+        "cwd": str((base / cwd).resolve()) if isinstance(cwd, str) else None,
+    }
 
 
 def _cli(
-    config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path, timeout: Any,
-    suite_env: Any, label: str,
-) -> dict[str, Any]:  # fmt: skip
+    config: dict[str, Any],
+    where: Where,
+    loc: tuple[str, ...],
+    base: Path,
+    timeout: Any,
+    suite_env: Any,
+    label: str,
+) -> dict[str, Any]:
     command = next(
         (config[k] for k in ("command", "command_template", "commandTemplate") if k in config),
         None,
@@ -350,9 +377,14 @@ def _cli(
 
 
 def _coding_agent(
-    kind: str, config: dict[str, Any], where: Where, loc: tuple[str, ...], label: str,
-    base: Path, timeout: Any,
-) -> dict[str, Any]:  # fmt: skip
+    kind: str,
+    config: dict[str, Any],
+    where: Where,
+    loc: tuple[str, ...],
+    label: str,
+    base: Path,
+    timeout: Any,
+) -> dict[str, Any]:
     agent = CODING_AGENTS[kind]
     argv = config.get("command") or config.get("executable") or [agent.program]
     if isinstance(argv, str):
@@ -362,14 +394,19 @@ def _coding_agent(
     model = config.get("model")
     flag = f" {agent.model_flag} {shlex.quote(model)}" if isinstance(model, str) and model else ""
     command = agent.template.format(
-        argv=" ".join(shlex.quote(a) for a in argv), model=flag,
-        PROMPT="{PROMPT}", OUTPUT_FILE="{OUTPUT_FILE}",
-    )  # fmt: skip
+        argv=" ".join(shlex.quote(a) for a in argv),
+        model=flag,
+        PROMPT="{PROMPT}",
+        OUTPUT_FILE="{OUTPUT_FILE}",
+    )
     target: dict[str, Any] = {
-        "provider": "cli", "label": label, "command": command, "program": argv[0],
+        "provider": "cli",
+        "label": label,
+        "command": command,
+        "program": argv[0],
         "answer_format": agent.answer_format,
         "healthcheck": _healthcheck(config, where, loc, base),
-    }  # fmt: skip
+    }
     image = config.get("image")
     if isinstance(image, str) and image.strip():
         target["image"] = image.strip()
@@ -380,18 +417,23 @@ def _coding_agent(
 
 
 def _replay(
-    config: dict[str, Any], where: Where, loc: tuple[str, ...], label: str, roots: list[Path],
+    config: dict[str, Any],
+    where: Where,
+    loc: tuple[str, ...],
+    label: str,
+    roots: list[Path],
     found: Found,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     sources = [k for k in ("fixtures", "transcripts", "execution_traces") if config.get(k)]
     if len(sources) != 1:
         raise where.error(loc, "a replay provider reads exactly one of fixtures, transcripts")
     key = sources[0]
     if key == "execution_traces":
         raise where.refuse(
-            (*loc, key), "replay from execution_traces",
+            (*loc, key),
+            "replay from execution_traces",
             "replay a fixtures or transcripts JSONL file instead (agentv import writes them)",
-        )  # fmt: skip
+        )
     rel = str(config[key])
     # A providers file's relative paths start at its own folder; then AgentV's search roots.
     path = resolve_path(rel, [found.where.path.parent, *roots])
