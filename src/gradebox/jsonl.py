@@ -30,6 +30,7 @@ from .json_bounds import MAX_OPERATOR_DEPTH, digest, load_json
 from .untrusted import open_append, open_regular
 
 MAX_JSON_DEPTH = MAX_OPERATOR_DEPTH
+RESULTS_CAP = 1 << 30  # a results file: large, but never a sparse or endless one read whole
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -50,9 +51,7 @@ def read_jsonl(path: Path, model: type[M]) -> Iterator[M]:
     when it is not a regular file (a FIFO in a folder another user wrote would hang us)."""
     fd = open_regular(path)
     if fd is not None:
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
-        yield from _parse(data, path, model, 0)
+        yield from _parse(_read_from(fd, path, 0), path, model, 0)
 
 
 def read_jsonl_from(path: Path, model: type[M], offset: int = 0) -> tuple[list[M], int]:
@@ -62,11 +61,21 @@ def read_jsonl_from(path: Path, model: type[M], offset: int = 0) -> tuple[list[M
     fd = open_regular(path)
     if fd is None:
         return [], 0
-    with os.fdopen(fd, "rb") as f:
-        f.seek(offset)
-        data = f.read()
+    data = _read_from(fd, path, offset)
     end = data.rfind(b"\n") + 1
     return list(_parse(data[:end], path, model, offset)), offset + end
+
+
+def _read_from(fd: int, path: Path, offset: int) -> bytes:
+    """The bytes of ``fd`` from ``offset`` on (closing it), refused in one line past
+    ``RESULTS_CAP``: a run folder another user wrote may hold a sparse 100 GiB file."""
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_size - offset <= RESULTS_CAP:
+            f.seek(offset)
+            data = f.read(RESULTS_CAP + 1)
+            if len(data) <= RESULTS_CAP:
+                return data
+    raise ConfigError(f"over {RESULTS_CAP >> 20} MiB: not a results file to read", file=str(path))
 
 
 def _parse(data: bytes, path: Path, model: type[M], offset: int) -> Iterator[M]:
