@@ -310,6 +310,28 @@ def test_grade_masks_every_key_below_the_graders_folder(tmp_path, engine, backen
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_grade_without_a_workspace_masks_the_current_folders_keys(tmp_path, engine, backend):
+    """``grade`` run from a checkout with no ``-W`` mounts the current folder, the operator's
+    own, as the workspace: a third-party grader reads none of its keys there either. Named
+    with ``-W``, a workspace is the agent's answer, shown as it is (control: a task may ask
+    for a .env)."""
+    root = checkout(tmp_path / "checkout")
+    write(root / "g.yaml", "type: script\ncommand: [python3, check.py]\n")
+    for _ in ("validated, full path", "cached, lean path"):
+        p = gbx(engine, ["grade", "g.yaml", "--json", "--sandbox", backend], cwd=root)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert leaked(p.stdout, p.stderr) == []
+        assert "ORDINARY-NESTED" in p.stdout and "ORDINARY-SUBMODULE-CODE" in p.stdout, p.stdout
+    agent = tmp_path / "agent"
+    write(agent / ".env", "AGENT-WROTE-THIS-ENV\n")
+    write(agent / "g.yaml", "type: script\ncommand: [python3, check.py]\n")
+    write(agent / "check.py", READ_ALL)
+    p = gbx(engine, ["grade", "g.yaml", "-W", agent, "--json", "--sandbox", backend], cwd=agent)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "AGENT-WROTE-THIS-ENV" in p.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_run_masks_every_key_below_the_graders_folder(tmp_path, engine, backend):
     root = tmp_path / "p"
     checkout(root / "graders")

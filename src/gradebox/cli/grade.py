@@ -81,6 +81,7 @@ def grade(
     session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked, targets=targets)
     grader = _load_grader(grader_file)
     payload = load_payload(input) if input else Payload()
+    mask = workspace is None  # the current folder, the operator's own: its secrets masked
     workspace = checked_workspace(workspace)
     check_grader(grader, session.allowed, file=str(grader_file), workspaces=(workspace,))
     with session.open_sandbox() as box:
@@ -92,6 +93,7 @@ def grade(
             images=session.images(box),
             file=str(grader_file),
             models=session.models(grader),
+            mask_workspace=mask,
         )
     if as_json:
         session.out.document(result)

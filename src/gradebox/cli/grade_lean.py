@@ -172,7 +172,13 @@ class _Call:
                 from ..graders.run import prepare_grader
 
                 ready = prepare_grader(
-                    grader, workspace, box, image_id=image, file=str(path), warm=False
+                    grader,
+                    workspace,
+                    box,
+                    image_id=image,
+                    file=str(path),
+                    warm=False,
+                    mask_workspace=not opts.workspace,
                 )
                 fields = ready.run_wire(body, big)
             finally:

@@ -29,7 +29,7 @@ from ..fstree import remove_tree
 from ..sandbox.base import Mount
 from ..sandbox.hardening import run_as, run_as_ids
 from ..scratch import new_scratch, scratch_error
-from ..untrusted import TooMany, look_through
+from ..untrusted import Refused, TooMany, look_through
 from .spec import (
     CONTAINER_INPUT_DIR,
     CONTAINER_WORKSPACE,
@@ -94,6 +94,7 @@ class GraderRun:
         self.handle: Prepared | None = None
         self.spec: SandboxSpec | None = None
         self.workspace: Path | None = None  # the agent's folder, as given
+        self.masks: list[Mount] = []  # over the workspace's secrets (view(masked=True))
         self.private: Path | None = None  # the private view's mount point, when there is one
         self.copy: Any = None  # the private view (a ``Workspace``), made at release
         self.backend = box.name
@@ -115,16 +116,34 @@ class GraderRun:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def view(self, workspace: Path | None, *, writable: bool = False) -> Path | None:
+    def view(
+        self, workspace: Path | None, *, writable: bool = False, masked: bool = False
+    ) -> Path | None:
         """The folder mounted at ``/workspace`` for ``workspace``: itself (read-only) where the
         sandbox user can enter it; else, and when the grader may write (``writable``), a
         private view on a filesystem of its own, made at release when the workspace is final
         (an overlay over it where the kernel allows and the sandbox user owns it, else a
-        copy). Never the filesystem's root, the home folder or a folder above it."""
+        copy). Never the filesystem's root, the home folder or a folder above it.
+
+        ``masked``: the workspace is the operator's own folder, not an agent's (``grade``
+        without ``-W`` runs in the current folder, a checkout): its secrets are kept from the
+        grader as in every other folder of the operator's mounted (``masked_secrets``)."""
         if workspace is None:
             return None
         refuse_wide(workspace, "the workspace")
         self.workspace = workspace
+        if masked:
+            try:
+                masks = masked_secrets(workspace, CONTAINER_WORKSPACE, self.scratch)
+            except Refused as exc:  # a FIFO, a socket, a device, a link to one
+                raise ConfigError(f"{exc.entry} in the workspace {exc.why}") from None
+            if masks is None:
+                raise ConfigError(
+                    f"the current folder holds more than {SECRET_SCAN_LIMIT} entries, each "
+                    "checked for a .env before it is mounted: name the workspace with -W",
+                    field="--workspace",
+                )
+            self.masks = masks
         if not writable and enterable(workspace.resolve(), self.user):
             return workspace.resolve()
         self.private = self.scratch / "workspace"
@@ -139,6 +158,8 @@ class GraderRun:
         ``spec``: ``graders.spec.grader_spec``'s arguments but the input folder and the
         proxy, which are this run's."""
         try:
+            if self.masks:
+                spec["mounts"] = [*spec.get("mounts", ()), *self.masks]
             self.spec = grader_spec(inputs=self.inputs, proxy=self.proxy, **spec)
             self.handle = self.box.prepare(self.spec, warm=warm and self.private is None)
         except BaseException:

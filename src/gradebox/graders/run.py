@@ -602,6 +602,7 @@ def prepare_grader(
     file: str | None = None,
     warm: bool = True,
     models: ModelHub | None = None,
+    mask_workspace: bool = False,
 ) -> GraderRun:
     """``grader``'s run on ``workspace``, its container ready before the payload exists.
 
@@ -629,7 +630,7 @@ def prepare_grader(
         file=file,
     )
     try:
-        ws = run.view(workspace, writable=grader.workspace == "rw")
+        ws = run.view(workspace, writable=grader.workspace == "rw", masked=mask_workspace)
         command, used = build_command(grader)
         mounts: list[Mount] = []
         if grader.source_dir:
@@ -675,6 +676,7 @@ def run_grader(
     labels: dict[str, str] | None = None,
     file: str | None = None,
     models: ModelHub | None = None,
+    mask_workspace: bool = False,
 ) -> GraderResult:
     """Run ``grader`` once on ``payload`` with ``workspace`` mounted at $EVALUATE_WORKSPACE.
 
@@ -695,5 +697,6 @@ def run_grader(
         file=file,
         warm=False,
         models=models,
+        mask_workspace=mask_workspace,
     )
     return prepared.run(payload)
