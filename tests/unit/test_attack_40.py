@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -45,3 +46,52 @@ def test_results_past_the_cap_are_refused_from_any_offset(tmp_path, monkeypatch)
     with pytest.raises(ConfigError):
         read_results_from(tmp_path, 0)
     assert read_results_from(tmp_path, 50) == ([], 101)  # only what is new counts
+
+
+def test_view_bounds_the_connections_another_local_user_may_hold_open(tmp_path):
+    """Any local user reaches 127.0.0.1: each idle connection was a thread, never ended (2000
+    were 2000: toward the owner's process limit, then no fork at all). Now at most
+    ``CONNECTIONS`` at once, and the owner's page is served again once they are gone."""
+    import socket
+    import time
+    import urllib.request
+
+    (tmp_path / "results.jsonl").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradebox", "view", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        port = int(url.split(":")[2].split("/")[0])
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(200)]
+        time.sleep(1.0)
+        threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+        for s in socks:
+            s.close()
+        assert threads <= 40, threads  # CONNECTIONS (32), the main thread and a few
+        time.sleep(0.5)
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            assert reply.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_view_closes_a_connection_that_sends_nothing(tmp_path, monkeypatch):
+    import socket
+
+    from gradebox.report import view
+
+    assert view._Handler.timeout is not None and view._Handler.timeout <= 30
+    monkeypatch.setattr(view._Handler, "timeout", 0.5)
+    (tmp_path / "results.jsonl").write_text("")
+    server = view.ViewServer(tmp_path)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+            assert s.recv(1) == b""  # closed by the server, not our timeout
+    finally:
+        server.shutdown()

@@ -36,6 +36,36 @@ from .html import csp, live_row, page, page_data
 __all__ = ["ViewServer"]
 
 SUMMARY_CAP = 16 << 20  # a summary.json gradebox wrote is a few KiB
+CONNECTIONS = 32  # at once; more are closed unread (a browser opens about 6 per host)
+IDLE = 10.0  # seconds a connection may send nothing before it is closed
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most ``CONNECTIONS`` of them: any local user reaches the
+    port, and one that opened idle connections without end made a thread each (never ended),
+    until this user could start no process at all."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.slots = threading.BoundedSemaphore(CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def _identity(file: Path, offset: int) -> str:
@@ -67,12 +97,11 @@ class ViewServer:
         self.name = self.file.parent.name
         handler = type("Handler", (_Handler,), {"view": self})
         try:
-            self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+            self.httpd = _Server(("127.0.0.1", port), handler)
         except OSError as exc:  # the port is taken, or privileged: the operator's to choose
             raise ConfigError(
                 f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", field="--port"
             ) from None
-        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         # 256 bits, URL-safe: in the path, not the query, so the page's relative requests
         # (api/results) carry it without the page knowing it.
@@ -131,6 +160,7 @@ class ViewServer:
 class _Handler(BaseHTTPRequestHandler):
     view: ViewServer
     server_version = "gradebox-view"
+    timeout = IDLE  # the socket's: a connection that sends nothing is closed
     sys_version = ""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
