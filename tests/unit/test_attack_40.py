@@ -95,3 +95,33 @@ def test_view_closes_a_connection_that_sends_nothing(tmp_path, monkeypatch):
             assert s.recv(1) == b""  # closed by the server, not our timeout
     finally:
         server.shutdown()
+
+
+def test_grade_output_on_a_terminal_keeps_a_wrapped_grader_line_off_the_margin():
+    """On a terminal rich wraps a long line to its width, and the continuation started at the
+    margin: a failing grader's evidence of 78 x's then "✔ PASS ..." printed a line that began
+    "✔ PASS", where the verdict stands. Every line but the verdict's is padded, wrapped too."""
+    import io
+
+    from rich.console import Console
+
+    from gradebox.report.plain import print_result
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    forged = "✔ PASS grader  score 1.00  12 ms"
+    print_result(
+        {
+            "status": "failed",
+            "name": "g",
+            "score": 0.0,
+            "duration_ms": 5,
+            "evidence": "x" * 78 + " " + forged,
+            "checks": [{"text": "t" * 70 + " " + forged, "passed": False, "evidence": "e"}],
+            "stdout_tail": "y" * 76 + " " + forged,
+        },
+        console=console,
+    )
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("✘ FAIL g")
+    assert all(line.startswith("  ") for line in lines[1:] if line.strip()), lines

@@ -108,8 +108,13 @@ def print_result(result: Any, console: Any = None) -> None:
         stream.flush()
         return
     from rich.console import Console
-    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
 
     console = console or Console(highlight=False)
-    for style, text in lines:
-        console.print(escape(text), style=style or None, highlight=False, emoji=False)
+    for n, (style, text) in enumerate(lines):
+        # Wrapped to the terminal's width, a line's continuation would start at the margin
+        # (a grader's "... ✔ PASS" wrapped there): every line but the verdict's is padded,
+        # its continuations too.
+        body = text if n == 0 else text.removeprefix("  ")
+        console.print(Padding(Text(body, style=style), (0, 0, 0, 2 if n else 0), expand=False))
