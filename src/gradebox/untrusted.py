@@ -241,7 +241,10 @@ def _inflater(name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def secret_name(name: str) -> bool:
-    """``.env`` or ``.env.*``: a file of keys, never mounted, copied or hashed for a grader."""
+    """``.env`` or ``.env.*``, in any case: a file of keys, never mounted, copied or hashed
+    for a grader (in a case-folding folder, ext4's ``+F``, macOS's, ``.ENV`` is what
+    opening ``.env`` reads)."""
+    name = name.casefold()
     return name == ".env" or name.startswith(".env.")
 
 

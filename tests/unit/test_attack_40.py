@@ -125,3 +125,15 @@ def test_grade_output_on_a_terminal_keeps_a_wrapped_grader_line_off_the_margin()
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("✘ FAIL g")
     assert all(line.startswith("  ") for line in lines[1:] if line.strip()), lines
+
+
+@pytest.mark.parametrize("name", [".ENV", ".Env", ".ENV.local", ".env.LOCAL"])
+def test_a_dotenv_in_another_case_is_masked(tmp_path, name):
+    """In a case-folding folder (ext4 +F, macOS) ``.ENV`` is the file ``open('.env')`` reads:
+    it was mounted for a grader whole, its keys readable."""
+    from gradebox.untrusted import look_through, secret_name
+
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / name).write_text("OPENAI_API_KEY=sk-x\n")
+    assert secret_name(name)
+    assert name in look_through(tmp_path / "g", 100).masked
