@@ -316,6 +316,9 @@ def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> H
     root = os.path.realpath(folder)
     held = Holdings()
     seen = 0
+    # A file of several names (hard links) is as secret as its secret name: each name masked.
+    by_inode: dict[tuple[int, int], list[str]] = {}
+    secret_files: set[tuple[int, int]] = set()
     walk = walk_folders(root, strict=False)  # a folder it cannot open: nor can a grader
     try:
         for entering, here in walk:
@@ -342,6 +345,9 @@ def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> H
                 )
                 if stat.S_ISLNK(st.st_mode) and target is None:
                     continue  # out of the folder, or nothing: resolved in the container
+                inode = (st.st_dev, st.st_ino)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    by_inode.setdefault(inode, []).append(path)
                 if secret_name(name) or (name == ".git" and not in_git):
                     if is_dir or name != ".git":  # a submodule's .git file: a pointer, masked
                         held.secrets.append(path)
@@ -350,12 +356,18 @@ def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> H
                         _prune(here, raw)
                     elif not is_dir:
                         held.masked.add(keep)
+                        secret_files.add(inode)
                 elif in_git and name in _GIT_KEYS and not is_dir:
                     held.masked.add(keep)
                 elif in_git and name == "objects" and "HEAD" in names:
                     _prune(here, raw)
     finally:
         walk.close()
+    for inode in secret_files:
+        for path in by_inode.get(inode, ()):
+            if path not in held.masked:
+                held.masked.add(path)
+                held.secrets.append(path)
     return held
 
 

@@ -137,3 +137,20 @@ def test_a_dotenv_in_another_case_is_masked(tmp_path, name):
     (tmp_path / "g" / name).write_text("OPENAI_API_KEY=sk-x\n")
     assert secret_name(name)
     assert name in look_through(tmp_path / "g", 100).masked
+
+
+def test_a_hard_link_to_a_dotenv_is_masked_as_the_dotenv_is(tmp_path):
+    """``keys.txt`` another name (a hard link) of the grader folder's ``.env``: the ``.env``
+    was masked, the same bytes under the other name mounted (and copied) as they were."""
+    from gradebox.untrusted import look_through
+
+    g = tmp_path / "g"
+    (g / "sub").mkdir(parents=True)
+    (g / "sub" / ".env").write_text("OPENAI_API_KEY=sk-x\n")
+    os.link(g / "sub" / ".env", g / "keys.txt")
+    os.link(g / "sub" / ".env", g / "sub" / "z.txt")
+    (g / "grade.py").write_text("print(1)\n")
+    held = look_through(g, 100)
+    assert {"sub/.env", "keys.txt", "sub/z.txt"} <= held.masked
+    assert "keys.txt" in held.secrets  # a folder copied or hashed holding it is refused
+    assert "grade.py" not in held.masked
