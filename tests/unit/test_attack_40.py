@@ -154,3 +154,37 @@ def test_a_hard_link_to_a_dotenv_is_masked_as_the_dotenv_is(tmp_path):
     assert {"sub/.env", "keys.txt", "sub/z.txt"} <= held.masked
     assert "keys.txt" in held.secrets  # a folder copied or hashed holding it is refused
     assert "grade.py" not in held.masked
+
+
+def test_a_sparse_file_in_a_graders_build_context_is_hashed_in_bounded_memory(tmp_path):
+    """A grader's build context is the pack's: input_hash read each file whole
+    (``read_bytes``), so a sparse 1.5 GiB file there took 1.5 GiB (a MemoryError under a
+    1 GiB limit; 100 GiB, the host's memory). Streamed now: the same digest, in bounded memory."""
+    import hashlib
+
+    from gradebox.images.catalog import input_hash
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\n")
+    with open(ctx / "big", "wb") as f:
+        f.truncate(3 << 29)
+    code = (
+        "import pathlib, sys; from gradebox.images.catalog import input_hash; "
+        "print(input_hash(pathlib.Path(sys.argv[1]), 'b'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ctx)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_memory,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-500:]
+    (ctx / "big").unlink()
+    (ctx / "small").write_bytes(b"abc")
+    h = hashlib.sha256(b"b")
+    for name, data in (("Dockerfile", b"FROM scratch\n"), ("small", b"abc")):
+        h.update(b"\0" + name.encode() + b"\0" + data)
+    assert input_hash(ctx, "b") == "sha256:" + h.hexdigest()  # digests as before

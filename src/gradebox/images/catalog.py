@@ -187,5 +187,8 @@ def input_hash(folder: Path, base_id: str) -> str:
     files = (p for p in folder.rglob("*") if p.is_file() and not _by_python(p.relative_to(folder)))
     for path in sorted(files):
         h.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
-        h.update(path.read_bytes())
+        # Streamed, a regular file only: a grader's build context is the pack's (a sparse
+        # 100 GiB file there was read whole into memory).
+        if not untrusted.hash_regular(path, h, follow=True):
+            h.update(b"\0<unreadable>")
     return "sha256:" + h.hexdigest()
