@@ -188,3 +188,28 @@ def test_a_sparse_file_in_a_graders_build_context_is_hashed_in_bounded_memory(tm
     for name, data in (("Dockerfile", b"FROM scratch\n"), ("small", b"abc")):
         h.update(b"\0" + name.encode() + b"\0" + data)
     assert input_hash(ctx, "b") == "sha256:" + h.hexdigest()  # digests as before
+
+
+@pytest.mark.parametrize("secret", [".env", "svc/.env.local", "keys.txt"])
+def test_a_build_context_holding_a_dotenv_is_refused_before_the_engine_sees_it(tmp_path, secret):
+    """A grader's own Dockerfile (``allow: [build]``) with the grader file's folder as its
+    context: the project's ``.env`` was sent to the engine whole and ``COPY . /grader`` baked
+    it into the image every grader on it reads (keys.txt: a hard link to it)."""
+    from gradebox.errors import ImageError
+    from gradebox.images.resolve import ImageBuild, ImageResolver
+
+    class NoEngine:
+        def __getattr__(self, name):
+            raise AssertionError(f"the engine was asked: {name}")
+
+    (tmp_path / "svc").mkdir()
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY . /grader\n")
+    (tmp_path / "grade.py").write_text("print(1)\n")
+    if secret == "keys.txt":
+        (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-x\n")
+        os.link(tmp_path / ".env", tmp_path / "keys.txt")
+    else:
+        (tmp_path / secret).write_text("OPENAI_API_KEY=sk-x\n")
+    resolver = ImageResolver(NoEngine(), build=True)  # type: ignore[arg-type]
+    with pytest.raises(ImageError, match="keys are never sent"):
+        resolver._build(ImageBuild(build="Dockerfile"), tmp_path)

@@ -19,6 +19,9 @@ from .lock import Lock, lock_path, read_lock
 log = logging.getLogger("gradebox.images")
 
 
+CONTEXT_SCAN_LIMIT = 100_000  # entries of a build context looked through for keys
+
+
 class ImageBuild(BaseModel):
     """``image: {build: ./graders/Dockerfile}``: a suite's or grader's own image."""
 
@@ -135,6 +138,18 @@ class ImageResolver:
             )
         if not dockerfile.is_file():
             raise ImageError(f"image.build: {dockerfile} does not exist")
+        # The context is sent to the engine whole, and `COPY .` bakes what it holds into an
+        # image every grader on it reads: a .env there (or a name of one) never goes.
+        try:
+            held = untrusted.look_through(context, CONTEXT_SCAN_LIMIT)
+        except (untrusted.Refused, untrusted.TooMany) as exc:
+            raise ImageError(f"image.context: {context}: {exc}") from None
+        keys = [s for s in held.secrets if ".git" not in s.split("/")]
+        if keys:
+            raise ImageError(
+                f"image.context: {context} holds {keys[0]}: keys are never sent to a build "
+                "(move the Dockerfile's context to a folder without it)"
+            )
         digest = input_hash(context, untrusted.read_file(dockerfile).decode(errors="replace"))
         tag = f"{repo()}-local/{digest[7:23]}:latest"
         try:
