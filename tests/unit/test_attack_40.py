@@ -213,3 +213,19 @@ def test_a_build_context_holding_a_dotenv_is_refused_before_the_engine_sees_it(t
     resolver = ImageResolver(NoEngine(), build=True)  # type: ignore[arg-type]
     with pytest.raises(ImageError, match="keys are never sent"):
         resolver._build(ImageBuild(build="Dockerfile"), tmp_path)
+
+
+def test_a_cluster_bundle_leaves_out_a_dotenv_in_any_case(tmp_path):
+    """The Ray bundle had its own rule for a key file's name (``.env``, ``.env.*``): ``.ENV``
+    (what opening ``.env`` reads in a case-folding folder) left the driver for every node."""
+    import io
+    import tarfile
+
+    from gradebox.cluster.bundle import pack
+
+    (tmp_path / "suite.yaml").write_text("tests: []\n")
+    (tmp_path / ".ENV").write_text("OPENAI_API_KEY=sk-x\n")
+    (tmp_path / ".Env.local").write_text("OPENAI_API_KEY=sk-y\n")
+    with tarfile.open(fileobj=io.BytesIO(pack(tmp_path))) as tar:
+        names = tar.getnames()
+    assert "suite.yaml" in names and not {".ENV", ".Env.local"} & set(names), names

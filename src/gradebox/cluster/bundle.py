@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ClusterError
+from ..untrusted import secret_name
 from ..workspace import remove_tree, walk_tree
 
 __all__ = ["MAX_BUNDLE", "common_root", "pack", "unpack"]
@@ -30,8 +31,7 @@ MAX_BUNDLE = 512 * 1024 * 1024  # bytes of files; Ray's own working_dir stops at
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
-def _skipped(name: str) -> bool:
-    return name == ".env" or name.startswith(".env.")  # keys never leave the driver
+_skipped = secret_name  # keys never leave the driver: the door's one rule for their names
 
 
 def common_root(paths: Iterable[Path]) -> Path:
