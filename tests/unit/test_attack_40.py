@@ -229,3 +229,20 @@ def test_a_cluster_bundle_leaves_out_a_dotenv_in_any_case(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(pack(tmp_path))) as tar:
         names = tar.getnames()
     assert "suite.yaml" in names and not {".ENV", ".Env.local"} & set(names), names
+
+
+def test_the_folder_of_every_users_home_is_wide_for_root_too(tmp_path, monkeypatch):
+    """``is_wide`` said /home (every user's) is never mounted, but knew only ``$HOME``: as root
+    (``/root``) ``cd /home && gradebox exec`` mounted every user's home for the grader."""
+    import pwd
+
+    from gradebox.graders.grader_run import is_wide
+
+    homes = tmp_path / "home"
+    (homes / "alice").mkdir(parents=True)
+    (tmp_path / "root").mkdir()
+    alice = pwd.struct_passwd(("alice", "x", 1001, 1001, "", str(homes / "alice"), "/bin/sh"))
+    monkeypatch.setattr(pwd, "getpwall", lambda: [alice])
+    monkeypatch.setenv("HOME", str(tmp_path / "root"))
+    assert is_wide(homes) and is_wide(homes / "alice") and is_wide(tmp_path / "root")
+    assert not is_wide(homes / "alice" / "project")

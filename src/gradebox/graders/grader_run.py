@@ -20,6 +20,7 @@ dataclasses: ``gradebox exec`` and ``grade``'s lean path run it on their hot pat
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -356,11 +357,25 @@ def is_wide(folder: Path) -> bool:
     """The filesystem root, the home folder or a folder above it (/home: every user's): never
     mounted for a grader (a workspace, ``exec``'s current folder)."""
     folder = folder.resolve()
+    return folder == Path("/") or any(folder == h or folder in h.parents for h in _homes())
+
+
+def _homes() -> list[Path]:
+    """``$HOME``, and the home of this user and of every login user (uid 1000 up) as the
+    password database has them: as root (``/root``), ``/home`` was no folder above a home."""
+    import pwd
+
+    homes = []
+    with contextlib.suppress(RuntimeError, OSError):
+        homes.append(Path.home().resolve())
     try:
-        home = Path.home().resolve()
-    except (RuntimeError, OSError):
-        home = None
-    return folder == Path("/") or (home is not None and (folder == home or folder in home.parents))
+        users = pwd.getpwall()
+    except OSError:
+        users = []
+    for user in users:
+        if (user.pw_uid == os.geteuid() or 1000 <= user.pw_uid < 65534) and user.pw_dir != "/":
+            homes.append(Path(os.path.normpath(user.pw_dir)))
+    return homes
 
 
 def refuse_wide(folder: Path, what: str) -> None:
