@@ -452,6 +452,8 @@ class ModelHub:
                 return call(target, messages, system, asked)
             except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
                 raise _missing(target, "is not JSON") from None
+            except RecursionError:  # nested deeper than json's decoder recurses
+                raise _missing(target, "is JSON nested too deep to read") from None
 
         openai, anthropic = _sdks()
         try:
