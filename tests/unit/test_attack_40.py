@@ -248,20 +248,27 @@ def test_the_folder_of_every_users_home_is_wide_for_root_too(tmp_path, monkeypat
     assert not is_wide(homes / "alice" / "project")
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deep"),
+        (b'{"a":' + b"1" * 5000 + b"}", "too many digits"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "azure"])
 def test_a_model_reply_nested_too_deep_is_one_line_not_a_recursion_error(
-    kind, monkeypatch, tmp_path
+    kind, body, said, monkeypatch, tmp_path
 ):
     """200 KB of ``[[[...]]]`` (far under the 16 MiB cap) as a model's reply: the SDK's
     ``json.loads`` raised RecursionError, which left the grader as it was (an internal
-    error, a traceback in ``grade``). Now the judge's error, in one line naming the target."""
+    error, a traceback in ``grade``); so did a 5000-digit number (ValueError: Python's digit
+    limit). Now the judge's error, in one line naming the target."""
     from gradebox.protocol import Status
     from tests.unit.test_model_bounds import Scripted, _grade, _head, _hub, _target
 
     monkeypatch.setenv("GRADEBOX_LLM_BACKOFF", "0.01")
     monkeypatch.setenv("GRADEBOX_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FAKE_KEY", "sk-test-secret")
-    body = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
     def answer(conn, path):
         conn.sendall(_head(Content_Length=len(body)) + body)
@@ -270,4 +277,4 @@ def test_a_model_reply_nested_too_deep_is_one_line_not_a_recursion_error(
         target = _target(kind, server.origin + ("/v1" if kind == "openai" else ""), 20)
         result = _grade(target, _hub(target))
     assert result.status is Status.error
-    assert "nested too deep" in (result.evidence or "") and "\n" not in result.evidence
+    assert said in (result.evidence or "") and "\n" not in result.evidence

@@ -454,6 +454,10 @@ class ModelHub:
                 raise _missing(target, "is not JSON") from None
             except RecursionError:  # nested deeper than json's decoder recurses
                 raise _missing(target, "is JSON nested too deep to read") from None
+            except ValueError as exc:  # json.loads of a number past Python's digit limit
+                if "integer string conversion" not in str(exc):
+                    raise
+                raise _missing(target, "holds a number of too many digits to read") from None
 
         openai, anthropic = _sdks()
         try:
