@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import os
+import pwd
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,3 +193,18 @@ def agentv_checkout(tmp_path_factory) -> Path:
         tar.extractall(where, filter="data")
     (top,) = [p for p in where.iterdir() if p.is_dir()]
     return top
+
+
+@pytest.fixture(scope="module")
+def other_user(request) -> Iterator[pwd.struct_passwd]:
+    """Another local user of a shared machine, made for the module that asks (its name from
+    the module's and this run's: two runs at once never share one), removed after."""
+    if os.geteuid() != 0:
+        pytest.fail("these tests make a local user: run them as root (make test does)")
+    tag = zlib.crc32(request.module.__name__.encode()) % 1000
+    name = f"gbx{tag}u{os.getpid() % 100000}"
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)

@@ -12,7 +12,6 @@ import os
 import pwd
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,6 @@ SUITE = (
     f"  - id: t1\n    output: {AGENT_TEXT}\n"
     "    assert: [{type: script, command: [python3, g.py]}]\n"
 )
-
-
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A local user of this module's own (another user of a shared machine), removed after."""
-    assert os.geteuid() == 0, "these tests make a local user: run them as root (make test does)"
-    name = f"gbxout{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
 
 
 @pytest.fixture

@@ -30,18 +30,6 @@ pytestmark = pytest.mark.docker
 PLANTED = "planted-by-another-user"
 
 
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxcached{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-
-
 @pytest.fixture
 def shared(tmp_path) -> Iterator[Path]:
     """A folder of root's in /tmp itself (pytest's own are 0700), removed after."""

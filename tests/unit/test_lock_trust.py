@@ -19,7 +19,6 @@ import os
 import pwd
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,19 +29,6 @@ from gradebox.images.build import ImageStatus
 
 IID = "sha256:" + "a" * 64
 BODY = json.dumps({"version": 1, "images": {"python": {"id": IID}}})
-
-
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A local user of this test's own (another user on a shared machine), removed after."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxlock{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
 
 
 @pytest.fixture(params=["images-dir", "data-folder"])

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -206,19 +206,6 @@ def _base(kind: str, origin: str) -> str:
 # -- 1. the answer cache: ours alone ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def stranger() -> Iterator[pwd.struct_passwd]:
-    """Another local user of this test's own, removed after."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxllm{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-
-
 def _chown_all(top: Path, user: pwd.struct_passwd) -> None:
     for path in [top, *top.rglob("*")]:
         os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
@@ -296,10 +283,10 @@ def _answered_then_planted(
     ],
 )
 def test_a_planted_passing_answer_outside_our_private_cache_is_not_used(
-    variant, tmp_path, monkeypatch, stranger, caplog
+    variant, tmp_path, monkeypatch, other_user, caplog
 ):
     caplog.set_level("WARNING")
-    result, fake = _answered_then_planted(variant, tmp_path, monkeypatch, stranger)
+    result, fake = _answered_then_planted(variant, tmp_path, monkeypatch, other_user)
     assert result.status is Status.failed, result
     assert len(fake.requests) == 2  # the real model was asked again
     if variant in ("stranger_folder", "world_writable", "linked_folder"):
@@ -308,20 +295,20 @@ def test_a_planted_passing_answer_outside_our_private_cache_is_not_used(
         assert "\n" not in warned[0]
 
 
-def test_our_own_cache_still_answers(tmp_path, monkeypatch, stranger, caplog):
+def test_our_own_cache_still_answers(tmp_path, monkeypatch, other_user, caplog):
     caplog.set_level("WARNING")
-    result, fake = _answered_then_planted("own", tmp_path, monkeypatch, stranger)
+    result, fake = _answered_then_planted("own", tmp_path, monkeypatch, other_user)
     assert result.status is Status.passed, result
     assert len(fake.requests) == 1
     assert not [r for r in caplog.records if "model cache" in r.getMessage()]
 
 
-def test_a_refused_cache_folder_is_never_written_into(tmp_path, monkeypatch, stranger):
+def test_a_refused_cache_folder_is_never_written_into(tmp_path, monkeypatch, other_user):
     """The answer of a call whose cache folder is another user's is not left there for them
     (nor anywhere they could swap it)."""
     llm = tmp_path / "cache" / "llm"
     llm.mkdir(parents=True)
-    _chown_all(llm, stranger)
+    _chown_all(llm, other_user)
     with FakeModel("openai", default=FAILING) as fake:
         target = _target("openai", fake.base_url)
         _hub(target).complete(target, [{"role": "user", "content": "q"}])

@@ -40,19 +40,6 @@ def _result(key: str = "t1") -> TestResult:
     return TestResult(id=key, status=Status.passed, passed=True, score=1.0, output=AGENT_TEXT)
 
 
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A local user of this test's own (another user on a shared machine), removed after."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxother{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-
-
 def _theirs(path: Path, user: pwd.struct_passwd) -> Path:
     os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
     return path

@@ -34,19 +34,6 @@ from gradebox.untrusted import unshared
 _ALLOW_ALL = struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000)  # one instruction: RET ALLOW
 
 
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A local user of this test's own (another user on a shared machine), removed after."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxcache{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-
-
 @pytest.fixture
 def shared(tmp_path) -> Iterator[Path]:
     """A folder of root's in /tmp itself (pytest's own folders are 0700: nobody else could

@@ -33,19 +33,6 @@ from tests.conftest import write
 CHECK = "import json, sys\nprint(json.dumps({'pass': True, 'score': 1}))\n"
 
 
-@pytest.fixture(scope="module")
-def other_user() -> Iterator[pwd.struct_passwd]:
-    """A local user of this test's own (another user on a shared machine), removed after."""
-    if os.geteuid() != 0:
-        pytest.fail("these tests make a local user: run them as root (make test does)")
-    name = f"gbxwalk{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True, capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-
-
 @pytest.fixture
 def shared(tmp_path) -> Iterator[Path]:
     """A folder of root's in /tmp itself (pytest's own are 0700: nobody else could reach
