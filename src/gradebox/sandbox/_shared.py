@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 
+from .._log import LazyLogger
 from .base import ImageSource
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
@@ -78,6 +80,9 @@ class EngineImages:
             return self._resolver
 
 
+log = LazyLogger("gradebox.sandbox")
+
+
 class BackgroundRemover:
     """Runs ``remove(item)`` for each item put, on one daemon thread started on demand;
     ``join()`` waits until everything put so far is removed."""
@@ -99,9 +104,25 @@ class BackgroundRemover:
         while True:
             item = self._queue.get()
             try:
-                self._remove(item)
+                self._remove_once(item)
             finally:
                 self._queue.task_done()
+
+    def _remove_once(self, item: str) -> None:
+        """``remove(item)``, tried 3 times. Whatever it raises stays here: an exception that
+        ended this thread lost its item, which was then left until the sandbox closed (in
+        the cgroup v2 guest, the Docker SDK's proxy lookup raised ``KeyError`` while it read
+        ``os.environ`` as another thread changed it)."""
+        for attempt in range(3):
+            try:
+                self._remove(item)
+                return
+            except Exception as exc:
+                if attempt == 2:
+                    why = "could not remove %s (%s): the sandbox's close sweeps it"
+                    log.warning(why, item, exc)
+                    return
+                time.sleep(0.1 * (attempt + 1))
 
     def join(self) -> None:
         self._queue.join()
