@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import zlib
@@ -18,6 +19,12 @@ from gradebox.images import qualified
 from gradebox.private_cache import cache_dir
 from gradebox.sandbox.docker import DockerSandbox
 from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, and so
+# would every gradebox it starts (an ignored signal stays ignored across exec): the Ctrl-C
+# tests need the signal as a terminal delivers it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _used_engine: list[Engine] = []
 
