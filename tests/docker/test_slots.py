@@ -260,8 +260,16 @@ def test_page_cache_a_grader_left_is_not_charged_to_the_next(slotted, python_ima
     while int(path.read_text()) > 16 << 20:  # emptied on a thread of the pool's
         assert time.monotonic() < deadline, f"{int(path.read_text())} bytes still charged"
         time.sleep(0.1)
-    probe, again = _sh(slotted, python_image, "echo fine")
-    assert again == slot and probe.exit_code == 0
+    # Emptied, the slot is used again, not retired: a slot made ahead may come first, so the
+    # next few graders are asked (under load the pool's order is not the test's to fix).
+    seen = []
+    for _ in range(4):
+        probe, again = _sh(slotted, python_image, "echo fine")
+        assert probe.exit_code == 0, probe
+        seen.append(again)
+        if again == slot:
+            break
+    assert slot in seen, (slot, seen)
 
 
 @pytest.mark.parametrize("flags", [["--allow", "bogus"], ["--workspace", "/nonexistent"]])
