@@ -1,7 +1,7 @@
 """The door for bytes others wrote: every host-side read of a file a suite, a grader pack, an
 agent or another local user could have written goes through here.
 
-Three rules, each written once:
+Its rules, each written once (docs/security.md, "The door for bytes others wrote"):
 
 - **Regular files only, no link followed out.** ``read_regular`` opens with ``O_NONBLOCK``
   and ``O_NOCTTY`` (a FIFO would block, a device's open can act: a link to ``/dev/ptmx`` or
@@ -13,7 +13,10 @@ Three rules, each written once:
   (unless sticky, as ``/tmp`` is). ``private`` is the stricter rule for what gradebox caches:
   ours alone, writable by nobody else.
 - **Bounded.** Every reader takes a cap in bytes; what is over it is refused, not truncated
-  into something that parses.
+  into something that parses (``decoded_within``: a model's reply, counted as it inflates).
+- **A folder mounted or copied for a grader** is looked through once (``look_through``):
+  anything but regular files, folders and links inside is refused by name, and what holds
+  keys (``secret_name``: every ``.env``, a repository's configs, at any depth) is masked.
 
 Standard library only, and nothing of ours: ``gradebox exec`` and ``grade``'s lean path
 import it on their hot path.
@@ -29,14 +32,25 @@ from pathlib import Path
 
 __all__ = [
     "TEXT_CAP",
+    "decoded_within",
+    "file_kind",
+    "hash_regular",
+    "Holdings",
+    "look_through",
     "open_append",
+    "open_regular",
+    "OverCap",
     "private",
     "read_file",
     "read_regular",
     "read_text",
     "read_within",
+    "Refused",
+    "secret_name",
+    "TooMany",
     "trusted",
     "unshared",
+    "unshared_file",
 ]
 
 
@@ -178,9 +192,6 @@ def read_file(path: Path | str, cap: int = TEXT_CAP) -> bytes:
 def read_text(path: Path | str, cap: int = TEXT_CAP, *, encoding: str = "utf-8") -> str:
     """``read_file``, decoded (``UnicodeDecodeError`` as ``Path.read_text``)."""
     return read_file(path, cap).decode(encoding)
-
-
-__all__ += ["OverCap", "decoded_within"]
 
 
 class OverCap(ValueError):
@@ -429,17 +440,6 @@ def hash_regular(
         os.close(fd)
 
 
-__all__ += [
-    "Holdings",
-    "Refused",
-    "TooMany",
-    "file_kind",
-    "hash_regular",
-    "look_through",
-    "secret_name",
-]
-
-
 def open_regular(path: Path | str, *, follow: bool = True) -> int | None:
     """A descriptor to read ``path`` (``O_RDONLY``, close-on-exec) if it is a regular file,
     else None: missing, a folder, a FIFO (which would block the open), a device (whose open
@@ -462,9 +462,6 @@ def open_regular(path: Path | str, *, follow: bool = True) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-__all__ += ["open_regular"]
 
 
 def unshared_file(path: Path) -> str | None:
@@ -499,6 +496,3 @@ def unshared_file(path: Path) -> str | None:
         if seen.st_mode & 0o020 and not own_group and not sticky:
             return f"{what} may be written by group {seen.st_gid} (mode {mode:o})"
     return None
-
-
-__all__ += ["unshared_file"]
