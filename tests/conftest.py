@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,3 +216,15 @@ def other_user(request) -> Iterator[pwd.struct_passwd]:
         yield pwd.getpwnam(name)
     finally:
         subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def shared(tmp_path) -> Iterator[Path]:
+    """A folder of root's in /tmp itself, where another local user can reach (pytest's own
+    folders are 0700: nobody else could), removed after."""
+    folder = Path(f"/tmp/gbx-shared-{os.getpid()}-{tmp_path.name}")
+    folder.mkdir(mode=0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,17 +26,6 @@ from tests.conftest import seeded_cache, write
 pytestmark = pytest.mark.docker
 
 PLANTED = "planted-by-another-user"
-
-
-@pytest.fixture
-def shared(tmp_path) -> Iterator[Path]:
-    """A folder of root's in /tmp itself (pytest's own are 0700), removed after."""
-    folder = Path(f"/tmp/gbx-shared-{os.getpid()}-{tmp_path.name}")
-    folder.mkdir(mode=0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _theirs(path: Path, user: pwd.struct_passwd) -> None:

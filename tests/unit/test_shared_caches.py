@@ -18,7 +18,6 @@ import pwd
 import shutil
 import struct
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +31,6 @@ from gradebox.sandbox.rootfs import RootfsCache
 from gradebox.untrusted import unshared
 
 _ALLOW_ALL = struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000)  # one instruction: RET ALLOW
-
-
-@pytest.fixture
-def shared(tmp_path) -> Iterator[Path]:
-    """A folder of root's in /tmp itself (pytest's own folders are 0700: nobody else could
-    reach in), removed after."""
-    folder = Path(f"/tmp/gbx-cache-{os.getpid()}-{tmp_path.name}")
-    folder.mkdir(mode=0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -16,10 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,18 +29,6 @@ from gradebox.suite import load_suite
 from tests.conftest import write
 
 CHECK = "import json, sys\nprint(json.dumps({'pass': True, 'score': 1}))\n"
-
-
-@pytest.fixture
-def shared(tmp_path) -> Iterator[Path]:
-    """A folder of root's in /tmp itself (pytest's own are 0700: nobody else could reach
-    in), removed after."""
-    folder = Path(f"/tmp/gbx-walk-{os.getpid()}-{tmp_path.name}")
-    folder.mkdir(mode=0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _theirs(path: Path, user: pwd.struct_passwd) -> None:
