@@ -168,21 +168,13 @@ class WarmPool:
         return warm
 
     def _prepare(self, warm: Warm) -> GraderRun:
-        prepared = prepare_grader(
-            warm.grader.to_record(),
-            warm.workspace,
-            self.box,
-            images=self.images,
-            labels=warm.labels,
-            file=warm.file,
-            warm=True,
-            models=self.models,
-        )
+        prepared = self._cold(warm, ahead=True)
         with self._lock:
             self.stats.prepared += 1
         return prepared
 
-    def _cold(self, warm: Warm) -> GraderRun:
+    def _cold(self, warm: Warm, *, ahead: bool = False) -> GraderRun:
+        """``warm``'s grader prepared, its container started now (``ahead``) or at release."""
         return prepare_grader(
             warm.grader.to_record(),
             warm.workspace,
@@ -190,7 +182,7 @@ class WarmPool:
             images=self.images,
             labels=warm.labels,
             file=warm.file,
-            warm=False,
+            warm=ahead,
             models=self.models,
         )
 
