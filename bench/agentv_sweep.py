@@ -43,12 +43,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradebox._yaml import load_yaml_file
+from gradebox.core.yamlfile import load_yaml_file
 from gradebox.errors import ConfigError, ConfigErrors, NotAllowed, UnsupportedFeature
 from gradebox.formats.agentv import chosen_target
-from gradebox.plan import plan_suite
-from gradebox.preflight import preflight
 from gradebox.suite import Suite, load_suite
+from gradebox.suite.plan import plan_suite
+from gradebox.suite.preflight import preflight
 
 _EVAL_NAME = re.compile(r"^(suite|eval)\.ya?ml$|\.eval\.ya?ml$", re.I)
 _SKIP = {"node_modules", ".git"}

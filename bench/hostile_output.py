@@ -33,7 +33,7 @@ CASES: dict[str, Callable[[int], str]] = {
 
 def _judge(text: str, kind: str) -> None:
     if kind == "llm":
-        from gradebox.llm.grader import parse_verdict
+        from gradebox.graders.llm import parse_verdict
 
         parse_verdict(text, [])
         return

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from gradebox.protocol import (
+from gradebox.protocol.models import (
     Check,
     GraderResult,
     Message,

@@ -64,11 +64,11 @@ from rich.console import Console
 from rich.table import Table
 
 from gradebox import Payload, get_sandbox, load_grader, run_grader
-from gradebox.batch import Record, grade_records
+from gradebox.drivers.batch import Record, grade_records
+from gradebox.drivers.runner import RunOptions, run_suite
 from gradebox.graders.custom import grader_for_file
 from gradebox.graders.run import prepare_grader
 from gradebox.images import qualified
-from gradebox.runner import RunOptions, run_suite
 from gradebox.suite import load_suite
 
 HERE = Path(__file__).resolve().parent
@@ -317,7 +317,7 @@ def bench_peer(root: Path, n: int) -> float | None:
 
 MEMORY_CHILD = """
 import resource, sys, tempfile, pathlib
-from gradebox.runner import RunOptions, run_suite
+from gradebox.drivers.runner import RunOptions, run_suite
 from gradebox.suite import load_suite
 from gradebox.sandbox import get_sandbox
 from gradebox.images import ImageResolver

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.core.private_cache import cache_dir
 from gradebox.engine import Engine
 from gradebox.images import qualified
-from gradebox.private_cache import cache_dir
 from gradebox.sandbox.docker import DockerSandbox
 from gradebox.sandbox.labels import LABEL_OWNER, LABEL_SESSION
 

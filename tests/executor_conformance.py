@@ -1,5 +1,5 @@
-"""What every executor (``gradebox.executor.Executor``) must do, as checks run against each
-implementation: ``tests/docker/test_executor.py`` (``LocalExecutor``) and
+"""What every executor (``gradebox.lifecycle.executor.Executor``) must do, as checks run
+against each implementation: ``tests/docker/test_executor.py`` (``LocalExecutor``) and
 ``tests/docker/test_ray.py`` (``RayExecutor`` on a real local cluster). A new executor passes
 these with a harness of its own.
 
@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from gradebox.executor import Executor
-from gradebox.jobs import GradeJob, Record, TestJob, TrialJob
-from gradebox.protocol import GraderResult, Status, TestResult
+from gradebox.lifecycle.executor import Executor
+from gradebox.lifecycle.jobs import GradeJob, Record, TestJob, TrialJob
+from gradebox.protocol.models import GraderResult, Status, TestResult
 from tests.conftest import write
 
 GRADER = """\

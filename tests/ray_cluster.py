@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gradebox.workspace import remove_tree, unmount_below
+from gradebox.files.workspace import remove_tree, unmount_below
 
 RAY = str(Path(sys.executable).with_name("ray"))
 

@@ -7,6 +7,11 @@ Example::
     with get_sandbox() as box:
         result = run_grader(load_grader("grader.yaml"), Payload(output="42"), "workspace", box)
     print(result.status, result.score)
+
+The top level holds the floors' folders and, besides this module, ``__main__``, ``errors`` and
+the version; each folder's ``__init__`` says what it may import (``tests/unit/test_layers.py``).
+
+May import: protocol, sandbox, graders.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ _WHERE = {
     "ScriptGrader": "graders",
     "load_grader": "graders",
     "run_grader": "graders",
-    "Check": "protocol",
-    "GraderResult": "protocol",
-    "Payload": "protocol",
-    "Status": "protocol",
+    "Check": "protocol.models",
+    "GraderResult": "protocol.models",
+    "Payload": "protocol.models",
+    "Status": "protocol.models",
     "Limits": "sandbox",
     "RunOutcome": "sandbox",
     "Sandbox": "sandbox",
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
         SandboxClosed,
     )
     from .graders import GraderConfig, ProgramGrader, ScriptGrader, load_grader, run_grader
-    from .protocol import Check, GraderResult, Payload, Status
+    from .protocol.models import Check, GraderResult, Payload, Status
     from .sandbox import Limits, RunOutcome, Sandbox, SandboxSpec, Security, get_sandbox
 
 

@@ -1,3 +1,8 @@
+"""``python -m gradebox``: the command.
+
+May import: cli.
+"""
+
 from .cli import main
 
 main()

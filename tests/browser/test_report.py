@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from gradebox.compare import compare_runs, load_run
-from gradebox.protocol import GraderResult, Status, TestResult
+from gradebox.drivers.runner import read_results
+from gradebox.protocol.models import GraderResult, Status, TestResult
+from gradebox.report.compare import compare_runs, load_run
 from gradebox.report.html import write_report
 from gradebox.report.view import ViewServer
-from gradebox.runner import read_results
 from tests.browser.conftest import DOCS_IMG
 
 pytestmark = pytest.mark.docker  # the runs are real, on the default sandbox
@@ -369,7 +369,7 @@ def test_gradebox_run_writes_the_report(tmp_path):
 def test_target_node_and_flaky_filters(tmp_path, open_page):
     """What a local run of our fixtures has only one of: targets, cluster nodes, trials (a
     Ray run's and a repeat run's fields, written through the same model)."""
-    from gradebox.protocol import TrialRecord
+    from gradebox.protocol.models import TrialRecord
 
     def trial(passes: list[bool]) -> list[TrialRecord]:
         return [

@@ -13,7 +13,7 @@ import pytest
 
 from gradebox.graders import load_grader, run_grader
 from gradebox.images import ImageBuild, qualified
-from gradebox.protocol import Payload, Status
+from gradebox.protocol.models import Payload, Status
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker
@@ -272,7 +272,7 @@ def test_an_rw_grader_cannot_fill_the_host_disk(tmp_path, workspace, box):
 
 
 def _run_suite(tmp_path, box, text, files=None):
-    from gradebox.runner import RunOptions, read_results, run_suite
+    from gradebox.drivers.runner import RunOptions, read_results, run_suite
     from gradebox.suite import load_suite
 
     for name, body in (files or {}).items():

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.drivers.runner import RunOptions, read_results, run_suite
 from gradebox.images import ImageResolver
-from gradebox.runner import RunOptions, read_results, run_suite
 from gradebox.suite import load_suite
 from tests.conftest import seeded_cache, write
 from tests.fake_models import FakeModel

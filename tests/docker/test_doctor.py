@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
+from gradebox.core.subids import user_name
 from gradebox.engine import Engine
 from gradebox.images import read_lock
 from gradebox.sandbox import auto_reason
 from gradebox.sandbox.oci import state_root
-from gradebox.subids import user_name
 
 pytestmark = pytest.mark.docker
 

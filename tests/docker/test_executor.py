@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.batch import load_grader_ref
-from gradebox.executor import Executor, LocalExecutor
-from gradebox.jobs import Worker
+from gradebox.drivers.batch import load_grader_ref
+from gradebox.lifecycle.executor import Executor, LocalExecutor
+from gradebox.lifecycle.jobs import Worker
 from gradebox.sandbox import get_sandbox
 from gradebox.sandbox.oci import state_root
 from gradebox.suite import load_suite

@@ -8,7 +8,7 @@ import pytest
 
 from gradebox.errors import ConfigError, ImageError
 from gradebox.graders import load_grader, run_grader
-from gradebox.protocol import Payload, Status
+from gradebox.protocol.models import Payload, Status
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.drivers.runner import RunOptions, read_results, run_suite
 from gradebox.images import ImageResolver
-from gradebox.runner import RunOptions, read_results, run_suite
 from gradebox.suite import load_suite
 from tests.conftest import write
 from tests.docker.test_agentv_run import _agentv_example, gradebox

@@ -12,7 +12,7 @@ from gradebox import images as img
 from gradebox.errors import ImageError
 from gradebox.graders import load_grader, run_grader
 from gradebox.images.catalog import qualified
-from gradebox.protocol import Payload, Status
+from gradebox.protocol.models import Payload, Status
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker

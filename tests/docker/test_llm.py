@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.drivers.runner import RunOptions, read_results, run_suite
 from gradebox.graders.config import ScriptGrader
 from gradebox.graders.run import run_grader
 from gradebox.images import ImageResolver
 from gradebox.llm import ModelHub, ModelTarget, TargetSet
-from gradebox.protocol import Payload
-from gradebox.runner import RunOptions, read_results, run_suite
+from gradebox.protocol.models import Payload
 from gradebox.suite import load_suite
 from tests.conftest import seeded_cache, write
 from tests.fake_models import FakeModel

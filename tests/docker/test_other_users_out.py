@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.runner import read_results
+from gradebox.drivers.runner import read_results
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker

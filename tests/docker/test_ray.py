@@ -114,8 +114,8 @@ class RayHarness:
 
     def for_suite(self, suite_file: Path):  # type: ignore[no-untyped-def]
         from gradebox.cluster import start_suite
-        from gradebox.plan import plan_suite
         from gradebox.suite import load_suite
+        from gradebox.suite.plan import plan_suite
 
         suite = load_suite(suite_file)
         plan = plan_suite(suite, self.images, set())
@@ -155,7 +155,7 @@ def test_ray_executor(check, ray_driver, tmp_path):  # type: ignore[no-untyped-d
 def test_results_are_the_same_locally_and_on_the_cluster(ray_driver, tmp_path):
     """One suite run twice, on this machine's threads and on the cluster's nodes: every
     result is the same but for when and where it ran."""
-    from gradebox.runner import RunOptions, run_suite
+    from gradebox.drivers.runner import RunOptions, run_suite
     from gradebox.suite import load_suite
 
     path = make_suite(tmp_path / "suite", 6, bad=(1, 4))

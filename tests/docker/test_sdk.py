@@ -13,8 +13,8 @@ import pytest
 
 import gradebox
 from gradebox import sdk
+from gradebox.drivers.runner import read_results
 from gradebox.images import qualified
-from gradebox.runner import read_results
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker
@@ -140,7 +140,7 @@ def grade(ctx):
 def test_every_helper_under_every_dialect(tmp_path, box, dialect):
     from gradebox.graders.config import ProgramGrader, ScriptGrader
     from gradebox.graders.run import run_grader
-    from gradebox.protocol import InlinePayload, Payload
+    from gradebox.protocol.models import InlinePayload, Payload
 
     src = tmp_path / "src"
     write(src / "g.py", EVERY_HELPER)

@@ -14,7 +14,7 @@ import pytest
 from gradebox.graders.config import ScriptGrader, grader_from_data
 from gradebox.graders.run import run_grader
 from gradebox.graders.verifier import node_test_grader_data, pytest_grader_data
-from gradebox.protocol import Payload
+from gradebox.protocol.models import Payload
 from tests.conftest import write
 
 pytestmark = pytest.mark.docker

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from gradebox.errors import ConfigError, ConfigErrors, UnsupportedFeature
-from gradebox.formats import detect_format
 from gradebox.formats.agentv import render
 from gradebox.graders.assertion import AssertSet, GraderAssertion, HostAssertion, leaves
 from gradebox.suite import load_suite
+from gradebox.suite.detect import detect_format
 from tests.conftest import write
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agentv"

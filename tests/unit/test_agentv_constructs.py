@@ -10,8 +10,8 @@ import pytest
 
 from gradebox.errors import ConfigError, ConfigErrors, UnsupportedFeature
 from gradebox.graders.assertion import GraderAssertion, HostAssertion, LlmGraderAssertion
-from gradebox.preflight import preflight
 from gradebox.suite import load_suite
+from gradebox.suite.preflight import preflight
 from tests.conftest import write
 
 AZURE = (
@@ -402,7 +402,7 @@ def test_every_error_of_the_new_constructs_names_its_file_and_field(tmp_path):
     ],
 )
 def test_a_negative_metric_an_agent_reports_is_no_answer(tmp_path, answer, fmt):
-    from gradebox.steps import read_cli_answer
+    from gradebox.lifecycle.steps import read_cli_answer
 
     # Budget checks hold these to a maximum: a negative one would pass every budget.
     out = write(tmp_path / "output", answer)

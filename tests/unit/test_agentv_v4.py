@@ -24,7 +24,7 @@ from gradebox.graders.assertion import (
     leaves,
 )
 from gradebox.graders.trajectory import SkillTrigger, ToolTrajectory, deep_equal
-from gradebox.protocol import Message, Payload
+from gradebox.protocol.models import Message, Payload
 from gradebox.suite import load_suite
 from tests.conftest import write
 

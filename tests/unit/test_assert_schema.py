@@ -13,14 +13,14 @@ import jsonschema
 import pytest
 import yaml
 
+from gradebox.cli.schemas import schema_documents
 from gradebox.errors import ConfigError
-from gradebox.formats import detect_format
 from gradebox.graders.assertion import LLM_TYPES
 from gradebox.graders.builtin import BUILTINS
 from gradebox.graders.entries import known_types
 from gradebox.graders.trace import TRACE_TYPES
-from gradebox.schemas import schema_documents
 from gradebox.suite import load_suite
+from gradebox.suite.detect import detect_format
 from tests.conftest import write
 
 ROOT = Path(__file__).resolve().parents[2]

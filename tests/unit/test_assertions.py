@@ -10,8 +10,8 @@ from gradebox.graders.assertion import AssertSet, HostAssertion, aggregate, fold
 from gradebox.graders.builtin import BuiltinAssertion
 from gradebox.graders.trace import TraceAssertion, trace_of, vally_input
 from gradebox.graders.verdict import read_result
-from gradebox.protocol import GraderResult, Message, Payload, Status
-from gradebox.steps import read_cli_answer, render_cli_command
+from gradebox.lifecycle.steps import read_cli_answer, render_cli_command
+from gradebox.protocol.models import GraderResult, Message, Payload, Status
 
 
 def _host(kind: str, value: object = None, **scoring: object) -> HostAssertion:
@@ -179,7 +179,7 @@ def test_vally_details_list_becomes_checks():
 
 
 def test_a_vally_sub_result_without_a_verdict_is_a_schema_error():
-    from gradebox.protocol import OutputShapeError
+    from gradebox.protocol.models import OutputShapeError
 
     with pytest.raises(OutputShapeError):
         read_result({"passed": True, "details": [{"name": "x"}]})
@@ -222,7 +222,7 @@ def test_cli_answer_shapes(tmp_path):
 def test_typescript_on_an_image_without_a_runtime_is_refused_before_it_runs(tmp_path):
     from gradebox.errors import ConfigError
     from gradebox.graders.config import ScriptGrader
-    from gradebox.plan import check_runtime
+    from gradebox.suite.plan import check_runtime
 
     on_python = ScriptGrader(command=["bun", "check.ts"], image="python")
     with pytest.raises(ConfigError, match="no TypeScript runtime; use image: node"):
@@ -259,7 +259,7 @@ def test_a_tool_name_cannot_hang_the_run_through_the_suites_pattern():
 def test_cli_answer_special_files_and_size(tmp_path):
     import os
 
-    from gradebox.steps import MAX_CLI_OUTPUT
+    from gradebox.lifecycle.steps import MAX_CLI_OUTPUT
 
     fifo = tmp_path / "output"
     os.mkfifo(fifo)

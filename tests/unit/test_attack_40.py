@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from gradebox import jsonl
+from gradebox.core import jsonl
 from gradebox.errors import ConfigError
-from gradebox.results import load_results, read_results_from
+from gradebox.protocol.results import load_results, read_results_from
 
 
 def _limit_memory() -> None:
@@ -131,7 +131,7 @@ def test_grade_output_on_a_terminal_keeps_a_wrapped_grader_line_off_the_margin()
 def test_a_dotenv_in_another_case_is_masked(tmp_path, name):
     """In a case-folding folder (ext4 +F, macOS) ``.ENV`` is the file ``open('.env')`` reads:
     it was mounted for a grader whole, its keys readable."""
-    from gradebox.untrusted import look_through, secret_name
+    from gradebox.core.untrusted import look_through, secret_name
 
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / name).write_text("OPENAI_API_KEY=sk-x\n")
@@ -142,7 +142,7 @@ def test_a_dotenv_in_another_case_is_masked(tmp_path, name):
 def test_a_hard_link_to_a_dotenv_is_masked_as_the_dotenv_is(tmp_path):
     """``keys.txt`` another name (a hard link) of the grader folder's ``.env``: the ``.env``
     was masked, the same bytes under the other name mounted (and copied) as they were."""
-    from gradebox.untrusted import look_through
+    from gradebox.core.untrusted import look_through
 
     g = tmp_path / "g"
     (g / "sub").mkdir(parents=True)
@@ -263,7 +263,7 @@ def test_a_model_reply_nested_too_deep_is_one_line_not_a_recursion_error(
     ``json.loads`` raised RecursionError, which left the grader as it was (an internal
     error, a traceback in ``grade``); so did a 5000-digit number (ValueError: Python's digit
     limit). Now the judge's error, in one line naming the target."""
-    from gradebox.protocol import Status
+    from gradebox.protocol.models import Status
     from tests.unit.test_model_bounds import Scripted, _grade, _head, _hub, _target
 
     monkeypatch.setenv("GRADEBOX_LLM_BACKOFF", "0.01")

@@ -10,16 +10,16 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.console import Console
 
+from gradebox.core.jsonl import read_jsonl
+from gradebox.core.scratch import new_scratch
 from gradebox.errors import ConfigError, ImageError
 from gradebox.graders.builtin import BuiltinAssertion
 from gradebox.graders.config import load_grader
 from gradebox.graders.run import check_grader_files
 from gradebox.images import ImageBuild, ImageResolver
-from gradebox.jsonl import read_jsonl
-from gradebox.plan import check_grader
-from gradebox.protocol import GraderResult, RunSummary, Status, TestResult
+from gradebox.protocol.models import GraderResult, RunSummary, Status, TestResult
 from gradebox.report import junit_xml, print_result, print_run
-from gradebox.scratch import new_scratch
+from gradebox.suite.plan import check_grader
 from tests.conftest import write
 
 # --- configuration mistakes are exit 2 before anything runs, not failures of the agent -------
@@ -117,8 +117,8 @@ BUILD_FIELDS = {
 def test_a_dockerfile_build_needs_the_operators_allow(tmp_path, case):
     """Its RUN steps run as root with capabilities on the engine: refused, naming the file,
     the field and the flag, before any image is resolved or built; allowed, it plans."""
-    from gradebox.plan import plan_suite
     from gradebox.suite import load_suite
+    from gradebox.suite.plan import plan_suite
 
     write(tmp_path / "Dockerfile", "FROM scratch\nRUN id\n")
     suite = load_suite(write(tmp_path / "suite.yaml", BUILD_SUITES[case]))
@@ -164,8 +164,8 @@ def test_lower_limits_and_the_defaults_need_no_privilege(tmp_path):
 
 
 def test_a_suite_allows_what_its_graders_need(tmp_path, monkeypatch):
-    from gradebox.plan import plan_suite
     from gradebox.suite import load_suite
+    from gradebox.suite.plan import plan_suite
 
     class NoImages:
         def resolve(self, ref, source=None):
@@ -306,8 +306,8 @@ def test_a_non_finite_score_is_an_error_never_a_clamped_pass(dialect):
 def test_an_unmounted_copy_stops_at_the_quota_not_after(tmp_path, monkeypatch, trick):
     # Without root (no tmpfs of the quota's size), a copy writes every byte of a file with
     # holes and every hard link once more: a 1 TB sparse file costs the agent nothing.
-    from gradebox import workspace as wsmod
     from gradebox.errors import WorkspaceError
+    from gradebox.files import workspace as wsmod
 
     monkeypatch.setattr(wsmod, "_mount_tmpfs", lambda *a, **k: False)
     agent = tmp_path / "agent"

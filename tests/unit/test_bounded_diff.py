@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from gradebox import baseline
-from gradebox.baseline import Baseline
 from gradebox.errors import WorkspaceError
+from gradebox.files import baseline
+from gradebox.files.baseline import Baseline
 from tests.conftest import write
 
 LINE = b"y" * 63 + b"\n"

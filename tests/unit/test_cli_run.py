@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from gradebox.cli.app import app
 from gradebox.errors import ConfigError
 from gradebox.suite import load_suite
-from gradebox.suite_paths import expand_suite_paths, result_folders
+from gradebox.suite.paths import expand_suite_paths, result_folders
 from tests.conftest import write
 
 
@@ -211,7 +211,7 @@ def test_a_second_run_over_a_folder_of_several_files_runs_nothing(tree: Path) ->
     one still running, and only then was refused. The whole folder is held now."""
     import os
 
-    from gradebox.atomic import lock_folder
+    from gradebox.core.atomic import lock_folder
 
     one, other = "evals/a/first.eval.yaml", "evals/b/deep/eval.yaml"
     assert gradebox("run", one, other, "--out", "o")[0] == 1

@@ -16,9 +16,9 @@ from gradebox.cluster.bundle import common_root, pack, unpack
 from gradebox.cluster.driver import suite_paths
 from gradebox.cluster.node import RunSpec
 from gradebox.errors import ClusterError
-from gradebox.jobs import GradeJob, Record, TestJob, TrialJob, decode, encode
+from gradebox.files.workspace import remove_tree
+from gradebox.lifecycle.jobs import GradeJob, Record, TestJob, TrialJob, decode, encode
 from gradebox.suite import load_suite
-from gradebox.workspace import remove_tree
 from tests.conftest import write
 
 
@@ -79,7 +79,7 @@ def test_a_suite_spanning_the_whole_machine_is_refused_naming_the_path(tmp_path)
 def test_gc_all_removes_a_killed_drivers_run_folders(tmp_path, monkeypatch):
     import tempfile
 
-    from gradebox.scratch import collect_scratch
+    from gradebox.core.scratch import collect_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     write(tmp_path / "gradebox-ray-0123abcd" / "bundle" / "f", "1\n")
@@ -94,7 +94,7 @@ def test_a_watchdogs_sweep_takes_its_runners_folders_alone(tmp_path, monkeypatch
     import os
     import tempfile
 
-    from gradebox.scratch import collect_scratch
+    from gradebox.core.scratch import collect_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     mine, live = tmp_path / f"gradebox-{os.getpid()}-a", tmp_path / f"gradebox-{os.getppid()}-b"
@@ -276,7 +276,7 @@ def test_a_run_and_its_jobs_travel_by_pickle(tmp_path):
 
 def test_a_result_crosses_a_process_boundary_unchanged():
     """What a node sends back (JSON text) is read back as the very result it encoded."""
-    from gradebox.protocol import GraderResult, Status, TestResult
+    from gradebox.protocol.models import GraderResult, Status, TestResult
 
     record = Record(id="p1", input="q", output="a")
     results = [

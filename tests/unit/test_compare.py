@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.batch import GradedRecord
-from gradebox.compare import compare_runs, load_run, markdown, mcnemar_exact
-from gradebox.protocol import GraderResult, Status, TestResult
+from gradebox.drivers.batch import GradedRecord
+from gradebox.protocol.models import GraderResult, Status, TestResult
+from gradebox.report.compare import compare_runs, load_run, markdown, mcnemar_exact
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,17 +112,17 @@ def test_unreadable_input_names_the_file_and_line(tmp_path):
 
 def test_compare_reads_results_through_the_one_reader(tmp_path, monkeypatch):
     """compare, the terminal table, JUnit and the HTML report read results.jsonl through
-    gradebox.results: a change there is seen by all (here: compare)."""
-    import gradebox.compare
-    import gradebox.results
+    gradebox.protocol.results: a change there is seen by all (here: compare)."""
+    import gradebox.protocol.results
+    import gradebox.report.compare
 
     path = _suite_rows(tmp_path / "a.jsonl", {"x": True})
     seen = []
-    real = gradebox.results.read_results
+    real = gradebox.protocol.results.read_results
 
     def spy(p):
         seen.append(p)
         return real(p)
 
-    monkeypatch.setattr(gradebox.compare, "read_results", spy)
+    monkeypatch.setattr(gradebox.report.compare, "read_results", spy)
     assert load_run(path)["x"].passed and seen == [path]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gradebox import baseline
-from gradebox.baseline import Baseline
+from gradebox.files import baseline
+from gradebox.files.baseline import Baseline
 from tests.conftest import write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _PROBE = r"""
 import json, os, resource, sys, time
 from pathlib import Path
-from gradebox import baseline
-from gradebox.baseline import Baseline
+from gradebox.files import baseline
+from gradebox.files.baseline import Baseline
 from gradebox.errors import WorkspaceError
 
 root, files, where = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gradebox import doctor as dr
+from gradebox.cli import machine as dr
 from gradebox.images import ImageStatus, Lock, LockEntry
 
 
@@ -182,7 +182,7 @@ def test_the_command_exits_1_when_a_piece_is_missing(monkeypatch, missing):
 
 @pytest.mark.parametrize("mounts", [True, False])
 def test_the_workspace_quota_is_the_promise_a_non_root_runner_does_not_keep(monkeypatch, mounts):
-    from gradebox import workspace
+    from gradebox.files import workspace
 
     monkeypatch.setattr(workspace, "quota_mounts", lambda: mounts)
     row = dr._quota()

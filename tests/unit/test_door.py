@@ -1,5 +1,5 @@
-"""Every host-side read, walk or copy of files sits behind the door (``gradebox.untrusted`` and
-the modules that are the door for one kind of file), or in the ledger below, one line each,
+"""Every host-side read, walk or copy of files sits behind the door (``gradebox.core.untrusted``
+and the modules that are the door for one kind of file), or in the ledger below, one line each,
 saying whose bytes they are. A new ``open(``, ``read_bytes(``, ``copytree(`` or walk anywhere
 else fails this test: put it behind the door, or, if gradebox itself wrote what it reads (its
 own scratch, state or results), add it to the ledger with that reason.
@@ -19,12 +19,12 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "gradebox"
 # The door: each module here is the one place for its kind of bytes, and holds the rules
 # (regular files only, no link followed, owner checked, bounded).
 DOOR = {
-    "untrusted",  # files a suite, a grader pack, an agent or another user wrote
-    "fstree",  # trees an agent wrote: walked, copied, removed by descriptor
-    "private_cache",  # the user's own caches: ours alone, else a miss
-    "atomic",  # what gradebox writes: whole or not at all
-    "jsonl",  # results.jsonl: appended by us, read back bounded
-    "_yaml",  # the bounded YAML loader
+    "core.untrusted",  # files a suite, a grader pack, an agent or another user wrote
+    "core.fstree",  # trees an agent wrote: walked, copied, removed by descriptor
+    "core.private_cache",  # the user's own caches: ours alone, else a miss
+    "core.atomic",  # what gradebox writes: whole or not at all
+    "core.jsonl",  # results.jsonl: appended by us, read back bounded
+    "core.yamlfile",  # the bounded YAML loader
 }
 
 # Calls that open, read, walk or copy files by path.
@@ -48,7 +48,7 @@ def sites(root: Path = SRC) -> Counter[str]:
     """``module:function: call`` -> how many times, for every file call outside the door."""
     found: Counter[str] = Counter()
     for path in sorted(root.rglob("*.py")):
-        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
         if module in DOOR:
             continue
         tree = ast.parse(path.read_text(), str(path))
@@ -99,7 +99,8 @@ def test_no_file_is_read_outside_the_door_that_is_not_in_the_ledger():
     now, known = sites(), ledger()
     new = {s: n for s, n in now.items() if n > known.get(s, 0)}
     assert new == {}, (
-        "files opened, read, walked or copied outside gradebox.untrusted and the door modules: "
+        "files opened, read, walked or copied outside gradebox.core.untrusted and the door "
+        "modules: "
         "use the door, or add the line to tests/unit/door_ledger.txt saying whose bytes "
         f"they are: {new}"
     )
@@ -120,7 +121,8 @@ def test_the_walker_finds_a_new_open(tmp_path):
         "def f(p):\n    open(p)\n    Path(p).read_bytes()\n    shutil.copytree(p, p)\n"
         "    os.open(p, 0)\n"
     )
-    (pkg / "untrusted.py").write_text("def g(p):\n    open(p)\n")
+    (pkg / "core").mkdir()
+    (pkg / "core" / "untrusted.py").write_text("def g(p):\n    open(p)\n")
     assert sites(pkg) == Counter(
         {"leaky:f: open(": 1, "leaky:f: .read_bytes(": 1, "leaky:f: shutil.copytree(": 1,
          "leaky:f: os.open(": 1}

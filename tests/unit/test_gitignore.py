@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from gradebox.baseline import Baseline
+from gradebox.files.baseline import Baseline
 
 NAMES = [b"a", b"b.log", b"c.py", b"build", b"Build", b"x y", b"[ab]", b"*", b"!imp", b"#h",
          b"foo", b"bar", b"d\xff", b"caf\xc3\xa9", b"q?", b"a\\b", b"lib", b"doc", b"trail ",

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gradebox import protocol, wire
+from gradebox.core.private_cache import PrivateCache
 from gradebox.graders import compiled, load_grader
 from gradebox.graders.run import LARGE_OUTPUT_CHARS
 from gradebox.graders.verdict import result_of, verdict
-from gradebox.private_cache import PrivateCache
+from gradebox.protocol import models as protocol
+from gradebox.protocol import wire
 from gradebox.sandbox.base import RunOutcome
 from gradebox.sandbox.defaults import DEFAULT_LIMITS
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.graders.spec import grader_spec
-from gradebox.harness import (
+from gradebox.cli.harness import (
     decode_string,
     image_for,
     passed_env,
     rewrite_top_level,
     top_level_strings,
 )
+from gradebox.graders.spec import grader_spec
 from gradebox.sandbox.defaults import DEFAULT_LIMITS, DEFAULT_SECURITY
 from tests.conftest import loaded_by
 
@@ -132,10 +132,10 @@ def test_grade_and_exec_build_one_spec(tmp_path):
 
 
 def test_the_hot_path_loads_no_heavy_package():
-    hot = ["gradebox.cli.exec", "gradebox.harness", "gradebox.graders.spec",
+    hot = ["gradebox.cli.exec", "gradebox.cli.harness", "gradebox.graders.spec",
            "gradebox.graders.grader_run",
            "gradebox.sandbox.oci", "gradebox.sandbox.oci_config", "gradebox.images.catalog",
-           "gradebox.scratch"]  # fmt: skip
+           "gradebox.core.scratch"]  # fmt: skip
     heavy = ("pydantic", "typer", "rich", "docker", "requests", "yaml", "tenacity", "logging",
              # stdlib, but each costs the hot path milliseconds for nothing it uses: dataclasses
              # (its inspect: ast, dis, tokenize), typing (annotations only), argparse (gettext),
@@ -151,9 +151,9 @@ def test_the_hot_path_loads_no_heavy_package():
 _RUN_HOT = """
 import sys
 from gradebox.cli.exec import parse
-from gradebox.scratch import new_scratch
+from gradebox.core.scratch import new_scratch
 from gradebox.sandbox import choose_backend
-from gradebox.fstree import remove_tree
+from gradebox.core.fstree import remove_tree
 from gradebox.graders.spec import grader_spec
 opts = parse(["--image", "python", "-W", "/tmp", "--timeout=30s", "--env", "A=b", "-e", "C",
               "--allow", "network", "--no-locked", "--max-calls", "7", "--", "python3", "x.py"])

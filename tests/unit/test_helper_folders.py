@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.untrusted import Refused, TooMany, hash_regular, look_through
+from gradebox.core.untrusted import Refused, TooMany, hash_regular, look_through
 from tests.conftest import write
 
 
@@ -184,7 +184,7 @@ def test_a_helper_file_itself_special_is_refused(tmp_path, kind):
 def test_a_named_file_closed_to_the_container_is_copied_by_the_door(tmp_path):
     """A script the container user could not read is copied (by descriptor: a FIFO swapped
     in under its name is an error at once, never a read that waits)."""
-    from gradebox.fstree import copy_file
+    from gradebox.core.fstree import copy_file
     from gradebox.graders.run import source_mounts
 
     write(tmp_path / "p" / "check.py", "print('{}')\n").chmod(0o600)

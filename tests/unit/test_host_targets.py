@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.drivers.runner import RunOptions, read_results, run_suite
 from gradebox.errors import ConfigError
-from gradebox.runner import RunOptions, read_results, run_suite
 from gradebox.sandbox.base import Prepared, RunOutcome, Sandbox, SandboxSpec
 from gradebox.suite import load_suite
 from tests.conftest import write
@@ -271,8 +271,8 @@ def test_a_key_the_server_echoes_in_an_error_is_not_written(tmp_path):
     ],
 )
 def test_repeated_runs_add_up_by_agentvs_strategies(strategy, score, status):
-    from gradebox.protocol import Status, TestResult
-    from gradebox.repeat import best_of
+    from gradebox.lifecycle.repeat import best_of
+    from gradebox.protocol.models import Status, TestResult
 
     runs = [
         TestResult(id="t", status=Status.passed if s >= 0.8 else Status.failed,
@@ -302,8 +302,8 @@ def test_a_repeated_run_that_errored_or_failed_a_gate_never_lends_its_score(stra
     that failed, a grader the agent made crash), and a run that failed a required gate keeps
     its weighted score too: neither is a score the test earned, so neither may lift the
     repeated test over its threshold."""
-    from gradebox.protocol import Status, TestResult
-    from gradebox.repeat import best_of
+    from gradebox.lifecycle.repeat import best_of
+    from gradebox.protocol.models import Status, TestResult
 
     errored = TestResult(id="t", status=Status.error, passed=False, score=1.0, threshold=0.8,
                          error="after_each: exit 1")  # fmt: skip

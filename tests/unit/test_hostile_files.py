@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.atomic import write_atomic
+from gradebox.core.atomic import write_atomic
+from gradebox.core.jsonl import JsonlWriter, load_json, read_jsonl
 from gradebox.errors import ConfigError, StorageError
-from gradebox.jsonl import JsonlWriter, load_json, read_jsonl
-from gradebox.protocol import Status, TestResult
+from gradebox.protocol.models import Status, TestResult
 
 HOSTILE = {
     "deep-100k": b"[" * 100_000 + b"]" * 100_000,
@@ -122,7 +122,7 @@ def test_a_signal_mid_write_leaves_no_temporary_file(tmp_path, monkeypatch, writ
     """SIGTERM is a KeyboardInterrupt in the runner (cli.app): one that lands while
     summary.json, a report or a resumed results.jsonl is written (the fsync of a large
     file is the widest window) left the .tmp file beside it for good."""
-    from gradebox.jsonl import rewrite_jsonl
+    from gradebox.core.jsonl import rewrite_jsonl
 
     target = tmp_path / ("summary.json" if writer == "summary" else "results.jsonl")
     target.write_text("{}\n")
@@ -191,7 +191,7 @@ def test_any_out_of_space_reaching_the_cli_is_one_line(capsys):
 def test_a_full_disk_names_the_folder_it_happened_in(tmp_path, monkeypatch):
     import tempfile
 
-    from gradebox.scratch import scratch_error
+    from gradebox.core.scratch import scratch_error
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     full = errno.ENOSPC, "No space left on device"

@@ -1,6 +1,10 @@
-"""The package's import graph, computed from its source: floors that are only ever imported
-downwards, no circles, no private name taken across a package boundary, and the engine (the
-Docker SDK's one edge) reached only from below ``sandbox/``.
+"""The package's import graph, computed from its source, held to the rule each floor's folder
+states in its ``__init__`` ("May import: ..."): the top level holds only folders and
+``__init__``, ``__main__``, ``errors`` and the version; every import across folders is one the
+importer's rule allows; the rules run one way (no folder may import one that may import it);
+no circles between modules; no private name taken across a package boundary; and the code
+that runs inside the images (``sdk``) is imported by nothing else. No carve-outs: a new need
+is a change of a folder's rule, said in that folder.
 
 Every import counts: at module level, inside functions (a lazy import is still a dependency),
 and under ``if TYPE_CHECKING:`` (a type hint that names an upper floor is still a design that
@@ -10,65 +14,16 @@ runs back up). Run ``python tests/unit/test_layers.py [ROOT]`` for the numbers.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gradebox"
 
-# From the bottom up. A module may import its own floor or any floor below, never one above.
-# A module is on the floor of the longest name listed that is it or one of its packages.
-FLOORS: list[tuple[str, list[str]]] = [
-    (
-        "base",
-        [
-            "_version",
-            "_types",
-            "_duration",
-            "_bytes",
-            "_log",
-            "_record",
-            "errors",
-            "_yaml",
-            "_pathnames",
-            "_programs",  # which(), without shutil (its bz2 and lzma) on exec's path
-            "jsonl",
-            "atomic",
-            "results",  # a run read back: the one reader of results.jsonl and summary.json
-            "untrusted",  # the door for bytes others wrote: regular files, owners, bounds
-            "fstree",
-            "scratch",  # scratch names and their sweep: below images (a build's scratch)
-            "gitignore",
-            "json_bounds",  # the protocol's JSON readers, free of pydantic (grade's lean path)
-            "wire",  # the protocol's formats by hand, each held to its model
-            "private_cache",  # the user's own cache folder: what only the user can write
-            "protocol",
-            "sdk",
-            "verify",
-            "subids",
-            "provenance",  # who wrote an input: every loader of configuration names it
-            "settings",  # every environment default, read once (exec reads it: stdlib only)
-        ],
-    ),  # fmt: skip
-    ("engine", ["engine"]),  # the Docker SDK's one edge (images and the docker backend use it)
-    ("images", ["images"]),
-    ("files", ["baseline", "workspace"]),  # host folders: walks, copies, quotas
-    ("sandbox", ["sandbox"]),
-    ("models", ["llm"]),  # targets, the client and its cache, the grader-facing proxy
-    ("graders", ["graders"]),  # one grader: config, container, verdict, verifiers, builtins
-    ("assertions", ["llm.grader", "graders.assertion"]),
-    ("suite", ["formats", "suite", "host_targets", "steps", "plan", "preflight"]),
-    ("lifecycle", ["pool", "lifecycle", "llm.runtime", "conversation", "repeat", "jobs"]),
-    ("executor", ["executor"]),  # the seam: jobs in, results out, wherever they run
-    ("drivers", ["runner", "batch", "trials", "calibrate"]),
-    ("cluster", ["cluster"]),  # an executor on Ray: plugs into the seam from above
-    ("output", ["report", "compare", "schemas", "doctor", "cli", "__main__", ""]),
-]
-
-ENGINE = "sandbox._engine"  # historical home of the engine: a re-export for sandbox/ only
-# `gradebox images` is a front end to the engine's own image store: it hands the engine to
-# images/ (build, lock, save, load); `gradebox doctor` asks the engine what it is and hands it
-# to images/ (status, verify) the same way. Nothing else above sandbox/ reaches the engine.
-ENGINE_FRONT_ENDS = {"cli.images", "doctor"}
+# What the top level may hold besides folders: everyone may import errors and the version.
+TOP_FILES = {"__init__", "__main__", "errors", "_version"}
+EVERYONE = {"errors", "_version"}
+RULE = re.compile(r"May import: (.*?)\.?\s*$", re.S)
 
 
 def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
@@ -120,13 +75,73 @@ def _known(dotted: str, mods: dict[str, tuple[Path, bool]]) -> str:
     return dotted if dotted in mods else ""
 
 
-def floor_of(module: str) -> int:
-    best, where = -1, -1
-    for i, (_, prefixes) in enumerate(FLOORS):
-        for p in prefixes:
-            if (p == "" or module == p or module.startswith(p + ".")) and len(p) > best:
-                best, where = len(p), i
-    return where
+def unit(module: str) -> str:
+    """The top-level folder (or top-level module) a module belongs to: "" is the package."""
+    return module.split(".")[0] if module else ""
+
+
+def rules(src: Path = SRC) -> dict[str, set[str] | None]:
+    """Unit -> what its rule says it may import (None: no rule stated)."""
+    out: dict[str, set[str] | None] = {}
+    for unit_name in [""] + sorted(p.name for p in src.iterdir() if (p / "__init__.py").is_file()):
+        path = src / unit_name / "__init__.py" if unit_name else src / "__init__.py"
+        out[unit_name] = _rule(path)
+    main = src / "__main__.py"
+    if main.is_file():
+        out["__main__"] = _rule(main)
+    for name in EVERYONE:
+        out[name] = set()
+    return out
+
+
+def _rule(path: Path) -> set[str] | None:
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    paragraph = doc.split("\n\n")[-1]
+    found = RULE.match(paragraph.strip())
+    if not found:
+        return None
+    said = " ".join(found.group(1).split())
+    if said.startswith("nothing"):
+        return set()
+    return {n.strip().strip("`") for n in said.split(",")}
+
+
+def stray_top_level(src: Path = SRC) -> list[str]:
+    return sorted(p.name for p in src.iterdir() if p.suffix == ".py" and p.stem not in TOP_FILES)
+
+
+def unruled(src: Path = SRC) -> list[str]:
+    return sorted(u or "gradebox" for u, r in rules(src).items() if r is None)
+
+
+def unknown_in_rules(src: Path = SRC) -> list[str]:
+    rs = rules(src)
+    return sorted(f"{u or 'gradebox'}: {n}" for u, r in rs.items() for n in r or () if n not in rs)
+
+
+def disallowed(edges: list[tuple[str, str, list[str]]], src: Path = SRC) -> list[str]:
+    """Imports across units that the importer's rule does not allow."""
+    rs = rules(src)
+    bad = set()
+    for a, b, _ in edges:
+        ua, ub = unit(a), unit(b)
+        if ua == ub or ub in EVERYONE:
+            continue
+        if ub not in (rs.get(ua) or set()):
+            bad.add(f"{a} -> {b}")
+    return sorted(bad)
+
+
+def rule_cycles(src: Path = SRC) -> list[list[str]]:
+    """Folders that may import each other, through any chain: the rules must run one way."""
+    edges = [(u, n, []) for u, r in rules(src).items() for n in r or ()]
+    return cycles(edges)
+
+
+def imported_sdk(edges: list[tuple[str, str, list[str]]], src: Path = SRC) -> list[str]:
+    said = sorted(u or "gradebox" for u, r in rules(src).items() if "sdk" in (r or ()))
+    used = sorted({f"{a} -> {b}" for a, b, _ in edges if unit(b) == "sdk" and unit(a) != "sdk"})
+    return said + used
 
 
 def cycles(edges: list[tuple[str, str, list[str]]]) -> list[list[str]]:
@@ -175,10 +190,6 @@ def cycles(edges: list[tuple[str, str, list[str]]]) -> list[list[str]]:
     return found
 
 
-def upward(edges: list[tuple[str, str, list[str]]]) -> list[str]:
-    return sorted({f"{a} -> {b}" for a, b, _ in edges if floor_of(b) > floor_of(a)})
-
-
 def _package(module: str, mods: dict[str, tuple[Path, bool]]) -> str:
     return module if mods.get(module, (None, False))[1] else module.rpartition(".")[0]
 
@@ -203,14 +214,6 @@ def private_crossings(edges: list[tuple[str, str, list[str]]], src: Path = SRC) 
     return sorted(out)
 
 
-def engine_users(edges: list[tuple[str, str, list[str]]]) -> list[str]:
-    sandbox = floor_of("sandbox")
-    bad = {a for a, b, _ in edges if b in (ENGINE, "engine") and floor_of(a) > sandbox}
-    bad -= ENGINE_FRONT_ENDS
-    bad |= {a for a, b, _ in edges if b == ENGINE and not a.startswith("sandbox")}
-    return sorted(bad)
-
-
 def biggest(src: Path = SRC, n: int = 8) -> list[tuple[str, int]]:
     sizes = [(m or "gradebox", len(p.read_text().splitlines())) for m, (p, _) in
              modules(src).items()]  # fmt: skip
@@ -220,68 +223,89 @@ def biggest(src: Path = SRC, n: int = 8) -> list[tuple[str, int]]:
 # --- the tests -------------------------------------------------------------------------
 
 
-def test_every_module_has_a_floor():
-    assert [m for m in modules() if floor_of(m) < 0] == []
+def test_the_top_level_holds_folders():
+    assert stray_top_level() == []
+
+
+def test_every_folder_states_its_rule():
+    assert unruled() == []
+    assert unknown_in_rules() == []
+
+
+def test_every_import_is_one_its_folder_allows():
+    assert disallowed(imports()) == []
+
+
+def test_the_rules_run_one_way():
+    assert rule_cycles() == []
 
 
 def test_no_import_circles():
     assert cycles(imports()) == []
 
 
-def test_no_import_runs_up_a_floor():
-    assert upward(imports()) == []
-
-
 def test_no_private_name_crosses_a_package_boundary():
     assert private_crossings(imports()) == []
 
 
-def test_nothing_above_sandbox_touches_the_engine():
-    assert engine_users(imports()) == []
+def test_nothing_imports_the_code_that_runs_inside_images():
+    assert imported_sdk(imports()) == []
 
 
 def test_the_runner_is_small():
-    assert dict(biggest(n=200))["runner"] <= 400
+    assert dict(biggest(n=500))["drivers.runner"] <= 400
 
 
 def test_the_checks_can_fail(tmp_path):
-    """A circle, an upward import and a private crossing planted in a copy are each found."""
+    """A stray module, a missing rule, a disallowed import, rules that run both ways, a
+    circle, a private crossing and an import of the sdk, planted in a copy, are each found."""
     pkg = tmp_path / "gradebox"
-    for name, text in {
-        "__init__.py": "",
-        "errors.py": "from .protocol import X\n",  # base -> base, and a circle below
-        "protocol.py": "from .errors import Y\n",
-        "suite.py": "def f():\n    from .runner import run_suite\n",  # lazy, and up
-        "runner.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from .cluster.node import Job\n",
-        "cluster/__init__.py": "",
-        "cluster/node.py": "from ..sandbox._engine import Engine\nfrom ..runner import _Run\n",
-        "sandbox/__init__.py": "",
-        "sandbox/_engine.py": "",
-    }.items():
+    files = {
+        "__init__.py": '"""May import: core."""\n',
+        "errors.py": "",
+        "stray.py": "",
+        "core/__init__.py": '"""Low.\n\nMay import: nothing."""\n',
+        "core/a.py": "from .b import X\n",  # a circle inside a folder
+        "core/b.py": "from .a import Y\nfrom ..errors import E\n",
+        "core/_hidden.py": "",
+        "suite/__init__.py": '"""May import: core, lifecycle."""\n',
+        "suite/s.py": "def f():\n    from ..lifecycle.run import go\n",  # allowed, but see below
+        "lifecycle/__init__.py": '"""May import: core, suite."""\n',  # both ways
+        "lifecycle/run.py": "from ..core._hidden import Z\nfrom ..sdk import grader\n",
+        "cli/__init__.py": '"""No rule here."""\n',
+        "cli/app.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from ..core.a import X\n",
+        "sdk/__init__.py": '"""May import: nothing."""\n',
+    }
+    for name, text in files.items():
         (pkg / name).parent.mkdir(parents=True, exist_ok=True)
         (pkg / name).write_text(text)
     edges = imports(pkg)
-    assert sorted(cycles(edges)) == [["cluster.node", "runner"], ["errors", "protocol"]]
-    assert upward(edges) == ["runner -> cluster.node", "suite -> runner"]
-    assert private_crossings(edges, pkg) == [
-        "cluster.node -> runner._Run", "cluster.node -> sandbox._engine"
-    ]  # fmt: skip
-    assert engine_users(edges) == ["cluster.node"]
+    assert stray_top_level(pkg) == ["stray.py"]
+    assert unruled(pkg) == ["cli"]
+    assert disallowed(edges, pkg) == ["cli.app -> core.a", "lifecycle.run -> sdk"]
+    assert rule_cycles(pkg) == [["lifecycle", "suite"]]
+    assert cycles(edges) == [["core.a", "core.b"]]
+    assert private_crossings(edges, pkg) == ["lifecycle.run -> core._hidden"]
+    assert imported_sdk(edges, pkg) == ["lifecycle.run -> sdk"]
 
 
 if __name__ == "__main__":  # the numbers, for a note: python tests/unit/test_layers.py [ROOT]
     src = Path(sys.argv[1]) / "src" / "gradebox" if len(sys.argv) > 1 else SRC
     edges = imports(src)
     print(f"modules: {len(modules(src))}, imports: {len(edges)}")
-    print(f"circles: {len(cycles(edges))}")
-    for c in cycles(edges):
-        print("   ", " / ".join(c))
-    print(f"upward imports: {len(upward(edges))}")
-    for u in upward(edges):
-        print("   ", u)
-    print(f"private names across packages: {len(private_crossings(edges, src))}")
-    for p in private_crossings(edges, src):
-        print("   ", p)
-    print(f"above sandbox/ using the engine: {engine_users(edges)}")
+    for u, r in rules(src).items():
+        print(f"  {u or 'gradebox'}: {', '.join(sorted(r)) if r else '-'}")
+    for name, found in [
+        ("top-level files", stray_top_level(src)),
+        ("folders with no rule", unruled(src)),
+        ("imports a rule does not allow", disallowed(edges, src)),
+        ("rules that run both ways", rule_cycles(src)),
+        ("circles", cycles(edges)),
+        ("private names across packages", private_crossings(edges, src)),
+        ("the sdk imported", imported_sdk(edges, src)),
+    ]:
+        print(f"{name}: {len(found)}")
+        for f in found:
+            print("   ", f)
     print("biggest:", ", ".join(f"{m} {n}" for m, n in biggest(src)))

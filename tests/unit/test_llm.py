@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 
 from gradebox.errors import ConfigError
+from gradebox.graders.llm import RubricItem, parse_verdict, render_prompt, template_variables
 from gradebox.llm import ModelHub, ModelTarget, TargetSet, load_targets
-from gradebox.llm.grader import RubricItem, parse_verdict, render_prompt, template_variables
 from gradebox.llm.proxy import MAX_CONNECTIONS, TargetProxy
-from gradebox.protocol import Message, Payload
+from gradebox.protocol.models import Message, Payload
 from tests.conftest import write
 from tests.fake_models import FakeModel
 
@@ -442,7 +442,7 @@ def test_proxy_protocol_budget_and_token():
 
 
 def test_an_answer_file_is_read_as_hostile(tmp_path):
-    from gradebox.llm.grader import candidate_from_files
+    from gradebox.graders.llm import candidate_from_files
 
     ws = tmp_path / "ws"
     (ws / "real").mkdir(parents=True)
@@ -465,8 +465,8 @@ def test_an_answer_file_is_read_as_hostile(tmp_path):
 def test_an_answer_file_may_have_any_name_at_any_depth(tmp_path):
     import os
 
-    from gradebox.fstree import remove_tree
-    from gradebox.llm.grader import candidate_from_files
+    from gradebox.core.fstree import remove_tree
+    from gradebox.graders.llm import candidate_from_files
 
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
+from gradebox.graders.llm import VERDICT_SCHEMA, LlmAssertion, RubricItem
 from gradebox.llm import ModelHub, ModelTarget, TargetSet
 from gradebox.llm.client import ANSWER_TOOL, MalformedReply
-from gradebox.llm.grader import VERDICT_SCHEMA, LlmAssertion, RubricItem
-from gradebox.protocol import GraderResult, Payload, Status
+from gradebox.protocol.models import GraderResult, Payload, Status
 from tests.fake_models import FakeModel, Raw
 
 KINDS = ["openai", "anthropic", "azure"]

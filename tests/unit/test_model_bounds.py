@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.graders.llm import LlmAssertion
 from gradebox.llm import ModelHub, ModelTarget, TargetSet
 from gradebox.llm.client import ModelError
-from gradebox.llm.grader import LlmAssertion
-from gradebox.protocol import GraderResult, Payload, Status
+from gradebox.protocol.models import GraderResult, Payload, Status
 from tests.fake_models import FakeModel
 
 KINDS = ["openai", "anthropic", "azure"]

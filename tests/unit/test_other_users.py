@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.atomic import writable_folder, write_atomic
+from gradebox.core.atomic import writable_folder, write_atomic
+from gradebox.core.jsonl import JsonlWriter, open_jsonl_for_append, rewrite_jsonl
 from gradebox.errors import ConfigError, GradeboxError
-from gradebox.jsonl import JsonlWriter, open_jsonl_for_append, rewrite_jsonl
-from gradebox.protocol import Status, TestResult
+from gradebox.protocol.models import Status, TestResult
 from gradebox.report.view import ViewServer
 
 AGENT_TEXT = "agent wrote this"
@@ -329,7 +329,7 @@ def test_a_hostile_run_folder_neither_hangs_nor_floods_the_view(tmp_path):
 
 
 def test_reading_results_back_never_opens_a_fifo(tmp_path):
-    from gradebox.results import read_results, read_results_from
+    from gradebox.protocol.results import read_results, read_results_from
 
     os.mkfifo(tmp_path / "results.jsonl")  # no writer: an open for reading would block
     assert read_results(tmp_path / "results.jsonl") == {}

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from gradebox.graders.verdict import read_result
-from gradebox.protocol import (
+from gradebox.protocol.models import (
     OutputShapeError,
     Payload,
     json_objects_in,
@@ -145,7 +145,7 @@ def test_nesting_is_bounded_in_a_thread_and_with_a_raised_recursion_limit():
     script = (
         "import sys, threading\n"
         "sys.setrecursionlimit(1_000_000)\n"
-        "from gradebox.protocol import OutputShapeError, load_untrusted_json\n"
+        "from gradebox.protocol.models import OutputShapeError, load_untrusted_json\n"
         "def f():\n"
         "    try:\n"
         "        load_untrusted_json('[' * 2_000_000)\n"
@@ -169,7 +169,7 @@ def test_objects_in_free_text():
 
 
 def test_objects_in_hostile_text_cost_a_bounded_parse_or_give_up():
-    from gradebox import protocol
+    from gradebox.protocol import models as protocol
 
     read = []
     real = protocol._object_at

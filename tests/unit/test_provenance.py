@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.core.provenance import Origin, Source
 from gradebox.errors import ConfigError, ImageError
 from gradebox.llm.targets import ModelTarget, TargetSet, TargetSources, load_targets
-from gradebox.preflight import preflight
-from gradebox.provenance import Origin, Source
 from gradebox.suite import load_suite
+from gradebox.suite.preflight import preflight
 from tests.conftest import write
 
 ALIASES = """targets:
@@ -300,7 +300,7 @@ def test_a_file_another_local_user_planted_above_the_suite_is_not_the_project(tm
 
 
 def test_a_model_target_under_test_follows_use_target(tmp_path, monkeypatch):
-    from gradebox.host_targets import HostAnswer, _ask
+    from gradebox.lifecycle.host_targets import HostAnswer, _ask
     from gradebox.llm.client import ModelHub
     from tests.fake_models import FakeModel
 

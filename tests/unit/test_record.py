@@ -53,7 +53,7 @@ def test_the_default_limits_are_a_frozen_record():
 
 def test_the_lazy_logger_drops_debug_without_logging_and_keeps_warnings():
     code = (
-        "import sys\nfrom gradebox._log import LazyLogger\nlog = LazyLogger('gradebox.t')\n"
+        "import sys\nfrom gradebox.core.log import LazyLogger\nlog = LazyLogger('gradebox.t')\n"
         "log.debug('d %s', 1)\nlog.info('i')\nprint('logging' in sys.modules)\n"
         "log.warning('w %s', 2)\n"
     )
@@ -71,11 +71,11 @@ def test_a_scratch_folder_is_made_where_tempfile_and_the_sweep_look(tmp_path):
     """new_scratch no longer imports tempfile: its folder must still be the one
     tempfile.gettempdir() names (collect_scratch sweeps there), private, and named ours."""
     code = (
-        "import os, stat, sys\nfrom gradebox.scratch import new_scratch\n"
+        "import os, stat, sys\nfrom gradebox.core.scratch import new_scratch\n"
         "p = new_scratch()\nloaded = 'tempfile' in sys.modules\nimport tempfile\n"
         "print(p.parent == __import__('pathlib').Path(tempfile.gettempdir()), loaded,"
         " oct(stat.S_IMODE(p.stat().st_mode)), p.name.startswith(f'gradebox-{os.getpid()}-'))\n"
-        "from gradebox.scratch import collect_scratch\n"
+        "from gradebox.core.scratch import collect_scratch\n"
         "print(collect_scratch(owner=os.getpid()) == [p], p.exists())\n"
     )
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)}

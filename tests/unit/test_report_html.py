@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import gradebox.results
-from gradebox.compare import load_run
+import gradebox.protocol.results
+from gradebox.core.jsonl import read_jsonl_from
 from gradebox.errors import ConfigError
-from gradebox.jsonl import read_jsonl_from
-from gradebox.protocol import GraderResult, RunSummary, Status, TestResult, TrialRecord
+from gradebox.protocol.models import GraderResult, RunSummary, Status, TestResult, TrialRecord
+from gradebox.protocol.results import load_results
+from gradebox.report.compare import load_run
 from gradebox.report.html import csp, page, page_data, script_json, write_report
 from gradebox.report.view import ViewServer
-from gradebox.results import load_results
 
 EVIL = "</script><!--<script>alert(1)</script>\u2028\u2029&amp;<img src=x onerror=alert(2)>"
 
@@ -115,22 +115,22 @@ def test_two_runs_carry_compares_figures(tmp_path):
 
 def test_every_output_reads_results_through_one_reader(tmp_path, monkeypatch):
     """compare, the run's table and JUnit (cli/run reads through runner.read_results) and the
-    HTML report: each reads results.jsonl through gradebox.results, none on its own."""
-    from gradebox import runner
+    HTML report: each reads results.jsonl through gradebox.protocol.results, none on its own."""
+    from gradebox.drivers import runner
 
     run = _run(tmp_path / "r", [_result("a"), _result("b", False)])
     calls: list[str] = []
-    real = gradebox.results.read_jsonl
+    real = gradebox.protocol.results.read_jsonl
 
     def spy(path: Path, model: type) -> object:
         calls.append(model.__name__)
         return real(path, model)
 
-    monkeypatch.setattr(gradebox.results, "read_jsonl", spy)
+    monkeypatch.setattr(gradebox.protocol.results, "read_jsonl", spy)
     assert set(load_run(run)) == {"a", "b"}
     assert calls == ["TestResult"]
     write_report([run], tmp_path / "r.html")
-    assert runner.read_results is gradebox.results.read_results
+    assert runner.read_results is gradebox.protocol.results.read_results
     assert set(runner.read_results(run / "results.jsonl")) == {"a", "b"}
     assert calls == ["TestResult"] * 3
 
@@ -177,7 +177,7 @@ def test_a_folder_without_results_is_one_line_naming_it(tmp_path):
 
 
 def test_a_trials_output_is_one_test_per_prompt_with_its_trials(tmp_path):
-    from gradebox.batch import GradedRecord
+    from gradebox.drivers.batch import GradedRecord
     from gradebox.report.html import load_run
 
     def graded(key: str, line: int, passed: bool) -> GradedRecord:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox import subids
+from gradebox.core import subids
 from gradebox.sandbox import userns
 from gradebox.sandbox.rootfs import RootfsCache
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.drivers.runner import RunOptions, run_suite
 from gradebox.errors import SandboxClosed
-from gradebox.runner import RunOptions, run_suite
 from gradebox.sandbox.base import Prepared, RunOutcome, Sandbox, SandboxSpec
 from gradebox.suite import load_suite
 from tests.conftest import write
@@ -157,9 +157,10 @@ def test_interruption_stops_queued_work_and_leaves_nothing_waiting(tmp_path):
 def test_a_remote_run_sums_its_usage_without_reading_its_results_back(tmp_path, monkeypatch):
     """A cluster's model calls are counted from the results as they come in: results.jsonl
     (100,000 lines for a large run) is not read again once the run is over."""
-    from gradebox import jsonl, runner
-    from gradebox.executor import Done, Executor
-    from gradebox.protocol import Status, TestResult, Usage
+    from gradebox.core import jsonl
+    from gradebox.drivers import runner
+    from gradebox.lifecycle.executor import Done, Executor
+    from gradebox.protocol.models import Status, TestResult, Usage
 
     class Remote(Executor):
         run_id, remote = "r1", True

@@ -152,7 +152,7 @@ def test_a_runtime_named_in_the_environment_is_checked_as_the_option_is(tmp_path
 
 
 def test_which_never_looks_in_the_current_folder(tmp_path, monkeypatch):
-    from gradebox import _programs
+    from gradebox.core import programs as _programs
 
     (tmp_path / "crun").write_text("#!/bin/sh\n")
     (tmp_path / "crun").chmod(0o755)

@@ -1,7 +1,7 @@
 import json
 from pathlib import Path
 
-from gradebox.schemas import schema_documents
+from gradebox.cli.schemas import schema_documents
 
 COMMITTED = Path(__file__).resolve().parents[2] / "schemas"
 

@@ -1,4 +1,4 @@
-"""Every environment default is read in ``gradebox.settings`` and nowhere else.
+"""Every environment default is read in ``gradebox.core.settings`` and nowhere else.
 
 A source walk, as ``test_layers`` walks imports: a read of ``os.environ`` (``os.getenv``) by a
 GRADEBOX_* or CI name outside settings.py fails, and so does a use of the whole environment
@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from gradebox import settings
 from gradebox.cli.session import CommandSession
+from gradebox.core import settings
 from gradebox.errors import ConfigError
-from tests.unit.test_layers import modules
+from tests.unit.test_layers import modules, unit
 
 OURS = re.compile(r"(GRADEBOX_\w+|CI)")
 
@@ -24,11 +24,11 @@ OURS = re.compile(r"(GRADEBOX_\w+|CI)")
 # checked by its name; setting a variable (GRADEBOX_RUNTIME, for what a command starts) is no
 # read.
 WHOLE_ENVIRONMENT = {
-    "settings": "the one reader of the defaults",
+    "core.settings": "the one reader of the defaults",
     "sdk": "runs inside images: the harness's EVALUATE_* variables",
-    "verify": "runs inside images: what the gate handed it",
-    "scratch": "TMPDIR, TEMP, TMP: the system's temporary folder",
-    "baseline": "the environment handed to git",
+    "sdk.verify": "runs inside images: what the gate handed it",
+    "core.scratch": "TMPDIR, TEMP, TMP: the system's temporary folder",
+    "files.baseline": "the environment handed to git",
     "sandbox.host": "the environment handed to the host backend's grader",
     "sandbox._slot_server": "the environment handed to the runtime",
     "report.plain": "FORCE_COLOR and TTY_COMPATIBLE, as rich reads them",
@@ -81,12 +81,12 @@ def _environ_uses(tree: ast.AST) -> list[tuple[int, str | None, bool]]:
 def test_environment_defaults_are_read_in_settings_only():
     bad = []
     for mod, (path, _) in modules().items():
-        if mod == "settings":
+        if mod == "core.settings":
             continue
         for line, read, whole in _environ_uses(ast.parse(path.read_text(encoding="utf-8"))):
             where = f"{path.relative_to(path.parents[2])}:{line}"
-            if read is not None and OURS.fullmatch(read) and mod not in ("sdk", "verify"):
-                bad.append(f"{where}: reads {read}: read it through gradebox.settings")
+            if read is not None and OURS.fullmatch(read) and unit(mod) != "sdk":
+                bad.append(f"{where}: reads {read}: read it through gradebox.core.settings")
             elif (whole or read is None) and mod not in WHOLE_ENVIRONMENT:
                 bad.append(f"{where}: uses the whole environment: list why in WHOLE_ENVIRONMENT")
     assert bad == []
@@ -99,7 +99,7 @@ def test_every_listed_module_still_takes_the_environment():
         for _, read, whole in _environ_uses(ast.parse(path.read_text(encoding="utf-8")))
         if whole or read is None
     }
-    assert set(WHOLE_ENVIRONMENT) - takers - {"settings"} == set()
+    assert set(WHOLE_ENVIRONMENT) - takers - {"core.settings"} == set()
 
 
 def test_the_walk_sees_every_spelling():

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from gradebox import private_cache
+from gradebox.core import private_cache
+from gradebox.core.private_cache import cache_dir
+from gradebox.core.untrusted import unshared
 from gradebox.errors import EngineError
-from gradebox.private_cache import cache_dir
 from gradebox.sandbox import seccomp, seccomp_bpf
 from gradebox.sandbox.init import sealed_init
 from gradebox.sandbox.rootfs import RootfsCache
-from gradebox.untrusted import unshared
 
 _ALLOW_ALL = struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000)  # one instruction: RET ALLOW
 

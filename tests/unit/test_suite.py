@@ -9,7 +9,7 @@ from gradebox.errors import ConfigError
 from gradebox.graders.assertion import aggregate
 from gradebox.graders.builtin import BuiltinAssertion, refuse_vacuous
 from gradebox.graders.custom import discover
-from gradebox.protocol import GraderResult, Status
+from gradebox.protocol.models import GraderResult, Status
 from gradebox.suite import GraderAssertion, load_suite
 from tests.conftest import write
 
@@ -169,7 +169,7 @@ def test_container_assertions_know_their_source_dir(tmp_path):
 
 
 def test_default_workers_follow_the_measured_setting(monkeypatch):
-    from gradebox.runner import default_workers
+    from gradebox.drivers.runner import default_workers
 
     monkeypatch.setenv("GRADEBOX_WORKERS", "3")
     assert default_workers() == 3

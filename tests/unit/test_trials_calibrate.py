@@ -2,11 +2,11 @@ from fractions import Fraction as F
 
 import pytest
 
-from gradebox.batch import GradedRecord, Record, graded, read_records
-from gradebox.calibrate import ReviewItem, review_sheet, sample
+from gradebox.drivers.batch import GradedRecord, Record, graded, read_records
+from gradebox.drivers.calibrate import ReviewItem, review_sheet, sample
+from gradebox.drivers.trials import pass_at_k, pass_hat_k, summarise_trials
 from gradebox.errors import ConfigError
-from gradebox.protocol import GraderResult, Status
-from gradebox.trials import pass_at_k, pass_hat_k, summarise_trials
+from gradebox.protocol.models import GraderResult, Status
 from tests.conftest import write
 
 # n = 5 trials; rows c = 0..5, columns k = 1..5, worked out by hand from C(5, k) = 5, 10, 10, 5, 1.

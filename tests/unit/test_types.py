@@ -1,7 +1,7 @@
 import pytest
 from pydantic import BaseModel
 
-from gradebox._types import Bytes, Duration, format_bytes, format_duration, parse_duration
+from gradebox.core.types import Bytes, Duration, format_bytes, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -329,7 +329,7 @@ def test_a_v4_tool_trajectory_every_run_holds_is_refused(tmp_path, body):
     """v4 scores a tool-trajectory with nothing to require 1.0: every run, one calling only
     ``rm`` included, would pass. The controls (a minimum of 1; one expected tool; subset with
     none expected, which allows no call) load and fail that run."""
-    from gradebox.protocol import Payload
+    from gradebox.protocol.models import Payload
 
     def suite(entry: str) -> Path:
         return write(tmp_path / "evals" / "e.eval.yaml", "tests:\n  - id: t\n    input: q\n"

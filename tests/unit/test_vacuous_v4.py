@@ -10,7 +10,7 @@ import pytest
 
 from gradebox.errors import ConfigError
 from gradebox.graders.trajectory import ToolTrajectory
-from gradebox.protocol import Payload
+from gradebox.protocol.models import Payload
 from gradebox.suite import load_suite
 from tests.conftest import write
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from gradebox.graders.verdict import judge
-from gradebox.protocol import Status
+from gradebox.protocol.models import Status
 from gradebox.sandbox.base import Limits, RunOutcome
 
 

@@ -11,8 +11,8 @@ from gradebox.errors import ConfigError
 from gradebox.graders.config import load_grader
 from gradebox.graders.run import check_grader_files, grader_file, source_mounts, translate_args
 from gradebox.graders.verifier import judge_junit, judge_node
-from gradebox.protocol import Status
-from gradebox.verify import declared_node_tests, declared_pytest_tests
+from gradebox.protocol.models import Status
+from gradebox.sdk.verify import declared_node_tests, declared_pytest_tests
 from tests.conftest import write
 
 COMMON = {"stdout_tail": "out", "stderr_tail": "err"}

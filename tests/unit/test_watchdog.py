@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.scratch import collect_scratch
-from gradebox.workspace import unmount_below
+from gradebox.core.scratch import collect_scratch
+from gradebox.files.workspace import unmount_below
 from tests.conftest import write
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
@@ -403,7 +403,7 @@ def test_no_name_in_tmp_breaks_the_sweep(word, tmp_path, monkeypatch):
     """gc (as root, every user's folders) and the watchdog's sweep meet a folder, a file, a
     link and another user's folder under each hostile name, beside a dead runner's folder:
     no exception, none of the hostile ones taken, the dead runner's removed."""
-    from gradebox.scratch import PID_MAX, owner_of
+    from gradebox.core.scratch import PID_MAX, owner_of
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert owner_of(f"gradebox-{word}-x") is None or owner_of(f"gradebox-{word}-x").pid > 0
@@ -427,9 +427,9 @@ def test_no_name_in_tmp_breaks_the_sweep(word, tmp_path, monkeypatch):
 @pytest.mark.parametrize("word", HOSTILE_WORDS)
 def test_no_owner_label_breaks_the_container_sweep(word):
     """The same numbers in a container's owner label or an OCI container's id."""
+    from gradebox.core.scratch import left_by, pid_alive
     from gradebox.sandbox.labels import parse_owner
     from gradebox.sandbox.oci import _owner_pid
-    from gradebox.scratch import left_by, pid_alive
 
     for pid in (parse_owner(f"h:{word}"), _owner_pid(f"gradebox-{word}-s-n")):
         assert pid is None
@@ -444,7 +444,7 @@ def test_the_sweep_in_a_new_process_survives_a_folder_named_after_an_impossible_
 
     (tmp_path / "gradebox-3000000000-x").mkdir()
     (tmp_path / "gradebox--5-x").mkdir()
-    code = "from gradebox.scratch import collect_scratch; print(len(collect_scratch()))"
+    code = "from gradebox.core.scratch import collect_scratch; print(len(collect_scratch()))"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
     assert p.returncode == 0, p.stderr
@@ -454,7 +454,7 @@ def test_the_sweep_in_a_new_process_survives_a_folder_named_after_an_impossible_
 def test_scratch_names_carry_their_owner_and_its_pid_namespace(tmp_path, monkeypatch):
     """Every scratch folder says whose it is: its pid and pid namespace. A folder of a runner
     in another pid namespace (a container sharing this /tmp) is never judged by a pid here."""
-    from gradebox.scratch import new_scratch, owner_of, pid_namespace, scratch_folder
+    from gradebox.core.scratch import new_scratch, owner_of, pid_namespace, scratch_folder
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     mine = new_scratch("empty")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gradebox.baseline import DIFF_FILE_BYTES
-from gradebox.workspace import Baseline, copy_template, truncate_diff
+from gradebox.files.baseline import DIFF_FILE_BYTES
+from gradebox.files.workspace import Baseline, copy_template, truncate_diff
 from tests.conftest import write
 
 
@@ -19,7 +19,7 @@ def _baselines_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     yield
     # pytest's own clean-up recurses: a tree thousands deep is removed here, whatever failed.
-    from gradebox.fstree import remove_tree
+    from gradebox.core.fstree import remove_tree
 
     for child in tmp_path.iterdir():
         remove_tree(child)
@@ -253,7 +253,7 @@ def test_gitattributes_cannot_break_or_blank_the_diff(tmp_path):
 def test_a_failing_diff_is_an_error_not_an_empty_diff(tmp_path):
     import pytest
 
-    from gradebox.workspace import WorkspaceError
+    from gradebox.files.workspace import WorkspaceError
 
     ws = tmp_path / "ws"
     write(ws / "a.py", "a = 1\n")
@@ -276,7 +276,7 @@ def test_diff_is_streamed_and_counted_past_the_cap(tmp_path):
 
 
 def test_copies_skip_fifos_and_follow_no_links(tmp_path):
-    from gradebox.workspace import safe_copy
+    from gradebox.files.workspace import safe_copy
 
     src = tmp_path / "src"
     write(src / "f.txt", "data\n")
@@ -294,7 +294,7 @@ def test_copies_skip_fifos_and_follow_no_links(tmp_path):
 def test_workspace_quota_is_enforced_by_the_filesystem(tmp_path):
     import pytest
 
-    from gradebox.workspace import Quota, Workspace
+    from gradebox.files.workspace import Quota, Workspace
 
     ws = Workspace.create(tmp_path / "ws", quota=Quota(size=4 << 20, files=50))
     try:
@@ -314,7 +314,7 @@ def test_workspace_quota_is_enforced_by_the_filesystem(tmp_path):
 
 def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
     """Python's own walkers recurse: an agent's 1,500-deep tree must not crash the host side."""
-    from gradebox.workspace import Quota, Workspace, safe_copy
+    from gradebox.files.workspace import Quota, Workspace, safe_copy
 
     (tmp_path / "host-file").write_text("keep\n")
     ws = tmp_path / "ws"
@@ -339,7 +339,7 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
     workspace = Workspace(ws, Quota(size=1 << 30, files=1000), mounted=False)
     assert "quota" in (workspace.exceeded() or "")  # 1,502 entries over a 1,000-file quota
     # Scratch folders holding such a tree are removed too (shutil.rmtree would recurse).
-    from gradebox.workspace import remove_tree
+    from gradebox.files.workspace import remove_tree
 
     base.discard()
     for tree in (ws, tmp_path / "copy"):
@@ -349,7 +349,7 @@ def test_a_tree_nested_thousands_deep_is_diffed_copied_and_measured(tmp_path):
 
 
 def test_an_overlay_workspace_never_writes_into_its_lower_layer(tmp_path):
-    from gradebox.workspace import Quota, Workspace
+    from gradebox.files.workspace import Quota, Workspace
 
     lower = tmp_path / "stage"
     write(lower / "a.txt", "template\n")
@@ -402,7 +402,7 @@ def _repo(path: Path) -> None:
 
 def _hostile_tree_survives(ws: Path, tmp_path: Path) -> None:
     """Everything else the host does with an agent's tree: measure, copy, remove."""
-    from gradebox.workspace import Quota, Workspace, remove_tree, safe_copy
+    from gradebox.files.workspace import Quota, Workspace, remove_tree, safe_copy
 
     assert Workspace(ws, Quota(), mounted=False).exceeded() is None
     copy = tmp_path / "copy"
@@ -551,7 +551,7 @@ def test_a_fifo_or_a_socket_is_reported_not_read(tmp_path):
 
 
 def test_a_reference_workspace_is_laid_over_without_following_links(tmp_path):
-    from gradebox.fstree import copy_tree
+    from gradebox.core.fstree import copy_tree
 
     host = tmp_path / "host"
     write(host / "keep.txt", "host\n")
@@ -639,7 +639,7 @@ def test_remove_tree_without_root_takes_folders_its_owner_closed():
     """Without root, the sealed input folder (0500, its file 0400) kept every scratch folder of
     a run, and an agent running as the runner's uid could keep its workspace copy on the
     host with a 000 folder: remove_tree gives the owner rwx back first, through no link."""
-    from gradebox.fstree import remove_tree
+    from gradebox.core.fstree import remove_tree
 
     # In /tmp itself: the test's own temp folder is closed to uid 65534.
     base = Path(tempfile.mkdtemp(prefix="gbx-rt-", dir="/tmp"))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gradebox import _yaml
-from gradebox._yaml import MAX_DEPTH, load_yaml_file
+from gradebox.core import yamlfile as _yaml
+from gradebox.core.yamlfile import MAX_DEPTH, load_yaml_file
 from gradebox.errors import ConfigError
 from gradebox.graders.config import load_grader
 from gradebox.suite import load_suite
@@ -164,7 +164,7 @@ def test_without_libyaml_the_same_limits_and_lines(tmp_path):
     code = (
         "import yaml; yaml.__with_libyaml__ = False\n"
         "from pathlib import Path\n"
-        "from gradebox import _yaml\n"
+        "from gradebox.core import yamlfile as _yaml\n"
         "assert not issubclass(_yaml._Loader, getattr(yaml, 'CParser', ()))\n"
         f"data, lines = _yaml.load_yaml_file(Path({str(tmp_path / 'ok.yaml')!r}))\n"
         "assert data == {'a': 1, 'b': {'c': ['x', 'y']}} and lines.get(('b', 'c')) == 3\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gradebox._yaml import MAX_NODES, load_yaml_file
+from gradebox.core.yamlfile import MAX_NODES, load_yaml_file
 from gradebox.errors import ConfigError
 from gradebox.suite import load_suite
 from tests.conftest import write
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _PROBE = """
 import json, resource, sys
 from pathlib import Path
-from gradebox._yaml import load_yaml_file
+from gradebox.core.yamlfile import load_yaml_file
 from gradebox.errors import ConfigError
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
@@ -200,7 +200,7 @@ def test_a_date_no_calendar_has_is_its_text_too(tmp_path, value):
 _LOAD = """
 import sys
 from pathlib import Path
-from gradebox._yaml import load_yaml_file
+from gradebox.core.yamlfile import load_yaml_file
 from gradebox.errors import ConfigError
 try:
     load_yaml_file(Path(sys.argv[1]))

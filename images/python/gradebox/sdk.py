@@ -1,1 +1,1 @@
-../../../src/gradebox/sdk.py
+../../../src/gradebox/sdk/__init__.py

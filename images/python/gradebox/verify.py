@@ -1,1 +1,1 @@
-../../../src/gradebox/verify.py
+../../../src/gradebox/sdk/verify.py

@@ -15,6 +15,9 @@ has finished (a grader thread still starting a container would otherwise land on
 sweeps). An interrupted command (Ctrl-C, SIGTERM: exit 130) has removed its containers; it gives its
 threads a moment (``GRACE``) to remove their own scratch, then ends without waiting for what
 is still in flight (a judge's model call), and leaves the rest to its watchdog.
+
+May import: core, protocol, engine, images, files, sandbox, llm, graders, suite, formats,
+lifecycle, drivers, cluster, report.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ INTERRUPTED = 130  # Ctrl-C or SIGTERM, as documented in docs/cli.md
 
 
 def main() -> None:
-    from .._programs import absolute_path
+    from ..core.programs import absolute_path
 
     absolute_path()  # no program of ours is found in the current folder (a grader pack's)
     argv = sys.argv[1:]

@@ -15,7 +15,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-from ..protocol import Status
+from ..protocol.models import Status
 from ..sandbox.defaults import PRIVILEGES
 
 __all__ = [

@@ -20,8 +20,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from .. import settings
 from .._version import __version__
+from ..core import settings
 from ..errors import GradeboxError
 from . import images as images_cmd
 from ._common import reflow

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..atomic import write_atomic
-from ..compare import compare_runs, load_run, markdown
+from ..core.atomic import write_atomic
+from ..report.compare import compare_runs, load_run, markdown
 from ._common import JsonOpt, Output
 
 

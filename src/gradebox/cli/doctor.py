@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import doctor as dr
+from . import machine as dr
 from ._common import JsonOpt, Output
 
 MARKS = {
@@ -29,7 +29,7 @@ def doctor(as_json: JsonOpt = False) -> None:
     Exit 0 when every promise can be kept here, 1 when a piece is missing (a row marked
     missing). Optional rows name what would make gradebox faster or ready for --locked; what
     runs instead keeps every promise."""
-    from ..subids import user_name
+    from ..core.subids import user_name
 
     out = Output(as_json)
     checks = dr.diagnose()

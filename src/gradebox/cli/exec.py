@@ -18,9 +18,9 @@ import signal
 import sys
 from pathlib import Path
 
-from .. import settings
-from ..untrusted import Refused
-from ..untrusted import read_regular as _read_regular
+from ..core import settings
+from ..core.untrusted import Refused
+from ..core.untrusted import read_regular as _read_regular
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ def parse(argv: list[str]) -> Options:
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not command:
         raise ExecError("no command given; usage: gradebox exec [OPTIONS] -- COMMAND [ARGS...]")
-    from .._duration import parse_duration
+    from ..core.duration import parse_duration
 
     try:
         timeout = parse_duration(ns.timeout)
@@ -361,8 +361,8 @@ class Exec:
             refuse_wide,
         )
         from ..graders.spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
-        from ..harness import decode_string, rewrite_top_level, top_level_strings
         from ..sandbox.base import Mount
+        from .harness import decode_string, rewrite_top_level, top_level_strings
 
         opts = self.opts
         security, network = self._privileges()
@@ -484,7 +484,7 @@ class Exec:
         return security, network
 
     def _env(self) -> dict[str, str]:
-        from ..harness import passed_env
+        from .harness import passed_env
 
         env = passed_env(os.environ)
         reserved = ("EVALUATE_WORKSPACE", "EVALUATE_GRADER_INPUT")
@@ -541,8 +541,8 @@ class Exec:
     def _image(self, command: list[str]) -> str:
         """The image id: a short name's is the lock's (its root filesystem already unpacked:
         no engine at all); anything else goes through the backend's resolver."""
-        from ..harness import image_for
         from ..images.catalog import DEFAULT_IMAGE, qualified
+        from .harness import image_for
 
         name = self.opts.image or image_for(command[0], _shebang(self.cwd, command[0]))
         name = name or DEFAULT_IMAGE

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from .._yaml import to_config_error
-from ..batch import load_grader_ref
+from ..core.yamlfile import to_config_error
+from ..drivers.batch import load_grader_ref
 from ..graders import GraderConfig, compiled, load_grader, run_grader
-from ..plan import check_grader
-from ..protocol import Payload
+from ..protocol.models import Payload
 from ..report import print_result
+from ..suite.plan import check_grader
 from ._common import AllowOpt, JsonOpt, LockedOpt, SandboxOpt, exit_code
 from .grade_lean import DIALECT, _read_regular, checked_workspace, read_payload
 from .session import CommandSession

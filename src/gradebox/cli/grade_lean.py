@@ -36,8 +36,8 @@ import signal
 import sys
 from pathlib import Path
 
-from .. import settings
-from ..untrusted import read_file, read_within
+from ..core import settings
+from ..core.untrusted import read_file, read_within
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class _Call:
 
     def _payload(self) -> tuple[bytes, str | None]:
         from ..graders.spec import CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
-        from ..wire import Unsure, payload_dump
+        from ..protocol.wire import Unsure, payload_dump
 
         data: dict[str, Any] = {}
         if self.opts.input:
@@ -279,7 +279,7 @@ class _Call:
         return _locked_id(name)
 
     def _print(self, fields: dict[str, Any]) -> None:
-        from ..wire import Unsure, result_json
+        from ..protocol.wire import Unsure, result_json
 
         if self.opts.as_json:
             try:
@@ -343,8 +343,8 @@ def checked_workspace(workspace: Path | None) -> Path:
 def read_payload(source: str, stdin: bytes | None = None) -> dict[str, Any]:
     """The payload's JSON object from a file, or ``-`` for stdin (``stdin``: already read).
     Errors name the file and the field."""
+    from ..core.json_bounds import load_json
     from ..errors import ConfigError
-    from ..json_bounds import load_json
 
     name = "<stdin>" if source == "-" else source
     try:

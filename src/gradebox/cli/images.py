@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from .. import images as img
-from .._types import format_bytes
+from ..core.types import format_bytes
 from ..engine import Engine
 from ..errors import ImageError
 from ..sandbox.rootfs import RootfsCache

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
+from ..core.scratch import collect_scratch
 from ..sandbox import collect_garbage
-from ..schemas import write_schemas
-from ..scratch import collect_scratch
 from ._common import JsonOpt, Output
+from .schemas import write_schemas
 
 
 def gc(

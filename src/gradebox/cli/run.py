@@ -14,16 +14,16 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..atomic import lock_folder, writable_folder, write_atomic
+from ..core.atomic import lock_folder, writable_folder, write_atomic
+from ..drivers.runner import RunOptions, read_results, run_suite
 from ..errors import ConfigError
 from ..graders.assertion import GraderAssertion, leaves
-from ..plan import plan_suite
-from ..preflight import preflight
-from ..protocol import RunSummary, Status, TestResult, Usage
+from ..protocol.models import RunSummary, Status, TestResult, Usage
 from ..report import junit_xml, print_run
-from ..runner import RunOptions, read_results, run_suite
 from ..suite import Suite, load_suite
-from ..suite_paths import expand_suite_paths, result_folders
+from ..suite.paths import expand_suite_paths, result_folders
+from ..suite.plan import plan_suite
+from ..suite.preflight import preflight
 from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
 from .session import CommandSession
 
@@ -470,7 +470,7 @@ def validate_refs(
     `reference_patch` applied (the target is not run). A grader that fails its own reference
     is a grader bug. Exit 0 when every reference passes, 1 when one does not, 2 invalid suite.
     """
-    from ..scratch import scratch_folder
+    from ..core.scratch import scratch_folder
 
     session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked)
     output = session.out

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import settings
+from ..core import settings
 from ..errors import ConfigError
 from ..sandbox.defaults import PRIVILEGES
 from ._common import Output

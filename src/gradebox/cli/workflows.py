@@ -12,22 +12,22 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._yaml import to_config_error
-from ..atomic import write_atomic
-from ..batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
-from ..calibrate import agreement, load_review_items, review_sheet, sample
+from ..core.atomic import write_atomic
+from ..core.scratch import scratch_folder
+from ..core.yamlfile import to_config_error
+from ..drivers.batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
+from ..drivers.calibrate import agreement, load_review_items, review_sheet, sample
+from ..drivers.runner import default_workers
+from ..drivers.trials import run_target_trials, summarise_trials
 from ..errors import ConfigError
 from ..graders.config import GraderConfig
 from ..graders.custom import GRADER_DIRS, NOT_OURS, discover, grader_for_file
 from ..graders.run import run_grader
 from ..images import DEFAULT_IMAGE, ImageResolver
-from ..plan import check_grader
-from ..protocol import Payload, Status
+from ..protocol.models import Payload, Status
 from ..report import STYLE, escape
-from ..runner import default_workers
 from ..sandbox import Sandbox
-from ..scratch import scratch_folder
-from ..trials import run_target_trials, summarise_trials
+from ..suite.plan import check_grader
 from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
 from .grade_lean import read_payload
 from .session import CommandSession
@@ -434,7 +434,7 @@ def assert_(
 
 
 def _duration_option(value: str) -> float:
-    from .._duration import parse_duration
+    from ..core.duration import parse_duration
 
     try:
         return parse_duration(value)

@@ -12,6 +12,9 @@ Example::
 
 Ray is an optional extra (``pip install 'gradebox[ray]'``); nothing here imports it until a
 cluster is asked for.
+
+May import: core, protocol, engine, images, files, sandbox, llm, graders, suite,
+lifecycle, drivers.
 """
 
 from __future__ import annotations

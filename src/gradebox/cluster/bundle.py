@@ -21,9 +21,9 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ..core.untrusted import secret_name
 from ..errors import ClusterError
-from ..untrusted import secret_name
-from ..workspace import remove_tree, walk_tree
+from ..files.workspace import remove_tree, walk_tree
 
 __all__ = ["MAX_BUNDLE", "common_root", "pack", "unpack"]
 

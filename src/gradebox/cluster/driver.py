@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError
-from ..executor import Done, Executor
-from ..jobs import Job, decode
+from ..lifecycle.executor import Done, Executor
+from ..lifecycle.jobs import Job, decode
 from .bundle import pack
 from .node import RunSpec, node_op, run_item
 

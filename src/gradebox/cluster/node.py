@@ -26,8 +26,8 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import GradeboxError
-from ..jobs import Job, Worker, encode, run_job
-from ..workspace import remove_tree, unmount_below
+from ..files.workspace import remove_tree, unmount_below
+from ..lifecycle.jobs import Job, Worker, encode, run_job
 from .bundle import unpack
 
 __all__ = ["RUN_PREFIX", "RunSpec", "node_op", "run_dir", "run_item"]
@@ -112,7 +112,7 @@ class _Context:
             raise
 
     def _load(self) -> None:
-        from ..plan import plan_suite
+        from ..suite.plan import plan_suite
 
         spec = self.spec
         self._same_images()
@@ -136,7 +136,7 @@ class _Context:
                 scratch=self.dir / f"stage-{os.getpid()}",
             )
         else:
-            from ..batch import load_grader_ref
+            from ..drivers.batch import load_grader_ref
 
             grader = load_grader_ref(self.root / spec.entry)
             if spec.workspace is not None:
@@ -204,7 +204,7 @@ def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -
 def _keys_used(suite: Any) -> set[str]:
     """The key variables of the model targets this suite calls (its graders, a model target
     under test), not every target a targets file lists."""
-    from ..preflight import models_used
+    from ..suite.preflight import models_used
 
     return {
         u.target.api_key_env
@@ -284,8 +284,8 @@ def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> 
 def sweep(run_id: str) -> dict[str, Any]:
     """The run's folder on this node, then containers and scratch of workers that are gone
     (a cancelled or killed test's), by ``gradebox gc``'s rules: a live runner's are kept."""
+    from ..core.scratch import collect_scratch
     from ..sandbox import collect_garbage
-    from ..scratch import collect_scratch
 
     folder = run_dir(run_id)
     # Before the folders: the containers' workspaces are mounts there.

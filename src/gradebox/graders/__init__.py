@@ -1,4 +1,7 @@
-"""Graders: configuration, running one in a sandbox, and judging what it did."""
+"""Graders: configuration, running one in a sandbox, and judging what it did.
+
+May import: core, protocol, engine, images, files, sandbox, llm.
+"""
 
 from __future__ import annotations
 

@@ -30,19 +30,19 @@ from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 
-from .. import untrusted
-from .._pathnames import exists, is_dir, is_file
-from .._types import format_duration
-from .._yaml import LineMap, validate
+from ..core import untrusted
+from ..core.pathnames import exists, is_dir, is_file
+from ..core.types import format_duration
+from ..core.yamlfile import LineMap, validate
 from ..errors import ConfigError, UnsupportedFeature
-from ..llm.grader import LlmAssertion, RubricItem
 from ..llm.targets import ModelTarget, TargetSet, TargetSources, load_targets
-from ..protocol import GraderResult, Payload, Status
+from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .entries import Entry, LlmJudge, check_entry, weight_ok
 from .fields import FieldAccuracy
+from .llm import LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory

@@ -20,7 +20,7 @@ from typing import Any
 
 import regex
 
-from ..protocol import GraderResult, Status, json_objects_in, parses_as_json
+from ..protocol.models import GraderResult, Status, json_objects_in, parses_as_json
 
 __all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin", "refuse_vacuous"]
 

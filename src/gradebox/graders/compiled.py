@@ -34,7 +34,7 @@ from collections import namedtuple
 from pathlib import Path, PurePosixPath
 
 from .._version import __version__
-from ..private_cache import PrivateCache
+from ..core.private_cache import PrivateCache
 from ..sandbox.defaults import Limits, Security
 
 TYPE_CHECKING = False

@@ -20,10 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from .._types import Duration
-from .._yaml import LineMap, load_yaml_file, validate
+from ..core.fstree import normalise_sub_path
+from ..core.types import Duration
+from ..core.yamlfile import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
-from ..fstree import normalise_sub_path
 from ..images import ImageBuild
 from ..sandbox.base import Limits, Security
 from .compiled import GraderRecord

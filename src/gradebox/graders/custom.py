@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.untrusted import trusted
 from ..errors import ConfigError
-from ..untrusted import trusted
 from .builtin import is_builtin
 from .config import ScriptGrader
 

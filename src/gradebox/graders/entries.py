@@ -36,7 +36,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from .._yaml import LineMap, to_config_error
+from ..core.yamlfile import LineMap, to_config_error
 from ..sandbox.base import Limits
 from .builtin import BuiltinAssertion, refuse_vacuous
 from .config import ProgramGrader, ScriptGrader

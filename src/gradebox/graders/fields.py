@@ -20,7 +20,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocol import Check, GraderResult, OutputShapeError, Payload, Status, load_untrusted_json
+from ..protocol.models import (
+    Check,
+    GraderResult,
+    OutputShapeError,
+    Payload,
+    Status,
+    load_untrusted_json,
+)
 
 __all__ = ["FieldAccuracy"]
 

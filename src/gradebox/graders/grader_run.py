@@ -25,12 +25,12 @@ import errno
 import os
 from pathlib import Path
 
+from ..core.fstree import remove_tree
+from ..core.scratch import new_scratch, scratch_error
+from ..core.untrusted import Refused, TooMany, look_through
 from ..errors import ConfigError
-from ..fstree import remove_tree
 from ..sandbox.base import Mount
 from ..sandbox.hardening import run_as, run_as_ids
-from ..scratch import new_scratch, scratch_error
-from ..untrusted import Refused, TooMany, look_through
 from .spec import (
     CONTAINER_INPUT_DIR,
     CONTAINER_WORKSPACE,
@@ -201,7 +201,7 @@ class GraderRun:
     def _private_view(self) -> None:
         # Only for a private view: workspace's dataclasses, logging and subprocess stay off
         # exec's hot path (~6 ms).
-        from ..workspace import Workspace
+        from ..files.workspace import Workspace
 
         assert self.workspace is not None and self.private is not None
         ours = os.stat(self.workspace).st_uid == self.owner[0]

@@ -13,13 +13,13 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from .. import _pathnames
+from ..core import pathnames as _pathnames
+from ..core.fstree import copy_file, copy_tree, walk_folders
+from ..core.json_bounds import digest
+from ..core.untrusted import Refused, TooMany, file_kind, hash_regular, look_through, secret_name
 from ..errors import ConfigError
-from ..fstree import copy_file, copy_tree, walk_folders
 from ..images.catalog import DEFAULT_IMAGE
-from ..json_bounds import digest
 from ..sandbox.base import Mount
-from ..untrusted import Refused, TooMany, file_kind, hash_regular, look_through, secret_name
 from .grader_run import (
     LARGE_OUTPUT_CHARS,
     SECRET_SCAN_LIMIT,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..llm.client import ModelHub
-    from ..protocol import GraderResult, InlinePayload, Payload
+    from ..protocol.models import GraderResult, InlinePayload, Payload
     from ..sandbox.base import ImageSource, Sandbox
     from .compiled import GraderRecord
     from .config import GraderConfig

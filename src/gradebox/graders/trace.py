@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..protocol import GraderResult, Payload, Status
+from ..protocol.models import GraderResult, Payload, Status
 from .builtin import _search, _TooSlow, is_builtin
 from .transcript import ToolCall, Trace, summary_of, trace_of, vally_input
 

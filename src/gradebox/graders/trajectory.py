@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..protocol import GraderResult, Payload, Status
+from ..protocol.models import GraderResult, Payload, Status
 from .transcript import ToolCall, trace_of
 
 __all__ = ["V4_PASS", "SkillTrigger", "ToolTrajectory", "deep_equal"]

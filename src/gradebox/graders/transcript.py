@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import Message, Payload
+from ..protocol.models import Message, Payload
 
 __all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "vally_input"]
 

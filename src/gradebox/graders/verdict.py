@@ -45,16 +45,16 @@ from __future__ import annotations
 import re
 import signal
 
-from .._bytes import format_bytes
-from .._duration import format_duration
-from ..json_bounds import MAX_OUTPUT_DEPTH as MAX_JSON_DEPTH
-from ..json_bounds import OutputShapeError, load_untrusted_json
+from ..core.duration import format_duration
+from ..core.json_bounds import MAX_OUTPUT_DEPTH as MAX_JSON_DEPTH
+from ..core.json_bounds import OutputShapeError, load_untrusted_json
+from ..core.sizes import format_bytes
 
 TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path judges with `verdict`
 if TYPE_CHECKING:
     from typing import Any, Literal
 
-    from ..protocol import GraderResult
+    from ..protocol.models import GraderResult
     from ..sandbox.base import Limits, RunOutcome
 
     Dialect = Literal["program", "script", "assertion", "inline", "pytest", "node-test"]
@@ -238,7 +238,7 @@ def judge(
 
 def result_of(fields: dict[str, Any]) -> GraderResult:
     """``verdict``'s fields as the protocol's ``GraderResult``."""
-    from ..protocol import GraderResult
+    from ..protocol.models import GraderResult
 
     fields = dict(fields)
     why = fields.pop("no_verdict", None)

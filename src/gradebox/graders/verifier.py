@@ -29,9 +29,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from .. import untrusted
-from .._pathnames import is_dir, is_file
-from ..protocol import Check, GraderResult, Status
+from ..core import untrusted
+from ..core.pathnames import is_dir, is_file
+from ..protocol.models import Check, GraderResult, Status
 
 __all__ = ["judge_junit", "judge_node", "node_test_grader_data", "pytest_grader_data"]
 

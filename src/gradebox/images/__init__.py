@@ -12,6 +12,8 @@ An image is up to date when its ``gradebox.inputs`` label equals the hash of its
 The package is split by job: ``catalog`` (names, folders, input hashes), ``apt`` (the
 machine's mirror), ``build`` (debootstrap, builds, status), ``lock`` (the lock file) and
 ``resolve`` (names -> ids for a run).
+
+May import: core, engine.
 """
 
 from __future__ import annotations

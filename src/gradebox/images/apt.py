@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import settings
+from ..core import settings
 from ..errors import ImageError
 
 BASE_PACKAGES = ["ca-certificates"]

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.scratch import scratch_folder
 from ..engine import Engine, NotFound
 from ..errors import ImageError
-from ..scratch import scratch_folder
 from .apt import BASE_PACKAGES, _base_inputs, apt_mirror
 from .catalog import (
     BASE,
@@ -131,7 +131,7 @@ def bootstrap_unusable() -> tuple[str, str] | None:
             why = "debootstrap is needed to build the base image without a registry"
             return why, "apt-get install debootstrap"
         return None
-    from .. import subids as userns
+    from ..core import subids as userns
 
     why = "no mmdebstrap" if shutil.which("mmdebstrap") is None else userns.missing()
     if why:

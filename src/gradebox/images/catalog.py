@@ -7,8 +7,8 @@ import os
 import re
 from pathlib import Path
 
-from .. import settings, untrusted
-from .._log import LazyLogger
+from ..core import settings, untrusted
+from ..core.log import LazyLogger
 from ..errors import ImageError
 
 log = LazyLogger("gradebox.images")  # logging loads on first use: not on exec's path

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..atomic import write_atomic
+from ..core.atomic import write_atomic
 from ..engine import Engine
 from ..errors import ImageError
 from .build import _current, status

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import untrusted
+from ..core import untrusted
 from ..engine import Engine, NotFound
 from ..errors import ImageError
 from .catalog import LABEL_INPUTS, input_hash, qualified, repo

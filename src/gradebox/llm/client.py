@@ -44,13 +44,13 @@ from tenacity import (
     stop_when_event_set,
 )
 
-from .. import settings
-from .._log import LazyLogger
+from ..core import settings
+from ..core.jsonl import digest
+from ..core.log import LazyLogger
+from ..core.private_cache import ENTRY_CAP, PrivateCache, cache_dir
+from ..core.untrusted import OverCap, decoded_within, private
 from ..errors import GradeboxError
-from ..jsonl import digest
-from ..private_cache import ENTRY_CAP, PrivateCache, cache_dir
-from ..protocol import Usage
-from ..untrusted import OverCap, decoded_within, private
+from ..protocol.models import Usage
 from .targets import ModelTarget, TargetSet
 
 __all__ = [

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import GradeboxError
-from ..protocol import Usage
+from ..protocol.models import Usage
 from ..sandbox.base import Started
 from .client import Cancelled, ModelError, ModelHub
 from .targets import ModelTarget

@@ -33,12 +33,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from .. import settings
-from .._pathnames import is_file
-from .._yaml import LineMap, load_yaml_file, validate
+from ..core import settings
+from ..core.pathnames import is_file
+from ..core.provenance import Origin, Source
+from ..core.untrusted import trusted as owned
+from ..core.yamlfile import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
-from ..provenance import Origin, Source
-from ..untrusted import trusted as owned
 
 __all__ = [
     "MODEL_KINDS",

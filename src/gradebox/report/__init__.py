@@ -2,6 +2,9 @@
 HTML report (``html``) and the live view (``view``). Each reads the run through
 ``gradebox.results``; machines get ``--json`` instead. ``plain``: one grader's result
 (``gradebox grade``), rich only on a terminal.
+
+May import: core, protocol, engine, images, files, sandbox, llm, graders, suite,
+lifecycle, drivers.
 """
 
 from __future__ import annotations

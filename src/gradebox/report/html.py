@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..atomic import write_atomic
-from ..compare import compare_runs, outcomes
+from ..core.atomic import write_atomic
 from ..errors import ConfigError
-from ..protocol import Message, Status, TestResult, TrialRecord
-from ..results import RunResults, load_results, results_file
+from ..protocol.models import Message, Status, TestResult, TrialRecord
+from ..protocol.results import RunResults, load_results, results_file
+from .compare import compare_runs, outcomes
 from .terminal import reason
 
 if TYPE_CHECKING:
-    from ..batch import GradedRecord
+    from ..drivers.batch import GradedRecord
 
 __all__ = [
     "csp",
@@ -114,7 +114,7 @@ def _script_safe(text: str) -> str:
 
 
 def _trial_stats(result: TestResult) -> dict[str, Any] | None:
-    from ..trials import pass_at_k, pass_hat_k
+    from ..drivers.trials import pass_at_k, pass_hat_k
 
     trials = result.trials or []
     if not trials:
@@ -257,7 +257,7 @@ def load_run(path: Path) -> RunResults:
     try:
         return load_results(path)
     except ConfigError as suite_error:
-        from ..batch import read_graded
+        from ..drivers.batch import read_graded
 
         file = results_file(path)
         try:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-from ..protocol import RunSummary, Status, TestResult
+from ..protocol.models import RunSummary, Status, TestResult
 from .plain import MARK, STYLE, clean
 
 __all__ = ["STYLE", "escape", "junit_xml", "print_run", "xml_text"]

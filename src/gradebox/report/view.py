@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..core.untrusted import open_regular, read_within
 from ..errors import ConfigError
-from ..protocol import RunSummary
-from ..results import RunResults, read_results_from, results_file
-from ..untrusted import open_regular, read_within
+from ..protocol.models import RunSummary
+from ..protocol.results import RunResults, read_results_from, results_file
 from .html import csp, live_row, page, page_data
 
 __all__ = ["ViewServer"]

@@ -3,6 +3,8 @@
 Backends: ``oci`` (the OCI runtime, runc, on unpacked image roots: near-bare speed), ``docker``
 (the Docker Engine), and ``host`` (no isolation, for comparisons only). Third-party backends
 register under the ``gradebox.sandboxes`` entry-point group.
+
+May import: core, protocol, engine, images, files.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import importlib
 import os
 
-from .. import settings
-from .._log import LazyLogger
+from ..core import settings
+from ..core.log import LazyLogger
 from ._shared import LazyEngine
 from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
 from .defaults import Limits, Security

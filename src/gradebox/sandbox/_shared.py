@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .._log import LazyLogger
+from ..core.log import LazyLogger
 from .base import ImageSource
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 
-from .._record import Record
+from ..core.record import Record
 from .defaults import DEFAULT_LIMITS, DEFAULT_SECURITY, Limits, Security
 
 # Not `from typing import ...`: typing costs `gradebox exec`'s hot path ~3 ms, for annotations.

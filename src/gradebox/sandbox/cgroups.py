@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .._log import LazyLogger
+from ..core.log import LazyLogger
 from ..errors import GradeboxError
 
 __all__ = [
@@ -338,7 +338,7 @@ def enter_user_scope(timeout: float = 10.0) -> str | None:
 
     The user's manager moves the process through the system's manager (which lets a user
     move their own processes into their own units); nothing runs as root."""
-    from .._programs import which
+    from ..core.programs import which
 
     if os.geteuid() == 0 or not unified():
         return "not needed"

@@ -8,8 +8,8 @@ docs/security.md (``make schemas``; a test fails when it differs). Standard libr
 
 from __future__ import annotations
 
-from .._bytes import format_bytes
-from .._record import Record
+from ..core.record import Record
+from ..core.sizes import format_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ import time
 from typing import Any
 
 from .._version import __version__
+from ..core.scratch import left_by, new_scratch
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from ..scratch import left_by, new_scratch
 from . import _engine
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput

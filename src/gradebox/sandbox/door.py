@@ -96,8 +96,8 @@ def listen_via_engine(
     shares ``container``'s network namespace (see the module's docstring)."""
     import socket
 
+    from ..core.scratch import new_scratch
     from ..images.catalog import qualified
-    from ..scratch import new_scratch
     from .seccomp import seccomp_json
 
     folder = str(new_scratch("door"))  # 0700, ours, named after us (the watchdog's)

@@ -32,7 +32,7 @@ import os
 import re
 from pathlib import Path
 
-from .._record import Record
+from ..core.record import Record
 from .base import Mount
 from .init import INIT_PATH, init_binary
 

@@ -21,8 +21,8 @@ import stat
 import threading
 from pathlib import Path
 
-from .._log import LazyLogger
-from .._programs import which
+from ..core.log import LazyLogger
+from ..core.programs import which
 from .rootfs import cache_dir
 
 __all__ = ["INIT_PATH", "init_binary", "sealed_init"]

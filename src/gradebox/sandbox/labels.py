@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..scratch import pid_in, pid_namespace
+from ..core.scratch import pid_in, pid_namespace
 
 __all__ = [
     "LABEL_OWNER",

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_core import core_schema
 
-from .._types import Bytes
+from ..core.types import Bytes
 
 __all__ = ["edge_model", "edge_schema"]
 

@@ -45,11 +45,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import settings
-from .._log import LazyLogger
-from .._programs import which
+from ..core import settings
+from ..core.log import LazyLogger
+from ..core.programs import which
+from ..core.scratch import left_by, pid_in
 from ..errors import EngineError, GradeboxError, SandboxClosed
-from ..scratch import left_by, pid_in
 from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput

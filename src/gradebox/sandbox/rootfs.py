@@ -22,10 +22,10 @@ import subprocess
 import threading
 from pathlib import Path
 
-from .._record import Record
+from ..core.private_cache import cache_dir  # every cache of ours lives there
+from ..core.record import Record
+from ..core.untrusted import private as _private
 from ..errors import EngineError
-from ..private_cache import cache_dir  # every cache of ours lives there
-from ..untrusted import private as _private
 from . import userns
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import os
 
-from .. import settings
-from .._programs import which
+from ..core import settings
+from ..core.programs import which
 
 __all__ = ["HIDE_V2", "NAMED", "Runtime", "checked", "choose", "hybrid_v2", "v2_hidden"]
 

@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from ..private_cache import PrivateCache
+from ..core.private_cache import PrivateCache
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:

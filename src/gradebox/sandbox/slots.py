@@ -52,8 +52,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import settings
-from .._log import LazyLogger
+from ..core import settings
+from ..core.log import LazyLogger
 from ..errors import GradeboxError
 from .defaults import CGROUPS
 

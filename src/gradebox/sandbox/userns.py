@@ -28,10 +28,10 @@ import sys
 import threading
 import time
 
-from .._programs import which
-from .._record import Record
+from ..core.programs import which
+from ..core.record import Record
+from ..core.subids import SPAN, missing, prerequisite, subordinate
 from ..errors import GradeboxError
-from ..subids import SPAN, missing, prerequisite, subordinate
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:

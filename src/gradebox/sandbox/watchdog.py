@@ -138,7 +138,7 @@ def _sweep(owner: int) -> None:
     scratch folders), then the folders; again after a while, for what was still landing."""
     import time
 
-    from ..scratch import collect_scratch
+    from ..core.scratch import collect_scratch
     from . import collect_garbage
 
     for pause in SWEEPS:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..._yaml import LineMap, load_yaml_file, to_config_error
+from ...core.yamlfile import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
 from ...llm.targets import TargetSources

@@ -16,11 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ... import untrusted
-from ..._pathnames import exists, is_dir, is_file
-from ..._yaml import LineMap
+from ...core import untrusted
+from ...core.pathnames import exists, is_dir, is_file
+from ...core.untrusted import trusted as owned
+from ...core.yamlfile import LineMap
 from ...errors import ConfigError, UnsupportedFeature
-from ...untrusted import trusted as owned
 
 __all__ = [
     "Where",

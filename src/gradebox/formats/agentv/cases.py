@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ... import untrusted
-from ..._yaml import MAX_DEPTH, load_yaml_file, nesting_exceeds
+from ...core import untrusted
+from ...core.yamlfile import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
 from ...graders.trace import decided_on_host
 from ._base import (

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..._yaml import MAX_DEPTH
+from ...core.yamlfile import MAX_DEPTH
 from ...errors import ConfigError
 from ._base import Case, Lines1, Where, csv_rows
 

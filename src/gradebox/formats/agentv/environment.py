@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..._yaml import load_yaml_file
+from ...core.yamlfile import load_yaml_file
 from ...sandbox.defaults import DEFAULT_LIMITS
 from ._base import Where, interpolate_env, is_dir, is_file
 

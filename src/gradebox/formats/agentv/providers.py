@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...core.untrusted import trusted
 from ...graders.assertion import infer_image
 from ...graders.custom import NOT_OURS
 from ...llm.targets import (
@@ -35,7 +36,6 @@ from ...llm.targets import (
     agentv_kind,
     agentv_label,
 )
-from ...untrusted import trusted
 from ._base import Where, interpolate_env, resolve_path
 
 __all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "resolve_target"]

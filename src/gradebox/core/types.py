@@ -1,0 +1,30 @@
+"""Small validated value types shared by the configuration models: durations and byte sizes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, ByteSize, PlainSerializer, WithJsonSchema
+
+from .duration import _DURATION, format_duration, parse_duration
+from .sizes import format_bytes
+
+__all__ = ["Bytes", "Duration", "format_bytes", "format_duration", "parse_duration"]
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": _DURATION.pattern, "examples": ["500ms", "60s"]}),
+]
+"""Seconds, written with a unit in configuration files."""
+
+Bytes = Annotated[
+    ByteSize,
+    PlainSerializer(lambda v: format_bytes(int(v)), return_type=str),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "examples": ["1GiB"]}]}
+    ),
+]
+"""A byte count: an integer or a string such as ``512MiB`` / ``1GB``."""

@@ -1,0 +1,294 @@
+"""Run a suite: pick the tests (filter, resume), send them through an executor, write each
+result the moment it is back, and sum the run up.
+
+What one test does lives in ``gradebox.lifecycle``; where tests run is the executor's
+(``gradebox.executor``: this machine's threads by default, ``gradebox.cluster`` for a Ray
+cluster): this module builds ``TestJob``s and consumes ``Done``s the same way for both.
+Each finished test is appended to ``results.jsonl`` at once (flushed and fsynced), so an
+interrupted run loses only the tests that were in flight, and ``resume`` runs just what is
+missing. A test no executor could run is recorded as an error that says why, never a pass.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._version import __version__
+from ..core.atomic import lock_folder, writable_folder, write_atomic
+from ..core.jsonl import JsonlWriter, rewrite_jsonl
+from ..errors import StorageError
+from ..lifecycle.executor import Executor, LocalExecutor, default_workers
+from ..lifecycle.jobs import TestJob, Worker
+from ..lifecycle.testrun import after_all, not_run, now
+from ..protocol.models import RunSummary, Status, TestResult, Usage
+from ..protocol.results import read_results  # the one reader (re-exported: callers import it here)
+from ..sandbox.base import ImageSource, Sandbox
+from ..suite import Suite, Test
+
+__all__ = [
+    "RunOptions",
+    "default_workers",
+    "read_results",
+    "run_suite",
+    "summarise",
+]
+
+log = logging.getLogger("gradebox.runner")
+
+
+@dataclass
+@dataclass
+class RunOptions:
+    out_dir: Path
+    workers: int | None = None
+    filter: str | list[str] | None = None  # globs over test ids; a test matching any runs
+    resume: bool = False
+    retry_errors: bool = False  # with resume: errored tests run again
+    max_ahead: int | None = None  # containers started ahead of their input; default 2/worker
+    use_cache: bool = True  # model answers from the response cache when the request repeats
+    references: bool = False  # validate-refs: each test's reference answer stands in for the target
+    model_calls: int = 4  # model calls in flight at once, for the whole run
+    run_id: str | None = None  # a cluster run's (its nodes know it); else a new one
+
+
+def run_suite(
+    suite: Suite,
+    box: Sandbox,
+    images: ImageSource,
+    options: RunOptions,
+    on_result: Callable[[TestResult], None] = lambda r: None,
+    on_start: Callable[[int, int], None] = lambda total, done: None,
+    executor: Executor | None = None,
+) -> RunSummary:
+    """Run every selected test; append each result to ``out_dir/results.jsonl`` when done.
+
+    Ctrl-C (KeyboardInterrupt) stops the run cleanly: containers are removed, finished tests
+    stay in results.jsonl, and the summary records ``interrupted``; the exception propagates.
+
+    ``executor``: where the tests run (default: threads of this process, ``LocalExecutor``;
+    ``gradebox.cluster.RayExecutor`` for a Ray cluster's nodes). The results are written here
+    the same way whichever it is; a remote executor's each name the node that ran it.
+    """
+    started, t0 = now(), time.monotonic()
+    workers = options.workers or suite.spec.defaults.workers or default_workers()
+    out = options.out_dir
+    patterns = [options.filter] if isinstance(options.filter, str) else options.filter
+    selected = [
+        t
+        for t in suite.tests
+        if (not patterns or any(fnmatch.fnmatchcase(t.id, p) for p in patterns))
+        and (not options.references or t.has_reference())
+    ]
+    prints = {t.id: suite.fingerprint(t) for t in selected}
+    # The folder is checked and held before anything runs: one that names a file or cannot
+    # be written is one line (exit 2), and a second run given it is refused, not interleaved.
+    field = "--resume" if options.resume else "--out"
+    lock = lock_folder(writable_folder(out, field=field), field=field)
+    try:
+        return _run_locked(
+            suite,
+            box,
+            images,
+            options,
+            on_result,
+            on_start,
+            executor,
+            selected,
+            prints,
+            workers,
+            started,
+            t0,
+        )
+    finally:
+        os.close(lock)
+
+
+def _run_locked(
+    suite: Suite,
+    box: Sandbox,
+    images: ImageSource,
+    options: RunOptions,
+    on_result: Callable[[TestResult], None],
+    on_start: Callable[[int, int], None],
+    executor: Executor | None,
+    selected: list[Test],
+    prints: dict[str, str],
+    workers: int,
+    started: str,
+    t0: float,
+) -> RunSummary:
+    out = options.out_dir
+    results_path = out / "results.jsonl"
+    previous = read_results(results_path) if options.resume else {}
+    if not options.resume:
+        # Whatever is under the name goes, a dangling link too (``exists`` follows it and
+        # would leave it there for the append to follow).
+        results_path.unlink(missing_ok=True)
+    # Reuse a result only when the test and everything that grades it are unchanged.
+    reusable = {
+        k: r
+        for k, r in previous.items()
+        if k in prints
+        and r.fingerprint == prints[k]
+        and not (options.retry_errors and r.status is Status.error)
+    }
+    stale = [k for k in previous if k in prints and k not in reusable]
+    if stale:
+        # The file says exactly what stands: results of other tests, and the reused ones. (Not
+        # rewritten when nothing is dropped: a resume after a full disk needs no second copy.)
+        rewrite_jsonl(
+            results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
+        )
+    todo = [t for t in selected if t.id not in reusable]
+    run_id = executor.run_id if executor is not None else options.run_id or secrets.token_hex(6)
+    on_start(len(selected), len(selected) - len(todo))
+    writer = JsonlWriter(results_path)
+    own = executor is None
+    if executor is None:
+        executor = LocalExecutor(
+            Worker(
+                box,
+                images,
+                run_id,
+                suite=suite,
+                threads=workers,
+                max_ahead=options.max_ahead,
+                use_cache=options.use_cache,
+                model_calls=options.model_calls,
+                references=options.references,
+            )
+        )
+    # Only (status, score) per test stays in memory: a 100,000-test run costs what a
+    # 100-test one does; the results themselves are on disk.
+    wanted = {t.id for t in selected}
+    finished: dict[str, tuple[Status, float]] = {
+        k: (v.status, v.score) for k, v in reusable.items() if k in wanted
+    }
+    reused = len(finished)
+    del previous, reusable
+    interrupted = False
+    full: StorageError | None = None  # the results or scratch folder could not take more
+    warnings: list[str] = []
+    nodes: dict[str, int] = {}
+    remote_usage, remote_counted = Usage(), False  # a cluster's calls: each in its test's result
+    by_id = {t.id: t for t in todo}
+    try:
+        for done in executor.map([TestJob(t.id) for t in todo], workers):
+            result = done.value
+            if result is None:  # no result, no pass: an error that says why
+                result = not_run(by_id[str(done.job)], suite.root, done.error or "not run")
+            if done.node is not None or done.attempts is not None:
+                result.node, result.attempts = done.node, done.attempts
+            result.fingerprint = prints[result.id]
+            result.suite, result.file = suite.name, str(suite.path)  # a run of several files
+            _append_or_error(writer, result)
+            finished[result.id] = (result.status, result.score)
+            if result.node:
+                nodes[result.node] = nodes.get(result.node, 0) + 1
+            if executor.remote and result.usage is not None:
+                remote_usage.merge(result.usage)
+                remote_counted = True
+            on_result(result)
+    except KeyboardInterrupt:
+        interrupted = True
+        box.close()  # (the map has closed it too) in-flight runs end; nothing new starts
+        raise
+    except StorageError as exc:
+        # A machine fault, not a test's: the run ends (the map closed the sandbox: in-flight
+        # tests are not recorded), what is on disk stays, and --resume continues it.
+        interrupted, full = True, exc
+        box.close()
+        raise StorageError(
+            f"{exc}; the run stopped, {len(finished)} finished result(s) are kept in "
+            f"{results_path}: make room, then continue with --resume {out}"
+        ) from None
+    finally:
+        try:
+            if not interrupted:
+                warnings = after_all(suite, box, images, run_id)
+        finally:
+            if own:
+                executor.close()
+            writer.close()
+        summary = summarise(
+            suite,
+            run_id,
+            finished,
+            len(selected),
+            workers,
+            interrupted,
+            started,
+            time.monotonic() - t0,
+        )
+        summary.reused = reused
+        summary.min_mean_score = suite.spec.min_mean_score
+        summary.warnings = warnings
+        summary.usage = executor.usage()
+        if executor.remote:  # the models were called on the nodes: each test's in its result
+            summary.usage = remote_usage if remote_counted else None
+            summary.nodes = nodes
+        if full is not None:
+            summary.warnings.append(f"stopped: {full}")
+        try:
+            # Whole or not at all: a full folder keeps the previous summary as it was.
+            write_atomic(
+                out / "summary.json",
+                summary.model_dump_json(indent=2) + "\n",
+                what="results folder",
+            )
+        except StorageError:
+            if full is None and not interrupted:
+                raise
+            log.warning("summary.json not written: the results folder is full")
+    return summary
+
+
+def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
+    """Write a result; one that cannot be written (whatever a grader put in it) is written as
+    an error of that test instead, and the run goes on."""
+    try:
+        writer.append(result)
+    except (ValueError, TypeError, RecursionError) as exc:
+        log.warning("test %s: result could not be written: %s", result.id, exc)
+        result.graders, result.details_dropped = [], True
+        result.status, result.passed, result.score = Status.error, False, 0.0
+        result.error = f"its result could not be written ({type(exc).__name__}); graders dropped"
+        writer.append(result)
+
+
+def summarise(
+    suite: Suite,
+    run_id: str,
+    finished: dict[str, tuple[Status, float]],
+    total: int,
+    workers: int,
+    interrupted: bool,
+    started: str,
+    seconds: float,
+) -> RunSummary:
+    counts = {s: sum(1 for st, _ in finished.values() if st is s) for s in Status}
+    done = len(finished)
+    return RunSummary(
+        suite=suite.name,
+        run_id=run_id,
+        total=total,
+        passed=counts[Status.passed],
+        failed=counts[Status.failed],
+        errored=counts[Status.error],
+        not_run=total - done,
+        pass_rate=counts[Status.passed] / done if done else 0.0,
+        mean_score=sum(sc for _, sc in finished.values()) / done if done else 0.0,
+        duration_s=round(seconds, 3),
+        workers=workers,
+        interrupted=interrupted,
+        started_at=started,
+        finished_at=now(),
+        gradebox_version=__version__,
+    )

@@ -1,0 +1,75 @@
+"""What an LLM grader of one test needs from the run it belongs to: the model hub, and
+containers for its prompt commands and preprocessors (read-only workspace, no network, the
+suite's files named). Built per test by ``gradebox.lifecycle``; the graders see only this."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GradeboxError
+from ..graders.llm import candidate_from_files
+from ..graders.run import CONTAINER_WORKSPACE
+from ..protocol.models import Payload
+from ..sandbox.base import Limits
+from .steps import HOOK_TIMEOUT, judge_step, run_in_workspace
+
+if TYPE_CHECKING:
+    from ..llm.client import ModelHub
+    from ..sandbox.base import Sandbox
+
+__all__ = ["LlmRuntime"]
+
+
+class LlmRuntime:
+    """What an LLM grader of one test needs from the run: the hub, and containers for prompt
+    commands and preprocessors (read-only workspace, no network, the suite's files named)."""
+
+    def __init__(
+        self,
+        hub: ModelHub | None,
+        box: Sandbox,
+        image_for: Callable[[object, Path | None], str],
+        root: Path,
+        labels: dict[str, str],
+        workspace: Path,
+    ) -> None:
+        self.hub = hub  # type: ignore[assignment]
+        self.box, self.image_for, self.root = box, image_for, root
+        self.labels, self.workspace = labels, workspace
+
+    def _text_of(self, command: list[str], stdin: bytes, name: str) -> str:
+        from ..graders.assertion import infer_image
+
+        image = self.image_for(infer_image(command), self.root)
+        outcome = run_in_workspace(
+            command,
+            self.workspace,
+            self.box,
+            image_id=image,
+            name=name,
+            stdin=stdin,
+            timeout=HOOK_TIMEOUT,
+            labels=self.labels,
+            source_dir=self.root,
+            read_only=True,
+        )
+        failure = judge_step(name, outcome, HOOK_TIMEOUT, Limits())[1]
+        if failure:
+            raise GradeboxError(failure)
+        return outcome.stdout.decode("utf-8", errors="replace")
+
+    def prompt_from_command(self, command: list[str], config: dict, payload: Payload) -> str:
+        body = payload.model_copy(update={"config": config, "workspace_path": CONTAINER_WORKSPACE})
+        return self._text_of(command, body.to_wire(), "prompt-template")
+
+    def candidate_text(self, payload: Payload, preprocessors: list[dict]) -> str:
+        def preprocess(command: Any, rel: str) -> str:
+            argv = command.split() if isinstance(command, str) else list(command)
+            try:
+                return self._text_of([*argv, f"{CONTAINER_WORKSPACE}/{rel}"], b"", "preprocessor")
+            except GradeboxError as exc:
+                return f"[gradebox: the preprocessor of {rel} failed: {exc}]"
+
+        return candidate_from_files(payload, self.workspace, preprocess, preprocessors)

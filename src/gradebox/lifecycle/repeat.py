@@ -1,0 +1,95 @@
+"""A test run several times (``repeat: N``, AgentV's ``evaluate_options.repeat``): one result
+from the runs, by AgentV's strategies (its ``trials.ts``). Pure logic.
+
+The score is the best run's (``pass_any``, the default), the lowest (``pass_all``), the mean
+(``mean``) or the lower bound of the mean's 95% confidence interval (``confidence_interval``);
+the test passes when that score reaches its threshold (without one: ``pass_any`` when a run
+passed, the others when every run passed). A run that errored or failed a required gate
+counts with a score of 0, whatever its graders' weighted score: it earned none. The
+best-scoring run stands for the test (its graders and answer); ``trials`` lists every run.
+``pass_any`` is an error only when every run errored, the others when any did. Each run has a
+fresh workspace and its own sample index, so a model target is asked again (the response
+cache keys each sample on its own).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..protocol.models import Status, TestResult, TrialRecord, Usage
+
+__all__ = ["best_of"]
+
+# Two-tailed 95% t critical values for 1..29 degrees of freedom (AgentV's T_TABLE_95); 1.96 after.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045)  # fmt: skip
+
+
+def _score(scores: list[float], strategy: str) -> float:
+    if strategy == "pass_all":
+        return min(scores)
+    if strategy == "pass_any":
+        return max(scores)
+    mean = sum(scores) / len(scores)
+    if strategy == "mean" or len(scores) < 2:
+        return mean
+    t = _T95[len(scores) - 2] if len(scores) - 1 <= len(_T95) else 1.96
+    margin = t * statistics.stdev(scores) / math.sqrt(len(scores))
+    return min(1.0, max(0.0, mean - margin))
+
+
+def earned(run: TestResult) -> float:
+    """The score a run counts with: 0 when it gave no verdict (an error keeps the weighted
+    score of the graders that did answer) or failed a required gate (a gate fails the run
+    whatever its weighted score), else its score."""
+    if run.status is Status.error or run.gates_failed:
+        return 0.0
+    return run.score
+
+
+def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
+    """One result for the runs of one test."""
+    scores = [earned(r) for r in runs]
+    best = max(
+        range(len(runs)),
+        key=lambda i: (
+            scores[i],
+            runs[i].status is Status.passed,
+            runs[i].status is not Status.error,
+            -i,
+        ),
+    )
+    result = runs[best].model_copy(deep=True)
+    statuses = [r.status for r in runs]
+    result.score = round(_score(scores, strategy), 6)
+    threshold = result.threshold
+    if strategy == "pass_any":
+        errored = all(s is Status.error for s in statuses)
+        ok = Status.passed in statuses if threshold is None else result.score >= threshold - 1e-9
+    else:
+        errored = Status.error in statuses
+        ok = (
+            all(s is Status.passed for s in statuses)
+            if threshold is None
+            else (result.score >= threshold - 1e-9)
+        )
+    if errored:
+        result.status = Status.error
+    else:
+        result.status = Status.passed if ok else Status.failed
+    result.passed = result.status is Status.passed
+    result.trials = [
+        TrialRecord(sample=i, status=r.status, score=r.score, error=r.error)
+        for i, r in enumerate(runs)
+    ]
+    usage, seen = Usage(), False
+    for r in runs:
+        if r.usage is not None:
+            usage.merge(r.usage)
+            seen = True
+    result.usage = usage if seen else None
+    result.started_at = runs[0].started_at
+    result.timings_ms = {"total": sum(r.timings_ms.get("total", 0) for r in runs)}
+    return result

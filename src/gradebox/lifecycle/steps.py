@@ -1,0 +1,436 @@
+"""Steps that are not graders: the target (the agent) and the workspace hooks.
+
+They run in the same hardened sandbox as graders; the one difference is the workspace, which
+they may change in place. A target (and a hook) sees only the files its command names, never
+the suite's graders or expected answers. A step that fails, or that the sandbox stopped, is
+judged by the same table as a grader and makes its test an ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from ..core.scratch import new_scratch
+from ..files.workspace import remove_tree
+from ..graders.run import CONTAINER_WORKSPACE, container_path, source_mounts, translate_args
+from ..graders.run import grader_file as _named_file
+from ..graders.verdict import judge, tail_text
+from ..protocol.models import (
+    Message,
+    OutputShapeError,
+    Payload,
+    Status,
+    StepRecord,
+    TokenUsage,
+    load_untrusted_json,
+)
+from ..sandbox.base import Limits, Mount, RunOutcome, Sandbox, SandboxSpec, Security
+from ..sandbox.hardening import run_as, run_as_ids
+
+if TYPE_CHECKING:
+    from ..suite import HealthCheck, TargetConfig, Test
+
+__all__ = [
+    "HOOK_TIMEOUT",
+    "MAX_CLI_OUTPUT",
+    "hook_input",
+    "input_text",
+    "judge_step",
+    "render_cli_command",
+    "run_cli_target",
+    "run_healthcheck",
+    "run_in_workspace",
+]
+
+HOOK_TIMEOUT = 300.0  # before_each / after_each
+
+
+def run_in_workspace(
+    command: list[str] | str,
+    workspace: Path,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    name: str,
+    stdin: bytes | None = None,
+    timeout: float = 300.0,
+    network: str = "none",
+    env: dict[str, str] | None = None,
+    limits: Limits | None = None,
+    labels: dict[str, str] | None = None,
+    source_dir: Path | None = None,
+    extra_mounts: tuple[Mount, ...] = (),
+    named_files: list[str] | None = None,
+    read_only: bool = False,
+) -> RunOutcome:
+    """Run a command that may change the workspace in place (a suite's target and hooks).
+
+    Same hardening as a grader; the only difference is the workspace, mounted read-write.
+    ``named_files`` (relative to ``source_dir``) are mounted read-only where a rewritten shell
+    command expects them; nothing else of ``source_dir`` is visible.
+    """
+    named_files = list(named_files or [])
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=read_only), *extra_mounts]
+    scratch = new_scratch()
+    try:
+        if source_dir is not None and not isinstance(command, str):
+            argv, used = translate_args(argv, source_dir)
+            used += named_files
+            mounts += source_mounts(source_dir, used, run_as(Security()), scratch, folders=False)
+        elif source_dir is not None and named_files:
+            mounts += source_mounts(
+                source_dir, named_files, run_as(Security()), scratch, folders=False
+            )
+        spec = SandboxSpec(
+            image=image_id,
+            command=argv,
+            workdir=CONTAINER_WORKSPACE,
+            env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
+            mounts=tuple(mounts),
+            stdin=stdin,
+            timeout=timeout,
+            limits=limits or Limits(),
+            network=network,
+            labels=labels or {},
+            name=name,
+        )
+        return sandbox.run(spec)
+    finally:
+        remove_tree(scratch)
+
+
+def input_text(payload: Payload) -> bytes:
+    """What a target reads on stdin: the user's text, or the message list as JSON."""
+    if len(payload.input) == 1 and isinstance(payload.input[0].content, str):
+        return payload.input[0].content.encode()
+    return json.dumps([m.model_dump(mode="json") for m in payload.input]).encode()
+
+
+def judge_step(
+    what: str, outcome: RunOutcome, timeout: float, limits: Limits
+) -> tuple[StepRecord, str | None]:
+    """A target or hook run: its record, and why it failed (None when it exited 0)."""
+    record = StepRecord(
+        exit_code=outcome.exit_code,
+        duration_ms=outcome.duration_ms,
+        timed_out=outcome.timed_out,
+        stderr_tail=tail_text(outcome.stderr),
+    )
+    if outcome.exit_code == 0 and not outcome.timed_out and not outcome.oom_killed:
+        return record, None
+    # Timeouts, OOM, signals and failed starts read the same as for a grader.
+    verdict = judge("program", what, outcome, timeout=timeout, limits=limits)
+    if verdict.status is Status.error:
+        return record, f"{what}: {verdict.evidence}"
+    tail = (record.stderr_tail or "").splitlines()
+    return record, f"{what} exited with code {outcome.exit_code}" + (
+        f": {tail[-1]}" if tail else ""
+    )
+
+
+def hook_input(workspace: str, test: Test | None, run_id: str) -> bytes:
+    """What a hook reads on stdin (AgentV's shape): where the workspace is, which test, and
+    that test's input and metadata (``test_id`` is null for ``before_all``/``after_all``)."""
+    case_input = None
+    if test is not None:
+        case_input = input_text(Payload(input=test.case.input)).decode()
+    return json.dumps(
+        {
+            "workspace_path": workspace,
+            "test_id": test.id if test is not None else None,
+            "eval_run_id": run_id,
+            "case_input": case_input,
+            "case_metadata": test.metadata if test is not None else {},
+        }
+    ).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# AgentV's cli provider: a command template, run through sh -c; the answer is a file.
+
+CLI_IO = "/run/gradebox-io"
+MAX_CLI_OUTPUT = 16 << 20
+"""The most a cli target may write to {OUTPUT_FILE}: read on the host, so bounded."""
+
+_TOKEN = re.compile(r"[^\s'\"<>|;&()=`$]+")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def render_cli_command(
+    template: str,
+    *,
+    test_id: str,
+    prompt_text: str,
+    files: list[str],
+    files_format: str,
+    cwd: Path | None,
+    attempt: int = 0,
+) -> tuple[str, list[str]]:
+    """The command to run, and the files (relative to ``cwd``) it names, which are mounted.
+
+    Ids are filled in first, then every word that names a file next to ``cwd`` is rewritten to
+    where that file is mounted, and only then the prompt and paths go in, shell-quoted: a
+    prompt can never name a file into the sandbox, nor break out of its quotes."""
+    eid = test_id if _SAFE_ID.match(test_id) else shlex.quote(test_id)
+    text = template.replace("{EVAL_ID}", eid).replace("{ATTEMPT}", str(int(attempt)))
+    named: list[str] = []
+
+    def rewrite(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if "{" in word or word.startswith("-") or cwd is None:
+            return word
+        rel = _named_file(word, cwd)
+        if rel is None:
+            return word
+        named.append(rel)
+        return container_path(rel)
+
+    text = _TOKEN.sub(rewrite, text)
+    listed = " ".join(
+        shlex.quote(files_format.replace("{path}", f).replace("{basename}", f.rsplit("/", 1)[-1]))
+        for f in files
+    )
+    for key, value in (
+        ("{PROMPT_FILE}", shlex.quote(f"{CLI_IO}/prompt.txt")),
+        ("{OUTPUT_FILE}", shlex.quote(f"{CLI_IO}/output")),
+        ("{FILES}", listed),
+        ("{PROMPT}", shlex.quote(prompt_text)),
+    ):
+        text = text.replace(key, value)
+    return text, named
+
+
+def run_cli_target(
+    target: TargetConfig,
+    payload: Payload,
+    test: Test,
+    workspace: Path,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    env: dict[str, str],
+    labels: dict[str, str],
+    source_dir: Path,
+    attempt: int = 0,
+) -> tuple[RunOutcome, dict[str, Any] | str]:
+    """Run a cli target; its answer as payload fields, or why there is none (a string)."""
+    scratch = new_scratch()
+    try:
+        owner = run_as_ids()
+        io = scratch / "io"
+        io.mkdir(mode=0o700)
+        prompt_text = input_text(payload).decode()
+        (io / "prompt.txt").write_text(prompt_text, encoding="utf-8")
+        if os.geteuid() == 0:
+            for p in (io, io / "prompt.txt"):
+                os.chown(p, *owner)
+        mounts = [Mount(io, CLI_IO, read_only=False)]
+        files = []
+        for i, host in enumerate(test.case.input_files):
+            inside = f"{CLI_IO}-files/{i}/{Path(host).name}"
+            mounts.append(Mount(Path(host), inside, read_only=True))
+            files.append(inside)
+        cwd = Path(target.cwd) if target.cwd else source_dir
+        assert isinstance(target.command, str)
+        command, named = render_cli_command(
+            target.command,
+            test_id=test.id,
+            prompt_text=prompt_text,
+            files=files,
+            files_format=target.files_format,
+            cwd=cwd,
+            attempt=attempt,
+        )
+        outcome = run_in_workspace(
+            command,
+            workspace,
+            sandbox,
+            image_id=image_id,
+            name=f"target-{test.id}",
+            timeout=target.timeout,
+            network=target.network,
+            env=env,
+            limits=target.limits,
+            labels=labels,
+            source_dir=cwd,
+            extra_mounts=tuple(mounts),
+            named_files=named,
+        )
+        return outcome, read_cli_answer(io / "output", target.answer_format)
+    finally:
+        remove_tree(scratch)
+
+
+def run_healthcheck(
+    check: HealthCheck,
+    target: TargetConfig,
+    sandbox: Sandbox,
+    *,
+    image_id: str,
+    labels: dict[str, str],
+    source_dir: Path,
+) -> str | None:
+    """A cli target's healthcheck, run in an empty folder like the target (its files named
+    from its cwd, no network unless the target has it); why it failed, or None."""
+    scratch = new_scratch()
+    try:
+        folder = scratch / "healthcheck"
+        folder.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(folder, *run_as_ids())
+        cwd = Path(check.cwd or target.cwd or source_dir)
+        command = check.command
+        named: list[str] = []
+        if isinstance(command, str):
+            command, named = render_cli_command(
+                command,
+                test_id="healthcheck",
+                prompt_text="",
+                files=[],
+                files_format=target.files_format,
+                cwd=cwd,
+            )
+        outcome = run_in_workspace(
+            command,
+            folder,
+            sandbox,
+            image_id=image_id,
+            name="target-healthcheck",
+            timeout=target.timeout,
+            network=target.network,
+            env=dict(target.env),
+            limits=target.limits,
+            labels=labels,
+            source_dir=cwd,
+            named_files=named,
+        )
+        failure = judge_step("target healthcheck", outcome, target.timeout, target.limits)[1]
+        return failure
+    finally:
+        remove_tree(scratch)
+
+
+def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] | str:
+    """Parse what a cli target wrote: JSON with ``output`` (messages) or ``text`` and its
+    metrics, else the whole file as the answer. Written by the agent, so read as hostile:
+    no link followed, a regular file only, bounded in size. ``claude-json``: Claude Code's
+    ``--output-format json`` (``result``, ``usage``, ``total_cost_usd``, ``duration_ms``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return "target: the cli command wrote nothing to {OUTPUT_FILE}"
+    except OSError as exc:
+        return f"target: cannot read {{OUTPUT_FILE}}: {exc.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "target: {OUTPUT_FILE} is not a regular file"
+        if st.st_size > MAX_CLI_OUTPUT:
+            return f"target: {{OUTPUT_FILE}} is over {MAX_CLI_OUTPUT >> 20} MiB"
+        data = os.read(fd, MAX_CLI_OUTPUT + 1)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", errors="replace")
+    try:
+        parsed = load_untrusted_json(text)
+    except OutputShapeError:
+        return {"output": text}
+    if answer_format == "claude-json" and isinstance(parsed, dict):
+        parsed = _from_claude(parsed)
+    keys = ("output", "text", "token_usage", "cost_usd", "duration_ms")
+    if not isinstance(parsed, dict) or not any(k in parsed for k in keys):
+        return {"output": text}
+    try:
+        return _cli_fields(parsed)
+    except (ValidationError, ValueError, TypeError) as exc:
+        return f"target: {{OUTPUT_FILE}} has fields of the wrong shape: {str(exc).splitlines()[0]}"
+
+
+# How far a claimed duration may stray from the measured one before it is reported: the
+# agent's clock starts later than ours (a container starts first) and stops earlier, so small
+# gaps are the rule; a run that "took 5 ms" when we measured 2.5 s is not.
+_CLAIM_SLACK_MS = 1000.0
+
+
+def claims_of(
+    answer: dict[str, Any], outcome: RunOutcome
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """What a cli target's answer file says about its own run (``duration_ms``,
+    ``token_usage``, ``cost_usd``), recorded apart from what gradebox measured, and a warning
+    for a claim that contradicts the measurement. The duration checks hold is the measured
+    one; token usage and cost have no measurement of ours for a cli target (its model calls
+    are its own), so checks hold its claim, and the result says it was one."""
+    claimed: dict[str, Any] = {}
+    for key in ("duration_ms", "token_usage", "cost_usd"):
+        value = answer.get(key)
+        if value is not None:
+            claimed[key] = value.model_dump(exclude_none=True) if key == "token_usage" else value
+    warnings = []
+    said = claimed.get("duration_ms")
+    measured = float(outcome.duration_ms)
+    if said is not None and abs(said - measured) > max(_CLAIM_SLACK_MS, measured / 2):
+        warnings.append(
+            f"the target claimed duration_ms {said:g}, gradebox measured "
+            f"{measured:g}: checks hold the measurement"
+        )
+    return claimed or None, warnings
+
+
+def _from_claude(data: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's one JSON result as the cli answer's fields."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    out: dict[str, Any] = {
+        "text": data.get("result") if isinstance(data.get("result"), str) else ""
+    }
+    tokens = {
+        k: usage[n]
+        for k, n in (("input", "input_tokens"), ("output", "output_tokens"))
+        if isinstance(usage.get(n), int) and not isinstance(usage.get(n), bool)
+    }
+    if tokens:
+        out["token_usage"] = tokens
+    for key, name in (("cost_usd", "total_cost_usd"), ("duration_ms", "duration_ms")):
+        if isinstance(data.get(name), int | float) and not isinstance(data.get(name), bool):
+            out[key] = data[name]
+    return out
+
+
+def _cli_fields(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    messages = data.get("output")
+    if isinstance(messages, list):
+        out["messages"] = [Message.model_validate(m) for m in messages]
+        finals = [m for m in out["messages"] if m.role == "assistant" and m.content is not None]
+        if finals:
+            content = finals[-1].content
+            out["output"] = content if isinstance(content, str) else json.dumps(content)
+    elif isinstance(messages, str):
+        out["output"] = messages
+    if "output" not in out:
+        text = data.get("text")
+        out["output"] = text if isinstance(text, str) else ""
+    if data.get("token_usage") is not None:
+        out["token_usage"] = TokenUsage.model_validate(data["token_usage"])
+        for side in ("input", "output"):  # a negative count would pass every token budget
+            count = getattr(out["token_usage"], side)
+            if count is not None and (isinstance(count, bool) or count < 0):
+                raise ValueError(f"token_usage.{side} must be a count >= 0")
+    for key in ("cost_usd", "duration_ms"):
+        value = data.get(key)
+        if value is not None:
+            # A negative (or NaN) metric would pass every budget check it is held to.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{key} must be a number >= 0")
+            out[key] = float(value)
+    if isinstance(data.get("trace"), dict):
+        out["trace"] = data["trace"]
+    return out

@@ -1,0 +1,113 @@
+"""What a run needs from this machine, checked by ``run`` and ``validate`` after the plan and
+before the first test, so that a missing key is one line naming the variable, not an error in
+every test:
+
+- every model target the run calls (a model target under test, LLM graders, script graders'
+  model proxies) is defined, and the variables it reads (its key, endpoint, model) are set;
+- a coding-agent target (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``) has its
+  program on its image: gradebox's own images carry none, so it must name an image of yours.
+
+Keys are only looked up here (set or not), never read into anything that leaves the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError, collect
+from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
+from ..llm.client import missing_env_message
+
+if TYPE_CHECKING:
+    from ..llm.targets import ModelTarget
+    from . import Suite
+
+__all__ = ["ModelUse", "models_used", "preflight"]
+
+OUR_IMAGES = ("base", "python", "node", "shell")
+
+
+@dataclass
+class ModelUse:
+    """One model the run calls: by whom, and the target (None: defined nowhere, ``problem``
+    says so)."""
+
+    user: str
+    target: ModelTarget | None
+    problem: str | None = None
+
+
+def models_used(suite: Suite) -> Iterator[ModelUse]:
+    """Every model call the run makes: a model target under test, LLM graders, script
+    graders' model proxies (each assertion once)."""
+    targets = suite.targets
+    spec = suite.spec.target
+    if spec is not None and spec.provider == "model":
+        try:  # following use_target: an unset variable is named by missing_env
+            found = targets.lookup(spec.model or "") if targets is not None else None
+            problem = None if found else _unresolved(suite, spec.model)
+        except ConfigError as exc:
+            found, problem = None, exc.message
+        yield ModelUse("the target", found, problem)
+    seen: set[int] = set()
+    for test in suite.tests:
+        for a in leaves(test.every_assertion()):
+            if id(a) in seen:
+                continue
+            seen.add(id(a))
+            if isinstance(a, LlmGraderAssertion):
+                yield ModelUse(a.field or "an LLM grader", a.llm.target, a.llm.unresolved)
+            elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
+                name = a.grader.target.name  # type: ignore[union-attr]
+                user = f"{a.field or 'a script grader'} (model proxy)"
+                try:
+                    if targets is None:
+                        raise ConfigError("no model targets")
+                    yield ModelUse(user, targets.get(name, file=None, field=None))
+                except ConfigError as exc:
+                    yield ModelUse(user, None, exc.message)
+
+
+def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> None:
+    """Raise every problem found (``ConfigErrors``), or return. With ``warn`` (``validate``,
+    which needs no secrets), an unset key or variable is a warning passed to it instead."""
+    file = str(suite.path)
+    errors: dict[str, ConfigError] = {}  # one line per problem, however many tests share it
+    warned: set[str] = set()
+    for use in models_used(suite):
+        if use.target is None:
+            why = f"{use.user}: {use.problem or 'no model target'}"
+            errors.setdefault(use.problem or why, ConfigError(why, file=file))
+            continue
+        missing = use.target.missing_env()
+        if missing:
+            why = f"{missing_env_message(use.target, missing)}, for {use.user}"
+            if warn is not None:
+                if use.target.name not in warned:
+                    warned.add(use.target.name)
+                    warn(f"{file}: {why} (`run` refuses this until it is set)")
+                continue
+            errors.setdefault(f"env:{use.target.name}", ConfigError(why, file=file))
+    spec = suite.spec.target
+    if spec is not None and spec.program and "/" not in spec.program:
+        image = spec.image or "python"
+        if isinstance(image, str) and image in OUR_IMAGES:
+            errors["program"] = ConfigError(
+                f"the target ({spec.label or 'cli'}) runs `{spec.program}`, which gradebox's "
+                f"{image!r} image does not carry: build an image with it (e.g. FROM "
+                f"gradebox/node plus its installer) and name it as the provider's `image:`; "
+                "it runs without network or keys unless you allow them",
+                file=file,
+            )
+    collect(list(errors.values()))
+
+
+def _unresolved(suite: Suite, name: str | None) -> str:
+    known = ", ".join(sorted(suite.targets.targets)) if suite.targets is not None else ""
+    return (
+        f"no provider or model target named {name!r} in the file, in .agentv/ and "
+        f".gradebox/ above it or in --targets FILE (model targets: "
+        f"{known or 'none found'})"
+    )
