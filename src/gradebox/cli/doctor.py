@@ -1,4 +1,5 @@
-"""``gradebox doctor``: what this machine gives gradebox, a row per piece (``gradebox.doctor``)."""
+"""``gradebox doctor``: what this machine gives gradebox, a row per piece
+(``gradebox.cli.machine``)."""
 
 from __future__ import annotations
 

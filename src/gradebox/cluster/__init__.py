@@ -1,4 +1,4 @@
-"""Gradebox on a Ray cluster: an executor (``gradebox.executor``) whose jobs (the tests of
+"""Gradebox on a Ray cluster: an executor (``gradebox.lifecycle.executor``) whose jobs (the tests of
 a suite, the records of a batch, trials) are Ray tasks on the nodes that offer a ``gradebox``
 resource, each run under that node's own sandbox by ``jobs.run_job``, as locally. It sits on
 top of the package and plugs into the seam: nothing below imports it.

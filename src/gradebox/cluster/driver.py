@@ -1,5 +1,5 @@
-"""The driver's side of a cluster run: connect, check every node, send the jobs, take the
-results as they finish, clean up. ``RayExecutor`` is ``gradebox.executor``'s interface on Ray:
+"""The driver's side of a cluster run: connect, check every node, send the jobs, take the results as
+they finish, clean up. ``RayExecutor`` is ``gradebox.lifecycle.executor``'s interface on Ray:
 ``run``, ``batch`` and ``trials`` hand it the same jobs they hand the local executor.
 
 Ray schedules: each test (or record) is a task that needs one ``gradebox`` resource, so a node

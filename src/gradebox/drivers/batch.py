@@ -4,9 +4,8 @@ Each line of a records file (JSONL) is graded in its own container and written t
 file the moment it is done, with the record kept whole: a grader that crashes marks its
 record ``error`` and loses nothing. An interrupted run resumes from its output file.
 
-Each record is a ``jobs.GradeJob``; an executor (``gradebox.executor``) runs them here or on a
-cluster, and this module writes what comes back the same way for both.
-"""
+Each record is a ``jobs.GradeJob``; an executor (``gradebox.lifecycle.executor``) runs them here or
+on a cluster, and this module writes what comes back the same way for both."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Run a suite: pick the tests (filter, resume), send them through an executor, write each
 result the moment it is back, and sum the run up.
 
-What one test does lives in ``gradebox.lifecycle``; where tests run is the executor's
-(``gradebox.executor``: this machine's threads by default, ``gradebox.cluster`` for a Ray
+What one test does lives in ``gradebox.lifecycle.testrun``; where tests run is the executor's
+(``gradebox.lifecycle.executor``: this machine's threads by default, ``gradebox.cluster`` for a Ray
 cluster): this module builds ``TestJob``s and consumes ``Done``s the same way for both.
 Each finished test is appended to ``results.jsonl`` at once (flushed and fsynced), so an
 interrupted run loses only the tests that were in flight, and ``resume`` runs just what is

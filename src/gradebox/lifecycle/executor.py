@@ -1,8 +1,8 @@
 """The one seam between what to run and where it runs.
 
-``run``, ``batch``, ``trials`` and ``validate-refs`` build jobs (``gradebox.jobs``: plain data)
-and hand them to an ``Executor``, which yields a ``Done`` for each as it finishes, in the order
-they finish, whichever executor it is. Two implementations:
+``run``, ``batch``, ``trials`` and ``validate-refs`` build jobs (``gradebox.lifecycle.jobs``: plain
+data) and hand them to an ``Executor``, which yields a ``Done`` for each as it finishes, in the
+order they finish, whichever executor it is. Two implementations:
 
 - ``LocalExecutor``: threads of this process, each job run by ``jobs.run_job`` in one
   ``jobs.Worker`` (the sandbox, the warm pool, the suite's context). Ctrl-C or SIGTERM cancels

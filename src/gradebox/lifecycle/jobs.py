@@ -1,12 +1,12 @@
 """Jobs: what to run, as plain data, and the one function that runs a job where it lands.
 
-A job is a test of the run's suite (``TestJob``), a record graded by the run's grader
-(``GradeJob``) or a trial of a target command (``TrialJob``). It is small and picklable: an
-executor (``gradebox.executor``) sends it to a thread here or to a Ray node there. Where it
-lands, ``run_job(worker, job)`` runs it in that process's ``Worker``: the sandbox, images, and
-the run's suite context (``lifecycle.SuiteContext``) or grader with its warm pool, built once
-per process. The local executor and a cluster node call this same function, so a job runs the
-same way wherever it runs.
+A job is a test of the run's suite (``TestJob``), a record graded by the run's grader (``GradeJob``)
+or a trial of a target command (``TrialJob``). It is small and picklable: an executor
+(``gradebox.lifecycle.executor``) sends it to a thread here or to a Ray node there. Where it lands,
+``run_job(worker, job)`` runs it in that process's ``Worker``: the sandbox, images, and the run's
+suite context (``lifecycle.SuiteContext``) or grader with its warm pool, built once per process. The
+local executor and a cluster node call this same function, so a job runs the same way wherever it
+runs.
 
 ``encode``/``decode`` carry a result across a process boundary as JSON text (the form it is
 written in), so a result read back is the result written, byte for byte.

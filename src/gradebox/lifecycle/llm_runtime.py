@@ -1,6 +1,7 @@
 """What an LLM grader of one test needs from the run it belongs to: the model hub, and
 containers for its prompt commands and preprocessors (read-only workspace, no network, the
-suite's files named). Built per test by ``gradebox.lifecycle``; the graders see only this."""
+suite's files named). Built per test by ``gradebox.lifecycle.testrun``; the graders see only
+this."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """One test's lifecycle: a fresh workspace, its hooks, the target (or the reference), the
 diff, the graders, and the result they add up to.
 
-``SuiteContext`` is what every test of one run shares wherever it runs (the sandbox, images,
-the warm pool, the graders' threads, the model hub, the staged templates); ``TestRun`` is one
-test inside it. The executors (``gradebox.executor``: threads here, Ray nodes there) call
-``SuiteContext.run_test`` through ``gradebox.jobs.run_job`` and nothing else: how a test runs
-is written once, here. This module knows nothing of where it runs, of results files or of
-summaries (``gradebox.runner``).
-"""
+``SuiteContext`` is what every test of one run shares wherever it runs (the sandbox, images, the
+warm pool, the graders' threads, the model hub, the staged templates); ``TestRun`` is one test
+inside it. The executors (``gradebox.lifecycle.executor``: threads here, Ray nodes there) call
+``SuiteContext.run_test`` through ``gradebox.lifecycle.jobs.run_job`` and nothing else: how a test
+runs is written once, here. This module knows nothing of where it runs, of results files or of
+summaries (``gradebox.drivers.runner``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Named model endpoints: ``.gradebox/targets.yaml``, and AgentV's ``.agentv/targets.yaml``,
-``.agentv/config.yaml`` and ``.agentv/providers.yaml``, read only from those who may define
-them (``gradebox.provenance``): the operator's file (``--targets FILE``, ``$GRADEBOX_TARGETS``),
-the suite's folder and the folders above it, and the user's own (``~/.gradebox/``,
-``~/.agentv/``). Never a grader's folder, nor the folder ``gradebox exec`` runs from: a grader
-may name a target, and only the operator and the suite's project define one.
+``.agentv/config.yaml`` and ``.agentv/providers.yaml``, read only from those who may define them
+(``gradebox.core.provenance``): the operator's file (``--targets FILE``, ``$GRADEBOX_TARGETS``), the
+suite's folder and the folders above it, and the user's own (``~/.gradebox/``, ``~/.agentv/``).
+Never a grader's folder, nor the folder ``gradebox exec`` runs from: a grader may name a target, and
+only the operator and the suite's project define one.
 
 A target names the *environment variable* that holds its key, never the key: keys are read
 from the environment at call time and never written to results, logs or containers. AgentV
@@ -379,7 +379,7 @@ def _included(value: Any, base: Path) -> tuple[Any, Path, LineMap] | None:
 
 @dataclass(frozen=True)
 class TargetSources:
-    """Where model targets may be read, with who wrote each (``gradebox.provenance``), in the
+    """Where model targets may be read, with who wrote each (``gradebox.core.provenance``), in the
     order a name's first definition wins: the operator's files (``--targets FILE``, else
     ``$GRADEBOX_TARGETS``), the suite's folder and every folder above it, the user's own
     (``~/.gradebox/``, ``~/.agentv/``). A grader's folder is none of these: ``grade`` and

@@ -1,7 +1,7 @@
 """A suite run's results as read back: the one reader behind every output.
 
 The terminal table, JUnit, ``compare`` (its table and Markdown) and the HTML report all read a
-run through ``read_results`` / ``load_results`` (``results.jsonl`` through ``gradebox.jsonl``
+run through ``read_results`` / ``load_results`` (``results.jsonl`` through ``gradebox.core.jsonl``
 into ``protocol.TestResult``, ``summary.json`` into ``protocol.RunSummary``): none parses the
 files on its own. This module reads; it renders nothing and writes nothing.
 

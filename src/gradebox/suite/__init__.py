@@ -124,7 +124,7 @@ class HealthCheck(_Strict):
 
 
 HOST_PROVIDERS = ("model", "mock", "replay")
-"""Targets that answer from the host, without a container (``gradebox.host_targets``)."""
+"""Targets that answer from the host, without a container (``gradebox.lifecycle.host_targets``)."""
 
 
 class TargetConfig(_Strict):
