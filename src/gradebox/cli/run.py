@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
+import shlex
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
@@ -15,11 +17,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..core.atomic import lock_folder, writable_folder, write_atomic
-from ..drivers.runner import RunOptions, read_results, run_suite
-from ..errors import ConfigError
+from ..drivers.runner import (
+    PLAN,
+    RunOptions,
+    plan_json,
+    read_results,
+    run_suite,
+    selected_tests,
+    summarise,
+)
+from ..errors import ConfigError, StorageError
 from ..graders.assertion import GraderAssertion, leaves
+from ..lifecycle.testrun import now
 from ..protocol.models import RunSummary, Status, TestResult, Usage
 from ..report import junit_xml, print_run
+from ..report.html import read_summary, write_report
 from ..suite import Suite, load_suite
 from ..suite.paths import expand_suite_paths, result_folders
 from ..suite.plan import plan_suite
@@ -171,6 +183,22 @@ def run(
         # (and replace) each file's results the first had finished, up to the one in use.
         held = lock_folder(writable_folder(out_dir, field=field), field=field)
         ctx.call_on_close(lambda: os.close(held))
+        # What the whole run will run, before it starts: `gradebox view` and `report` read
+        # it to count "4 of 16" and list what has not run (each file's folder gets its own).
+        folders = [
+            {
+                "folder": d.name,
+                "suite": s.name,
+                "file": str(s.path),
+                "tests": [t.id for t in selected_tests(s, filter or None)],
+            }
+            for s, d in zip(suites, dirs, strict=True)
+        ]
+        write_atomic(
+            out_dir / PLAN,
+            plan_json({"suite": f"{len(suites)} suites", "folders": folders}),
+            what="results folder",
+        )
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -185,42 +213,45 @@ def run(
         transient=False,
     )
     summaries: list[RunSummary] = []
-    with session.open_sandbox(_suite_sandbox(suites, session)) as box:
-        # Every image resolved and every grader checked before the first container starts,
-        # in every file; then what this machine must give the run (model keys, programs).
-        prepared = []
-        for suite in suites:
-            images = session.images(box, suite.spec.allow)
-            prepared.append((suite, images, plan_suite(suite, images, session.allowed)))
-        for suite in suites:
-            preflight(suite)
-        with progress:
-            for (suite, images, plan), suite_dir in zip(prepared, dirs, strict=True):
-                options = RunOptions(
-                    out_dir=suite_dir,
-                    workers=workers,
-                    filter=filter or None,
-                    resume=resume is not None,
-                    retry_errors=retry_errors,
-                    use_cache=not no_cache,
-                )
-                where = session.wanted_sandbox(suite.spec.defaults.sandbox)
-                summaries.append(
-                    _run_one(
-                        suite,
-                        plan,
-                        box,
-                        images,
-                        options,
-                        progress,
-                        output,
-                        ray=ray,
-                        allow=session.allowed,
-                        format=format,
-                        sandbox=where,
-                        target=chosen,
+    try:
+        with session.open_sandbox(_suite_sandbox(suites, session)) as box:
+            # Every image resolved and every grader checked before the first container starts,
+            # in every file; then what this machine must give the run (model keys, programs).
+            prepared = []
+            for suite in suites:
+                images = session.images(box, suite.spec.allow)
+                prepared.append((suite, images, plan_suite(suite, images, session.allowed)))
+            for suite in suites:
+                preflight(suite)
+            with progress:
+                for (suite, images, plan), suite_dir in zip(prepared, dirs, strict=True):
+                    options = RunOptions(
+                        out_dir=suite_dir,
+                        workers=workers,
+                        filter=filter or None,
+                        resume=resume is not None,
+                        retry_errors=retry_errors,
+                        use_cache=not no_cache,
                     )
-                )
+                    where = session.wanted_sandbox(suite.spec.defaults.sandbox)
+                    summaries.append(
+                        _run_one(
+                            suite,
+                            plan,
+                            box,
+                            images,
+                            options,
+                            progress,
+                            output,
+                            ray=ray,
+                            allow=session.allowed,
+                            format=format,
+                            sandbox=where,
+                            target=chosen,
+                        )
+                    )
+    except KeyboardInterrupt:
+        _interrupted(suites, dirs, summaries, out_dir, suite_files, report, several, filter)
     results: list[TestResult] = []
     for suite, summary, suite_dir in zip(suites, summaries, dirs, strict=True):
         if summary.reused:
@@ -238,17 +269,9 @@ def run(
     if junit:
         write_atomic(junit, junit_xml(results, summary))
     if report:
-        from ..report.html import write_report
-
-        # One page per file of a run of several (each its own run folder): FILE-<its folder>.
-        pages = (
-            [(report, [out_dir])]
-            if not several
-            else [(report.with_name(f"{report.stem}-{d.name}{report.suffix}"), [d]) for d in dirs]
-        )
-        for page, folders in pages:
-            write_report(folders, page)
-            output.info(f"report: {escape(str(page))} (it holds the run's outputs: check it first)")
+        # One page for the whole run, a run of several files too (each file's tests labelled).
+        write_report([out_dir], report)
+        output.info(f"report: {escape(str(report))} (it holds the run's outputs: check it first)")
     if as_json:
         document: dict[str, Any] = {"summary": summary, "results_dir": str(out_dir)}
         if several:
@@ -270,6 +293,58 @@ def run(
             )
             code = 1
     raise typer.Exit(code)
+
+
+def _interrupted(
+    suites: list[Suite],
+    dirs: list[Path],
+    summaries: list[RunSummary],
+    out_dir: Path,
+    suite_files: list[str],
+    report: Path | None,
+    several: bool,
+    filter: list[str] | None,
+) -> None:
+    """Ctrl-C: every container is gone (the sandbox closed on the way out). What finished
+    stays: a run of several files gets its summary (the file stopped in says how far it got,
+    the files not reached count as not run), the report is written of what finished, and the
+    line says how to continue and how to see it. Exit 130."""
+    if several:
+        parts = list(summaries)
+        for i, (suite, d) in enumerate(zip(suites, dirs, strict=True)):
+            if i < len(summaries):
+                continue
+            # The file it stopped in wrote its own summary; the ones after it never started.
+            own = read_summary(d) if i == len(summaries) else None
+            total = len(selected_tests(suite, filter or None))
+            parts.append(
+                own
+                if own is not None and own.interrupted
+                else summarise(suite, "-", {}, total, 0, True, now(), 0.0)
+            )
+        with contextlib.suppress(StorageError):  # a full disk: the line below still says it
+            write_atomic(
+                out_dir / "summary.json",
+                combined(parts).model_dump_json(indent=2) + "\n",
+                what="results folder",
+            )
+    kept = sum(len(read_results(d / "results.jsonl")) for d in dirs)
+    resume = f"gradebox run {shlex.join(suite_files)} --resume {shlex.quote(str(out_dir))}"
+    seen = f"gradebox report {shlex.quote(str(out_dir))}"
+    said = f"{kept} finished result(s) kept in {out_dir}: continue with `{resume}`"
+    if report is not None:
+        try:
+            write_report([out_dir], report)
+            said += f"; the report of what finished: {report} (`{seen} -o {report}` again later)"
+        except (ConfigError, StorageError, OSError) as exc:
+            said += f"; no report ({exc}); `{seen}` writes one of what finished"
+    else:
+        said += f"; `{seen}` writes the report of what finished"
+    typer.echo(
+        f"gradebox: error: interrupted; every container of this run was removed; {said}",
+        err=True,
+    )
+    raise typer.Exit(130)
 
 
 def _run_one(

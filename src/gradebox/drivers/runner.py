@@ -12,6 +12,7 @@ missing. A test no executor could run is recorded as an error that says why, nev
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import os
 import secrets
@@ -33,12 +34,21 @@ from ..sandbox.base import ImageSource, Sandbox
 from ..suite import Suite, Test
 
 __all__ = [
+    "PLAN",
     "RunOptions",
     "default_workers",
+    "plan_json",
     "read_results",
     "run_suite",
+    "selected_tests",
     "summarise",
 ]
+
+# What a run folder holds from its start, before any test runs: the suite, the run's id and
+# the ids of every test it will run, so a reader (``gradebox view``, ``gradebox report``) can
+# say "4 of 16" and list the tests that have not run. A run of several files has one at its
+# top too, naming each file's folder and tests (``gradebox run`` writes it).
+PLAN = "plan.json"
 
 log = logging.getLogger("gradebox.runner")
 
@@ -79,13 +89,7 @@ def run_suite(
     started, t0 = now(), time.monotonic()
     workers = options.workers or suite.spec.defaults.workers or default_workers()
     out = options.out_dir
-    patterns = [options.filter] if isinstance(options.filter, str) else options.filter
-    selected = [
-        t
-        for t in suite.tests
-        if (not patterns or any(fnmatch.fnmatchcase(t.id, p) for p in patterns))
-        and (not options.references or t.has_reference())
-    ]
+    selected = selected_tests(suite, options.filter, references=options.references)
     prints = {t.id: suite.fingerprint(t) for t in selected}
     # The folder is checked and held before anything runs: one that names a file or cannot
     # be written is one line (exit 2), and a second run given it is refused, not interleaved.
@@ -108,6 +112,25 @@ def run_suite(
         )
     finally:
         os.close(lock)
+
+
+def selected_tests(
+    suite: Suite, filter: str | list[str] | None, *, references: bool = False
+) -> list[Test]:
+    """The tests a run of ``suite`` runs: those matching any of the globs (all without one),
+    and with ``references`` only those that have a reference answer."""
+    patterns = [filter] if isinstance(filter, str) else filter
+    return [
+        t
+        for t in suite.tests
+        if (not patterns or any(fnmatch.fnmatchcase(t.id, p) for p in patterns))
+        and (not references or t.has_reference())
+    ]
+
+
+def plan_json(plan: dict[str, object]) -> str:
+    """A plan file's text: one JSON object, marked as a plan."""
+    return json.dumps({"gradebox_plan": 1, **plan}, ensure_ascii=False) + "\n"
 
 
 def _run_locked(
@@ -148,6 +171,10 @@ def _run_locked(
         )
     todo = [t for t in selected if t.id not in reusable]
     run_id = executor.run_id if executor is not None else options.run_id or secrets.token_hex(6)
+    plan = {"suite": suite.name, "file": str(suite.path), "run_id": run_id, "started_at": started}
+    write_atomic(
+        out / PLAN, plan_json({**plan, "tests": [t.id for t in selected]}), what="results folder"
+    )
     on_start(len(selected), len(selected) - len(todo))
     writer = JsonlWriter(results_path)
     own = executor is None

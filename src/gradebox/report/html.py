@@ -19,7 +19,10 @@ import base64
 import hashlib
 import json
 import math
+import os
 import re
+import stat
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -28,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..core.atomic import write_atomic
+from ..core.untrusted import read_within
+from ..drivers.runner import PLAN
 from ..errors import ConfigError
-from ..protocol.models import Message, Status, TestResult, TrialRecord
-from ..protocol.results import RunResults, load_results, results_file
+from ..protocol.models import Message, RunSummary, Status, TestResult, TrialRecord
+from ..protocol.results import RunResults, load_results, read_results, results_file
 from .compare import compare_runs, outcomes
 from .terminal import reason
 
@@ -39,14 +44,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "csp",
+    "Layout",
+    "layout",
     "live_row",
     "load_run",
+    "not_a_run",
     "page",
     "page_data",
+    "read_summary",
+    "real_folder",
     "result_detail",
     "result_row",
+    "Run",
     "write_report",
 ]
+
+PLAN_CAP = 64 << 20  # a plan names every test: 100,000 ids of 100 bytes are 10 MiB
+SUMMARY_CAP = 16 << 20  # a summary.json gradebox wrote is a few KiB
 
 # Trials past this many keep their marks but pass@k / pass^k stop here (one column per k).
 MAX_K = 10
@@ -202,6 +216,7 @@ def run_data(run: RunResults) -> dict[str, Any]:
         "name": run.name,
         "summary": run.summary.model_dump(mode="json") if run.summary else None,
         "rows": [result_row(r) for r in run.results],
+        "plan": getattr(run, "plan", None),
     }
 
 
@@ -250,23 +265,205 @@ def page(data: dict[str, Any], runs: list[RunResults] = ()) -> str:
     )
 
 
-def load_run(path: Path) -> RunResults:
-    """A suite run (``gradebox.results``), or a ``gradebox trials`` / ``batch`` output: its
-    graded records, read through their model, one test per prompt id with a trial per record
-    (``compare`` reads those outputs the same way)."""
+@dataclass
+class Run(RunResults):
+    """A run as the page shows it: its results and, when its folder holds a plan, the ids
+    of every test it set out to run (those without a result are listed as not run)."""
+
+    plan: list[str] | None = None
+
+
+@dataclass
+class Layout:
+    """What a path holds: the results file of each part of a run (one; or one per suite file
+    of a run of several, each with the label its ids get), and the plan's test ids."""
+
+    path: Path
+    name: str
+    parts: list[tuple[str | None, Path]]
+    plan: list[str] | None
+    several: bool
+    run_id: str | None = None  # the plan's: a summary of another run id is an older run's
+
+
+def _json(path: Path, cap: int) -> Any:
+    """The JSON in ``path`` (a regular file, never through a link: a run folder is written by
+    agents and graders), or None when there is none or it is not JSON."""
+    data = read_within(path, cap, follow=False)
     try:
-        return load_results(path)
+        return json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+
+
+def real_folder(path: Path) -> bool:
+    """A folder, not a link to one (a link in a run folder could lead anywhere)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _plain(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+
+
+def _ids(value: object) -> list[str]:
+    return [i for i in value if isinstance(i, str)] if isinstance(value, list) else []
+
+
+def _labels(entries: list[tuple[str, str, str]]) -> list[str]:
+    """Each part's label, as ``gradebox run`` prefixes its ids: the suite's name, or its
+    file when two suites share a name (``(folder, suite, file)`` each)."""
+    names = [suite for _, suite, _ in entries]
+    return [
+        suite if suite and names.count(suite) == 1 else (file or folder)
+        for folder, suite, file in entries
+    ]
+
+
+def _runs_below(path: Path) -> list[str]:
+    """The names of the run folders inside ``path`` (not through links), sorted."""
+    try:
+        names = sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    return [
+        n
+        for n in names
+        if any((path / n / f).is_file() for f in ("results.jsonl", PLAN, "summary.json"))
+    ]
+
+
+def layout(path: Path) -> Layout | None:
+    """What ``path`` holds, or None when it is no run (not yet, or not at all)."""
+    path = Path(path)
+    if not real_folder(path):
+        if path.is_file():  # a results.jsonl, or a `trials` / `batch` output, named
+            return Layout(path, path.stem, [(None, path)], None, False)
+        return None
+    plan = _json(path / PLAN, PLAN_CAP)
+    plan = plan if isinstance(plan, dict) and plan.get("gradebox_plan") else None
+    folders = plan.get("folders") if plan else None
+    name = path.resolve().name or str(path)
+    if isinstance(folders, list):  # a run of several files, from its start
+        entries = [
+            (f["folder"], str(f.get("suite") or ""), str(f.get("file") or ""), _ids(f.get("tests")))
+            for f in folders
+            if isinstance(f, dict) and _plain(f.get("folder"))
+        ]
+        labels = _labels([e[:3] for e in entries])
+        return Layout(
+            path,
+            name,
+            [
+                (label, path / e[0] / "results.jsonl")
+                for label, e in zip(labels, entries, strict=True)
+            ],
+            [f"{label}: {i}" for label, e in zip(labels, entries, strict=True) for i in e[3]],
+            True,
+        )
+    if (path / "results.jsonl").is_file() or plan is not None:
+        run_id = plan.get("run_id") if plan else None
+        return Layout(
+            path,
+            name,
+            [(None, path / "results.jsonl")],
+            _ids(plan.get("tests")) if plan else None,
+            False,
+            run_id if isinstance(run_id, str) else None,
+        )
+    below = [n for n in _runs_below(path) if (path / n / "results.jsonl").is_file()]
+    if below and (path / "summary.json").is_file():  # a run of several before plans were written
+        entries = []
+        for n in below:
+            summary = _json(path / n / "summary.json", SUMMARY_CAP)
+            suite = summary.get("suite") if isinstance(summary, dict) else None
+            entries.append((n, suite if isinstance(suite, str) else "", n))
+        labels = _labels(entries)
+        return Layout(
+            path,
+            name,
+            [(lb, path / n / "results.jsonl") for lb, n in zip(labels, below, strict=True)],
+            None,
+            True,
+        )
+    if (path / "summary.json").is_file():
+        return Layout(path, name, [(None, path / "results.jsonl")], None, False)
+    return None
+
+
+def not_a_run(path: Path, command: str) -> ConfigError:
+    """Why ``path`` is no run, and what to give ``command`` instead (the run folders inside
+    it, when it holds some)."""
+    below = _runs_below(Path(path)) if real_folder(Path(path)) else []
+    if below:
+        shown = ", ".join(below[:5]) + (", ..." if len(below) > 5 else "")
+        return ConfigError(
+            f"not a run folder, but it holds {len(below)} run folder(s): {shown}; give one, "
+            f"e.g. `{command} {Path(path) / below[0]}`",
+            file=str(path),
+        )
+    if not Path(path).exists():
+        return ConfigError(
+            f"no such run folder: check the path (`gradebox run SUITE --out {path}` writes one)",
+            file=str(path),
+        )
+    return ConfigError(
+        "not a run folder: no results.jsonl, plan.json or summary.json here; give the folder "
+        "`gradebox run --out` wrote (or its results.jsonl)",
+        file=str(path),
+    )
+
+
+def read_summary(path: Path) -> RunSummary | None:
+    """A folder's ``summary.json``, or None when there is none (yet) or it does not read as
+    one (being written: the next look has it)."""
+    data = read_within(path / "summary.json", SUMMARY_CAP, follow=False)
+    try:
+        return RunSummary.model_validate_json(data) if data is not None else None
+    except ValueError:
+        return None
+
+
+def _relabelled(label: str | None, results: list[TestResult]) -> list[TestResult]:
+    if label is None:
+        return results
+    return [r.model_copy(update={"id": f"{label}: {r.id}"}) for r in results]
+
+
+def load_run(path: Path) -> Run:
+    """A suite run (``gradebox.results``), a run of several suite files (one run, each
+    file's ids labelled as ``gradebox run`` prints them), or a ``gradebox trials`` /
+    ``batch`` output: its graded records, read through their model, one test per prompt id
+    with a trial per record (``compare`` reads those outputs the same way)."""
+    path = Path(path)
+    found = layout(path)
+    if found is not None and found.several:
+        results: list[TestResult] = []
+        for label, file in found.parts:
+            if real_folder(file.parent) and file.is_file():
+                results += _relabelled(label, list(read_results(file).values()))
+        return Run(found.name, path, read_summary(path), results, found.plan)
+    if found is not None and real_folder(path) and not found.parts[0][1].is_file():
+        # Stopped before its first result: its plan still says what it did not run.
+        return Run(found.name, path, read_summary(path), [], found.plan)
+    try:
+        run = load_results(path)
+        return Run(run.name, run.path, run.summary, run.results, found.plan if found else None)
     except ConfigError as suite_error:
-        from ..drivers.batch import read_graded
+        from ..drivers.batch import read_graded  # only for a trials / batch output
 
         file = results_file(path)
         try:
             graded = [g for _, g in sorted(read_graded(file).items())]
         except ConfigError:
-            raise suite_error from None
+            graded = []
         if not graded:
+            if found is None:
+                raise not_a_run(path, "gradebox report") from None
             raise suite_error from None
-        return RunResults(file.stem, file.parent, None, _as_tests(graded))
+        return Run(file.stem, file.parent, None, _as_tests(graded))
 
 
 def _as_tests(graded: list[GradedRecord]) -> list[TestResult]:
