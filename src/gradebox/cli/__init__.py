@@ -22,7 +22,13 @@ lifecycle, drivers, cluster, report.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import time
+
+from .._version import __version__
+from ..core.programs import absolute_path
 
 TYPE_CHECKING = False  # typing itself stays off exec's hot path (~10 ms)
 
@@ -38,19 +44,15 @@ INTERRUPTED = 130  # Ctrl-C or SIGTERM, as documented in docs/cli.md
 
 
 def main() -> None:
-    from ..core.programs import absolute_path
-
     absolute_path()  # no program of ours is found in the current folder (a grader pack's)
     argv = sys.argv[1:]
     if argv in (["--version"], ["-V"]):
-        from .._version import __version__
-
         sys.stdout.write(f"gradebox {__version__}\n")
         return
     dismiss = None
     command = _command(argv)
     if command is not None and command not in UNSANDBOXED:  # --help too: a fork (~1 ms)
-        from ..sandbox.watchdog import watch
+        from ..sandbox.watchdog import watch  # lazy: contextlib, off `gradebox --version`
 
         dismiss = watch()
     try:
@@ -65,8 +67,6 @@ def main() -> None:
             dismiss()
         _exit_now(code)
     if dismiss is not None:
-        import atexit
-
         # Exit handlers run once the interpreter has joined every thread that keeps it
         # alive (a grader thread, a judge's call): only then has the command really ended.
         atexit.register(_when_alone, dismiss)
@@ -79,17 +79,17 @@ _lean = {"ran": False}  # grade's lean path answered (it runs as exec does: one 
 def _dispatch(argv: list[str]) -> int:
     """Run the command; its exit code."""
     if argv[:1] == ["exec"]:
-        from .exec import main as exec_main
+        from .exec import main as exec_main  # lazy: each command loads its own modules only
 
         return exec_main(argv[1:])
     if argv[:1] == ["grade"]:
-        from .grade_lean import main as grade_lean
+        from .grade_lean import main as grade_lean  # lazy: as exec above
 
         code = grade_lean(argv[1:])  # None: the full command answers (typer, pydantic)
         if code is not None:
             _lean["ran"] = True
             return code
-    from .app import main as run
+    from .app import main as run  # lazy: typer, rich, pydantic: none on exec's or grade's path
 
     try:
         run()
@@ -111,8 +111,6 @@ def _grace() -> None:
     threading = sys.modules.get("threading")
     if threading is None:  # exec's hot path never started one
         return
-    import time
-
     deadline = time.monotonic() + GRACE
     me = threading.current_thread()
     try:
@@ -126,7 +124,7 @@ def _grace() -> None:
 def _when_alone(dismiss: Callable[[], None]) -> None:
     """Dismiss the watchdog if no thread of ours is left (one still running after the
     interpreter's join, a signal cut it short: that is no normal end)."""
-    import threading
+    import threading  # lazy: ~2 ms, off `gradebox --version`'s path
 
     me = threading.current_thread()
     if not any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate()):
@@ -138,8 +136,7 @@ def _exit_now(code: int) -> None:
     on the hot path of each grader a harness runs; everything is already closed and removed,
     the only atexit handlers are the sandboxes' ``close``, already called), and an
     interrupted command's (which would wait for threads still in flight)."""
-    import contextlib
-    import os
+    import contextlib  # lazy: ~1 ms, off `gradebox --version`'s path
 
     for stream in (sys.stdout, sys.stderr):
         # A harness that closed its end of the pipe: there is nothing more to say.

@@ -23,6 +23,7 @@ import typer
 from .._version import __version__
 from ..core import settings
 from ..errors import GradeboxError
+from ..sandbox.runtime import checked
 from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
@@ -137,8 +138,6 @@ def _root(
         else (settings.current().runtime, "$GRADEBOX_RUNTIME")
     )
     if named is not None:
-        from ..sandbox.runtime import checked
-
         try:  # set for the whole process: its sandboxes, its Ray workers and subprocesses
             os.environ["GRADEBOX_RUNTIME"] = checked(named)
         except ValueError as exc:

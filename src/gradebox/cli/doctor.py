@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..core.subids import user_name
 from . import machine as dr
 from ._common import JsonOpt, Output
 
@@ -30,8 +31,6 @@ def doctor(as_json: JsonOpt = False) -> None:
     Exit 0 when every promise can be kept here, 1 when a piece is missing (a row marked
     missing). Optional rows name what would make gradebox faster or ready for --locked; what
     runs instead keeps every promise."""
-    from ..core.subids import user_name
-
     out = Output(as_json)
     checks = dr.diagnose()
     ok = dr.kept(checks)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 
+from ..errors import ConfigError, GradeboxError, ImageError, StorageError
+
 __all__ = ["EXIT_STORAGE", "failure"]
 
 EXIT_STORAGE = 5  # a folder we write ran out of space or failed mid-run (errors.StorageError)
@@ -16,8 +18,6 @@ EXIT_STORAGE = 5  # a folder we write ran out of space or failed mid-run (errors
 def failure(exc: BaseException) -> tuple[str, int] | None:
     """``(message, exit code)`` for an error of ours; None for one that is a bug (raised on,
     with its traceback)."""
-    from ..errors import ConfigError, GradeboxError, ImageError, StorageError
-
     if isinstance(exc, ConfigError | ImageError):
         return str(exc), 2
     if isinstance(exc, StorageError):  # out of space: a code of its own (5), so CI can tell

@@ -12,6 +12,7 @@ from .. import images as img
 from ..core.types import format_bytes
 from ..engine import Engine
 from ..errors import ImageError
+from ..images.archive import load_images, save_images
 from ..sandbox.rootfs import RootfsCache
 from ._common import JsonOpt, Output
 
@@ -185,8 +186,6 @@ def save(
     as_json: JsonOpt = False,
 ) -> None:
     """Write the locked images and the lock into one archive, to load on another machine."""
-    from ..images.archive import save_images
-
     out = Output(as_json)
     lock = _lock()
     size = save_images(Engine.connect(), lock, archive, names or None)
@@ -204,8 +203,6 @@ def load(
     as_json: JsonOpt = False,
 ) -> None:
     """Load an archive's images and verify each against its lock: exit 1 when one differs."""
-    from ..images.archive import load_images
-
     out = Output(as_json)
     problems = load_images(Engine.connect(), archive)
     _report(out, problems)

@@ -17,19 +17,32 @@ faster or ready for ``--locked``); ``info`` (a fact: the cgroup mode, the state 
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import grp
 import os
+import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import sandbox
 from ..core import settings
 from ..core.programs import which
+from ..core.subids import missing, prerequisite, subordinate, user_name
+from ..engine import Engine
 from ..errors import GradeboxError
+from ..files import workspace
+from ..images import images_dir, lock_path, read_lock, status, verify
+from ..images.apt import apt_mirror
+from ..images.build import bootstrap_unusable
+from ..sandbox import cgroups, runtime
+from ..sandbox.init import init_binary, sealed_init
+from ..sandbox.rootfs import cache_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..images import ImageStatus, Lock
 
 __all__ = ["INFO", "MISSING", "OK", "OPTIONAL", "Check", "diagnose", "image_checks", "kept"]
@@ -55,8 +68,6 @@ def kept(checks: list[Check]) -> bool:
 
 def diagnose() -> list[Check]:
     """Every row, in the order a reader follows: how graders run, then what they run."""
-    from ..core.subids import user_name
-
     user = user_name()
     engine, engine_row = _engine(user)
     rows = [
@@ -78,9 +89,7 @@ def diagnose() -> list[Check]:
 
 def _backend(engine: bool = True) -> Check:
     """``engine``: is the engine reachable (Docker's backend runs nothing without it)?"""
-    from ..sandbox import auto_reason
-
-    chosen, why = auto_reason()
+    chosen, why = sandbox.auto_reason()
     named = settings.current().sandbox or "auto"
     if named == "host":
         return Check(
@@ -116,9 +125,7 @@ def version_of(binary: str) -> str:
 
 
 def _runtimes() -> list[Check]:
-    from ..sandbox.runtime import choose
-
-    chosen = choose()
+    chosen = runtime.choose()
     rows = []
     for name in ("crun", "runc"):
         path = which(name)
@@ -137,8 +144,6 @@ def _runtimes() -> list[Check]:
 def cgroup_mode() -> str:
     """``v2`` (unified), ``hybrid`` (v1 controllers, and cgroup2 at /sys/fs/cgroup/unified)
     or ``v1``, with what matters to the runtimes."""
-    from ..sandbox import cgroups, runtime
-
     if cgroups.unified():
         return "v2 (unified)"
     if Path(runtime.UNIFIED, "cgroup.procs").exists():
@@ -148,8 +153,6 @@ def cgroup_mode() -> str:
 
 
 def _cgroups(user: str) -> Check:
-    from ..sandbox import cgroups
-
     mode = cgroup_mode()
     if os.geteuid() == 0:
         return Check("cgroups", INFO, f"{mode}; limits in root's cgroups")
@@ -182,14 +185,12 @@ def _cgroups(user: str) -> Check:
 
 
 def _state() -> Check:
-    from ..sandbox.oci import state_root
+    from ..sandbox.oci import state_root  # lazy: the oci backend, not for every typer command
 
     return Check("oci state folder", INFO, str(state_root()))
 
 
 def _subids() -> Check:
-    from ..core.subids import missing, prerequisite, subordinate
-
     if os.geteuid() == 0:
         return Check("subordinate ids", INFO, "not needed as root")
     why = missing()
@@ -210,9 +211,7 @@ def _subids() -> Check:
 
 
 def _quota() -> Check:
-    from ..files.workspace import quota_mounts
-
-    if quota_mounts():
+    if workspace.quota_mounts():
         return Check(
             "workspace quota",
             OK,
@@ -244,8 +243,6 @@ def engine_fix(user: str, socket: str | None = None) -> str:
 
 
 def _engine(user: str) -> tuple[Engine | None, Check]:
-    from ..engine import Engine
-
     try:
         engine = Engine.connect(timeout=15)
         info = engine.info()
@@ -262,10 +259,6 @@ def _engine(user: str) -> tuple[Engine | None, Check]:
 
 
 def _images(engine: Engine | None, engine_fix: str | None = None) -> list[Check]:
-    from ..images import images_dir, lock_path, read_lock, status, verify
-    from ..images.apt import apt_mirror
-    from ..images.build import bootstrap_unusable
-
     try:
         where = images_dir()
         names = ", ".join(p.name for p in sorted(where.iterdir()) if (p / "Dockerfile").is_file())
@@ -364,9 +357,6 @@ def image_checks(
 
 
 def _init() -> Check:
-    from ..sandbox.init import init_binary, sealed_init
-    from ..sandbox.rootfs import cache_dir
-
     found = init_binary()
     if found is None:
         return Check(
@@ -401,9 +391,6 @@ KVM_KINDS = {
 def _kvm_fix(user: str, device: str) -> str:
     """Join the device's group where that group may use it; else open the device to every
     user, as systemd's own udev rule does (root-only here: no group would help)."""
-    import grp
-    import stat
-
     st = os.stat(device)
     if st.st_mode & stat.S_IRGRP and st.st_mode & stat.S_IWGRP and st.st_gid != 0:
         try:
@@ -416,8 +403,6 @@ def _kvm_fix(user: str, device: str) -> str:
 def kvm(user: str, device: str = "/dev/kvm", modules: str = "/sys/module") -> Check:
     """Is ``device`` usable (opened, and it answers KVM's API version), and of which kind?
     Not a promise of gradebox: only its cgroup v2 guest test boots faster with it."""
-    import errno
-
     if not os.path.exists(device):
         return Check("KVM", INFO, f"no {device}")
     try:
@@ -429,8 +414,6 @@ def kvm(user: str, device: str = "/dev/kvm", modules: str = "/sys/module") -> Ch
             )
         return Check("KVM", INFO, f"{device} does not open ({exc.strerror})")
     try:
-        import fcntl
-
         api = fcntl.ioctl(fd, KVM_GET_API_VERSION)
     except OSError as exc:
         return Check("KVM", INFO, f"{device} answers no KVM API ({exc.strerror})")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..core.scratch import collect_scratch
+from ..graders.custom import discover
 from ..sandbox import collect_garbage
 from ._common import JsonOpt, Output
 from .schemas import write_schemas
@@ -57,8 +58,6 @@ def schemas(
     out = Output(as_json)
     customs = None
     if assertions_from is not None:
-        from ..graders.custom import discover
-
         customs = sorted(discover(assertions_from))
     written = write_schemas(directory, customs)
     if as_json:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core.atomic import write_atomic
+from ..core.duration import parse_duration
 from ..core.scratch import scratch_folder
 from ..core.yamlfile import to_config_error
 from ..drivers.batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
@@ -100,7 +101,7 @@ def _on_cluster(
 ) -> tuple[RayExecutor, int]:
     """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
     the cluster's slots (the default number in flight)."""
-    from ..cluster import RayCluster, start_grader
+    from ..cluster import RayCluster, start_grader  # lazy: the cluster's modules, for --ray only
 
     cluster = RayCluster(address)
     refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
@@ -434,8 +435,6 @@ def assert_(
 
 
 def _duration_option(value: str) -> float:
-    from ..core.duration import parse_duration
-
     try:
         return parse_duration(value)
     except ValueError as exc:

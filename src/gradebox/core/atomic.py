@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 from pathlib import Path
 
@@ -154,8 +155,6 @@ def lock_folder(path: Path, *, field: str, what: str = "results folder") -> int:
     when the descriptor closes or the process dies, SIGKILL too): two runs given one results
     folder would delete and interleave each other's results. The second is a ``ConfigError``
     on ``field`` (exit 2: nothing ran). Returns the descriptor to close at the end."""
-    import fcntl
-
     lock = path / ".gradebox.lock"
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -30,6 +30,6 @@ class LazyLogger:
             # root logger's level is WARNING, and these would be dropped. Not importing it
             # for them is the same, minus the import (`sandbox: oci (...)` on every exec).
             return _dropped
-        import logging
+        import logging  # lazy: logging (~7 ms) stays off `gradebox exec`'s path
 
         return getattr(logging.getLogger(self.name), attr)

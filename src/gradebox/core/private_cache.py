@@ -14,10 +14,12 @@ Standard library only: ``gradebox grade``'s lean path reads it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import stat
 from pathlib import Path
 
+from ..errors import GradeboxError
 from . import settings
 from .log import LazyLogger
 from .untrusted import private as _private
@@ -62,7 +64,7 @@ def _private_or_another(wanted: Path) -> Path:
     if home != wanted and _made_private(home) is None:
         chosen = home
     else:
-        import atexit
+        # lazy: tempfile and shutil (~6 ms) only for this fallback, off `gradebox exec`'s path
         import shutil
         import tempfile
 
@@ -149,8 +151,7 @@ class PrivateCache:
         if folder is None:
             return False
         os.close(folder)
-        from ..errors import GradeboxError
-        from .atomic import write_atomic
+        from .atomic import write_atomic  # lazy: only a write to the cache needs it, not exec
 
         try:
             write_atomic(self.path / name, data, what="cache folder")

@@ -222,7 +222,7 @@ def decoded_within(chunks: Iterable[bytes], encoding: str, cap: int) -> Iterator
 
 
 def _inflater(name: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
-    import zlib
+    import zlib  # lazy: only a compressed entry needs it; off grade's lean path
 
     stream, head = None, b""
     try:

@@ -48,6 +48,7 @@ class NotFound(EngineError):
 
 
 def _is_transient(exc: BaseException) -> bool:
+    # lazy: the Docker SDK loads only when an engine connects (tests/unit/test_api.py)
     import docker.errors
     import requests.exceptions
 
@@ -107,6 +108,7 @@ def _engine_call(what: str, bounded: bool = True) -> Callable[[Callable[..., T]]
 
 def _translated(what: str, exc: Exception) -> Exception:
     """The gradebox error for an SDK or connection error; any other exception as it was."""
+    # lazy: the Docker SDK loads only when an engine connects (tests/unit/test_api.py)
     import docker.errors
     import requests.exceptions
 
@@ -145,9 +147,10 @@ class Engine:
 
     @classmethod
     def connect(cls, timeout: float = 120.0) -> Engine:
+        # lazy: the Docker SDK loads only when an engine connects (tests/unit/test_api.py)
         import requests.exceptions
 
-        import docker
+        import docker  # lazy: as above
 
         where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         try:
@@ -192,6 +195,7 @@ class Engine:
 
     def kill(self, container: str) -> None:
         """SIGKILL the container's PID 1; the kernel then kills every process in its namespace."""
+        # lazy: the Docker SDK loads only when an engine connects (tests/unit/test_api.py)
         import docker.errors
         import requests.exceptions
 

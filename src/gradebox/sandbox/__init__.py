@@ -14,6 +14,7 @@ import os
 
 from ..core import settings
 from ..core.log import LazyLogger
+from ..errors import ConfigError, GradeboxError
 from ._shared import LazyEngine
 from .base import Mount, RunOutcome, Sandbox, SandboxSpec, registered
 from .defaults import Limits, Security
@@ -61,19 +62,19 @@ def choose_backend(name: str | None = None) -> str:
 
 def auto_reason() -> tuple[str, str]:
     """What ``auto`` picks on this machine for this user, and why."""
-    from .oci import choose_runtime, oci_usable
+    from .oci import choose_runtime, oci_usable  # lazy: a backend loads when one is chosen
 
     chosen = choose_runtime()
     why = oci_usable(runtime=chosen)
     if why is None:
-        from .slots import slots_unusable
+        from .slots import slots_unusable  # lazy: a backend loads when one is chosen
 
         runtime = chosen.why
         if slots_unusable(chosen.name, os.geteuid() != 0) is None:
             runtime += ", cgroup slots made ahead"
         if os.geteuid() == 0:
             return "oci", f"{runtime}, as root: the fastest backend, every limit kept"
-        from .cgroups import scope_entered
+        from .cgroups import scope_entered  # lazy: subprocess (~5 ms), off exec's path
 
         where = f" (a delegated scope of its systemd: {scope_entered[0]})" if scope_entered else ""
         return "oci", (
@@ -99,8 +100,6 @@ def get_sandbox(name: str | None = None) -> Sandbox:
     if factory is None:
         factory = _entry_point(chosen)
     if factory is None:
-        from ..errors import ConfigError
-
         raise ConfigError(
             f"unknown sandbox {chosen!r}; known: {', '.join(CHOICES)}", field="--sandbox"
         )
@@ -108,7 +107,7 @@ def get_sandbox(name: str | None = None) -> Sandbox:
 
 
 def _entry_point(name: str):  # type: ignore[no-untyped-def]
-    from importlib.metadata import entry_points
+    from importlib.metadata import entry_points  # lazy: ~30 ms, for a plugin backend only
 
     for ep in entry_points(group="gradebox.sandboxes"):
         if ep.name == name:
@@ -127,7 +126,7 @@ def collect_garbage(
     the OCI runtime's first (their workspaces are mounts in scratch folders), then the Docker
     engine's. Their names (an id where a container has none). ``need_engine=False``: no
     engine reachable here is no error (nothing of ours ran on it)."""
-    from ..errors import GradeboxError
+    # lazy: both backends and the engine (tenacity; the Docker SDK on connect) for a sweep only
     from . import oci
     from ._engine import Engine
     from .docker import collect_garbage as docker_garbage

@@ -32,6 +32,7 @@ class LazyEngine:
             raise AttributeError(name)
         with self._mutex:
             if self._engine is None:
+                # lazy: the engine (tenacity, logging; the Docker SDK) only once one is used
                 from ._engine import Engine
 
                 self._engine = Engine.connect()
@@ -59,7 +60,7 @@ class EngineImages:
         lock: Any = None,
         build: bool = False,
     ) -> ImageSource:
-        from ..images import ImageResolver
+        from ..images import ImageResolver  # lazy: the engine's images, not on exec's path
 
         if not locked and not build_network and lock is None and not build:
             return self._default_images()
@@ -74,7 +75,7 @@ class EngineImages:
     def _default_images(self) -> ImageSource:
         with self._lock:
             if self._resolver is None:
-                from ..images import ImageResolver
+                from ..images import ImageResolver  # lazy: the engine's images, off exec's path
 
                 self._resolver = ImageResolver(self.engine)  # type: ignore[arg-type]
             return self._resolver

@@ -23,8 +23,10 @@ hybrid mount) the runtime is simply spawned.
 
 import _socket  # not socket's module: its enums cost a start of the server ~3 ms
 import os
+import select
 import signal
 import sys
+import time
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
@@ -114,7 +116,7 @@ def _recv_fds(sock: _socket.socket) -> tuple[bytes, list[int]]:
 
 
 def _libc():  # type: ignore[no-untyped-def]
-    import ctypes
+    import ctypes  # lazy: ctypes (~2.5 ms) only for a non-root runner's server
 
     libc = ctypes.CDLL(None, use_errno=True)
 
@@ -221,8 +223,6 @@ def _start(argv: list[bytes], fds: list[int], hide: bool, call: object) -> tuple
 
 def _await(sock: _socket.socket, pid: int, here: str) -> None:
     """Report ``pid``'s exit; if the runner goes first, kill it and what is in the slot."""
-    import select
-
     pidfd = os.pidfd_open(pid)
     try:
         while True:
@@ -248,8 +248,6 @@ def _await(sock: _socket.socket, pid: int, here: str) -> None:
 
 def _sweep(here: str) -> None:
     """Kill whatever is in the slot but this server (its runner is gone)."""
-    import time
-
     me = os.getpid()
     for _ in range(20):
         try:

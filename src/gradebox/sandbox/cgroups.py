@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..core.log import LazyLogger
+from ..core.programs import which
 from ..errors import GradeboxError
 
 __all__ = [
@@ -132,7 +133,7 @@ done
 def delegate_v1(engine: object, image: str) -> None:
     """Have the engine make this user's subtree (see the module's docstring); raises
     ``GradeboxError`` when it cannot."""
-    from ._engine import Engine
+    from ._engine import Engine  # lazy: tenacity and the Docker SDK, for cgroup v1 only
 
     assert isinstance(engine, Engine)
     uid, gid = os.getuid(), os.getgid()
@@ -338,8 +339,6 @@ def enter_user_scope(timeout: float = 10.0) -> str | None:
 
     The user's manager moves the process through the system's manager (which lets a user
     move their own processes into their own units); nothing runs as root."""
-    from ..core.programs import which
-
     if os.geteuid() == 0 or not unified():
         return "not needed"
     if user_service() is None:

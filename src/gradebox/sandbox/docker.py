@@ -44,7 +44,15 @@ from .gate import (
 )
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init
-from .labels import LABEL_SESSION, owner_labels, slug
+from .labels import (
+    LABEL_OWNER,
+    LABEL_PIDNS,
+    LABEL_SESSION,
+    owner_labels,
+    parse_owner,
+    pid_namespace,
+    slug,
+)
 
 __all__ = ["DockerSandbox"]
 
@@ -420,8 +428,6 @@ def collect_garbage(
     A runner killed with SIGKILL cannot clean up after itself; its containers carry its host
     name and pid, which is how a later ``gradebox gc`` knows they are orphans.
     """
-    from .labels import LABEL_OWNER, LABEL_PIDNS, parse_owner, pid_namespace
-
     removed = []
     host, pidns = socket.gethostname(), pid_namespace()
     for c in engine.containers({LABEL_SESSION: None}):

@@ -22,7 +22,10 @@ import contextlib
 import os
 import threading
 
+from ..core.scratch import new_scratch
 from ..errors import GradeboxError
+from ..images.catalog import qualified
+from .seccomp import seccomp_json
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
@@ -48,7 +51,8 @@ def listen_in_netns(pid: int, port: int) -> socket.socket:
     found: dict[str, Any] = {}
 
     def work() -> None:
-        import ctypes  # here, as socket: only a grader with a model proxy needs them
+        # lazy: ctypes and socket (~5 ms): only a grader with a model proxy needs them
+        import ctypes
         import socket
 
         try:
@@ -94,11 +98,7 @@ def listen_via_engine(
 ) -> socket.socket:  # noqa: E501
     """The socket of ``listen_in_netns``, made by a short-lived container of the engine that
     shares ``container``'s network namespace (see the module's docstring)."""
-    import socket
-
-    from ..core.scratch import new_scratch
-    from ..images.catalog import qualified
-    from .seccomp import seccomp_json
+    import socket  # lazy: socket (~3 ms): only a grader with a model proxy needs it
 
     folder = str(new_scratch("door"))  # 0700, ours, named after us (the watchdog's)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -50,6 +50,7 @@ from ..core.log import LazyLogger
 from ..core.programs import which
 from ..core.scratch import left_by, pid_in
 from ..errors import EngineError, GradeboxError, SandboxClosed
+from ..images.catalog import BASE, qualified
 from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover, EngineImages
 from ._streams import CappedOutput
@@ -215,10 +216,8 @@ def rootless_cgroups(engine: _engine.Engine | None = None) -> str | None:
     uid = os.getuid()
     if uid not in _delegation:
         try:
-            from ..images.catalog import BASE, qualified
-
             if engine is None:
-                from . import _engine
+                from . import _engine  # lazy: tenacity and the Docker SDK, only if asked
 
                 engine = _engine.Engine.connect()
             cgroups.delegate_v1(engine, qualified(BASE))
@@ -253,7 +252,7 @@ class OciSandbox(EngineImages, Sandbox):
         slot: Slot | None = None,
     ) -> None:
         if engine is None:
-            from . import _engine
+            from . import _engine  # lazy: tenacity and the Docker SDK, only if no engine given
 
             engine = _engine.Engine.connect()
         # ``LazyEngine()`` (gradebox exec): connected on first use; an unpacked image never is
@@ -317,7 +316,7 @@ class OciSandbox(EngineImages, Sandbox):
     def _fallback(self) -> Sandbox:
         with self._lock:
             if self._docker is None:
-                from .docker import DockerSandbox
+                from .docker import DockerSandbox  # lazy: the docker backend, as fallback only
 
                 self._docker = DockerSandbox(self.engine, session=self.session)
             return self._docker
@@ -777,7 +776,7 @@ def _remove_bundle(bundle: Path) -> None:
         try:
             os.unlink(os.path.join(bundle, name))
         except IsADirectoryError:
-            import shutil
+            import shutil  # lazy: it loads bz2 and lzma (~2 ms), off exec's path
 
             shutil.rmtree(os.path.join(bundle, name), ignore_errors=True)
         except OSError:

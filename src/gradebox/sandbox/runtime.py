@@ -24,6 +24,7 @@ else runc. It says which and why: that is the ``sandbox: oci (...)`` line.
 from __future__ import annotations
 
 import os
+import re
 
 from ..core import settings
 from ..core.programs import which
@@ -53,8 +54,7 @@ class Runtime:
         Debian 12's 1.8.1 refuses the flag and starts nothing)? Asked of the program itself,
         once: what a runtime supports, not its name, decides."""
         if self._keeps is None:
-            import re
-            import subprocess
+            import subprocess  # lazy: ~5 ms, off the path to exec's first slot
 
             try:
                 done = subprocess.run(

@@ -49,6 +49,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def first_slot(runtime: Runtime, session: str) -> Slot | None:
     of a holder the sandbox makes); None where there are no slots."""
     if os.geteuid() != 0 or slots_unusable(runtime.name, False) is not None:
         return None
-    from .cgroups import parent_name
+    from .cgroups import parent_name  # lazy: subprocess (~5 ms), off exec's first slot
 
     try:
         return Slot(f"gradebox-{os.getpid()}-{session}-s0", parent_name(), runtime.hide_v2, None)
@@ -190,7 +191,7 @@ class _Forked(_Process):
                 # watchdog waiting for its pipe's end, is not kept waiting by the server.
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 1 << 16)
-                from ._slot_server import serve
+                from ._slot_server import serve  # lazy: only the forked server runs it
 
                 serve(_socket.socket(fileno=keep), hide, join, procs)
             finally:
@@ -210,7 +211,7 @@ class _Forked(_Process):
     def wait(self, timeout: float | None = None) -> int:
         """Its exit code; TimeoutError after ``timeout`` seconds (a pidfd: no polling)."""
         if self.poll() is None:
-            import select
+            import select  # lazy: off the path to exec's first slot
 
             fd = os.pidfd_open(self.pid)
             try:
@@ -278,7 +279,7 @@ class Slot:
             if _single_threaded():
                 self.server = _Forked(theirs, hide_v2, join or 0, procs)
             else:
-                import subprocess
+                import subprocess  # lazy: ~5 ms, off the path to exec's first slot
 
                 self.server = subprocess.Popen(
                     [
@@ -370,7 +371,7 @@ class Slot:
     def _sees(self, paths: tuple[str, ...]) -> bool:
         """Does the server's mount namespace show ``paths`` as the host does? A no asks it
         for a fresh one."""
-        from .userns import sees_as_host
+        from .userns import sees_as_host  # lazy: subprocess (~5 ms), off exec's first slot
 
         return self.server is None or sees_as_host(self.server.pid, paths)
 
@@ -547,8 +548,6 @@ class SlotPool:
         self._free: list[Slot] = [first] if first is not None else []
         self._all: list[Slot] = list(self._free)
         self._count = len(self._free)
-        import threading
-
         self._lock = threading.Lock()
         self._closed = False
 
@@ -608,8 +607,6 @@ class SlotPool:
         much memory still charged is emptied on a thread of its own (writing back what the
         grader left dirty takes a while), off the caller's path."""
         if _int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
-            import threading
-
             threading.Thread(
                 target=self._release, args=(slot,), daemon=True, name="gradebox-slot-empty"
             ).start()

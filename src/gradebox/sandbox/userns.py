@@ -32,6 +32,7 @@ from ..core.programs import which
 from ..core.record import Record
 from ..core.subids import SPAN, missing, prerequisite, subordinate
 from ..errors import GradeboxError
+from .runtime import v2_hidden
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
@@ -224,8 +225,6 @@ class Holder:
         """``argv`` to run in a fresh set of these namespaces (no holder: one call)."""
         if not self.hide_v2:
             return argv
-        from .runtime import v2_hidden
-
         return v2_hidden(argv)
 
     def popen(

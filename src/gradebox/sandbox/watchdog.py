@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
+import time
 from collections.abc import Callable
 
 __all__ = ["watch", "watch_from_outside"]
@@ -59,8 +61,7 @@ def watch() -> Callable[[], None]:
 def watch_from_outside() -> Callable[[], None]:
     """``watch`` for a process that runs threads: the watcher is a new interpreter
     (``python -m gradebox.sandbox.watchdog OWNER FD``) holding the pipe's read end."""
-    import subprocess
-    import sys
+    import subprocess  # lazy: ~5 ms, off `gradebox exec`'s path (it forks its watcher)
 
     owner = os.getpid()
     try:
@@ -136,8 +137,7 @@ SWEEPS = (0.0, 1.0, 3.0)
 def _sweep(owner: int) -> None:
     """Remove what the runner ``owner`` left: containers first (their mounts live in the
     scratch folders), then the folders; again after a while, for what was still landing."""
-    import time
-
+    # lazy: only the watcher, once its runner is gone, sweeps (the backends, the engine)
     from ..core.scratch import collect_scratch
     from . import collect_garbage
 
