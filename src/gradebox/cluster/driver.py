@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError
+from ..graders.assertion import GraderAssertion, leaves
+from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
 from ..lifecycle.jobs import Job, decode
 from .bundle import pack
@@ -38,7 +40,7 @@ STALL_CHECK = 10.0  # with nothing finishing for this long, check that a node is
 
 def _ray() -> Any:
     try:
-        import ray
+        import ray  # lazy: ray is an optional extra
     except ImportError:
         raise ClusterError(
             "--ray needs Ray on this machine and on every node: pip install 'gradebox[ray]'"
@@ -87,6 +89,7 @@ class RayCluster:
         """``node_op(*args)`` pinned to each live gradebox node: ``(name, report)`` for each,
         where ``report`` is the exception when the op failed or did not answer in time. A
         node that dies meanwhile is left out: it is no longer part of the cluster."""
+        # lazy: ray is an optional extra
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         pending = {}
@@ -281,9 +284,6 @@ def _first_line(exc: BaseException) -> str:
 def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
     assertions, model targets, a replay target's recordings, repositories and references."""
-    from ..graders.assertion import GraderAssertion, leaves
-    from ..graders.run import build_command, helper_files, translate_args
-
     paths = [suite.path]
     target = suite.spec.target
     if target is not None and isinstance(target.command, list):

@@ -25,9 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..errors import GradeboxError
+from ..core.scratch import collect_scratch
+from ..drivers.batch import load_grader_ref
+from ..errors import GradeboxError, ImageError
 from ..files.workspace import remove_tree, unmount_below
 from ..lifecycle.jobs import Job, Worker, encode, run_job
+from ..sandbox import collect_garbage, get_sandbox
+from ..sandbox.watchdog import watch_from_outside
+from ..suite import load_suite
+from ..suite.plan import plan_suite
+from ..suite.preflight import models_used
 from .bundle import unpack
 
 __all__ = ["RUN_PREFIX", "RunSpec", "node_op", "run_dir", "run_item"]
@@ -70,7 +77,7 @@ _name: list[str] = []
 def node_name() -> str:
     """This node as results and errors name it: Ray's node id, its address, its host."""
     if not _name:
-        import ray
+        import ray  # lazy: ray is an optional extra
 
         node_id = ray.get_runtime_context().get_node_id()
         address = next(
@@ -84,9 +91,7 @@ class _Context:
     """One run as this worker process sees it (see the module's docstring)."""
 
     def __init__(self, spec: RunSpec) -> None:
-        import ray
-
-        from ..sandbox import get_sandbox
+        import ray  # lazy: ray is an optional extra
 
         _watched()
         self.spec, self.dir = spec, run_dir(spec.run_id)
@@ -112,13 +117,9 @@ class _Context:
             raise
 
     def _load(self) -> None:
-        from ..suite.plan import plan_suite
-
         spec = self.spec
         self._same_images()
         if spec.kind == "suite":
-            from ..suite import load_suite
-
             suite = load_suite(self.root / spec.entry, format=spec.format, target=spec.target)
             plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
             tests = {t.id: t for t in suite.tests}
@@ -136,8 +137,6 @@ class _Context:
                 scratch=self.dir / f"stage-{os.getpid()}",
             )
         else:
-            from ..drivers.batch import load_grader_ref
-
             grader = load_grader_ref(self.root / spec.entry)
             if spec.workspace is not None:
                 workspace = self.root / spec.workspace
@@ -151,8 +150,6 @@ class _Context:
     def _same_images(self) -> None:
         """Every image the driver planned must be the same bytes here. A grader's own
         Dockerfile is built on each node from the bundle (pinned by its inputs' hash)."""
-        from ..errors import ImageError
-
         for ref, wanted in sorted(self.spec.images.items()):
             if ref.startswith("build:"):
                 continue
@@ -204,8 +201,6 @@ def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -
 def _keys_used(suite: Any) -> set[str]:
     """The key variables of the model targets this suite calls (its graders, a model target
     under test), not every target a targets file lists."""
-    from ..suite.preflight import models_used
-
     return {
         u.target.api_key_env
         for u in models_used(suite)
@@ -223,8 +218,6 @@ def _watched() -> None:
     worker process, removes them at once, as a command's does. A worker whose interpreter
     ends normally dismisses it last (exit handlers run last-registered first: its sandboxes'
     ``close`` has removed their containers by then), so no sweep runs for nothing."""
-    from ..sandbox.watchdog import watch_from_outside
-
     atexit.register(watch_from_outside())
 
 
@@ -284,9 +277,6 @@ def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> 
 def sweep(run_id: str) -> dict[str, Any]:
     """The run's folder on this node, then containers and scratch of workers that are gone
     (a cancelled or killed test's), by ``gradebox gc``'s rules: a live runner's are kept."""
-    from ..core.scratch import collect_scratch
-    from ..sandbox import collect_garbage
-
     folder = run_dir(run_id)
     # Before the folders: the containers' workspaces are mounts there.
     removed = collect_garbage(engine_timeout=30, need_engine=False)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from ..errors import ConfigError
 from ..protocol.models import Status
 from .batch import read_graded
+from .runner import read_results
 
 __all__ = ["ReviewItem", "agreement", "load_review_items", "review_sheet", "sample"]
 
@@ -51,8 +52,6 @@ def load_review_items(path: Path) -> list[ReviewItem]:
             )
             for n, g in sorted(graded.items())
         ]
-    from .runner import read_results
-
     items = []
     for n, r in enumerate(read_results(path).values(), 1):
         failing = [f"{g.name}: {g.evidence}" for g in r.graders if not g.passed]

@@ -31,6 +31,7 @@ from ..core.fstree import (
     unmount,
     unmount_below,
 )
+from ..core.sizes import format_bytes
 from ..errors import WorkspaceError
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
 
@@ -167,8 +168,6 @@ class Quota:
     files: int = DEFAULT_MAX_FILES
 
     def describe(self) -> str:
-        from ..core.types import format_bytes
-
         return f"{format_bytes(self.size)} and {self.files:,} files"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import subids as userns
 from ..core.scratch import scratch_folder
 from ..engine import Engine, NotFound
 from ..errors import ImageError
@@ -131,8 +132,6 @@ def bootstrap_unusable() -> tuple[str, str] | None:
             why = "debootstrap is needed to build the base image without a registry"
             return why, "apt-get install debootstrap"
         return None
-    from ..core import subids as userns
-
     why = "no mmdebstrap" if shutil.which("mmdebstrap") is None else userns.missing()
     if why:
         return (

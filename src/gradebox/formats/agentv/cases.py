@@ -321,8 +321,6 @@ def _var_combinations(case: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _prompt_id(prompt: Any) -> str:
     """AgentV's ``safePromptId`` of a prompt's identity."""
-    import json
-
     if isinstance(prompt, str) and prompt.startswith("file://"):
         ident = prompt.removeprefix("file://").lstrip("/")
     elif isinstance(prompt, dict) and isinstance(prompt.get("id"), str):
