@@ -35,7 +35,15 @@ from ..core.pathnames import exists, is_dir, is_file
 from ..core.types import format_duration
 from ..core.yamlfile import LineMap, validate
 from ..errors import ConfigError, UnsupportedFeature
-from ..llm.targets import ModelTarget, TargetSet, TargetSources, load_targets
+from ..llm.targets import (
+    ModelTarget,
+    TargetSet,
+    TargetSources,
+    agentv_entries,
+    agentv_kind,
+    agentv_label,
+    load_targets,
+)
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ScriptGrader, grader_from_data
@@ -46,6 +54,7 @@ from .llm import LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
+from .verifier import node_test_grader_data, pytest_grader_data
 
 __all__ = [
     "DEFAULT_REQUIRED",
@@ -933,8 +942,6 @@ def _judge_error(
 ) -> ConfigError:
     """A judge that names an AgentV agent (a coding-agent CLI, a cli command) is refused by
     name; a judge that names nothing known is the file's own error."""
-    from ..llm.targets import agentv_entries, agentv_kind, agentv_label
-
     name = name if isinstance(name, str) else ctx.targets.default  # grader_target, defaults
     if isinstance(name, str):
         for entry, *_ in agentv_entries(ctx.target_sources):
@@ -957,8 +964,6 @@ _VERIFIER_KEYS = {"type", "files", "dest", "args", "timeout", "image", "limits",
 def _verifier(
     body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
 ) -> GraderAssertion:
-    from .verifier import node_test_grader_data, pytest_grader_data
-
     unknown = set(body) - _VERIFIER_KEYS
     if unknown:
         key = sorted(unknown, key=str)[0]

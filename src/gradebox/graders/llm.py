@@ -17,7 +17,9 @@ or an error. A ``required`` rubric item the judge gave no check is an error too.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +37,7 @@ from ..protocol.models import (
     clean_value,
     json_objects_in,
 )
+from .transcript import trace_of
 
 __all__ = [
     "DEFAULT_PROMPT",
@@ -152,8 +155,6 @@ def _text(content: Any) -> str:
 
 
 def _tool_calls(payload: Payload) -> str:
-    from .transcript import trace_of
-
     calls = trace_of(payload.messages).tool_calls
     if not calls:
         return "(none reported)"
@@ -492,9 +493,6 @@ def candidate_from_files(
 def _read_text(workspace: Path | None, rel: str) -> str:
     """A file the agent wrote, read on the host as hostile: any name, any depth (one folder
     open at a time), no component a link, a regular file only, at most 1 MiB."""
-    import os
-    import stat
-
     note = _unreadable(rel)
     try:
         name = os.fsencode(rel)

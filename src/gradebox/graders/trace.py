@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import _search, _TooSlow, is_builtin
+from .skills import check_skills
 from .transcript import ToolCall, Trace, summary_of, trace_of, vally_input
 
 __all__ = [
@@ -174,14 +175,10 @@ class TraceAssertion(BaseModel):
     # Each check returns (passed, score, evidence).
 
     def _skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
-        from .skills import check_skills
-
         ok, why = check_skills(self.value, trace, inverse=False)
         return ok, float(ok), why
 
     def _not_skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
-        from .skills import check_skills
-
         ok, why = check_skills(self.value, trace, inverse=True)
         return ok, float(ok), why
 

@@ -9,6 +9,7 @@ at 0.8). The tool calls are those of the agent's reported transcript (``transcri
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -387,6 +388,4 @@ def _js_string(value: Any) -> str:
 
 
 def _js_text(value: Any) -> str:
-    import json
-
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))

@@ -238,6 +238,7 @@ def judge(
 
 def result_of(fields: dict[str, Any]) -> GraderResult:
     """``verdict``'s fields as the protocol's ``GraderResult``."""
+    # lazy: pydantic (protocol.models) stays off grade's lean path (cli/grade_lean.py)
     from ..protocol.models import GraderResult
 
     fields = dict(fields)
@@ -306,7 +307,7 @@ def verdict(
 
     text = outcome.stdout.decode("utf-8", errors="replace")
     if dialect in ("pytest", "node-test"):
-        from .verifier import judge_junit, judge_node
+        from .verifier import judge_junit, judge_node  # lazy: pydantic, as result_of's
 
         judged = judge_junit if dialect == "pytest" else judge_node
         result = judged(name, text, common)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..graders.assertion import DEFAULT_REQUIRED, Assertion, aggregate
-from ..protocol.models import GraderResult, Message, Payload, Status, TestResult
+from ..graders.transcript import summary_of, trace_of
+from ..protocol.models import GraderResult, Message, Payload, Status, TestResult, TraceSummary
 from ..suite import Test
 from .host_targets import HostAnswer, chat_messages, converse
 
@@ -83,9 +84,6 @@ def _graded(
     expected: Any = None,
 ) -> GraderResult:
     """One part of the conversation graded as a test of its own."""
-    from ..graders.transcript import summary_of, trace_of
-    from ..protocol.models import TraceSummary
-
     shown = ([{"role": "system", "content": system}] if system else []) + history
     messages = [Message.model_validate(m) for m in shown]
     answer = [Message(role="assistant", content=output)]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GradeboxError
+from ..graders.assertion import infer_image
 from ..graders.llm import candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
 from ..protocol.models import Payload
@@ -41,8 +42,6 @@ class LlmRuntime:
         self.labels, self.workspace = labels, workspace
 
     def _text_of(self, command: list[str], stdin: bytes, name: str) -> str:
-        from ..graders.assertion import infer_image
-
         image = self.image_for(infer_image(command), self.root)
         outcome = run_in_workspace(
             command,

@@ -65,9 +65,11 @@ from ..sandbox.base import ImageSource, Limits, Sandbox
 from ..sandbox.hardening import run_as_ids
 from ..sandbox.labels import LABEL_RUN
 from ..suite import Suite, Test, WorkspaceConfig
+from .conversation import run_conversation
 from .host_targets import HostAnswer, answer_on_host
 from .llm_runtime import LlmRuntime
 from .pool import Warm, WarmPool
+from .repeat import best_of
 from .steps import (
     HOOK_TIMEOUT,
     claims_of,
@@ -75,6 +77,7 @@ from .steps import (
     input_text,
     judge_step,
     run_cli_target,
+    run_healthcheck,
     run_in_workspace,
 )
 
@@ -262,8 +265,6 @@ class SuiteContext:
 
     def run_test(self, test: Test) -> TestResult:
         if test.case.repeat > 1:
-            from .repeat import best_of
-
             runs = [TestRun(self, test, sample=i).run() for i in range(test.case.repeat)]
             return best_of(runs, test.case.repeat_strategy)
         return TestRun(self, test).run()
@@ -276,8 +277,6 @@ class SuiteContext:
             return None
         with self._health_lock:
             if self._health is None:
-                from .steps import run_healthcheck
-
                 self._health = (
                     run_healthcheck(
                         check,
@@ -385,8 +384,6 @@ class TestRun:
                         file=str(run.suite.path),
                     )
             if self.test.case.conversation is not None:
-                from .conversation import run_conversation
-
                 run_conversation(self, workspace.path)
             elif self._target(workspace):
                 self._grade_and_finish(workspace, baseline)

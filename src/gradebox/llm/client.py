@@ -104,6 +104,7 @@ def _missing(target: ModelTarget, what: str) -> MalformedReply:
 def _sdks() -> tuple[Any, Any]:
     """The SDKs, imported on first use: they take over a second to import, and most commands
     never call a model."""
+    # lazy: the SDKs take over a second to import, and most commands never call a model
     import anthropic
     import openai
 
@@ -235,9 +236,9 @@ def _broken_bound(exc: BaseException) -> str | None:
 def _httpx() -> Any:
     """The HTTP library the SDKs are built on: httpx2, or httpx under older SDKs."""
     try:
-        import httpx2 as httpx
+        import httpx2 as httpx  # lazy: loaded with the SDKs (see _sdks)
     except ImportError:  # pragma: no cover - older SDKs
-        import httpx  # type: ignore[no-redef]
+        import httpx  # type: ignore[no-redef]  # lazy: as httpx2 above
     return httpx
 
 

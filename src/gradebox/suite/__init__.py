@@ -41,11 +41,13 @@ from ..graders.assertion import (
 from ..graders.config import EnvKey
 from ..graders.custom import CustomAssertion, discover
 from ..graders.entries import AssertItem, SchemaOf
+from ..graders.run import file_digest, grader_fingerprint, translate_args
 from ..images import ImageBuild, input_hash
 from ..llm.targets import TargetSet
 from ..protocol.models import Message
 from ..sandbox.base import Limits
 from ..sandbox.defaults import PRIVILEGES
+from .detect import detect_format
 
 __all__ = ["Assertion", "AssertSet", "GraderAssertion", "Suite", "Test", "load_suite"]
 
@@ -337,8 +339,6 @@ class Suite:
 
         ``portable``: the same wherever a copy of the suite lies (a cluster node checks its
         copy against the driver's with it); results carry the other, which names places."""
-        from ..graders.run import file_digest, grader_fingerprint, translate_args
-
         if self._suite_print is None:  # the suite's settings and target: once per run
             spec = self.spec.model_dump(mode="json", exclude={"tests", "description", "metadata"})
             target = self.spec.target
@@ -425,8 +425,6 @@ def load_suite(
     """
     path = Path(path)
     file = str(path)
-    from .detect import detect_format
-
     if path.suffix == ".jsonl":  # AgentV cases, with an optional YAML sidecar
         if not path.is_file():
             raise ConfigError("file not found", file=file)
