@@ -28,6 +28,7 @@ from . import images as images_cmd
 from ._common import reflow
 from .compare import compare
 from .doctor import doctor
+from .exec import main as exec_main
 from .failures import EXIT_STORAGE as EXIT_STORAGE  # re-exported: the app's, as it was
 from .failures import failure
 from .grade import grade
@@ -101,8 +102,6 @@ app.add_typer(images_cmd.app, name="images")
 def exec_(ctx: typer.Context) -> None:
     # `gradebox exec` is dispatched before this app loads (cli.main); this entry lists it in
     # --help and serves callers of the app itself.
-    from .exec import main as exec_main
-
     raise typer.Exit(exec_main(list(ctx.args)))
 
 

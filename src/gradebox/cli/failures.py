@@ -7,6 +7,7 @@ which runs before typer exists, uses the same table. Standard library only.
 from __future__ import annotations
 
 import errno
+import tempfile
 
 from ..errors import ConfigError, GradeboxError, ImageError, StorageError
 
@@ -26,8 +27,6 @@ def failure(exc: BaseException) -> tuple[str, int] | None:
         return str(exc), 4
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         # Out of space where no step named its folder: still one line and exit 5.
-        import tempfile
-
         where = exc.filename or f"{tempfile.gettempdir()} ($TMPDIR) or the results folder"
         reason = (exc.strerror or str(exc)).lower()
         return f"out of space: {where}: {reason}", EXIT_STORAGE

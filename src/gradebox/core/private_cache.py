@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -58,7 +59,6 @@ def _private_or_another(wanted: Path) -> Path:
     why = _made_private(wanted)
     if why is None:
         return wanted
-    import pwd  # here: only a shared cache folder needs it
 
     home = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache" / "gradebox"
     if home != wanted and _made_private(home) is None:

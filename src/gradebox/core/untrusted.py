@@ -322,7 +322,7 @@ def look_through(folder: Path | str, limit: int, *, links_out: bool = True) -> H
     ``modules/**/``: submodules nest); a submodule's ``.git`` file; a link of those names
     inside ``folder``: what it points to. A repository's objects are not looked through.
     ``TooMany`` past ``limit`` entries."""
-    from .fstree import walk_folders  # standard library only, and only for this walk
+    from .fstree import walk_folders  # lazy: ~1 ms off grade's lean path, for this walk only
 
     root = os.path.realpath(folder)
     held = Holdings()

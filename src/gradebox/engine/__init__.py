@@ -282,7 +282,7 @@ class Engine:
         # The engine answers only once it has unpacked every layer: an emulated one (the
         # cgroup v2 guest) took 216 s for 1.2 GiB, past the client's 120 s read timeout. This
         # one call waits as long as the engine works, on a client of its own.
-        import docker
+        import docker  # lazy: the Docker SDK, as connect's
 
         long = docker.from_env(timeout=LOAD_TIMEOUT)  # as ``connect`` makes the first one
         try:

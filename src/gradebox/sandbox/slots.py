@@ -245,7 +245,7 @@ class SlotProcess(_Process):
         if self.returncode is None:
             self.returncode = self.slot._exit_code(timeout)
             if self.returncode is None:
-                import subprocess  # loaded already: the backend waits on its Popen too
+                import subprocess  # lazy: off exec's first slot (the backend has loaded it by now)
 
                 raise subprocess.TimeoutExpired(["slot", self.slot.name], timeout or 0)
         return self.returncode
