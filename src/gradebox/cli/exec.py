@@ -7,7 +7,10 @@ directory, the workspace read-only at /workspace, and every place the harness na
 
 This is the hot path of every sandboxed grader: it is dispatched by ``gradebox.cli.main``
 before typer, rich and pydantic exist, and it imports only the standard library, the spec
-builder grade uses (``graders.spec``) and the backend it runs on. The Docker SDK loads only
+builder grade uses (``graders.spec``) and the backend it runs on. Which sandbox, which
+privileges, ``--locked``, the image resolver and the model targets are the command session's
+(``cli.session``, every command's), built from the flags; what is exec's own is which
+privileges it can relax, and that it runs no grader on ``host``. The Docker SDK loads only
 when the docker backend runs, or an image must be resolved or unpacked by the engine.
 """
 
@@ -19,8 +22,13 @@ import sys
 from pathlib import Path
 
 from ..core import settings
+from ..core.duration import parse_duration
 from ..core.untrusted import Refused
 from ..core.untrusted import read_regular as _read_regular
+from ..errors import GradeboxError
+from ..sandbox.defaults import DEFAULT_SECURITY
+from .session import CommandSession
+from .session import locked_image_id as _locked_id  # noqa: F401 - the pin, by its old name
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -96,7 +104,7 @@ class ExecError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    import argparse
+    import argparse  # lazy: argparse (~7 ms) only for what _quick leaves to it
 
     p = argparse.ArgumentParser(
         prog="gradebox exec",
@@ -241,7 +249,7 @@ def parse(argv: list[str]) -> Options:
     if quick is not None:
         ns: Any = _Namespace(quick)
     else:
-        import argparse
+        import argparse  # lazy: argparse (~7 ms) only for what _quick leaves to it
 
         parser = _parser()
 
@@ -256,15 +264,13 @@ def parse(argv: list[str]) -> Options:
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not command:
         raise ExecError("no command given; usage: gradebox exec [OPTIONS] -- COMMAND [ARGS...]")
-    from ..core.duration import parse_duration
-
     try:
         timeout = parse_duration(ns.timeout)
     except ValueError as exc:
         raise ExecError(f"--timeout: {exc}") from None
     named = ns.runtime if ns.runtime is not None else settings.current().runtime
     if named is not None:
-        from ..sandbox.runtime import checked
+        from ..sandbox.runtime import checked  # lazy: sandbox.runtime (~1.3 ms) when named
 
         where = "--runtime" if ns.runtime is not None else "$GRADEBOX_RUNTIME"
         try:
@@ -299,33 +305,39 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _term)
     try:
         opts = parse(argv)
-        return Exec(opts, _first_slot(opts)).run()
+        session = CommandSession(
+            sandbox=opts.sandbox,
+            allow=opts.allow,
+            locked=opts.locked,
+            targets=Path(opts.targets) if opts.targets else None,
+        )
+        return Exec(opts, session, _first_slot(session, opts.runtime)).run()
     except KeyboardInterrupt:
         sys.stderr.write("gradebox exec: interrupted; the sandbox was removed\n")
         return 130
     except ExecError as exc:
         return _own_failure(str(exc))
     except Exception as exc:  # noqa: BLE001 - every failure of ours is one line, never a trace
-        from ..errors import GradeboxError
-
         if not isinstance(exc, GradeboxError | OSError) or settings.current().debug:
             raise
         return _own_failure(str(exc))
 
 
-def _first_slot(opts: Options) -> tuple[Any, str, Any] | None:
+def _first_slot(session: CommandSession, runtime: str | None) -> tuple[Any, str, Any] | None:
     """(runtime, session, slot): the oci backend's first cgroup slot, made before anything
     else is imported or read, so that its one kernel wait passes meanwhile (see
     ``sandbox/slots.py``); None where exec will not run crun from a slot."""
-    wanted = (opts.sandbox or settings.current().sandbox or "auto").strip().lower()
-    if wanted not in ("auto", "oci") or {"network", "writable-root"} & set(opts.allow):
+    if session.wanted_sandbox() not in ("auto", "oci") or {"network", "writable-root"} & (
+        session.allowed
+    ):
         return None
+    # lazy: sandbox.runtime and sandbox.slots (~1.3 + ~6 ms) only where oci may run
     from ..sandbox.runtime import choose
     from ..sandbox.slots import first_slot
 
-    runtime, session = choose(opts.runtime), os.urandom(4).hex()
-    slot = first_slot(runtime, session)
-    return (runtime, session, slot) if slot is not None else None
+    chosen, name = choose(runtime), os.urandom(4).hex()
+    slot = first_slot(chosen, name)
+    return (chosen, name, slot) if slot is not None else None
 
 
 def _own_failure(message: str) -> int:
@@ -337,8 +349,14 @@ class Exec:
     """One ``gradebox exec`` run: read what the harness gave, run it as a ``GraderRun`` whose
     outcome comes back as it is (the byte-for-byte protocol), report."""
 
-    def __init__(self, opts: Options, first: tuple[Any, str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        session: CommandSession,
+        first: tuple[Any, str, Any] | None = None,
+    ) -> None:
         self.opts = opts
+        self.session = session  # which sandbox, privileges, resolver: every command's rules
         self.first = first  # (runtime, session, slot) made ahead; the sandbox takes it
         self.cwd = Path.cwd().resolve()
         self.box: Any = None
@@ -353,11 +371,12 @@ class Exec:
                 self.box.close()
 
     def _run(self) -> int:
+        # lazy: the run's modules (~30 ms) load after the first cgroup slot is made, while its
+        # kernel wait passes (sandbox/slots.py)
         from ..graders.grader_run import (
             SECRET_SCAN_LIMIT,
             GraderRun,
             masked_secrets,
-            operator_models,
             refuse_wide,
         )
         from ..graders.spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
@@ -407,8 +426,7 @@ class Exec:
                     f"{INPUT_CAP >> 20} MiB)"
                 )
             files["input.json"] = data
-        flag = Path(opts.targets) if opts.targets else None
-        models = operator_models(flag) if opts.target else None
+        models = self.session.models(opts)  # --target: the operator's targets, as grade's
         with GraderRun(
             self.box,
             security=security,
@@ -464,27 +482,23 @@ class Exec:
     # -- pieces ------------------------------------------------------------------------------
 
     def _privileges(self) -> tuple[Any, str]:
-        from ..sandbox.defaults import DEFAULT_SECURITY
-        from ..sandbox.hardening import PRIVILEGES
-
         security, network = DEFAULT_SECURITY, "none"
-        for name in self.opts.allow:
+        for name in sorted(self.session.allowed):  # known to every command (the session's)
             if name == "network":
                 network = "bridge"
             elif name == "writable-root":
                 security = security.replace(read_only_root=False)
             elif name == "root":
                 security = security.replace(user="0:0")
-            elif name in PRIVILEGES:
-                raise ExecError(f"--allow {name}: exec has no setting that it relaxes")
             else:
                 raise ExecError(
-                    f"--allow: unknown privilege {name!r}; exec knows network, writable-root, root"
+                    f"--allow {name}: exec has no setting that it relaxes (it relaxes network, "
+                    "writable-root, root)"
                 )
         return security, network
 
     def _env(self) -> dict[str, str]:
-        from .harness import passed_env
+        from .harness import passed_env  # lazy: cli.harness (~8 ms) after the first slot
 
         env = passed_env(os.environ)
         reserved = ("EVALUATE_WORKSPACE", "EVALUATE_GRADER_INPUT")
@@ -521,42 +535,36 @@ class Exec:
             )
 
     def _sandbox(self) -> Any:
-        from ..sandbox import LazyEngine, choose_backend, get_sandbox
-
-        name = choose_backend(self.opts.sandbox)
+        name, _why = self.session.chosen_sandbox()  # said by no line: stderr is the grader's
         if name == "host":
             raise ExecError("--sandbox host runs nothing in a sandbox; exec runs oci or docker")
-        if name == "oci":
-            from ..sandbox.oci import OciSandbox
-
-            # The engine is reached only if the image must be resolved or unpacked by it.
-            if self.first is None:
-                return OciSandbox(LazyEngine(), runtime=self.opts.runtime)
-            runtime, session, slot = self.first
-            box = OciSandbox(LazyEngine(), runtime=runtime, session=session, slot=slot)
-            self.first = None  # the sandbox's now (taken, or removed)
-            return box
-        return get_sandbox(name)
+        if name != "oci":
+            return self.session.backend(name)
+        if self.first is None:
+            return self.session.backend(name, lazy=True, runtime=self.opts.runtime)
+        runtime, session, slot = self.first
+        box = self.session.backend(name, lazy=True, runtime=runtime, session=session, slot=slot)
+        self.first = None  # the sandbox's now (taken, or removed)
+        return box
 
     def _image(self, command: list[str]) -> str:
         """The image id: a short name's is the lock's (its root filesystem already unpacked:
         no engine at all); anything else goes through the backend's resolver."""
+        # lazy: images.catalog and cli.harness (~9 + ~8 ms) after the first slot
         from ..images.catalog import DEFAULT_IMAGE, qualified
         from .harness import image_for
 
         name = self.opts.image or image_for(command[0], _shebang(self.cwd, command[0]))
         name = name or DEFAULT_IMAGE
-        locked = settings.current().ci if self.opts.locked is None else self.opts.locked
-        if qualified(name) != name:  # a short name: the lock knows it
-            iid = _locked_id(name)
-            if iid is not None:
-                return iid
-            if locked:
-                raise ExecError(
-                    f"image {name!r} is not in images.lock.json (--locked); run "
-                    f"`gradebox images build {name}` then `gradebox images lock`"
-                )
-        return str(self.box.images(locked=locked).resolve(name))
+        iid = self.session.locked_image(name)
+        if iid is not None:
+            return iid
+        if self.session.locked and qualified(name) != name:  # a short name the lock lacks
+            raise ExecError(
+                f"image {name!r} is not in images.lock.json (--locked); run "
+                f"`gradebox images build {name}` then `gradebox images lock`"
+            )
+        return str(self.session.images(self.box).resolve(name))
 
     def _report(self, outcome: Any, spec: Any) -> int:
         out, err = sys.stdout.buffer, sys.stderr.buffer
@@ -601,7 +609,7 @@ class Exec:
 
 
 def _enters(folder: Path, user: str) -> bool:
-    from ..graders.spec import enterable
+    from ..graders.spec import enterable  # lazy: graders.spec (~1 ms) after the first slot
 
     return enterable(folder, user)
 
@@ -647,21 +655,3 @@ def _shebang(cwd: Path, program: str) -> bytes | None:
         return None
     data = _read_regular(cwd / program, 256)
     return None if data is None else data[:256]
-
-
-def _locked_id(name: str) -> str | None:
-    """The id ``images.lock.json`` pins ``name`` to; None without a lock or entry. A lock
-    another local user could have written is an ``ImageError`` (``catalog.lock_bytes``)."""
-    import json
-
-    from ..images.catalog import lock_bytes
-
-    data = lock_bytes()
-    if data is None:
-        return None
-    try:
-        entry = json.loads(data)["images"][name]
-        iid = entry["id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return iid if isinstance(iid, str) and iid.startswith("sha256:") else None

@@ -23,6 +23,10 @@ It runs a call only when all of it is one it can answer exactly as the full comm
 - any error before the grader starts (a missing script, a privilege not allowed, a workspace
   that is not a folder) is left to the full path, which says it in its own words.
 
+Which sandbox, which privileges, ``--locked``, the image resolver, the lock's pin and the
+line saying ``auto``'s choice are the command session's (``cli.session``), as for the full
+command: this path only refuses what it cannot answer.
+
 Its output is the full path's: the ``--json`` document byte for byte (``wire.result_json``,
 else the model writes it), the human lines by the same writer (``report.plain``, which
 loads rich only for a terminal), and the same exit codes.
@@ -30,6 +34,7 @@ loads rich only for a terminal), and the same exit codes.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -37,7 +42,16 @@ import sys
 from pathlib import Path
 
 from ..core import settings
+from ..core.json_bounds import load_json
 from ..core.untrusted import read_file, read_within
+from ..errors import ConfigError, GradeboxError
+from ..graders import compiled
+from ..graders.checks import check_grader
+from ..graders.grader_run import LARGE_OUTPUT_CHARS, refuse_wide, resolve_sub_path
+from ..graders.run import prepare_grader
+from ..graders.spec import CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
+from ..images.catalog import DEFAULT_IMAGE
+from .session import CommandSession
 
 TYPE_CHECKING = False  # not typing's: this is the hot path
 if TYPE_CHECKING:
@@ -120,8 +134,6 @@ def main(argv: list[str]) -> int | None:
         return call.run()
     except Fallback:
         if call.stdin is not None:  # `-i -`, read here: the full path reads the same bytes
-            import io
-
             sys.stdin = io.TextIOWrapper(io.BytesIO(call.stdin), encoding="utf-8")
         return None
 
@@ -130,12 +142,16 @@ class _Call:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.stdin: bytes | None = None
+        self.session: CommandSession
 
     def run(self) -> int:
-        from ..errors import ConfigError, GradeboxError
-        from ..graders import compiled
-
         opts = self.opts
+        try:
+            self.session = CommandSession(
+                opts.as_json, sandbox=opts.sandbox, allow=opts.allow, locked=opts.locked
+            )
+        except ConfigError:
+            raise Fallback from None  # an unknown privilege: the full path names it
         path = Path(opts.file or "")
         if path.suffix.lower() not in compiled.SUFFIXES:
             raise Fallback
@@ -149,11 +165,7 @@ class _Call:
         try:
             body, big = self._payload()
             workspace = checked_workspace(Path(opts.workspace) if opts.workspace else None)
-            privileges = self._privileges()
-            from ..graders.checks import check_grader
-            from ..graders.grader_run import resolve_sub_path
-
-            check_grader(grader, privileges, file=str(path), workspaces=(workspace,))
+            check_grader(grader, self.session.allowed, file=str(path), workspaces=(workspace,))
             resolve_sub_path(workspace, grader.sub_path, file=str(path))
         except ConfigError:
             raise Fallback from None  # said by the full path, in its words
@@ -164,13 +176,8 @@ class _Call:
             box = box_opener()
             try:
                 if image is None:
-                    image = str(
-                        box.images(locked=self._locked()).resolve(
-                            grader.image or "python", grader.source_dir
-                        )
-                    )
-                from ..graders.run import prepare_grader
-
+                    images = self.session.images(box)
+                    image = str(images.resolve(grader.image or "python", grader.source_dir))
                 ready = prepare_grader(
                     grader,
                     workspace,
@@ -186,7 +193,7 @@ class _Call:
         except KeyboardInterrupt:
             return _fail("interrupted; every container of this run was removed", 130)
         except (GradeboxError, OSError) as exc:
-            from .failures import failure
+            from .failures import failure  # lazy: cli.failures (~0.4 ms) on a failure only
 
             said = failure(exc)
             if said is None:
@@ -198,41 +205,32 @@ class _Call:
     # -- pieces ------------------------------------------------------------------------------
 
     def _backend(self) -> Any:
-        """A function opening the oci backend, with the full path's line about ``auto``."""
-        wanted = self.opts.sandbox or settings.current().sandbox or "auto"
-        if wanted not in ("auto", "oci"):
+        """A function opening the oci backend (the session's), with the full path's line
+        about ``auto``."""
+        session = self.session
+        if session.wanted_sandbox() not in ("auto", "oci"):
             raise Fallback
         named = settings.current().runtime
         if named is not None:
-            from ..sandbox.runtime import checked
+            from ..sandbox.runtime import checked  # lazy: sandbox.runtime (~2 ms) when named
 
             try:
                 os.environ["GRADEBOX_RUNTIME"] = checked(named)  # as the app's root does
             except ValueError:
                 raise Fallback from None
-        why = None
-        if wanted == "auto":
-            from ..sandbox import auto_reason
-
-            chosen, why = auto_reason()
-            if chosen != "oci":
-                raise Fallback
-        self.why = why
+        chosen = session.chosen_sandbox()
+        if chosen[0] != "oci":
+            raise Fallback
 
         def opener() -> Any:
-            from ..sandbox import LazyEngine
-            from ..sandbox.oci import OciSandbox
-
             # The engine is reached only if the image must be resolved or unpacked by it.
-            box = OciSandbox(LazyEngine())
-            if why is not None:  # said once it opened, as open_sandbox says it
-                _info(f"sandbox: oci ({why})")
-            return box
+            return session.open_sandbox(lazy=True, chosen=chosen)
 
         return opener
 
     def _payload(self) -> tuple[bytes, str | None]:
-        from ..graders.spec import CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE
+        # lazy: protocol.wire (~2-6 ms) is this path's own: the full command imports this module
+        # for checked_workspace and read_payload, and never needs it
         from ..protocol.wire import Unsure, payload_dump
 
         data: dict[str, Any] = {}
@@ -245,8 +243,6 @@ class _Call:
         except Unsure:
             raise Fallback from None
         # As GraderRun.run: the workspace where the grader sees it, a long answer apart.
-        from ..graders.grader_run import LARGE_OUTPUT_CHARS
-
         wire["workspace_path"] = CONTAINER_WORKSPACE
         big = None
         if wire["output"] is not None and len(wire["output"]) > LARGE_OUTPUT_CHARS:
@@ -255,33 +251,14 @@ class _Call:
             wire["output_path"] = f"{CONTAINER_INPUT_DIR}/output.json"
         return json.dumps(wire, ensure_ascii=False).encode(), big
 
-    def _privileges(self) -> set[str]:
-        from ..sandbox.hardening import PRIVILEGES
-
-        out = set(self.opts.allow)
-        if out - set(PRIVILEGES):
-            raise Fallback  # the full path names the unknown one
-        return out
-
-    def _locked(self) -> bool:
-        if self.opts.locked is not None:
-            return self.opts.locked
-        return settings.current().ci
-
     def _image(self, grader: Any) -> str | None:
         """The lock's id for a short name, as exec takes it; None: the resolver's to find."""
-        from ..images.catalog import qualified
-        from .exec import _locked_id
-
-        name = grader.image or _default_image()
-        if qualified(name) == name:
-            return None
-        return _locked_id(name)
+        return self.session.locked_image(grader.image or DEFAULT_IMAGE)
 
     def _print(self, fields: dict[str, Any]) -> None:
-        from ..protocol.wire import Unsure, result_json
+        from ..protocol.wire import Unsure, result_json  # lazy: as in _payload
 
-        if self.opts.as_json:
+        if self.session.as_json:
             try:
                 text = result_json(fields)
             except Unsure:
@@ -289,21 +266,16 @@ class _Call:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
             return
-        from ..report.plain import print_result
+        from ..report.plain import print_result  # lazy: report.plain (~2 ms) without --json
 
         print_result(fields)
 
 
 def _model(fields: dict[str, Any]) -> Any:
+    # lazy: verdict (~7 ms, and pydantic when called) only for a result wire cannot vouch for
     from ..graders.verdict import result_of
 
     return result_of(fields)
-
-
-def _default_image() -> str:
-    from ..images.catalog import DEFAULT_IMAGE
-
-    return DEFAULT_IMAGE
 
 
 def _term(signum: int, frame: object) -> None:
@@ -315,24 +287,9 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _info(line: str) -> None:
-    """A line on stderr as rich writes it to a pipe (``Output.info``)."""
-    from ..report.plain import fits
-
-    if not fits(line):
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(f"[dim]{line}[/]")
-        return
-    sys.stderr.write(line + "\n")
-
-
 def checked_workspace(workspace: Path | None) -> Path:
     """``-W``, else the current folder; a ``ConfigError`` for one that is no folder or is too
     wide to mount (the root, the home folder or above it), as for exec."""
-    from ..errors import ConfigError
-    from ..graders.grader_run import refuse_wide
-
     workspace = workspace or Path(".")
     if not workspace.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory", field="--workspace")
@@ -343,9 +300,6 @@ def checked_workspace(workspace: Path | None) -> Path:
 def read_payload(source: str, stdin: bytes | None = None) -> dict[str, Any]:
     """The payload's JSON object from a file, or ``-`` for stdin (``stdin``: already read).
     Errors name the file and the field."""
-    from ..core.json_bounds import load_json
-    from ..errors import ConfigError
-
     name = "<stdin>" if source == "-" else source
     try:
         if source == "-":

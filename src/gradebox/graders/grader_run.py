@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pwd
 from pathlib import Path
 
 from ..core.fstree import remove_tree
@@ -225,9 +226,9 @@ class GraderRun:
 
     def run(self, payload: Any) -> Any:
         """``run_wire`` for a payload model: its ``GraderResult``."""
-        import json  # the model path only (lean and exec write their JSON themselves)
+        import json  # lazy: the model path only (lean and exec write their JSON themselves)
 
-        from .verdict import result_of
+        from .verdict import result_of  # lazy: the result models (~13 ms), the model path's
 
         try:
             wire = payload.model_copy(update={"workspace_path": CONTAINER_WORKSPACE})
@@ -314,7 +315,8 @@ def operator_models(flag: Path | None) -> ModelHub:
     """The model targets a command without a suite may give a grader: the operator's
     (``--targets FILE``, else ``$GRADEBOX_TARGETS``) and the user's own; never the current
     folder's nor the grader's (a downloaded pack's)."""
-    from ..llm import ModelHub, load_targets  # a grader with a model only (pydantic)
+    # lazy: the model hub (pydantic, ~300 ms) for a grader with a model only
+    from ..llm import ModelHub, load_targets
     from ..llm.targets import TargetSources, operator_files
 
     return ModelHub(load_targets(TargetSources(operator=operator_files(flag))))
@@ -370,8 +372,6 @@ def is_wide(folder: Path) -> bool:
 def _homes() -> list[Path]:
     """``$HOME``, and the home of this user and of every login user (uid 1000 up) as the
     password database has them: as root (``/root``), ``/home`` was no folder above a home."""
-    import pwd
-
     homes = []
     with contextlib.suppress(RuntimeError, OSError):
         homes.append(Path.home().resolve())
