@@ -155,10 +155,10 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
         ),
         (
             "workspace:\n  repos:\n    - path: ./r\n      repo: https://example.invalid/r.git\n"
-            "tests:\n  - id: a\n    input: x\n",
-            3,
-            "workspace.repos.0",
-            "a remote repository",
+            "      sparse: [src]\ntests:\n  - id: a\n    input: x\n",
+            5,
+            "workspace.repos.0.sparse",
+            "a sparse checkout",
             "refused",
         ),
         (

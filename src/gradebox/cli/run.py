@@ -67,6 +67,15 @@ def _load(
     )
 
 
+OfflineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--offline",
+        help="Fetch no repository: one a workspace names by URL must be in the cache "
+        "(default: $GRADEBOX_OFFLINE).",
+    ),
+]
+
 SuitesArg = Annotated[
     list[str],
     typer.Argument(
@@ -121,6 +130,7 @@ def run(
     ] = False,
     ray: RayOpt = None,
     targets: TargetsOpt = None,
+    offline: OfflineOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every test of one or more suites, each graded in containers; a table at the end.
@@ -222,7 +232,9 @@ def run(
                 images = session.images(box, suite.spec.allow)
                 prepared.append((suite, images, plan_suite(suite, images, session.allowed)))
             for suite in suites:
-                preflight(suite)
+                # Repositories named by URL are fetched here, before any container starts.
+                lift = "limits" in session.allowed
+                preflight(suite, fetch=True, offline=offline, lift_cap=lift)
             with progress:
                 for (suite, images, plan), suite_dir in zip(prepared, dirs, strict=True):
                     options = RunOptions(
@@ -495,6 +507,7 @@ def validate(
             show_default=False,
         ),
     ] = None,
+    offline: OfflineOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check a suite, its graders, its assertions, its images and the privileges its graders
@@ -506,7 +519,7 @@ def validate(
     with session.open_sandbox(suite.spec.defaults.sandbox) as box:
         plan = plan_suite(suite, session.images(box, suite.spec.allow), session.allowed)
     warnings: list[str] = []
-    preflight(suite, warn=warnings.append)
+    preflight(suite, warn=warnings.append, offline=offline)
     for line in warnings:
         output.info(f"[yellow]warning:[/] {escape(line)}")
     every = [a for t in suite.tests for a in leaves(t.every_assertion())]

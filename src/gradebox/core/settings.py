@@ -19,12 +19,15 @@ __all__ = ["Settings", "current"]
 VARIABLES = """GRADEBOX_SANDBOX GRADEBOX_RUNTIME CI GRADEBOX_DEBUG GRADEBOX_TARGETS GRADEBOX_WORKERS
 GRADEBOX_ENGINE_CALLS GRADEBOX_CACHE GRADEBOX_LLM_BACKOFF GRADEBOX_IMAGES_DIR GRADEBOX_IMAGE_REPO
 GRADEBOX_APT_MIRROR GRADEBOX_APT_SUITE GRADEBOX_OCI_SLOTS GRADEBOX_OCI_STATE GRADEBOX_WORKSPACE
+GRADEBOX_OFFLINE
 XDG_CACHE_HOME XDG_DATA_HOME XDG_RUNTIME_DIR""".split()  # noqa: SIM905 - a list of words reads best
 
 
 class Settings(namedtuple("Settings", [v.removeprefix("GRADEBOX_").lower() for v in VARIABLES])):
     """The variables, parsed: stripped text, ``None`` where unset or empty; numbers that are
-    not positive are unset; ``ci`` is CI=true; ``oci_slots`` is off for 0, off or no."""
+    not positive are unset; ``ci`` is CI=true; ``oci_slots`` is off for 0, off or no;
+    ``offline`` (``run --offline``'s default: fetch no repository) is on unless unset, 0,
+    false, off or no."""
 
     __slots__ = ()
 
@@ -46,6 +49,7 @@ class Settings(namedtuple("Settings", [v.removeprefix("GRADEBOX_").lower() for v
             ci=(own.ci or "").lower() == "true",
             debug=bool(env.get("GRADEBOX_DEBUG")),
             oci_slots=(own.oci_slots or "").lower() not in ("0", "off", "no"),
+            offline=(own.offline or "0").lower() not in ("0", "false", "off", "no"),
             workspace="copy" if (own.workspace or "").lower() == "copy" else "overlay",
         )
 

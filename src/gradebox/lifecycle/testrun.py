@@ -26,6 +26,7 @@ from typing import Any
 from ..core.fstree import copy_tree
 from ..core.scratch import new_scratch, scratch_error
 from ..errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
+from ..files.repos import checkout, is_remote, offline, resolve
 from ..files.workspace import (
     DEFAULT_DIFF_CAP,
     Baseline,
@@ -241,6 +242,13 @@ class SuiteContext:
         if cfg is None:
             return
         for repo in cfg.repos:
+            if is_remote(repo.source):
+                # Fetched (and resolved) before the run by preflight; a node of a cluster, or
+                # a library caller, resolves it here, once per process.
+                fetched = resolve(repo.source, repo._commit or repo.ref, offline_run=offline())
+                repo._commit = fetched.commit
+                checkout(fetched, stage, repo.path, run_as_ids())
+                continue
             materialise_repo(self.suite.root, repo.source, stage, repo.path, repo.ref, run_as_ids())
         if cfg.before_all:
             failure = self.hook("before_all", cfg.before_all, stage, self.labels)
@@ -348,6 +356,11 @@ class TestRun:
         t = time.monotonic()
         template = run.suite.template_dir(cfg)
         start, overlay = run.lower_for(cfg)
+        fetched = {
+            r.path: f"{r.source}@{r._commit}" for r in (cfg.repos if cfg else ()) if r._commit
+        }
+        if fetched:
+            self.result.repos = fetched  # the commits this workspace holds
         if start is not None and not overlay:
             template = start  # the prepared folder, copied
         workspace = Workspace.create(

@@ -518,6 +518,11 @@ class TestResult(BaseModel):
     error: str | None = None
     timings_ms: dict[str, int] = Field(default_factory=dict)
     images: dict[str, str] = Field(default_factory=dict)
+    repos: dict[str, str] | None = Field(
+        default=None,
+        description="repositories fetched into the workspace: its path -> URL@commit (a "
+        "branch or tag as the run resolved it)",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
     started_at: str | None = None
     finished_at: str | None = None

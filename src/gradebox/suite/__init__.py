@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from ..core.jsonl import digest
 from ..core.pathnames import is_dir
@@ -67,9 +74,15 @@ class RepoConfig(_Strict):
     """A repository placed in the workspace before the run: from a local folder only (graders
     and targets have no network, and neither does the preparation)."""
 
+    # (The docstring and descriptions are the committed JSON Schema's.) ``source`` may also be
+    # a git URL, which an AgentV eval file's workspace names: fetched on the host before any
+    # sandbox starts into a cache of mirrors (``gradebox.files.repos``); graders and targets
+    # still have no network.
     path: str = Field(description="where in the workspace, e.g. ./repo")
     source: str = Field(description="a local folder (a git repository or plain files)")
     ref: str | None = Field(default=None, description="check this commit or branch out")
+    # Set by the run (``preflight``): the commit a URL's ref resolved to, once per run.
+    _commit: str | None = PrivateAttr(default=None)
 
 
 class WorkspaceConfig(_Strict):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, collect
+from ..files.repos import DEFAULT_MAX_BYTES, cached, is_remote, resolve
+from ..files.repos import offline as offline_default
 from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
 from ..llm.client import missing_env_message
 
@@ -70,11 +72,25 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
                     yield ModelUse(user, None, exc.message)
 
 
-def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> None:
+def preflight(
+    suite: Suite,
+    *,
+    warn: Callable[[str], None] | None = None,
+    fetch: bool = False,
+    offline: bool = False,
+    lift_cap: bool = False,
+) -> None:
     """Raise every problem found (``ConfigErrors``), or return. With ``warn`` (``validate``,
-    which needs no secrets), an unset key or variable is a warning passed to it instead."""
+    which needs no secrets), an unset key or variable is a warning passed to it instead.
+
+    ``fetch`` (``run``): every remote repository fetched and resolved now, before any sandbox
+    starts, its commit kept on the suite for every test; ``offline`` (``--offline``, else
+    ``GRADEBOX_OFFLINE``): nothing fetched, what the cache lacks refused; ``lift_cap``: no
+    size cap on a fetch (``--allow limits``)."""
     file = str(suite.path)
     errors: dict[str, ConfigError] = {}  # one line per problem, however many tests share it
+    for key, problem in _repos(suite, fetch, offline, lift_cap):
+        errors.setdefault(key, ConfigError(problem, file=file))
     warned: set[str] = set()
     for use in models_used(suite):
         if use.target is None:
@@ -102,6 +118,43 @@ def preflight(suite: Suite, *, warn: Callable[[str], None] | None = None) -> Non
                 file=file,
             )
     collect(list(errors.values()))
+
+
+def _repos(suite: Suite, fetch: bool, offline: bool, lift_cap: bool) -> Iterator[tuple[str, str]]:
+    """``(key, problem)`` of each remote repository that cannot be had."""
+    offline = offline_default(offline)  # --offline, else GRADEBOX_OFFLINE
+    configs = [suite.spec.workspace, *(t.workspace for t in suite.tests)]
+    seen: set[int] = set()
+    for cfg in configs:
+        if cfg is None or id(cfg) in seen:
+            continue
+        seen.add(id(cfg))
+        for repo in cfg.repos:
+            if not is_remote(repo.source):
+                continue
+            key = f"repo:{repo.source}@{repo.ref}"
+            if fetch:
+                try:
+                    got = resolve(
+                        repo.source,
+                        repo.ref,
+                        offline_run=offline,
+                        max_bytes=None if lift_cap else DEFAULT_MAX_BYTES,
+                    )
+                except ConfigError as exc:
+                    yield key, exc.message
+                    continue
+                repo._commit = got.commit
+            elif offline and not cached(repo.source, repo.ref):
+                yield (
+                    key,
+                    (
+                        f"repository {repo.source}"
+                        + (f" at {repo.ref}" if repo.ref else "")
+                        + " is not in the cache and the run is offline (--offline or "
+                        "GRADEBOX_OFFLINE): run once without it to fetch it"
+                    ),
+                )
 
 
 def _unresolved(suite: Suite, name: str | None) -> str:

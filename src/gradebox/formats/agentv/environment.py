@@ -8,8 +8,10 @@ as our ``workspace`` (and, for a Docker environment, the image and limits of eve
 - ``environment: {type: docker, image, resources, workdir}``: every step runs on ``image``
   (under our hardening), ``resources`` become limits; mounts, secrets and GPUs are refused;
 - ``workspace: {template, repos, hooks}`` (v4's form, or a file holding it) maps field by
-  field; v4's ``mode`` (``pooled``, ``temp``: every test gets a fresh copy here anyway;
-  ``static`` with ``path``: that folder is the template, copied, never changed in place);
+  field (a repository named by a git URL is fetched on the host before the run, into a cache:
+  ``gradebox.files.repos``); v4's ``mode`` (``pooled``, ``temp``: every test gets a fresh
+  copy here anyway; ``static`` with ``path``: that folder is the template, copied, never
+  changed in place);
 - v4's ``workspace.docker: {image, timeout, memory, cpus}`` (code graders run in that image):
   graders run on an image of ours, so an image is mapped onto ours by what it is (``python:*``
   onto python, ``node:*`` onto node) and any other refused: nothing is pulled.
@@ -18,10 +20,12 @@ as our ``workspace`` (and, for a Docker environment, the image and limits of eve
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from ...core.yamlfile import load_yaml_file
+from ...files.repos import refuse_ref, refuse_url
 from ...sandbox.defaults import DEFAULT_LIMITS
 from ._base import Where, interpolate_env, is_dir, is_file
 
@@ -114,6 +118,16 @@ def map_workspace(
 _OUR_IMAGES = {"python": "python", "node": "node"}
 
 
+def _our_image(image: str) -> str | None:
+    """A Docker Hub image an AgentV file names (v4's ``workspace.docker.image``, 5.x's
+    ``environment.image``) as ours, by what it is (``python:3.11-slim`` is python), or None:
+    nothing is pulled."""
+    image = image.strip()
+    name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    official = "/" not in image or image.startswith("docker.io/library/")
+    return _OUR_IMAGES.get(name) if official else None
+
+
 def workspace_docker(
     ws: Any, where: Where, loc: tuple[str, ...], base: Path, env: dict[str, str]
 ) -> dict[str, Any]:
@@ -135,12 +149,7 @@ def workspace_docker(
     if unknown:
         raise where.error((*at, sorted(unknown)[0]), "not a field of workspace.docker")
     image = spec["image"].strip()
-    name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-    ours = (
-        _OUR_IMAGES.get(name)
-        if "/" not in image or image.startswith("docker.io/library/")
-        else None
-    )
+    ours = _our_image(image)
     if ours is None:
         raise where.refuse(
             (*at, "image"),
@@ -169,25 +178,67 @@ def workspace_docker(
     return settings
 
 
+# AgentV's resolveRepoCloneUrl: a GitHub `org/name` is its https URL.
+_GITHUB_SHORTHAND = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
 def _repo(repo: Any, where: Where, loc: tuple[str, ...], base: Path) -> dict[str, Any]:
+    """One ``workspace.repos`` entry as ours: AgentV's ``{path, repo, commit | base_commit,
+    ancestor}`` (both trees' ``parseRepoConfig``; ``repo`` a clone URL or GitHub's
+    ``org/name``), or the earlier ``{path, source: {type: git, url} | {type: local, path},
+    checkout: {ref, base_commit}}``. A URL is fetched on the host before the run
+    (``gradebox.files.repos``); a local one is copied."""
     if not isinstance(repo, dict) or "path" not in repo:
         raise where.error(loc, "a repo needs a path")
+    if repo.get("sparse"):
+        raise where.refuse(
+            (*loc, "sparse"),
+            "a sparse checkout",
+            "the whole tree of the commit is checked out; drop sparse",
+        )
     source = repo.get("source") if isinstance(repo.get("source"), dict) else {}
     kind = source.get("type") or ("git" if repo.get("repo") else None)
-    local = source.get("path") if kind == "local" else None
-    if kind != "local" or not isinstance(local, str):
-        raise where.refuse(
-            loc,
-            "a remote repository",
-            "gradebox fetches nothing over the network; clone it next to the eval file and "
-            "name it as source: {type: local, path: ...}",
-        )
     checkout = repo.get("checkout") if isinstance(repo.get("checkout"), dict) else {}
-    ref = checkout.get("base_commit") or checkout.get("ref") or repo.get("commit")
-    path = (base / local).resolve()
-    if not is_dir(path):
-        raise where.error((*loc, "source", "path"), f"{local!r} is not a directory")
-    return {"path": str(repo["path"]), "source": str(path), "ref": ref}
+    ref = (
+        repo.get("commit")
+        or repo.get("base_commit")
+        or checkout.get("base_commit")
+        or checkout.get("ref")
+    )
+    if repo.get("commit") and repo.get("base_commit") and repo["commit"] != repo["base_commit"]:
+        raise where.error(
+            (*loc, "base_commit"), "commit and base_commit must match when both are set"
+        )
+    if ref is not None and not isinstance(ref, str):
+        ref = str(ref)
+    ancestor = repo.get("ancestor")
+    if ancestor is not None:
+        if not isinstance(ancestor, int) or isinstance(ancestor, bool) or ancestor < 0:
+            raise where.error((*loc, "ancestor"), "ancestor is a count of commits back (0 or more)")
+        if ancestor:
+            ref = f"{ref or 'HEAD'}~{ancestor}"
+    if kind == "local":
+        local = source.get("path")
+        if not isinstance(local, str):
+            raise where.error((*loc, "source", "path"), "a local repo names its path")
+        path = (base / local).resolve()
+        if not is_dir(path):
+            raise where.error((*loc, "source", "path"), f"{local!r} is not a directory")
+        return {"path": str(repo["path"]), "source": str(path), "ref": ref}
+    url = repo.get("repo") if kind == "git" and repo.get("repo") else source.get("url")
+    if kind != "git" or not isinstance(url, str) or not url.strip():
+        raise where.error(loc, "a repo names repo: a git URL (or source: {type: local, path})")
+    url = url.strip()
+    if _GITHUB_SHORTHAND.match(url):
+        url = f"https://github.com/{url}.git"
+    field = (*loc, "repo") if repo.get("repo") else (*loc, "source", "url")
+    why = refuse_url(url)
+    if why is not None:
+        raise where.error(field, f"refused: {why}")
+    why = refuse_ref(ref) if ref else None
+    if why is not None:
+        raise where.error(loc, f"refused: {why}")
+    return {"path": str(repo["path"]), "source": url, "ref": ref}
 
 
 def map_environment(
@@ -276,7 +327,9 @@ def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
             raise where.refuse((*loc, key), f"a Docker environment's {key}", why)
     settings: dict[str, Any] = {}
     if isinstance(spec.get("image"), str):
-        settings["image"] = spec["image"]
+        # python:* and node:* are our images, as in v4's workspace.docker; another (an
+        # image of yours, built or loaded here) as named: nothing is pulled
+        settings["image"] = _our_image(spec["image"]) or spec["image"]
     elif isinstance(spec.get("context"), str):
         context = (base / spec["context"]).resolve()
         dockerfile = spec.get("dockerfile")
