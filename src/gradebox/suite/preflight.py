@@ -5,7 +5,10 @@ every test:
 - every model target the run calls (a model target under test, LLM graders, script graders'
   model proxies) is defined, and the variables it reads (its key, endpoint, model) are set;
 - a coding-agent target (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``) has its
-  program on its image: gradebox's own images carry none, so it must name an image of yours.
+  program on its image: gradebox's own images carry none, so it must name an image of yours;
+- every repository a workspace names by URL is fetched into the cache and its ref resolved,
+  once per run (``run``: ``fetch``), or, offline, is found in the cache (``validate
+  --offline`` checks only that).
 
 Keys are only looked up here (set or not), never read into anything that leaves the process.
 """
