@@ -46,7 +46,7 @@ def test_the_sdk_in_the_image_is_this_one(box):
     )
     here = [
         hashlib.sha256((ROOT / "src" / "gradebox" / f).read_bytes()).hexdigest()
-        for f in ("sdk.py", "verify.py")
+        for f in ("sdk/__init__.py", "sdk/verify.py")
     ]
     assert outcome.stdout.decode().split() == [gradebox.__version__, *here], outcome.stderr
 

@@ -203,7 +203,7 @@ def test_every_yaml_read_goes_through_the_loader():
     offenders = []
     for path in src.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
-        if path.name in ("_yaml.py", "sdk.py"):
+        if str(path.relative_to(src)) in ("core/yamlfile.py", "sdk/__init__.py"):
             continue
         for needle in ("yaml.load(", "yaml.safe_load(", "yaml.compose(", "yaml.full_load(",
                        "yaml.unsafe_load(", "yaml.load_all(", "yaml.safe_load_all("):  # fmt: skip
