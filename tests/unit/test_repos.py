@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -298,3 +299,23 @@ def test_agentv_repos_refused_at_load_in_one_line(tmp_path, entry, message):
     with pytest.raises(ConfigError) as exc:
         _load(tmp_path, entry)
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_concurrent_runs_sharing_the_cache_make_one_mirror(server, cache):
+    _, sha = make_repo(server.base, "shared", {"s.txt": "s\n"})
+    code = (
+        "import sys; from gradebox.files import repos; "
+        "print(repos.resolve(sys.argv[1], 'main').commit)"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, server.url("shared")],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "GRADEBOX_CACHE": str(cache)},
+        )  # fmt: skip
+        for _ in range(4)
+    ]
+    assert [p.communicate(timeout=120)[0].strip() for p in runs] == [sha] * 4
+    mirrors = [p.name for p in (cache / "repos").iterdir() if not p.name.endswith(".lock")]
+    assert len(mirrors) == 1 and mirrors[0].endswith(".git")  # no temporary clone left

@@ -187,6 +187,16 @@ def checkout(
         "HOME": str(stage),
     }
     base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
+    # Under the mirror's lock: another run's fetch may be removing a mirror past its cap.
+    with _locked(fetched.mirror.with_name(fetched.mirror.name + ".lock"), fetched.url):
+        _clone_out(fetched, dest, base, env, stage)
+    if owner is not None:
+        chown_tree(dest, owner)
+
+
+def _clone_out(
+    fetched: Fetched, dest: Path, base: list[str], env: dict[str, str], stage: Path
+) -> None:
     for args in (
         ["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", str(fetched.mirror),
          str(dest)],
@@ -208,8 +218,6 @@ def checkout(
             raise WorkspaceError(
                 f"repository {fetched.describe()}: git {args[0]} failed: {_tail(proc.stderr)}"
             )
-    if owner is not None:
-        chown_tree(dest, owner)
 
 
 def cached(url: str, ref: str | None, root: Path | None = None) -> bool:
