@@ -30,7 +30,6 @@ PENDING = {
     "graders/run.py",
     "protocol/",
     "report/",
-    "sdk/",
 }
 
 _IMPORTS = (ast.Import, ast.ImportFrom)

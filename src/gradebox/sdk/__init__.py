@@ -172,7 +172,7 @@ class FileRef:
 
     def yaml_field(self, dotted: str, expected: Any) -> Check:
         """Needs PyYAML (in the python image)."""
-        import yaml  # type: ignore[import-untyped]
+        import yaml  # type: ignore[import-untyped]  # lazy: PyYAML is not standard library
 
         return self._structured("YAML", dotted, expected, yaml.safe_load)
 

@@ -259,7 +259,7 @@ def _undumpable() -> None:
     """PR_SET_DUMPABLE 0: a process of the agent's (same user) can no longer read or write our
     memory, trace us or open our file descriptors through /proc. Reset by any exec."""
     with contextlib.suppress(OSError, AttributeError):
-        import ctypes
+        import ctypes  # lazy: ctypes (~5 ms) only for this one prctl, before any test starts
 
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
@@ -507,7 +507,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:  # noqa: 
 def _register_parents(workspace: Path, folder: Path) -> None:
     """``tests/unit`` -> empty packages ``tests`` and ``tests.unit`` (searching those folders),
     unless the name is already a module or is found outside the workspace first."""
-    import importlib.machinery
+    import importlib.machinery  # lazy: only when a verifier test sits in a subfolder
 
     parts = folder.relative_to(workspace).parts if folder != workspace else ()
     if not parts or parts[0] in sys.modules:
