@@ -22,6 +22,7 @@ from gradebox.report.compare import compare_runs, load_run
 from gradebox.report.html import write_report
 from gradebox.report.view import ViewServer
 from tests.browser.conftest import DOCS_IMG
+from tests.unit.test_live_view import Held
 
 pytestmark = pytest.mark.docker  # the runs are real, on the default sandbox
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,6 +219,7 @@ def test_the_live_view_picks_up_an_appended_result(runs, tmp_path, open_page):
     results.write_text("".join(lines[:2]))  # a run still going: no summary yet
     server = ViewServer(run_dir)
     server.start()
+    held = Held(run_dir).__enter__()  # its lock held, as `gradebox run` holds it
     try:
         w = open_page(server.url, (server.url,))  # every request of the page holds the token
         page = w.page
@@ -256,6 +258,7 @@ def test_the_live_view_picks_up_an_appended_result(runs, tmp_path, open_page):
         assert shown(page).count("torn") == 1
         w.assert_clean()
     finally:
+        held.__exit__()
         server.shutdown()
 
 

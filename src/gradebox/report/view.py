@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import secrets
+import stat
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,15 +30,25 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..core.untrusted import open_regular, read_within
 from ..errors import ConfigError
-from ..protocol.models import RunSummary
-from ..protocol.results import RunResults, read_results_from, results_file
-from .html import csp, live_row, page, page_data
+from ..protocol.results import read_results_from
+from .html import (
+    Layout,
+    Run,
+    csp,
+    layout,
+    live_row,
+    not_a_run,
+    page,
+    page_data,
+    read_summary,
+    real_folder,
+)
 
-__all__ = ["ViewServer"]
+__all__ = ["ViewServer", "lock_held"]
 
-SUMMARY_CAP = 16 << 20  # a summary.json gradebox wrote is a few KiB
 CONNECTIONS = 32  # at once; more are closed unread (a browser opens about 6 per host)
 IDLE = 10.0  # seconds a connection may send nothing before it is closed
+LOCKS_CAP = 4 << 20  # /proc/locks: a line per lock on the machine
 
 
 class _Server(ThreadingHTTPServer):
@@ -86,15 +97,60 @@ def _identity(file: Path, offset: int) -> str:
     return f"{st.st_dev}:{st.st_ino}:{hashlib.sha256(seen).hexdigest()[:16]}"
 
 
+def lock_held(folder: Path) -> bool | None:
+    """Whether a process holds ``folder``'s run lock (``gradebox run`` holds an ``flock`` on
+    ``.gradebox.lock`` for as long as it runs, and the kernel lets it go when the process
+    dies, SIGKILL too); None when this cannot be told. Read from ``/proc/locks``, never by
+    taking the lock: a viewer holding it even a moment could make a starting run refuse the
+    folder as in use."""
+    try:
+        st = os.lstat(folder / ".gradebox.lock")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return False  # (a link there names some other file's lock)
+    data = read_within("/proc/locks", LOCKS_CAP)
+    if data is None:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(want in line.split() for line in data.decode("ascii", "replace").splitlines())
+
+
+def _tag(plan: list[str] | None) -> str:
+    """A short name of a plan: the page is sent the plan again only when it changes."""
+    if plan is None:
+        return "none"
+    return hashlib.sha256("\n".join(plan).encode("utf-8", "replace")).hexdigest()[:16]
+
+
 class ViewServer:
     """The live page of one run folder. ``serve_forever`` until Ctrl-C; ``port`` 0 takes a
-    free port (``url`` says which)."""
+    free port (``url`` says which). A path that is no run is refused; with ``wait`` a path
+    where nothing is yet (no such folder, or an empty one) is served as waiting for a run."""
 
-    def __init__(self, run_dir: Path, port: int = 0) -> None:
-        self.file = results_file(run_dir)
-        if not self.file.parent.is_dir():
-            raise ConfigError("no such run folder", file=str(run_dir))
-        self.name = self.file.parent.name
+    def __init__(self, run_dir: Path, port: int = 0, *, wait: bool = False) -> None:
+        self.path = Path(run_dir)
+        self.serving = False
+        self._cache: tuple[Any, Layout | None] | None = None
+        if self.layout() is None:
+            missing = not self.path.exists()
+            empty = self.path.is_dir() and not [
+                n for n in os.listdir(self.path) if n != ".gradebox.lock"
+            ]
+            if not (missing or empty):
+                raise not_a_run(self.path, "gradebox view")
+            if not wait:
+                raise ConfigError(
+                    f"{'no such folder' if missing else 'an empty folder'}, no run yet: check "
+                    "the path, or add --wait to wait for "
+                    f"`gradebox run SUITE --out {self.path}` to start",
+                    file=str(self.path),
+                )
+        # The name the reader gave, not its parent's (a folder that is not there yet).
+        self.name = self.path.resolve().name or str(self.path)
+        self.folder = self.path if not self.path.is_file() else self.path.parent
         handler = type("Handler", (_Handler,), {"view": self})
         try:
             self.httpd = _Server(("127.0.0.1", port), handler)
@@ -108,52 +164,125 @@ class ViewServer:
         self.token = secrets.token_urlsafe(32)
         self.url = f"http://127.0.0.1:{self.port}/{self.token}/"
 
-    def summary(self) -> dict[str, Any] | None:
-        # Bounded, a regular file only: a link to /dev/zero there would be read without end.
-        data = read_within(self.file.with_name("summary.json"), SUMMARY_CAP)
-        try:
-            return RunSummary.model_validate_json(data or b"").model_dump(mode="json")
-        except ValueError:
-            return None  # none yet (the run goes on), or being written: the next poll has it
+    def layout(self) -> Layout | None:
+        """What the path holds now; the plan (up to megabytes) is read again only when its
+        file or the folder changed."""
+        key = []
+        for path in (self.path, self.path / "plan.json"):
+            try:
+                st = os.lstat(path)
+                key.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                key.append(None)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, layout(self.path))
+        return self._cache[1]
 
-    def since(self, offset: int, file_id: str) -> dict[str, Any]:
-        """The results appended since ``offset`` of the file ``file_id`` named."""
-        size = self.file.stat().st_size if self.file.is_file() else 0
-        reset = offset > size or _identity(self.file, offset) != file_id
-        rows, end = read_results_from(self.file, 0 if reset else offset)
+    def state(self, found: Layout | None) -> dict[str, str]:
+        """Where the run is: waiting (nothing there yet), running (a process holds its
+        folder), finished or interrupted (its summary says), or stale (no process holds it
+        and it wrote no summary: killed, or its machine went down)."""
+        if found is None:
+            return {"state": "waiting", "note": f"no run in {self.name} yet"}
+        folder = self.folder
+        held = lock_held(folder)
+        summary = read_summary(folder)
+        # A --resume runs over the last run's summary: one of another run id is not this one's.
+        if summary is not None and found.run_id not in (None, summary.run_id):
+            summary = None
+        if held:
+            return {"state": "running", "note": "running"}
+        if summary is not None:
+            if summary.interrupted:
+                return {"state": "interrupted", "note": "interrupted"}
+            return {"state": "finished", "note": "finished"}
+        if held is None:
+            return {"state": "running", "note": "running (whether its process lives is unknown)"}
         return {
-            "file": _identity(self.file, end),
-            "offset": end,
+            "state": "stale",
+            "note": "stale: no process runs it and it wrote no summary (killed?)",
+        }
+
+    def _read(self, found: Layout | None, offsets: list[int] | None) -> tuple[list, list, list]:
+        """Each part's results since its offset (all of them when ``offsets`` is None),
+        labelled; the offsets and identities reached."""
+        results, ends, idents = [], [], []
+        for i, (label, file) in enumerate(found.parts if found else []):
+            start = offsets[i] if offsets else 0
+            rows, end = read_results_from(file, start) if real_folder(file.parent) else ([], 0)
+            if label is not None:
+                rows = [r.model_copy(update={"id": f"{label}: {r.id}"}) for r in rows]
+            results += rows
+            ends.append(end)
+            idents.append(_identity(file, end))
+        return results, ends, idents
+
+    def since(self, offset: str | int, file_id: str, plan_tag: str = "") -> dict[str, Any]:
+        """The results appended since ``offset`` (one per part of the run, joined by ".") of
+        the files ``file_id`` named (joined by "|"); everything again when any changed."""
+        found = self.layout()
+        parts = found.parts if found else []
+        try:
+            offsets = [max(0, int(o)) for o in str(offset).split(".")] if parts else []
+        except ValueError:
+            offsets = []
+        idents = file_id.split("|")
+        reset = len(offsets) != len(parts) or len(idents) != len(parts)
+        if not reset:
+            for (_, file), at, ident in zip(parts, offsets, idents, strict=True):
+                size = file.stat().st_size if file.is_file() else 0
+                if at > size or _identity(file, at) != ident:
+                    reset = True
+                    break
+        rows, ends, new_ids = self._read(found, None if reset else offsets)
+        plan = found.plan if found else None
+        answer = {
+            "file": "|".join(new_ids),
+            "offset": ".".join(map(str, ends)),
             "reset": reset,
             "rows": [live_row(r) for r in rows],
             "summary": self.summary(),
+            "state": self.state(found),
+            "plan_tag": _tag(plan),
         }
+        if plan_tag != answer["plan_tag"]:
+            answer["plan"] = plan
+        return answer
+
+    def summary(self) -> dict[str, Any] | None:
+        summary = read_summary(self.folder)
+        return summary.model_dump(mode="json") if summary else None
 
     def page(self) -> str:
         """The page with every result so far in it, and where the next read starts."""
-        results, offset = read_results_from(self.file, 0)
-        ident = _identity(self.file, offset)
+        found = self.layout()
+        results, ends, idents = self._read(found, None)
         latest = list({r.id: r for r in results}.values())  # a later line for an id wins
-        summary = self.summary()
-        run = RunResults(
-            self.name,
-            self.file.parent,
-            RunSummary.model_validate(summary) if summary else None,
-            latest,
-        )
-        return page(page_data([run], live={"file": ident, "offset": offset}), [run])
+        summary = read_summary(self.folder)
+        plan = found.plan if found else None
+        run = Run(self.name, self.folder, summary, latest, plan)
+        live = {
+            "file": "|".join(idents),
+            "offset": ".".join(map(str, ends)),
+            "state": self.state(found),
+            "plan_tag": _tag(plan),
+        }
+        return page(page_data([run], live=live), [run])
 
     def serve_forever(self) -> None:
+        self.serving = True
         self.httpd.serve_forever()
 
     def start(self) -> threading.Thread:
         """Serve from a thread (tests); ``shutdown`` ends it."""
+        self.serving = True
         thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         thread.start()
         return thread
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
+        if self.serving:  # (the base's shutdown waits for a loop that never started)
+            self.httpd.shutdown()
         self.httpd.server_close()
 
 
@@ -211,8 +340,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, self.view.page().encode(), "text/html; charset=utf-8")
             elif route == "api/results":
                 query = parse_qs(url.query)
-                offset = int(query.get("offset", ["0"])[0])
-                data = self.view.since(max(0, offset), query.get("file", [""])[0])
+                data = self.view.since(
+                    query.get("offset", ["0"])[0],
+                    query.get("file", [""])[0],
+                    query.get("plan", [""])[0],
+                )
                 body = json.dumps(data, ensure_ascii=True, allow_nan=False).encode()
                 self._send(200, body, "application/json")
             elif route == "favicon.ico":

@@ -108,6 +108,14 @@
         t.hay = undefined;
       }
     });
+    // The tests a run set out to run (its plan) that have no result yet, or never will.
+    runs.forEach((run) => {
+      for (const id of run.plan || []) {
+        if (byId.has(id)) continue;
+        const t = { id, rows: runs.map(() => null) };
+        byId.set(id, t); tests.push(t);
+      }
+    });
   }
   index();
   const primary = (t) => t.rows[state.run] || null;
@@ -207,7 +215,14 @@
       }
     }
     c.done = run.rows.length;
-    c.notRun = run.summary ? Math.max(0, run.summary.total - c.done) : 0;
+    if (run.plan) {
+      const have = new Set(run.rows.map((r) => r.id));
+      c.planned = run.plan.length;
+      c.notRun = run.plan.filter((id) => !have.has(id)).length;
+    } else {
+      c.planned = run.summary ? run.summary.total : c.done;
+      c.notRun = run.summary ? Math.max(0, run.summary.total - c.done) : 0;
+    }
     statsCache.set(run, c);
     return c;
   }
@@ -219,7 +234,7 @@
     const c = counts(run);
     const title = sum.suite || run.name;
     document.title = `gradebox: ${marked(title)}`;
-    const live = DATA.live ? h('span', { class: 'live ok', id: 'live' }, 'live') : null;
+    const live = DATA.live ? liveBadge(run) : null;
     const mean = c.done ? c.score / c.done : 0;
     const gate = sum.min_mean_score;
     const meta = h('dl', { class: 'meta' });
@@ -227,7 +242,10 @@
     add('run', `${run.name}${sum.run_id ? ` (id ${sum.run_id})` : ''}`);
     const started = sum.started_at || (run.rows[0] && run.rows[0].started_at);
     if (started) add('started', when(started));
-    add('took', sum.duration_s !== undefined ? ms(Math.round(sum.duration_s * 1000)) : (DATA.live ? 'still running' : 'unknown (no summary.json)'));
+    const st = DATA.live ? DATA.live.state.state : null;
+    add('took', sum.duration_s !== undefined && st !== 'running' ? ms(Math.round(sum.duration_s * 1000))
+      : st === 'running' ? 'still running' : st === 'waiting' ? 'not started yet'
+        : st === 'stale' ? 'unknown: the run stopped without writing its summary' : 'unknown (no summary.json)');
     add('backend', backends(run).join(', '));
     const imgs = images(run);
     if (imgs.length) add('images', imgs.map(([ref, id]) => `${ref} (${String(id).replace('sha256:', '').slice(0, 12)})`).join(', '));
@@ -818,12 +836,28 @@
   window.addEventListener('hashchange', () => { readHash(); syncControls(); refreshTable(); });
 
   // ---------------------------------------------------------------- live: gradebox view
+  // What the run is doing, in words (the colour is only a second sign): green only while a
+  // process is running it.
+  function liveBadge(run) {
+    const c = counts(run);
+    const { state, note } = DATA.live.state;
+    const done = `${c.done} of ${c.planned} tests done`;
+    const text = {
+      waiting: `waiting: ${note}`,
+      running: `live: running, ${done}`,
+      finished: `finished: ${done}`,
+      interrupted: `interrupted: ${done}; gradebox run --resume continues it`,
+      stale: `${note}; ${done}`,
+    }[state] || note;
+    const cls = { running: 'ok', waiting: 'wait', finished: 'done' }[state] || 'down';
+    return h('span', { class: `live ${cls}`, id: 'live', 'data-state': state, role: 'status' }, text);
+  }
   if (DATA.live) {
     let cursor = DATA.live;
     const poll = async () => {
       const live = document.getElementById('live');
       try {
-        const url = `api/results?offset=${encodeURIComponent(cursor.offset)}&file=${encodeURIComponent(cursor.file)}`;
+        const url = `api/results?offset=${encodeURIComponent(cursor.offset)}&file=${encodeURIComponent(cursor.file)}&plan=${encodeURIComponent(cursor.plan_tag)}`;
         const res = await fetch(url, { cache: 'no-store', credentials: 'omit' });
         if (!res.ok) throw new Error(`HTTP ${res.status}`);
         const d = await res.json();
@@ -838,9 +872,11 @@
           changed = true;
         }
         if (JSON.stringify(d.summary) !== JSON.stringify(run.summary)) { run.summary = d.summary; changed = true; }
+        if (d.plan !== undefined) { run.plan = d.plan; changed = true; }
+        if (JSON.stringify(d.state) !== JSON.stringify(DATA.live.state)) { DATA.live.state = d.state; changed = true; }
         if (changed) { statsCache = new Map(); index(); refreshAll(); }
         const el = document.getElementById('live');
-        if (el) { el.className = 'live ok'; el.textContent = `live: ${run.rows.length} results, checked ${new Date().toLocaleTimeString()}`; }
+        if (el) { const b = liveBadge(run); b.title = `checked ${new Date().toLocaleTimeString()}`; el.replaceWith(b); }
       } catch (err) {
         if (live) { live.className = 'live down'; live.textContent = 'live: the view stopped answering'; }
       }
