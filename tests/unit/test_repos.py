@@ -319,3 +319,22 @@ def test_concurrent_runs_sharing_the_cache_make_one_mirror(server, cache):
     assert [p.communicate(timeout=120)[0].strip() for p in runs] == [sha] * 4
     mirrors = [p.name for p in (cache / "repos").iterdir() if not p.name.endswith(".lock")]
     assert len(mirrors) == 1 and mirrors[0].endswith(".git")  # no temporary clone left
+
+
+# --- the Docker image an AgentV file names: one mapping for v4 and 5.x ------------------------
+
+
+@pytest.mark.parametrize(
+    ("image", "ours"),
+    [("python:3.11-slim", "python"), ("docker.io/library/node:20", "node"), ("mine:1", "mine:1")],
+)
+def test_a_docker_environments_image_maps_as_v4s_workspace_docker(tmp_path, image, ours):
+    path = tmp_path / "d.eval.yaml"
+    path.write_text(
+        f"environment:\n  type: docker\n  image: '{image}'\n  workdir: /w\n"
+        "tests:\n  - id: a\n    vars: {input: x}\n"
+        "    assert: [{type: script, command: [python3, -c, 'print(1)']}]\n"
+    )
+    suite = load_suite(path)
+    assert suite.spec.defaults.image == ours
+    assert suite.tests[0].assertions[0].grader.image == ours
