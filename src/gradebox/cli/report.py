@@ -51,9 +51,7 @@ def view(
     ] = 0,
     wait: Annotated[
         bool,
-        typer.Option(
-            "--wait", help="RUN does not exist yet (or is empty): wait for a run to start there."
-        ),
+        typer.Option("--wait", help="RUN does not exist yet: wait for a run to start there."),
     ] = False,
 ) -> None:
     """Serve the report of RUN on 127.0.0.1 and follow its results.jsonl: results a run

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..core.atomic import lock_folder, writable_folder, write_atomic
+from ..core.scratch import scratch_folder
 from ..drivers.runner import (
     PLAN,
     RunOptions,
@@ -29,6 +30,7 @@ from ..drivers.runner import (
 from ..errors import ConfigError, StorageError
 from ..graders.assertion import GraderAssertion, leaves
 from ..lifecycle.testrun import now
+from ..llm.targets import operator_files
 from ..protocol.models import RunSummary, Status, TestResult, Usage
 from ..report import junit_xml, print_run
 from ..report.html import read_summary, write_report
@@ -60,8 +62,6 @@ TargetsOpt = Annotated[
 def _load(
     session: CommandSession, suite_file: Path, format: str | None, target: str | None = None
 ) -> Suite:
-    from ..llm.targets import operator_files
-
     return load_suite(
         suite_file, format=format, targets=operator_files(session.targets), target=target
     )
@@ -389,6 +389,7 @@ def _run_one(
     with ExitStack() as stack:
         remote = None
         if ray is not None:
+            # The cluster's modules (Ray's client with them): only a run given --ray loads them.
             from ..cluster import RayCluster, start_suite
 
             cluster = RayCluster(ray)
@@ -558,8 +559,6 @@ def validate_refs(
     `reference_patch` applied (the target is not run). A grader that fails its own reference
     is a grader bug. Exit 0 when every reference passes, 1 when one does not, 2 invalid suite.
     """
-    from ..core.scratch import scratch_folder
-
     session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked)
     output = session.out
     suite = load_suite(suite_file, format=format)

@@ -33,6 +33,7 @@ from .._version import __version__
 from ..core.atomic import write_atomic
 from ..core.untrusted import read_within
 from ..drivers.runner import PLAN
+from ..drivers.trials import pass_at_k, pass_hat_k
 from ..errors import ConfigError
 from ..protocol.models import Message, RunSummary, Status, TestResult, TrialRecord
 from ..protocol.results import RunResults, load_results, read_results, results_file
@@ -128,8 +129,6 @@ def _script_safe(text: str) -> str:
 
 
 def _trial_stats(result: TestResult) -> dict[str, Any] | None:
-    from ..drivers.trials import pass_at_k, pass_hat_k
-
     trials = result.trials or []
     if not trials:
         return None
@@ -363,7 +362,8 @@ def layout(path: Path) -> Layout | None:
             [f"{label}: {i}" for label, e in zip(labels, entries, strict=True) for i in e[3]],
             True,
         )
-    if (path / "results.jsonl").is_file() or plan is not None:
+    # Whatever is under the name (a FIFO, a link: read later through the door, or refused).
+    if os.path.lexists(path / "results.jsonl") or plan is not None:
         run_id = plan.get("run_id") if plan else None
         return Layout(
             path,
@@ -388,7 +388,7 @@ def layout(path: Path) -> Layout | None:
             None,
             True,
         )
-    if (path / "summary.json").is_file():
+    if os.path.lexists(path / "summary.json"):
         return Layout(path, name, [(None, path / "results.jsonl")], None, False)
     return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 
 from rich.console import Console
 from rich.markup import escape as _markup_escape
@@ -85,7 +86,6 @@ def print_run(
 
 def junit_xml(results: list[TestResult], summary: RunSummary) -> str:
     """JUnit XML for CI systems: a failing assertion is a <failure>, a grader error <error>."""
-    import xml.etree.ElementTree as ET
 
     root = ET.Element("testsuites")
     suite = ET.SubElement(

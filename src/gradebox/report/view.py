@@ -127,8 +127,8 @@ def _tag(plan: list[str] | None) -> str:
 
 class ViewServer:
     """The live page of one run folder. ``serve_forever`` until Ctrl-C; ``port`` 0 takes a
-    free port (``url`` says which). A path that is no run is refused; with ``wait`` a path
-    where nothing is yet (no such folder, or an empty one) is served as waiting for a run."""
+    free port (``url`` says which). A path that is no run is refused; an empty folder, and
+    with ``wait`` a path not there yet, is served as waiting for a run."""
 
     def __init__(self, run_dir: Path, port: int = 0, *, wait: bool = False) -> None:
         self.path = Path(run_dir)
@@ -141,16 +141,18 @@ class ViewServer:
             ]
             if not (missing or empty):
                 raise not_a_run(self.path, "gradebox view")
-            if not wait:
+            # An empty folder is one a run is about to write (`run` makes it, then its plan);
+            # a path that is not there may be a typo: waiting for it is asked for.
+            if missing and not wait:
                 raise ConfigError(
-                    f"{'no such folder' if missing else 'an empty folder'}, no run yet: check "
-                    "the path, or add --wait to wait for "
+                    "no such folder, no run yet: check the path, or add --wait to wait for "
                     f"`gradebox run SUITE --out {self.path}` to start",
                     file=str(self.path),
                 )
         # The name the reader gave, not its parent's (a folder that is not there yet).
         self.name = self.path.resolve().name or str(self.path)
         self.folder = self.path if not self.path.is_file() else self.path.parent
+        self.file = self.path if self.path.is_file() else self.path / "results.jsonl"
         handler = type("Handler", (_Handler,), {"view": self})
         try:
             self.httpd = _Server(("127.0.0.1", port), handler)
