@@ -145,12 +145,13 @@ def run(
     each with its node. A test whose node dies is run again elsewhere.
 
     Results: DIR/results.jsonl (one line per test, written as each finishes, naming its
-    suite and file) and DIR/summary.json; a run of several files writes each file's in
-    DIR/FILE-PATH/ and the whole run's summary in DIR/summary.json. Exit codes: 0 all
+    suite and file), DIR/summary.json, and DIR/plan.json (the tests it will run, written
+    first); a run of several files writes each file's in DIR/FILE-PATH/ and the whole run's
+    plan and summary in DIR (one --report covers it all). Exit codes: 0 all
     passed, 1 some failed (or a mean score is below its suite's threshold), 2 invalid suite
     or results folder (nothing ran), 3 some errored, 4 engine or cluster failure (a refused
     node: nothing ran), 5 out of space (the results or scratch folder; finished tests are
-    kept), 130 interrupted (finished tests are kept).
+    kept), 130 interrupted (finished tests are kept, and --report is written of them).
     """
     session = CommandSession(as_json, sandbox=sandbox, allow=allow, locked=locked, targets=targets)
     output = session.out
