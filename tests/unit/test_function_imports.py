@@ -19,19 +19,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gradebox"
 
-# Files owned by another change in flight; remove when clean.
-PENDING = {
-    "cli/exec.py",
-    "cli/grade_lean.py",
-    "cli/report.py",
-    "cli/run.py",
-    "cli/session.py",
-    "graders/grader_run.py",
-    "graders/run.py",
-    "protocol/",
-    "report/",
-}
-
 _IMPORTS = (ast.Import, ast.ImportFrom)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 # A comment for a tool says nothing to a reader about why the import waits.
@@ -91,21 +78,16 @@ def function_imports(source: str) -> list[tuple[ast.stmt, bool]]:
     return found
 
 
-def uncommented(src: Path = SRC, pending: set[str] = PENDING) -> tuple[int, list[str]]:
-    """(imports inside functions, ``file:line`` of those no comment explains) under ``src``,
-    leaving out the files ``pending`` names (a name ending in "/" is a folder)."""
+def uncommented(src: Path = SRC) -> tuple[int, list[str]]:
+    """(imports inside functions, ``file:line`` of those no comment explains) under ``src``."""
     total, bad = 0, []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src).as_posix()
         for stmt, ok in function_imports(path.read_text(encoding="utf-8")):
             total += 1
-            if not ok and not _pending(rel, pending):
+            if not ok:
                 bad.append(f"{rel}:{stmt.lineno}")
     return total, bad
-
-
-def _pending(rel: str, pending: set[str]) -> bool:
-    return any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in pending)
 
 
 def test_every_import_inside_a_function_says_why() -> None:
@@ -116,16 +98,11 @@ def test_every_import_inside_a_function_says_why() -> None:
     )
 
 
-def test_pending_files_exist() -> None:
-    for entry in PENDING:
-        assert (SRC / entry).exists(), f"{entry} is gone: take it out of PENDING"
-
-
 def test_the_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text(
         "import os\n\n\ndef f():\n    import json\n\n    return json, os\n", encoding="utf-8"
     )
-    total, bad = uncommented(tmp_path, set())
+    total, bad = uncommented(tmp_path)
     assert (total, bad) == (1, ["bad.py:5"])
 
 
@@ -149,7 +126,7 @@ def test_comments_that_count(tmp_path: Path) -> None:
         "    return json, csv, path, re, x, glob, C, shlex, pwd\n",
         encoding="utf-8",
     )
-    total, bad = uncommented(tmp_path, set())
+    total, bad = uncommented(tmp_path)
     assert (total, bad) == (8, ["good.py:7", "good.py:9", "good.py:10", "good.py:15"])
 
 
@@ -159,10 +136,3 @@ if __name__ == "__main__":
     print(f"imports inside functions: {total}; without a comment: {len(bad)}")
     for where in bad:
         print(f"  {where}")
-    _, everywhere = uncommented(root, set())
-    left = {p for p in PENDING if any(_pending(b.rsplit(":", 1)[0], {p}) for b in everywhere)}
-    print(f"PENDING: {len(left)} of {len(PENDING)} still to clean: {sorted(left)}")
-    print(f"  clean now (take out of PENDING): {sorted(PENDING - left)}")
-    for where in everywhere:
-        if where not in bad:
-            print(f"  pending {where}")
