@@ -306,16 +306,28 @@ def test_preflight_names_every_missing_variable_in_one_line_each(tmp_path, monke
         preflight(coding)
 
 
-def test_a_judge_that_is_not_a_model_is_refused_by_name(tmp_path):
+def test_a_judge_that_is_a_command_runs_as_one(tmp_path):
     write(
         tmp_path / ".agentv" / "providers.yaml",
         "- id: cli\n  label: agent\n  command: x {OUTPUT_FILE}\n  grader_target: checker\n"
         "- id: cli\n  label: checker\n  command: y {OUTPUT_FILE}\n",
     )
     path = _eval(tmp_path, "providers: [agent]\ntests:\n  - {id: a, vars: {}, assert: [Nice]}\n")
+    (rubric,) = load_suite(path).tests[0].assertions
+    judge = rubric.llm.command_judge
+    assert (judge.label, judge.kind, judge.target.command) == ("checker", "cli", "y {OUTPUT_FILE}")
+
+
+def test_a_judge_that_runs_in_agentvs_process_is_refused_by_name(tmp_path):
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- id: cli\n  label: agent\n  command: x {OUTPUT_FILE}\n  grader_target: checker\n"
+        "- id: claude-sdk\n  label: checker\n",
+    )
+    path = _eval(tmp_path, "providers: [agent]\ntests:\n  - {id: a, vars: {}, assert: [Nice]}\n")
     with pytest.raises(UnsupportedFeature) as info:
         load_suite(path)
-    assert info.value.feature == "a cli provider as the judge" and info.value.line == 3
+    assert info.value.feature == "the claude-sdk provider as the judge" and info.value.line == 3
 
 
 def test_a_judge_named_nowhere_loads_and_is_named_before_the_run(tmp_path):
@@ -328,8 +340,11 @@ def test_a_judge_named_nowhere_loads_and_is_named_before_the_run(tmp_path):
     suite = load_suite(path)
     (rubric,) = suite.tests[0].assertions
     assert rubric.llm.target is None and "ghost" in rubric.llm.unresolved
-    with pytest.raises(ConfigError, match="no model target named 'ghost'"):
+    with pytest.raises(ConfigError, match="no provider or model target named 'ghost'"):
         preflight(suite)
+    warned: list[str] = []  # validate: a label defined nowhere is a warning, like a key
+    preflight(suite, warn=warned.append)
+    assert len(warned) == 1 and "'ghost'" in warned[0]
 
 
 def test_conversation_turns_and_their_assertions(tmp_path):

@@ -35,6 +35,7 @@ WHOLE_ENVIRONMENT = {
     "llm.targets": "a target's own variables, named in its file (api keys, ${VAR})",
     "cluster.node": "the variables a suite names, checked on the node",
     "formats.agentv": "an AgentV suite's ${VAR}s, from its .env and the environment",
+    "formats.agentv.providers": "a command judge's provider entry: its ${VAR}s, the same way",
     "cli.exec": "the harness's variables (EVALUATE_WORKSPACE...) and what --env names",
 }
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +50,7 @@ from .config import GraderConfig, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .entries import Entry, LlmJudge, check_entry, weight_ok
 from .fields import FieldAccuracy
-from .llm import LlmAssertion, RubricItem
+from .llm import CommandJudge, LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
 from .trace import TRACE_TYPES, TraceAssertion
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
@@ -899,14 +899,19 @@ def _llm(
     )
     target: ModelTarget | None = None
     unresolved = None
+    judge: CommandJudge | None = None
+    undefined = None
     try:
         target = ctx.targets.get(name if isinstance(name, str) else None, file=None, field=None)
     except ConfigError as exc:
-        error = _judge_error(ctx, where, name, exc)
-        if ctx.flavor != "agentv" or isinstance(error, UnsupportedFeature):
-            raise error from None
-        # AgentV checks a judge's name when it grades; so do we (and before the run).
-        unresolved = str(error)
+        judge = _command_judge(ctx, where, name) if ctx.flavor == "agentv" else None
+        if judge is None:
+            error = _judge_error(ctx, where, name, exc)
+            if ctx.flavor != "agentv" or isinstance(error, UnsupportedFeature):
+                raise error from None
+            # AgentV checks a judge's name when it grades; so do we (and before the run).
+            unresolved = str(error)
+            undefined = _defined_nowhere(ctx, name)
     if (
         target is not None
         and isinstance(temperature, int | float)
@@ -929,8 +934,59 @@ def _llm(
         pass_score=float(threshold),
         label=label,
         unresolved=unresolved,
+        undefined=undefined,
+        command_judge=judge,
     )
     return LlmGraderAssertion(llm=llm, **score)
+
+
+def _defined_nowhere(ctx: CompileContext, name: Any) -> str | None:
+    """The judge's name when it is defined in no targets file (``validate`` warns, ``run``
+    refuses), as opposed to a definition that is broken (a ``use_target`` loop: an error)."""
+    name = name if isinstance(name, str) else ctx.targets.default
+    if not isinstance(name, str):
+        return None
+    try:
+        return name if ctx.targets.lookup(name) is None else None
+    except ConfigError:
+        return None
+
+
+CommandJudges = Callable[[str, TargetSources, Path], "tuple[str, Any] | None"]
+_command_judges: list[CommandJudges] = []
+
+
+def register_command_judges(resolve: CommandJudges) -> None:
+    """How an AgentV provider label becomes a command target (``formats.agentv`` registers
+    it when it is imported, as it is before any AgentV file is compiled: graders may not
+    import formats nor suite). ``resolve(label, sources, eval_folder)``: ``(kind, target)``,
+    the target a ``suite.TargetConfig``, or None when the label is no command provider."""
+    if resolve not in _command_judges:
+        _command_judges.append(resolve)
+
+
+def _command_judge(ctx: CompileContext, where: tuple[str, ...], name: Any) -> CommandJudge | None:
+    """The judge an AgentV llm-grader names when it is a command (a ``cli`` provider, a
+    coding-agent CLI, a v4 discovered provider): run as a cli target (AgentV's delegate and
+    cli modes). A provider that cannot run here is refused as it would be as the target."""
+    name = name if isinstance(name, str) else ctx.targets.default  # grader_target, defaults
+    if not isinstance(name, str):
+        return None
+    for resolve in _command_judges:
+        try:
+            found = resolve(name, ctx.target_sources, ctx.suite_dir)
+        except UnsupportedFeature as exc:
+            raise UnsupportedFeature(
+                f"{exc.feature} as the judge",
+                exc.message.removeprefix(f"{exc.feature}: "),
+                file=ctx.file,
+                line=ctx.lines.get(where),
+                field=".".join(where),
+            ) from None
+        if found is not None:
+            kind, target = found
+            return CommandJudge(label=name, kind=kind, target=target)
+    return None
 
 
 _DEFAULT_PROMPTED = {"llm-rubric", "rubric", "rubrics", "llm-grader"}
@@ -940,8 +996,9 @@ _DEFAULT_PROMPTED = {"llm-rubric", "rubric", "rubrics", "llm-grader"}
 def _judge_error(
     ctx: CompileContext, where: tuple[str, ...], name: Any, exc: ConfigError
 ) -> ConfigError:
-    """A judge that names an AgentV agent (a coding-agent CLI, a cli command) is refused by
-    name; a judge that names nothing known is the file's own error."""
+    """A judge that names an AgentV provider that neither is a model nor runs as a command
+    (a mock, a replay: ``_command_judge`` took the commands) is refused by name; a judge that
+    names nothing known is the file's own error."""
     name = name if isinstance(name, str) else ctx.targets.default  # grader_target, defaults
     if isinstance(name, str):
         for entry, *_ in agentv_entries(ctx.target_sources):

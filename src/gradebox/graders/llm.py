@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.jsonl import digest
+from ..errors import GradeboxError
 from ..llm.client import ModelError, ModelHub
 from ..llm.targets import ModelTarget
 from ..protocol.models import (
@@ -41,6 +42,7 @@ from .transcript import trace_of
 
 __all__ = [
     "DEFAULT_PROMPT",
+    "CommandJudge",
     "LlmAssertion",
     "LlmRuntime",
     "RubricItem",
@@ -130,6 +132,30 @@ class RubricItem:
         return out
 
 
+@dataclass(kw_only=True)
+class CommandJudge:
+    """A judge that is a command, not a model (AgentV's ``llm-grader`` whose ``target`` or
+    ``grader_target`` names a ``cli`` provider or a coding-agent CLI): run in the sandbox as a
+    cli target is, the workspace read-only and no network, given the whole prompt as AgentV
+    gives a cli provider its question (``{PROMPT}``, ``{PROMPT_FILE}``); what it writes to
+    ``{OUTPUT_FILE}`` is its reply, read by the rules of a model that ignored the schema.
+
+    ``target``: the command target (a ``suite.TargetConfig``: graders may not import it),
+    ``kind``: the AgentV provider it came from (``cli``, ``copilot-cli``, ...)."""
+
+    label: str
+    kind: str
+    target: Any
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "kind": self.kind,
+            "command": getattr(self.target, "command", None),
+            "image": str(getattr(self.target, "image", None) or ""),
+        }
+
+
 class LlmRuntime(Protocol):
     """What an LLM grader needs from the run besides the payload."""
 
@@ -140,6 +166,8 @@ class LlmRuntime(Protocol):
     ) -> str: ...
 
     def candidate_text(self, payload: Payload, preprocessors: list[dict[str, Any]]) -> str: ...
+
+    def ask_command_judge(self, judge: CommandJudge, prompt: str, name: str) -> str: ...
 
 
 def _text(content: Any) -> str:
@@ -318,18 +346,20 @@ def parse_verdict(
         for i, c in enumerate(raw_checks):
             if not isinstance(c, dict):
                 return f"checks.{i} is not an object"
-            passed = c.get("passed", c.get("pass"))
+            # AgentV's rubric reply spells a check {id, satisfied, reasoning}.
+            passed = c.get("passed", c.get("pass", c.get("satisfied")))
             if not isinstance(passed, bool):
                 return f"checks.{i} has no true/false 'passed'"
-            evidence = c.get("evidence", c.get("reason"))
+            evidence = c.get("evidence", c.get("reason", c.get("reasoning")))
+            text = c.get("text") or c.get("id")
             checks.append(
                 Check(
-                    text=str(c.get("text") or (rubrics[i].text if i < len(rubrics) else i))[:500],
+                    text=str(text or (rubrics[i].text if i < len(rubrics) else i))[:500],
                     passed=passed,
                     evidence=str(evidence)[:2000] if evidence is not None else None,
                 )
             )
-    reasoning = data.get("reasoning", data.get("reason", ""))
+    reasoning = data.get("reasoning", data.get("reason", data.get("overall_reasoning", "")))
     reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning)
     matched = _match(rubrics, checks)
     for r, found in zip(rubrics, matched, strict=True):
@@ -359,7 +389,8 @@ def parse_verdict(
 class LlmAssertion:
     """An LLM grader. Scoring modifiers come from ``graders.assertion.Scoring``."""
 
-    target: ModelTarget | None  # None: named one found nowhere (`unresolved` says why)
+    target: ModelTarget | None  # None: a command judge, or named one found nowhere
+    command_judge: CommandJudge | None = None
     rubrics: list[RubricItem] = field(default_factory=list)
     prompt: str | None = None  # a template; None: DEFAULT_PROMPT
     prompt_command: list[str] | None = None
@@ -368,13 +399,15 @@ class LlmAssertion:
     pass_score: float = PASS_SCORE
     label: str = "llm-grader"
     unresolved: str | None = None  # AgentV files: a judge named nowhere fails when it grades
+    undefined: str | None = None  # ... because this name is defined nowhere (not broken)
     # More prompt variables holding text the agent wrote or that quotes it (a composite's
     # member results, for its LLM aggregator): fenced like the answer.
     agent_data: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> Any:
+        judge = self.command_judge.describe() if self.command_judge else None
         return {
-            "target": self.target.identity() if self.target else self.unresolved,
+            "target": self.target.identity() if self.target else (judge or self.unresolved),
             "rubrics": [r.to_json() for r in self.rubrics],
             "prompt": self.prompt,
             "prompt_command": self.prompt_command,
@@ -386,7 +419,7 @@ class LlmAssertion:
     def grade(self, payload: Payload, runtime: LlmRuntime, name: str) -> GraderResult:
         hub = runtime.hub
         before = Usage()
-        if self.target is None:
+        if self.target is None and self.command_judge is None:
             why = self.unresolved or "no model target"
             return GraderResult(
                 name=name, type="llm", status=Status.error, passed=False, score=0.0, evidence=why
@@ -408,6 +441,9 @@ class LlmAssertion:
                     self.prompt or DEFAULT_PROMPT, _fence(variables, nonce, keys)
                 )
                 system = f"{ANSWER_FORMAT}\n{AGENT_DATA.format(nonce=nonce)}"
+            if self.command_judge is not None:
+                return self._ask_command(runtime, prompt, system, name)
+            assert self.target is not None
             done = hub.complete(
                 self.target,
                 [{"role": "user", "content": prompt}],
@@ -424,7 +460,35 @@ class LlmAssertion:
                 evidence=str(exc),
             )
         before.add(done)
-        parsed = parse_verdict(done.text, self.rubrics, structured=done.structured)
+        return self._verdict(done.text, name, structured=done.structured, usage=before)
+
+    def _ask_command(
+        self, runtime: LlmRuntime, prompt: str, system: str, name: str
+    ) -> GraderResult:
+        """The judge that is a command: it has no system prompt, so the answer format (and
+        what the agent-data blocks are) follows the prompt, as AgentV appends its output
+        schema to a delegated judge's prompt. Its reply was never bound by a schema: it is
+        read as a model's that ignored one (its verdict objects must all be the same one)."""
+        assert self.command_judge is not None
+        try:
+            reply = runtime.ask_command_judge(
+                self.command_judge, f"{prompt.rstrip()}\n\n{system}\n", name
+            )
+        except GradeboxError as exc:
+            return GraderResult(
+                name=name,
+                type="llm",
+                status=Status.error,
+                passed=False,
+                score=0.0,
+                evidence=f"judge {self.command_judge.label!r}: {exc}",
+            )
+        return self._verdict(reply, name, structured=False, usage=Usage(), who="judge")
+
+    def _verdict(
+        self, text: str, name: str, *, structured: bool, usage: Usage, who: str = "model"
+    ) -> GraderResult:
+        parsed = parse_verdict(text, self.rubrics, structured=structured)
         if isinstance(parsed, str):
             return GraderResult(
                 name=name,
@@ -432,9 +496,9 @@ class LlmAssertion:
                 status=Status.error,
                 passed=False,
                 score=0.0,
-                evidence=f"unparseable model answer: {parsed}",
-                usage=before,
-                raw_response=done.text[:MAX_RAW],
+                evidence=f"unparseable {who} answer: {parsed}",
+                usage=usage,
+                raw_response=text[:MAX_RAW],
             )
         score, checks, reasoning, failed_required = parsed
         passed = score >= self.pass_score - 1e-9 and not failed_required
@@ -449,7 +513,7 @@ class LlmAssertion:
             score=round(score, 6),
             evidence=evidence,
             checks=checks,
-            usage=before,
+            usage=usage,
         )
 
 

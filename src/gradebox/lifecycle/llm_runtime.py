@@ -1,7 +1,7 @@
 """What an LLM grader of one test needs from the run it belongs to: the model hub, and
-containers for its prompt commands and preprocessors (read-only workspace, no network, the
-suite's files named). Built per test by ``gradebox.lifecycle.testrun``; the graders see only
-this."""
+containers for its prompt commands, preprocessors and command judges (read-only workspace, no
+network, the suite's files named). Built per test by ``gradebox.lifecycle.testrun``; the
+graders see only this."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GradeboxError
 from ..graders.assertion import infer_image
-from ..graders.llm import candidate_from_files
+from ..graders.llm import CommandJudge, candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
 from ..protocol.models import Payload
 from ..sandbox.base import Limits
-from .steps import HOOK_TIMEOUT, judge_step, run_in_workspace
+from ..suite import TargetConfig
+from .steps import HOOK_TIMEOUT, judge_step, run_cli_command, run_in_workspace
 
 if TYPE_CHECKING:
     from ..llm.client import ModelHub
@@ -73,3 +74,33 @@ class LlmRuntime:
                 return f"[gradebox: the preprocessor of {rel} failed: {exc}]"
 
         return candidate_from_files(payload, self.workspace, preprocess, preprocessors)
+
+    def ask_command_judge(self, judge: CommandJudge, prompt: str, name: str) -> str:
+        """Run a judge that is a command as a cli target runs (``steps.run_cli_command``),
+        with the prompt as its ``{PROMPT}`` / ``{PROMPT_FILE}``, the workspace read-only and
+        no network whatever the provider says (it is a grader); its reply is the answer it
+        wrote to ``{OUTPUT_FILE}``, text to parse as untrusted. A failed run is an error."""
+        target = judge.target
+        assert isinstance(target, TargetConfig)
+        image = self.image_for(target.image, self.root)
+        outcome, answer = run_cli_command(
+            target,
+            prompt,
+            self.workspace,
+            self.box,
+            test_id=self.labels.get("gradebox.test", "judge"),
+            input_files=[],
+            image_id=image,
+            env=dict(target.env),
+            labels=self.labels,
+            source_dir=self.root,
+            name="llm-judge",
+            network="none",
+            read_only=True,
+        )
+        failure = judge_step(f"the {judge.kind} judge", outcome, target.timeout, target.limits)[1]
+        if failure:
+            raise GradeboxError(failure)
+        if isinstance(answer, str):
+            raise GradeboxError(answer.replace("target:", f"the {judge.kind} judge:", 1))
+        return answer.get("output") or ""

@@ -45,6 +45,7 @@ __all__ = [
     "input_text",
     "judge_step",
     "render_cli_command",
+    "run_cli_command",
     "run_cli_target",
     "run_healthcheck",
     "run_in_workspace",
@@ -223,19 +224,55 @@ def run_cli_target(
     attempt: int = 0,
 ) -> tuple[RunOutcome, dict[str, Any] | str]:
     """Run a cli target; its answer as payload fields, or why there is none (a string)."""
+    return run_cli_command(
+        target,
+        input_text(payload).decode(),
+        workspace,
+        sandbox,
+        test_id=test.id,
+        input_files=test.case.input_files,
+        image_id=image_id,
+        env=env,
+        labels=labels,
+        source_dir=source_dir,
+        attempt=attempt,
+        name=f"target-{test.id}",
+        network=target.network,
+    )
+
+
+def run_cli_command(
+    target: TargetConfig,
+    prompt_text: str,
+    workspace: Path,
+    sandbox: Sandbox,
+    *,
+    test_id: str,
+    input_files: list[str],
+    image_id: str,
+    env: dict[str, str],
+    labels: dict[str, str],
+    source_dir: Path,
+    name: str,
+    network: str = "none",
+    attempt: int = 0,
+    read_only: bool = False,
+) -> tuple[RunOutcome, dict[str, Any] | str]:
+    """Run a cli command target given ``prompt_text`` (``{PROMPT}``, ``{PROMPT_FILE}``): the
+    agent under test, or a judge (an LLM grader whose judge is a command, the workspace
+    ``read_only``); what it wrote to ``{OUTPUT_FILE}``, or why there is nothing (a string)."""
     scratch = new_scratch()
     try:
         owner = run_as_ids()
         io = scratch / "io"
         io.mkdir(mode=0o700)
-        prompt_text = input_text(payload).decode()
         (io / "prompt.txt").write_text(prompt_text, encoding="utf-8")
         if os.geteuid() == 0:
             for p in (io, io / "prompt.txt"):
                 os.chown(p, *owner)
         mounts = [Mount(io, CLI_IO, read_only=False)]
         files = []
-        for i, host in enumerate(test.case.input_files):
+        for i, host in enumerate(input_files):
             inside = f"{CLI_IO}-files/{i}/{Path(host).name}"
             mounts.append(Mount(Path(host), inside, read_only=True))
             files.append(inside)
@@ -243,7 +280,7 @@ def run_cli_target(
         assert isinstance(target.command, str)
         command, named = render_cli_command(
             target.command,
-            test_id=test.id,
+            test_id=test_id,
             prompt_text=prompt_text,
             files=files,
             files_format=target.files_format,
@@ -255,15 +292,16 @@ def run_cli_target(
             workspace,
             sandbox,
             image_id=image_id,
-            name=f"target-{test.id}",
+            name=name,
             timeout=target.timeout,
-            network=target.network,
+            network=network,
             env=env,
             limits=target.limits,
             labels=labels,
             source_dir=cwd,
             extra_mounts=tuple(mounts),
             named_files=named,
+            read_only=read_only,
         )
         return outcome, read_cli_answer(io / "output", target.answer_format)
     finally:

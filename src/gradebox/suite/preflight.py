@@ -4,8 +4,9 @@ every test:
 
 - every model target the run calls (a model target under test, LLM graders, script graders'
   model proxies) is defined, and the variables it reads (its key, endpoint, model) are set;
-- a coding-agent target (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``) has its
-  program on its image: gradebox's own images carry none, so it must name an image of yours;
+- a coding-agent target (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``), or an
+  LLM grader's judge that is one, has its program on its image: gradebox's own images carry
+  none, so it must name an image of yours;
 - every repository a workspace names by URL is fetched into the cache and its ref resolved,
   once per run (``run``: ``fetch``), or, offline, is found in the cache (``validate
   --offline`` checks only that).
@@ -27,7 +28,7 @@ from ..llm.client import missing_env_message
 
 if TYPE_CHECKING:
     from ..llm.targets import ModelTarget
-    from . import Suite
+    from . import Suite, TargetConfig
 
 __all__ = ["ModelUse", "models_used", "preflight"]
 
@@ -42,6 +43,7 @@ class ModelUse:
     user: str
     target: ModelTarget | None
     problem: str | None = None
+    undefined: str | None = None  # a name defined nowhere (not a broken definition)
 
 
 def models_used(suite: Suite) -> Iterator[ModelUse]:
@@ -50,12 +52,14 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
     targets = suite.targets
     spec = suite.spec.target
     if spec is not None and spec.provider == "model":
+        undefined = None
         try:  # following use_target: an unset variable is named by missing_env
             found = targets.lookup(spec.model or "") if targets is not None else None
+            undefined = spec.model if found is None else None
             problem = None if found else _unresolved(suite, spec.model)
         except ConfigError as exc:
             found, problem = None, exc.message
-        yield ModelUse("the target", found, problem)
+        yield ModelUse("the target", found, problem, undefined=undefined)
     seen: set[int] = set()
     for test in suite.tests:
         for a in leaves(test.every_assertion()):
@@ -63,7 +67,14 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
                 continue
             seen.add(id(a))
             if isinstance(a, LlmGraderAssertion):
-                yield ModelUse(a.field or "an LLM grader", a.llm.target, a.llm.unresolved)
+                if a.llm.command_judge is not None:
+                    continue  # a command, not a model: see _programs
+                yield ModelUse(
+                    a.field or "an LLM grader",
+                    a.llm.target,
+                    a.llm.unresolved,
+                    undefined=a.llm.undefined,
+                )
             elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
                 name = a.grader.target.name  # type: ignore[union-attr]
                 user = f"{a.field or 'a script grader'} (model proxy)"
@@ -96,6 +107,17 @@ def preflight(
         errors.setdefault(key, ConfigError(problem, file=file))
     warned: set[str] = set()
     for use in models_used(suite):
+        if use.target is None and use.undefined is not None:
+            # A label `agentv init` (or the operator's --targets) would define: like an unset
+            # key, what this machine lacks, not a mistake of the file.
+            why = f"{use.user}: {_unresolved(suite, use.undefined)}"
+            if warn is not None:
+                if f"label:{use.undefined}" not in warned:
+                    warned.add(f"label:{use.undefined}")
+                    warn(f"{file}: {why} (`run` refuses this until it is defined)")
+                continue
+            errors.setdefault(f"label:{use.undefined}", ConfigError(why, file=file))
+            continue
         if use.target is None:
             why = f"{use.user}: {use.problem or 'no model target'}"
             errors.setdefault(use.problem or why, ConfigError(why, file=file))
@@ -109,18 +131,34 @@ def preflight(
                     warn(f"{file}: {why} (`run` refuses this until it is set)")
                 continue
             errors.setdefault(f"env:{use.target.name}", ConfigError(why, file=file))
-    spec = suite.spec.target
-    if spec is not None and spec.program and "/" not in spec.program:
-        image = spec.image or "python"
-        if isinstance(image, str) and image in OUR_IMAGES:
-            errors["program"] = ConfigError(
-                f"the target ({spec.label or 'cli'}) runs `{spec.program}`, which gradebox's "
-                f"{image!r} image does not carry: build an image with it (e.g. FROM "
-                f"gradebox/node plus its installer) and name it as the provider's `image:`; "
-                "it runs without network or keys unless you allow them",
-                file=file,
-            )
+    target = suite.spec.target
+    commands = [("the target", target, " unless you allow them")] if target is not None else []
+    commands += [(f"the judge of {user}", judge, "") for user, judge in _command_judges(suite)]
+    for who, spec, unless in commands:
+        if spec.program and "/" not in spec.program:
+            image = spec.image or "python"
+            if isinstance(image, str) and image in OUR_IMAGES:
+                errors.setdefault(
+                    f"program:{spec.label}",
+                    ConfigError(
+                        f"{who} ({spec.label or 'cli'}) runs `{spec.program}`, which "
+                        f"gradebox's {image!r} image does not carry: build an image with it "
+                        f"(e.g. FROM gradebox/node plus its installer) and name it as the "
+                        f"provider's `image:`; it runs without network or keys{unless}",
+                        file=file,
+                    ),
+                )
     collect(list(errors.values()))
+
+
+def _command_judges(suite: Suite) -> Iterator[tuple[str, TargetConfig]]:
+    """The LLM graders whose judge is a command (an AgentV cli provider or coding agent)."""
+    seen: set[int] = set()
+    for test in suite.tests:
+        for a in leaves(test.every_assertion()):
+            if id(a) not in seen and isinstance(a, LlmGraderAssertion) and a.llm.command_judge:
+                seen.add(id(a))
+                yield a.field or "an LLM grader", a.llm.command_judge.target
 
 
 def _repos(suite: Suite, fetch: bool, offline: bool, lift_cap: bool) -> Iterator[tuple[str, str]]:
@@ -161,9 +199,14 @@ def _repos(suite: Suite, fetch: bool, offline: bool, lift_cap: bool) -> Iterator
 
 
 def _unresolved(suite: Suite, name: str | None) -> str:
-    known = ", ".join(sorted(suite.targets.targets)) if suite.targets is not None else ""
+    """One line: the label, the targets files that were read (none of them defines it), and
+    where to define it."""
+    targets = suite.targets
+    known = ", ".join(sorted(targets.targets)) if targets is not None else ""
+    read = sorted({f for f in targets.sources.values() if f}) if targets is not None else []
+    where = f"the targets files read ({', '.join(read)})" if read else "no targets file found"
     return (
-        f"no provider or model target named {name!r} in the file, in .agentv/ and "
-        f".gradebox/ above it or in --targets FILE (model targets: "
-        f"{known or 'none found'})"
+        f"no provider or model target named {name!r}: not in the file nor in {where}; define "
+        f"it in a .agentv/targets.yaml at or above the file (as `agentv init` does) or give "
+        f"--targets FILE (model targets: {known or 'none'})"
     )

@@ -11,6 +11,9 @@ the ``.agentv/`` files above it, as our target.
 - coding-agent CLIs (``claude-cli``, ``codex-cli``, ``copilot-cli``, ``pi-cli``): their
   program as a ``cli`` target, which needs an image that carries it (``plan`` says so);
 - SDK providers that run inside AgentV's own process: refused by name.
+
+The same mapping gives an LLM grader whose judge is a command provider its command
+(``command_judge``, registered with ``graders.assertion``).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ...core.untrusted import trusted
-from ...graders.assertion import infer_image
+from ...graders.assertion import infer_image, register_command_judges
 from ...graders.custom import NOT_OURS
 from ...llm.targets import (
     MODEL_KINDS,
@@ -36,9 +41,10 @@ from ...llm.targets import (
     agentv_kind,
     agentv_label,
 )
-from ._base import Where, interpolate_env, resolve_path
+from ...suite import TargetConfig
+from ._base import Where, dotenv, interpolate_env, resolve_path
 
-__all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "resolve_target"]
+__all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "command_judge", "resolve_target"]
 
 log = logging.getLogger("gradebox.agentv")
 
@@ -447,3 +453,27 @@ def _replay(
         if isinstance(config.get(extra), str):
             replay[extra] = config[extra]
     return {"provider": "replay", "label": label, "replay": replay}
+
+
+def command_judge(label: str, sources: TargetSources, base: Path) -> tuple[str, Any] | None:
+    """The judge ``label`` names when it is a command (a ``cli`` provider, a coding-agent CLI,
+    v4's discovered provider), as the cli target it would be as the agent: ``(kind,
+    TargetConfig)``; None when it is a model, a mock or a replay, or defined nowhere. A
+    provider that cannot run here (an SDK, a log reader) is refused as it is as the agent."""
+    env = {**dotenv(base), **os.environ}
+    found = _catalog(label, sources, env)
+    if not isinstance(found, Found):
+        return None
+    kind = agentv_kind(found.entry)
+    if not kind or kind in MODEL_KINDS or kind in ("mock", "replay"):
+        return None
+    data = _target(found, base, env, [], None, None)
+    if data.get("provider") != "cli":
+        return None
+    try:
+        return kind, TargetConfig.model_validate(data)
+    except ValidationError as exc:
+        raise found.where.error(found.loc, str(exc).splitlines()[-1].strip()) from None
+
+
+register_command_judges(command_judge)

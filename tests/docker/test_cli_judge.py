@@ -1,0 +1,122 @@
+"""An AgentV LLM grader whose judge is a command, on real containers: the judge (a small script
+provider) gets the prompt in {PROMPT_FILE}, answers in {OUTPUT_FILE} as v4's grader-check
+does, and its reply is read as a model's; it runs with no network and a read-only workspace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradebox.drivers.runner import RunOptions, read_results, run_suite
+from gradebox.images import ImageResolver
+from gradebox.suite import load_suite
+from tests.conftest import write
+
+pytestmark = pytest.mark.docker
+
+JUDGE = r"""import json, os, socket, sys
+prompt = open(sys.argv[1], encoding="utf-8").read()
+item = "The answer is 42"
+if "MODE-garbage" in prompt:
+    reply = "LGTM, ship it"
+elif "MODE-net" in prompt:
+    seen = {"ifaces": sorted(os.listdir("/sys/class/net"))}
+    for host in ("1.1.1.1", "8.8.8.8"):
+        s = socket.socket()
+        s.settimeout(3)
+        try:
+            s.connect((host, 53))
+            seen[host] = "reached"
+        except OSError as exc:
+            seen[host] = exc.errno
+    try:
+        socket.getaddrinfo("example.com", 443)
+        seen["dns"] = "resolved"
+    except OSError:
+        seen["dns"] = "none"
+    try:
+        open("/workspace/judge-was-here", "w").close()
+        seen["workspace"] = "written"
+    except OSError:
+        seen["workspace"] = "read-only"
+    ok = (seen["ifaces"] == ["lo"] and "reached" not in seen.values()
+          and seen["dns"] == "none" and seen["workspace"] == "read-only")
+    reply = json.dumps({"score": 1 if ok else 0, "checks": [
+        {"text": item, "passed": ok, "evidence": json.dumps(seen)}], "reasoning": "net"})
+else:
+    ok = "answer-42" in prompt and "Answer with one JSON object" in prompt
+    reply = json.dumps({"score": 1 if ok else 0, "checks": [
+        {"text": item, "passed": ok, "evidence": "looked"}], "reasoning": "read the prompt"})
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    json.dump({"text": reply}, out)
+"""
+
+PROVIDERS = """\
+- id: cli
+  label: agent
+  command: sh agent.sh {PROMPT} {OUTPUT_FILE}
+- id: cli
+  label: judge
+  command: python3 check.py {PROMPT_FILE} {OUTPUT_FILE}
+"""
+
+
+def _test(tid: str, answer: str) -> str:
+    return (
+        f"  - id: {tid}\n    vars: {{input: {answer}}}\n    assert:\n"
+        "      - {type: llm-rubric, value: The answer is 42, target: judge}\n"
+    )
+
+
+def test_a_command_judge_passes_fails_errors_and_has_no_network(tmp_path, box, engine):
+    write(tmp_path / "agent.sh", 'printf \'%s\' "$1" > "$2"\n')
+    write(tmp_path / "check.py", JUDGE)
+    write(tmp_path / ".agentv" / "providers.yaml", PROVIDERS)
+    body = "providers: [agent]\nprompts: ['{{ input }}']\ntests:\n" + "".join(
+        _test(t, a)
+        for t, a in (
+            ("pass", "answer-42"),
+            ("fail", "answer-41"),
+            ("garbage", "MODE-garbage"),
+            ("net", "MODE-net"),
+        )
+    )
+    path = write(tmp_path / "e.eval.yaml", body)
+    run_suite(load_suite(path), box, ImageResolver(engine), RunOptions(tmp_path / "out"))
+    results = read_results(tmp_path / "out" / "results.jsonl")
+    status = {k: r.status.value for k, r in results.items()}
+    detail = {k: (r.error, [g.evidence for g in r.graders]) for k, r in results.items()}
+    assert status == {"pass": "passed", "fail": "failed", "garbage": "error", "net": "passed"}, (
+        detail
+    )
+    garbage = results["garbage"].graders[0]
+    assert garbage.evidence.startswith("unparseable judge answer")
+    assert garbage.raw_response == "LGTM, ship it"
+    seen = json.loads(results["net"].graders[0].checks[0].evidence)
+    assert seen["ifaces"] == ["lo"] and seen["workspace"] == "read-only", seen
+    assert not (tmp_path / "judge-was-here").exists()
+
+
+def test_a_judge_that_crashes_or_writes_nothing_is_an_error(tmp_path, box, engine):
+    write(tmp_path / "agent.sh", 'printf \'%s\' "$1" > "$2"\n')
+    write(tmp_path / "crash.sh", "echo 'no model configured' >&2\nexit 4\n")
+    write(tmp_path / "quiet.sh", "echo '{\"score\": 1}'\n")  # stdout, not {OUTPUT_FILE}
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- {id: cli, label: agent, command: 'sh agent.sh {PROMPT} {OUTPUT_FILE}'}\n"
+        "- {id: cli, label: crash, command: 'sh crash.sh {OUTPUT_FILE}'}\n"
+        "- {id: cli, label: quiet, command: 'sh quiet.sh'}\n",
+    )
+    body = "providers: [agent]\nprompts: ['{{ input }}']\ntests:\n" + "".join(
+        f"  - id: {j}\n    vars: {{input: answer-42}}\n    assert:\n"
+        f"      - {{type: llm-rubric, value: The answer is 42, target: {j}}}\n"
+        for j in ("crash", "quiet")
+    )
+    path = write(tmp_path / "e.eval.yaml", body)
+    run_suite(load_suite(path), box, ImageResolver(engine), RunOptions(tmp_path / "out"))
+    results = read_results(tmp_path / "out" / "results.jsonl")
+    crash, quiet = results["crash"].graders[0], results["quiet"].graders[0]
+    assert crash.status.value == "error" and "exited with code 4" in crash.evidence
+    assert "no model configured" in crash.evidence
+    assert quiet.status.value == "error" and "wrote nothing" in quiet.evidence
