@@ -120,3 +120,50 @@ def test_a_judge_that_crashes_or_writes_nothing_is_an_error(tmp_path, box, engin
     assert crash.status.value == "error" and "exited with code 4" in crash.evidence
     assert "no model configured" in crash.evidence
     assert quiet.status.value == "error" and "wrote nothing" in quiet.evidence
+
+
+# v4's preprocessors example, in Python: the agent answers with a file, a preprocessor reads
+# AgentV's {path} from stdin, and the judge (v4's grader-check) passes only when the
+# transformed text reached its prompt. AgentV's README: "the eval passes".
+FILE_AGENT = """import json, os, sys
+os.makedirs("generated", exist_ok=True)
+open("generated/report.xlsx", "wb").write(bytes([0, 159, 146, 150]))
+json.dump({"output": [{"role": "assistant", "content": [{"type": "file",
+    "media_type": "xlsx", "path": "generated/report.xlsx"}]}]}, open(sys.argv[1], "w"))
+"""
+TO_CSV = """import json, sys
+payload = json.load(sys.stdin)
+assert payload["path"].endswith("generated/report.xlsx"), payload
+print("spreadsheet: revenue,total")
+print("Q1,42")
+"""
+GRADER_CHECK = """import json, sys
+prompt = open(sys.argv[1]).read()
+passed = "spreadsheet: revenue,total" in prompt and "Q1,42" in prompt
+json.dump({"text": json.dumps({"score": 1 if passed else 0, "assertions": [{"text":
+    "preprocessed file content reached the llm grader", "passed": passed}]})},
+    open(sys.argv[2], "w"))
+"""
+
+
+def test_v4s_preprocessors_example_with_its_grader_check_judge(tmp_path, box, engine):
+    write(tmp_path / "file_output.py", FILE_AGENT)
+    write(tmp_path / "to_csv.py", TO_CSV)
+    write(tmp_path / "grader_check.py", GRADER_CHECK)
+    write(
+        tmp_path / ".agentv" / "targets.yaml",
+        "targets:\n  - name: file_output\n    provider: file-output\n"
+        "    command: python3 file_output.py {OUTPUT_FILE}\n    grader_target: grader_check\n"
+        "  - name: grader_check\n    provider: grader-check\n"
+        "    command: python3 grader_check.py {PROMPT_FILE} {OUTPUT_FILE}\n",
+    )
+    path = write(
+        tmp_path / "dataset.eval.yaml",
+        "execution: {target: file_output}\npreprocessors:\n"
+        "  - {type: xlsx, command: [python3, to_csv.py]}\ntests:\n  - id: spreadsheet-output\n"
+        "    input: Generate the spreadsheet report\n    criteria: has the revenue rows\n"
+        "    assertions:\n      - Output contains the transformed spreadsheet text\n",
+    )
+    run_suite(load_suite(path), box, ImageResolver(engine), RunOptions(tmp_path / "out"))
+    (result,) = read_results(tmp_path / "out" / "results.jsonl").values()
+    assert result.status.value == "passed", (result.error, result.graders)

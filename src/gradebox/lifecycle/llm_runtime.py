@@ -5,6 +5,7 @@ graders see only this."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,8 +69,12 @@ class LlmRuntime:
     def candidate_text(self, payload: Payload, preprocessors: list[dict]) -> str:
         def preprocess(command: Any, rel: str) -> str:
             argv = command.split() if isinstance(command, str) else list(command)
+            path = f"{CONTAINER_WORKSPACE}/{rel}"
+            # The path as the last argument (ours), and on stdin as AgentV's
+            # runContentPreprocessor writes it ({path, original_path}).
+            stdin = json.dumps({"path": path, "original_path": rel}).encode()
             try:
-                return self._text_of([*argv, f"{CONTAINER_WORKSPACE}/{rel}"], b"", "preprocessor")
+                return self._text_of([*argv, path], stdin, "preprocessor")
             except GradeboxError as exc:
                 return f"[gradebox: the preprocessor of {rel} failed: {exc}]"
 
