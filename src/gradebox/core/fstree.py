@@ -406,6 +406,25 @@ def normalise_sub_path(value: str) -> str:
     return "/".join(parts)
 
 
+def real_folder_below(root: Path, rel: str) -> Path:
+    """``root/rel`` with every folder on the way made or found real: a link (or a file) among
+    them raises ``ValueError``, so what is written there next stays below ``root``. For a stage
+    the host fills alone, before any sandbox: what an earlier repository or the template put
+    there (a link out of it) must not steer where the next one lands."""
+    here = root
+    for part in PurePosixPath(rel).parts:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+            raise ValueError(f"{rel!r}: {here.relative_to(root)} is {kind} in the workspace")
+    return here
+
+
 # Mounts: a workspace is a filesystem of its own, detached before its folder is removed.
 _MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
 _libc: Any = None

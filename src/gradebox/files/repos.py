@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import settings
-from ..core.fstree import chown_tree, normalise_sub_path
+from ..core.fstree import chown_tree, normalise_sub_path, real_folder_below
 from ..core.private_cache import cache_dir
 from ..core.sizes import format_bytes
 from ..core.untrusted import unshared
@@ -174,10 +174,12 @@ def checkout(
         rel = normalise_sub_path(where)
     except ValueError as exc:
         raise WorkspaceError(f"repository path: {exc}") from None
-    dest = stage / rel if rel else stage
-    if dest.exists() and any(dest.iterdir()):
+    try:
+        dest = real_folder_below(stage, rel)  # no link of an earlier repository's followed
+    except ValueError as exc:
+        raise WorkspaceError(f"repository path: {exc}") from None
+    if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     # The checkout reads only our mirror: none of the operator's settings are needed.
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

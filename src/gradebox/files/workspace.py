@@ -26,6 +26,7 @@ from ..core.fstree import (
     copy_tree,
     libc,
     normalise_sub_path,
+    real_folder_below,
     remove_tree,
     tree_usage,
     unmount,
@@ -122,15 +123,18 @@ def materialise_repo(
     except ValueError as exc:
         raise WorkspaceError(f"repository path: {exc}") from None
     src = (root / source).resolve()
-    dest = stage / rel if rel else stage
     if not src.is_dir():
         raise WorkspaceError(f"repository source {src} is not a directory")
+    try:
+        # The template or an earlier repository may hold a link out: none followed here.
+        dest = real_folder_below(stage, rel)
+    except ValueError as exc:
+        raise WorkspaceError(f"repository path: {exc}") from None
     if ref is None:
         safe_copy(src, dest, owner)
         return
-    if dest.exists() and any(dest.iterdir()):
+    if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "GIT_TERMINAL_PROMPT": "0",
