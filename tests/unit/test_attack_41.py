@@ -4,6 +4,7 @@ the command session): each test is an attack that must fail."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,89 @@ def test_a_local_repository_placed_through_a_link_in_the_stage_stays_in_it(tmp_p
     with pytest.raises(GradeboxError):
         materialise_repo(tmp_path / "suite", "lib", stage, "out/evil", None)
     assert not (outside / "evil").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Judges that are commands (AgentV's llm-grader naming a cli provider).
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (unfixed, steps.py is another helper's): {PROMPT} is shell-quoted for a "
+    "bare word only; a template writing it inside double quotes runs the agent's answer",
+)
+@pytest.mark.parametrize(
+    "template", ['judge --prompt "{PROMPT}"', 'judge --prompt="{PROMPT}" --out {OUTPUT_FILE}']
+)
+def test_an_answer_in_a_double_quoted_prompt_stays_text(template):
+    from gradebox.lifecycle.steps import render_cli_command
+
+    answer = 'the answer $(echo INJECTED) " ; echo INJECTED; echo "'
+    try:
+        command, _ = render_cli_command(
+            template, test_id="t", prompt_text=answer, files=[], files_format="{path}", cwd=None
+        )
+    except (GradeboxError, ValueError):
+        return  # refused: as good as quoted
+    # The judge's words as sh hands them over: the answer one of them, untouched.
+    out = subprocess.run(
+        ["sh", "-c", f"judge() {{ printf '%s\\0' \"$@\"; }}; {command}"],
+        capture_output=True, check=False, text=True,
+    )  # fmt: skip
+    assert "INJECTED\n" not in out.stdout and any(answer in w for w in out.stdout.split("\0"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (unfixed, steps.py is another helper's): {FILES} is filled before "
+    "{PROMPT}, so a file name holding '{PROMPT}' unquotes the prompt",
+)
+def test_a_file_name_holding_a_placeholder_does_not_unquote_the_prompt():
+    from gradebox.lifecycle.steps import render_cli_command
+
+    command, _ = render_cli_command(
+        "agent {FILES} {PROMPT}", test_id="t", prompt_text="x; echo INJECTED",
+        files=["/run/gradebox-io-files/0/a{PROMPT}"], files_format="{path}", cwd=None,
+    )  # fmt: skip
+    out = subprocess.run(
+        ["sh", "-c", f"agent() {{ printf '%s\\0' \"$@\"; }}; {command}"],
+        capture_output=True, check=False, text=True,
+    )  # fmt: skip
+    assert "INJECTED\n" not in out.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (unfixed, design: the lead's): a command judge runs from the agent's "
+    "workspace, where the agent plants what the judge's program reads at start (bunfig.toml's "
+    "preload for v4's default `bun run`, CLAUDE.md and .claude/settings.json hooks for "
+    "claude-cli, AGENTS.md for codex): the agent's code runs as the judge and writes its verdict",
+)
+def test_a_command_judge_does_not_start_in_the_agents_workspace(tmp_path, monkeypatch):
+    from gradebox.graders.llm import CommandJudge
+    from gradebox.lifecycle import llm_runtime
+    from gradebox.suite import TargetConfig
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "bunfig.toml").write_text('preload = ["./judge-hook.ts"]\n')  # the agent's
+    seen: list[Path] = []
+
+    def fake_run(target, prompt, folder, box, **kw):
+        seen.append(folder)
+        raise GradeboxError("stop here")
+
+    monkeypatch.setattr(llm_runtime, "run_cli_command", fake_run)
+    runtime = llm_runtime.LlmRuntime(
+        None,
+        object(),
+        lambda ref, src: "img",
+        tmp_path,
+        {},
+        workspace,  # type: ignore[arg-type]
+    )
+    target = TargetConfig(provider="cli", command="bun run judge.ts {PROMPT}")
+    with pytest.raises(GradeboxError):
+        runtime.ask_command_judge(CommandJudge(label="j", kind="cli", target=target), "p", "j")
+    (folder,) = seen
+    assert not (folder / "bunfig.toml").exists()
