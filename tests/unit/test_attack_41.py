@@ -160,3 +160,43 @@ def test_a_command_judge_does_not_start_in_the_agents_workspace(tmp_path, monkey
         runtime.ask_command_judge(CommandJudge(label="j", kind="cli", target=target), "p", "j")
     (folder,) = seen
     assert not (folder / "bunfig.toml").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# The live view and report over a run folder someone else wrote (plan.json).
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (unfixed, html.py is another helper's): html._labels counts each suite "
+    "name over the whole list (quadratic): a 64 MiB plan.json of 2M "
+    "folders takes hours (80,000 take 5 s)",
+)
+def test_a_plan_of_many_folders_is_read_in_linear_time(tmp_path):
+    import json
+    import time
+
+    from gradebox.report.html import layout
+
+    folders = [{"folder": "a", "suite": "s"} for _ in range(80_000)]
+    (tmp_path / "plan.json").write_text(json.dumps({"gradebox_plan": 1, "folders": folders}))
+    start = time.monotonic()
+    layout(tmp_path)
+    assert time.monotonic() - start < 2.5  # linear: well under a second
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (unfixed, html.py is another helper's): a plan naming one folder many "
+    "times makes the view and report read its results.jsonl once per naming",
+)
+def test_a_plan_naming_one_folder_twice_reads_it_once(tmp_path):
+    import json
+
+    from gradebox.report.html import layout
+
+    folders = [{"folder": "a", "suite": f"s{i}"} for i in range(1000)]
+    (tmp_path / "plan.json").write_text(json.dumps({"gradebox_plan": 1, "folders": folders}))
+    (tmp_path / "a").mkdir()
+    found = layout(tmp_path)
+    assert found is not None and len({file for _, file in found.parts}) == len(found.parts)
