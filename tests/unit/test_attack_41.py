@@ -200,3 +200,13 @@ def test_a_plan_naming_one_folder_twice_reads_it_once(tmp_path):
     (tmp_path / "a").mkdir()
     found = layout(tmp_path)
     assert found is not None and len({file for _, file in found.parts}) == len(found.parts)
+
+
+def test_a_small_mirror_that_checks_out_huge_is_refused(server, tmp_path):
+    # One blob of zeros named by many paths: kilobytes fetched, each staging writes them all.
+    zeros = "\0" * (1 << 20)
+    _, sha = make_repo(server.base, "bomb", {f"f{i}": zeros for i in range(64)})
+    with pytest.raises(GradeboxError, match="allow limits"):
+        repos.resolve(server.url("bomb"), sha, max_bytes=16 << 20)
+    repos.forget()
+    assert repos.resolve(server.url("bomb"), sha, max_bytes=None).commit == sha  # lifted

@@ -58,7 +58,11 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BYTES = 2 << 30
-"""A mirror past this is stopped and removed (``--allow limits`` lifts it)."""
+"""A mirror past this is stopped and removed (``--allow limits`` lifts it); a commit whose
+files checked out would pass it is refused."""
+MAX_ENTRIES = 1_000_000
+"""A commit naming more paths than this is refused under the cap (empty files cost nothing
+to fetch, an inode each to check out)."""
 FETCH_TIMEOUT = 600.0
 """Seconds one clone or fetch may take."""
 LOCK_WAIT = FETCH_TIMEOUT + 60
@@ -159,7 +163,7 @@ def resolve(
     mirror = folder / _mirror_name(url)
     with _locked(folder / (mirror.name + ".lock"), url):
         commit = _resolve_locked(url, ref, mirror, offline_run, max_bytes)
-        _refuse_unfetchable(url, mirror, commit)
+        _refuse_unfetchable(url, mirror, commit, max_bytes)
     fetched = Fetched(url, ref, commit, mirror)
     with _resolved_lock:
         return _resolved.setdefault(key, fetched)
@@ -489,11 +493,14 @@ def _size(folder: Path) -> int:
     return total
 
 
-def _refuse_unfetchable(url: str, mirror: Path, commit: str) -> None:
+def _refuse_unfetchable(url: str, mirror: Path, commit: str, max_bytes: int | None) -> None:
     """A submodule or Git LFS files at ``commit`` are refused: the checkout would hold an empty
-    folder or pointer files where the author meant content."""
+    folder or pointer files where the author meant content. So is a tree that checked out
+    would pass ``max_bytes`` (the mirror's cap): git stores a blob once however many paths
+    name it, and compressed, so a mirror of kilobytes could fill the host's disk with
+    terabytes when each workspace is staged."""
     proc = subprocess.Popen(
-        ["git", "--git-dir", str(mirror), "ls-tree", "-r", "-z", "--full-tree", commit],
+        ["git", "--git-dir", str(mirror), "ls-tree", "-r", "-z", "-l", "--full-tree", commit],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
@@ -503,8 +510,10 @@ def _refuse_unfetchable(url: str, mirror: Path, commit: str) -> None:
     assert proc.stdout is not None
     attributes: list[str] = []
     found: str | None = None
+    total = count = 0
+    capped, cap = max_bytes is not None, max_bytes or 0
     buffer = b""
-    while found is None:
+    while found is None and not (capped and (total > cap or count > MAX_ENTRIES)):
         chunk = proc.stdout.read(1 << 16)
         if not chunk:
             break
@@ -516,10 +525,19 @@ def _refuse_unfetchable(url: str, mirror: Path, commit: str) -> None:
             if meta.startswith(b"160000 "):
                 found = path
                 break
+            size = meta.rsplit(b" ", 1)[-1]
+            total += int(size) if size.isdigit() else 0
+            count += 1
             if path == ".gitattributes" or path.endswith("/.gitattributes"):
                 attributes.append(path)
     proc.kill()
     proc.wait()
+    if capped and (total > cap or count > MAX_ENTRIES):
+        what = format_bytes(cap) if total > cap else f"{MAX_ENTRIES:,} paths"
+        raise ConfigError(
+            f"repository {url} at {commit[:12]}: its files checked out pass the {what} a "
+            "fetched repository may take: run with --allow limits to lift the cap"
+        )
     if found is not None:
         raise ConfigError(
             f"repository {url} at {commit[:12]} has a submodule ({found}): gradebox fetches no "
