@@ -210,3 +210,34 @@ def test_a_small_mirror_that_checks_out_huge_is_refused(server, tmp_path):
         repos.resolve(server.url("bomb"), sha, max_bytes=16 << 20)
     repos.forget()
     assert repos.resolve(server.url("bomb"), sha, max_bytes=None).commit == sha  # lifted
+
+
+@pytest.mark.parametrize("config", [".gitconfig", ".config/git/config"])
+def test_a_gitconfig_in_the_stage_runs_nothing_on_the_host(tmp_path, config):
+    # The template (or a repository checked out at the workspace's root) holds a git config
+    # with core.fsmonitor: git placing a local repository at a ref must not read it.
+    marker = tmp_path / "PWNED"
+    lib = tmp_path / "suite" / "lib"
+    lib.mkdir(parents=True)
+    git(lib, "init", "-q")
+    (lib / "a").write_text("x\n")
+    git(lib, "add", "a")
+    git(lib, "commit", "-qm", "one")
+    stage = tmp_path / "stage"
+    (stage / config).parent.mkdir(parents=True, exist_ok=True)
+    (stage / config).write_text(f'[core]\n\tfsmonitor = "touch {marker}; false"\n')
+    materialise_repo(tmp_path / "suite", "lib", stage, "lib", "HEAD")
+    assert (stage / "lib" / "a").read_text() == "x\n"
+    assert not marker.exists()
+
+
+def test_a_gitconfig_a_fetched_repository_brings_runs_nothing_on_the_host(server, tmp_path):
+    marker = tmp_path / "PWNED"
+    config = f'[core]\n\tfsmonitor = "touch {marker}; false"\n'
+    _, one = make_repo(server.base, "one", {".gitconfig": config, ".config/git/config": config})
+    _, two = make_repo(server.base, "two", {"b": "y\n"})
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    repos.checkout(repos.resolve(server.url("one"), one), stage, ".")
+    repos.checkout(repos.resolve(server.url("two"), two), stage, "two")
+    assert (stage / "two" / "b").read_text() == "y\n" and not marker.exists()

@@ -190,7 +190,7 @@ def checkout(
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
-        "HOME": str(stage),
+        "HOME": "/nonexistent",  # not the stage: git would read its .config/git/attributes
     }
     base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
     # Under the mirror's lock: another run's fetch may be removing a mirror past its cap.

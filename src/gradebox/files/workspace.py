@@ -135,11 +135,14 @@ def materialise_repo(
         return
     if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
+    # No config but the clone's own: HOME was the stage, whose .gitconfig (the template's, or
+    # a repository's checked out at its root) git read, core.fsmonitor run on the host.
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
-        "HOME": str(stage),
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "HOME": "/nonexistent",
     }
     for args in (
         ["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(src), str(dest)],
