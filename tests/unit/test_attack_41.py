@@ -241,3 +241,16 @@ def test_a_gitconfig_a_fetched_repository_brings_runs_nothing_on_the_host(server
     repos.checkout(repos.resolve(server.url("one"), one), stage, ".")
     repos.checkout(repos.resolve(server.url("two"), two), stage, "two")
     assert (stage / "two" / "b").read_text() == "y\n" and not marker.exists()
+
+
+def test_a_local_repositorys_ref_is_never_an_option(tmp_path):
+    lib = tmp_path / "suite" / "lib"
+    lib.mkdir(parents=True)
+    git(lib, "init", "-q")
+    (lib / "a").write_text("x\n")
+    git(lib, "add", "a")
+    git(lib, "commit", "-qm", "one")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    with pytest.raises(GradeboxError, match="not a commit, branch or tag"):
+        materialise_repo(tmp_path / "suite", "lib", stage, "lib", "--orphan=x")

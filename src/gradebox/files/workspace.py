@@ -133,6 +133,8 @@ def materialise_repo(
     if ref is None:
         safe_copy(src, dest, owner)
         return
+    if ref.startswith("-"):  # git would read it as an option (--pathspec-from-file=...)
+        raise WorkspaceError(f"repository {source}: {ref!r} is not a commit, branch or tag name")
     if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
     # No config but the clone's own: HOME was the stage, whose .gitconfig (the template's, or
