@@ -254,3 +254,20 @@ def test_a_local_repositorys_ref_is_never_an_option(tmp_path):
     stage.mkdir()
     with pytest.raises(GradeboxError, match="not a commit, branch or tag"):
         materialise_repo(tmp_path / "suite", "lib", stage, "lib", "--orphan=x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ssh://-oProxyCommand=touch${IFS}pwned/x",
+        "ssh://u@-oProxyCommand=touch${IFS}pwned/x",
+        "ssh://%2doProxyCommand=touch${IFS}pwned/x",
+        "ssh://-u@host/x",
+        "ssh://host:-p/x",
+        "git://-host/x",
+    ],
+)
+def test_an_option_in_a_urls_authority_is_refused_before_git_runs(url):
+    assert repos.refuse_url(url) is not None
+    with pytest.raises(GradeboxError, match="refused"):
+        repos.resolve(url, None)

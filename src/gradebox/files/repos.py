@@ -38,6 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from ..core import settings
 from ..core.fstree import chown_tree, normalise_sub_path, real_folder_below
@@ -93,6 +94,11 @@ def refuse_url(url: str) -> str | None:
         if not _SCHEME.match(url):
             scheme = url.split("://", 1)[0]
             return f"{url!r}: the scheme {scheme!r} is not https, http, git or ssh"
+        # user@host:port, as git reads it (percent-decoded): ssh would take a part starting
+        # with "-" as its option (-oProxyCommand=...). git refuses it too; we do not rely on it.
+        authority = unquote(url.split("://", 1)[1].split("/", 1)[0])
+        if any(part.startswith("-") for part in re.split(r"[@:]", authority)):
+            return f"{url!r}: a user, host or port starting with '-' (ssh would read an option)"
         if _PASSWORD.match(url):
             return (
                 "the URL carries a password: credentials come from whoever runs gradebox "
