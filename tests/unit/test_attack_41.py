@@ -271,3 +271,12 @@ def test_an_option_in_a_urls_authority_is_refused_before_git_runs(url):
     assert repos.refuse_url(url) is not None
     with pytest.raises(GradeboxError, match="refused"):
         repos.resolve(url, None)
+
+
+def test_a_cap_lifted_at_preflight_holds_when_the_run_stages_the_commit(server):
+    # preflight resolves the branch with --allow limits; the run then stages the commit it
+    # recorded (testrun: resolve(url, commit)), which must not meet the cap again.
+    zeros = "\0" * (1 << 20)
+    _, sha = make_repo(server.base, "big", {f"f{i}": zeros for i in range(32)})
+    assert repos.resolve(server.url("big"), "main", max_bytes=None).commit == sha
+    assert repos.resolve(server.url("big"), sha, max_bytes=8 << 20).commit == sha

@@ -172,6 +172,9 @@ def resolve(
         _refuse_unfetchable(url, mirror, commit, max_bytes)
     fetched = Fetched(url, ref, commit, mirror)
     with _resolved_lock:
+        # Under its commit too: the run stages it by the commit it recorded, with the checks
+        # (and the cap) this resolution passed.
+        _resolved.setdefault((url, commit), fetched)
         return _resolved.setdefault(key, fetched)
 
 
