@@ -80,16 +80,18 @@ def test_a_local_repository_placed_through_a_link_in_the_stage_stays_in_it(tmp_p
 # Judges that are commands (AgentV's llm-grader naming a cli provider).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (unfixed, steps.py is another helper's): {PROMPT} is shell-quoted for a "
-    "bare word only; a template writing it inside double quotes runs the agent's answer",
-)
 @pytest.mark.parametrize(
-    "template", ['judge --prompt "{PROMPT}"', 'judge --prompt="{PROMPT}" --out {OUTPUT_FILE}']
+    "template",
+    [
+        'judge --prompt "{PROMPT}"',
+        'judge --prompt="{PROMPT}" --out {OUTPUT_FILE}',
+        "judge --prompt '{PROMPT}'",  # literal: the reference, never the text, reaches it
+        "sh -c 'judge --prompt {PROMPT}'",  # a shell the template nests: it parses again
+        "judge --prompt {PROMPT}",
+    ],
 )
-def test_an_answer_in_a_double_quoted_prompt_stays_text(template):
-    from gradebox.lifecycle.steps import render_cli_command
+def test_an_answer_in_a_double_quoted_prompt_stays_text(template, tmp_path):
+    from gradebox.lifecycle.steps import PROMPT_ENV, render_cli_command
 
     answer = 'the answer $(echo INJECTED) " ; echo INJECTED; echo "'
     try:
@@ -98,19 +100,19 @@ def test_an_answer_in_a_double_quoted_prompt_stays_text(template):
         )
     except (GradeboxError, ValueError):
         return  # refused: as good as quoted
-    # The judge's words as sh hands them over: the answer one of them, untouched.
+    # The judge's words as sh hands them over: the prompt reaches the command as PROMPT_ENV.
+    judge = tmp_path / "judge"
+    judge.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    judge.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", PROMPT_ENV: answer}
     out = subprocess.run(
-        ["sh", "-c", f"judge() {{ printf '%s\\0' \"$@\"; }}; {command}"],
-        capture_output=True, check=False, text=True,
-    )  # fmt: skip
-    assert "INJECTED\n" not in out.stdout and any(answer in w for w in out.stdout.split("\0"))
+        ["sh", "-c", command], capture_output=True, check=False, text=True, env=env
+    )
+    assert "INJECTED" not in out.stdout.replace(answer, "")
+    if "'{PROMPT}'" not in template:  # in '...' of this shell the prompt stays a reference
+        assert any(answer in w for w in out.stdout.split("\0")), (command, out.stdout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (unfixed, steps.py is another helper's): {FILES} is filled before "
-    "{PROMPT}, so a file name holding '{PROMPT}' unquotes the prompt",
-)
 def test_a_file_name_holding_a_placeholder_does_not_unquote_the_prompt():
     from gradebox.lifecycle.steps import render_cli_command
 

@@ -13,12 +13,14 @@ import os
 import re
 import shlex
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..core.scratch import new_scratch
+from ..core.untrusted import read_regular
 from ..files.workspace import remove_tree
 from ..graders.run import CONTAINER_WORKSPACE, container_path, source_mounts, translate_args
 from ..graders.run import grader_file as _named_file
@@ -40,10 +42,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOOK_TIMEOUT",
+    "MAX_BATCH_OUTPUT",
     "MAX_CLI_OUTPUT",
     "hook_input",
     "input_text",
     "judge_step",
+    "read_batch_answers",
+    "PROMPT_ENV",
     "render_cli_command",
     "run_cli_command",
     "run_cli_target",
@@ -178,11 +183,14 @@ def render_cli_command(
 ) -> tuple[str, list[str]]:
     """The command to run, and the files (relative to ``cwd``) it names, which are mounted.
 
-    Ids are filled in first, then every word that names a file next to ``cwd`` is rewritten to
-    where that file is mounted, and only then the prompt and paths go in, shell-quoted: a
-    prompt can never name a file into the sandbox, nor break out of its quotes."""
-    eid = test_id if _SAFE_ID.match(test_id) else shlex.quote(test_id)
-    text = template.replace("{EVAL_ID}", eid).replace("{ATTEMPT}", str(int(attempt)))
+    Every word that names a file next to ``cwd`` is first rewritten to where that file is
+    mounted; then every placeholder is filled in one pass over the template, so that a value
+    can never hold a placeholder of its own. The prompt (for a judge, it holds the agent's
+    answer) never enters the command's text: ``{PROMPT}`` becomes a reference to
+    ``$GRADEBOX_PROMPT`` (``PROMPT_ENV``, which the caller sets), quoted for where it stands,
+    so no shell, not even one the template nests (``sh -c '... {PROMPT}'``), parses the
+    prompt. The other values (ids, file names, our own paths) are the template author's: each
+    is quoted for the quotes it stands in."""
     named: list[str] = []
 
     def rewrite(m: re.Match[str]) -> str:
@@ -195,19 +203,68 @@ def render_cli_command(
         named.append(rel)
         return container_path(rel)
 
+    text = template
+    # Ids first, as before, so that `fixtures/{EVAL_ID}.txt` is a file the rewrite can name.
+    if _SAFE_ID.match(test_id):
+        text = text.replace("{EVAL_ID}", test_id)
     text = _TOKEN.sub(rewrite, text)
-    listed = " ".join(
-        shlex.quote(files_format.replace("{path}", f).replace("{basename}", f.rsplit("/", 1)[-1]))
-        for f in files
-    )
-    for key, value in (
-        ("{PROMPT_FILE}", shlex.quote(f"{CLI_IO}/prompt.txt")),
-        ("{OUTPUT_FILE}", shlex.quote(f"{CLI_IO}/output")),
-        ("{FILES}", listed),
-        ("{PROMPT}", shlex.quote(prompt_text)),
-    ):
-        text = text.replace(key, value)
-    return text, named
+    listed = [
+        files_format.replace("{path}", f).replace("{basename}", f.rsplit("/", 1)[-1]) for f in files
+    ]
+    values: dict[str, str | list[str]] = {
+        "{EVAL_ID}": test_id,
+        "{ATTEMPT}": str(int(attempt)),
+        "{PROMPT_FILE}": f"{CLI_IO}/prompt.txt",
+        "{OUTPUT_FILE}": f"{CLI_IO}/output",
+        "{FILES}": listed,
+    }
+    return _fill(text, values), named
+
+
+PROMPT_ENV = "GRADEBOX_PROMPT"
+_PLACEHOLDER = re.compile(r"\{(?:PROMPT|PROMPT_FILE|OUTPUT_FILE|FILES|EVAL_ID|ATTEMPT)\}")
+
+
+def _fill(template: str, values: dict[str, str | list[str]]) -> str:
+    """Placeholders filled in one left-to-right pass, each quoted for the shell's quoting
+    state where it stands (outside quotes, in '...', in "..."). Linear in the template."""
+    out: list[str] = []
+    quote = ""  # "", "'" or '"'
+    i, n = 0, len(template)
+    while i < n:
+        found = _PLACEHOLDER.match(template, i) if template[i] == "{" else None
+        if found:
+            out.append(_quoted(found.group(0), values, quote))
+            i = found.end()
+            continue
+        c = template[i]
+        if c == "\\" and quote != "'":  # an escaped character keeps its quoting state
+            out.append(template[i : i + 2])
+            i += 2
+            continue
+        if quote == "" and c in "'\"":
+            quote = c
+        elif c == quote:
+            quote = ""
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _quoted(key: str, values: dict[str, str | list[str]], quote: str) -> str:
+    if key == "{PROMPT}":
+        # A reference, not the text: outside quotes "${V}" (one word), in "..." ${V}; in '...'
+        # "${V}" stays literal for this shell and is expanded, never parsed, by the one the
+        # template nests there (sh -c '... {PROMPT}').
+        return f"${{{PROMPT_ENV}}}" if quote == '"' else f'"${{{PROMPT_ENV}}}"'
+    value = values[key]
+    words = value if isinstance(value, list) else [value]
+    if quote == "":
+        return " ".join(shlex.quote(w) for w in words)
+    joined = " ".join(words)
+    if quote == "'":
+        return joined.replace("'", "'\\''")
+    return re.sub(r'([\\"$`])', r"\\\1", joined)
 
 
 def run_cli_target(
@@ -229,7 +286,7 @@ def run_cli_target(
         input_text(payload).decode(),
         workspace,
         sandbox,
-        test_id=test.id,
+        test_id=test.target_id,  # a matrix's test: the id the target knows
         input_files=test.case.input_files,
         image_id=image_id,
         env=env,
@@ -257,10 +314,12 @@ def run_cli_command(
     network: str = "none",
     attempt: int = 0,
     read_only: bool = False,
-) -> tuple[RunOutcome, dict[str, Any] | str]:
+    read: Callable[[Path], Any] | None = None,
+) -> tuple[RunOutcome, Any]:
     """Run a cli command target given ``prompt_text`` (``{PROMPT}``, ``{PROMPT_FILE}``): the
     agent under test, or a judge (an LLM grader whose judge is a command, the workspace
-    ``read_only``); what it wrote to ``{OUTPUT_FILE}``, or why there is nothing (a string)."""
+    ``read_only``); what it wrote to ``{OUTPUT_FILE}``, or why there is nothing (a string).
+    ``read``: how {OUTPUT_FILE} is read (a batch's JSONL: ``read_batch_answers``)."""
     scratch = new_scratch()
     try:
         owner = run_as_ids()
@@ -295,7 +354,7 @@ def run_cli_command(
             name=name,
             timeout=target.timeout,
             network=network,
-            env=env,
+            env={**env, PROMPT_ENV: prompt_text},
             limits=target.limits,
             labels=labels,
             source_dir=cwd,
@@ -303,6 +362,8 @@ def run_cli_command(
             named_files=named,
             read_only=read_only,
         )
+        if read is not None:
+            return outcome, read(io / "output")
         return outcome, read_cli_answer(io / "output", target.answer_format)
     finally:
         remove_tree(scratch)
@@ -391,6 +452,68 @@ def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] |
         return _cli_fields(parsed)
     except (ValidationError, ValueError, TypeError) as exc:
         return f"target: {{OUTPUT_FILE}} has fields of the wrong shape: {str(exc).splitlines()[0]}"
+
+
+MAX_BATCH_OUTPUT = 64 << 20
+"""The most a batching cli target may write to {OUTPUT_FILE} (every test's answer at once)."""
+
+
+def read_batch_answers(path: Path, ids: list[str]) -> dict[str, dict[str, Any] | str] | str:
+    """What a batching cli target (AgentV v4's ``provider_batching``) wrote: JSONL, one
+    ``{"id": TEST_ID, "output" | "text", "token_usage", "cost_usd", "duration_ms"}`` per line
+    (``CliJsonlRecordSchema``); each of ``ids`` gets its line's answer fields, or why it has
+    none (a string: the test is an ``error``): no line for it, two lines for it, a line of
+    the wrong shape. A line that is not a JSON object with a string ``id`` cannot be told
+    apart from a lost answer: as in AgentV, the whole batch fails (a string for every test).
+    Written by the agent: read as hostile (a regular file, no link, bounded)."""
+    data = read_regular(path, MAX_BATCH_OUTPUT, follow=False)
+    if data is None:
+        exists = os.path.lexists(path)
+        return (
+            "target: {OUTPUT_FILE} is not a regular file"
+            if exists
+            else "target: the batching cli command wrote nothing to {OUTPUT_FILE}"
+        )
+    if len(data) > MAX_BATCH_OUTPUT:
+        return f"target: the batch's {{OUTPUT_FILE}} is over {MAX_BATCH_OUTPUT >> 20} MiB"
+    records: dict[str, dict[str, Any] | str] = {}
+    twice: set[str] = set()
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = load_untrusted_json(line)
+        except OutputShapeError as exc:
+            return f"target: the batch's {{OUTPUT_FILE}} line {n} is not JSON ({exc})"
+        if not isinstance(obj, dict):
+            return f"target: the batch's {{OUTPUT_FILE}} line {n} is not a JSON object"
+        key = obj.get("id")
+        if not isinstance(key, str) or not key:
+            return f"target: the batch's {{OUTPUT_FILE}} line {n} has no string id"
+        if key in records:
+            twice.add(key)
+            continue
+        if obj.get("text") is not None and not isinstance(obj["text"], str):
+            obj["text"] = json.dumps(obj["text"])  # AgentV: JSON.stringify
+        if obj.get("output") is None and isinstance(obj.get("output_messages"), list):
+            obj["output"] = obj["output_messages"]  # AgentV's earlier spelling
+        try:
+            records[key] = _cli_fields(obj)
+        except (ValidationError, ValueError, TypeError) as exc:
+            records[key] = (
+                f"target: the batch's line for this test (line {n}) has fields of the wrong "
+                f"shape: {str(exc).splitlines()[0]}"
+            )
+    out: dict[str, dict[str, Any] | str] = {}
+    for key in ids:
+        if key in twice:
+            out[key] = "target: the batch's {OUTPUT_FILE} answers this test twice"
+        elif key not in records:
+            out[key] = "target: the batch's {OUTPUT_FILE} has no line for this test's id"
+        else:
+            out[key] = records[key]
+    return out
 
 
 # How far a claimed duration may stray from the measured one before it is reported: the
