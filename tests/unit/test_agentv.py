@@ -201,10 +201,11 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
             "refused",
         ),
         (
-            "providers: [a, b]\ntests:\n  - id: a\n    vars: {}\n",
-            1,
-            "providers",
-            "several providers (a provider matrix)",
+            "providers: [a, b]\ntests:\n  - id: a\n    vars: {}\n    mode: conversation\n"
+            "    turns: [{input: hi}]\n",
+            5,
+            "tests.0.mode",
+            "a conversation in a target matrix",
             "refused",
         ),
     ],

@@ -304,11 +304,10 @@ MATRIX = (
 )  # fmt: skip
 
 
-def test_a_target_matrix_is_refused_naming_target_and_picked_with_it(tmp_path):
+def test_a_target_matrix_runs_each_test_per_target_or_the_one_picked(tmp_path):
     path = _eval(tmp_path, MATRIX)
-    with pytest.raises(UnsupportedFeature) as info:
-        load_suite(path)
-    assert "--target" in info.value.message and "one, two" in info.value.message
+    tests = load_suite(path).tests  # every test once per target (tests/unit/test_matrix.py)
+    assert [(t.target_name, t.target.model) for t in tests] == [("one", "one"), ("two", "m2")]
     with chosen_target("two"):
         assert load_suite(path).spec.target.model == "m2"  # its use_target
     with chosen_target("one"):
@@ -346,9 +345,7 @@ def test_a_discovered_provider_is_a_cli_command_and_a_log_reader_refused(tmp_pat
     write(tmp_path / "evals" / ".agentv" / "targets.yaml", "targets:\n  - {name: b, provider: cli,"
           " provider_batching: true, command: 'run {OUTPUT_FILE}'}\n")  # fmt: skip
     path = _eval(tmp_path, "execution: {target: b}\n" + V4_TEST, "evals/b.eval.yaml")
-    with pytest.raises(UnsupportedFeature) as batching:
-        load_suite(path)
-    assert batching.value.field == "targets.0.provider_batching"
+    assert load_suite(path).spec.target._batch  # one call answers every test (test_batching)
     path = _eval(tmp_path, "execution: {target: log}\n" + V4_TEST, "evals/log.eval.yaml")
     with pytest.raises(UnsupportedFeature) as info:
         load_suite(path)

@@ -245,9 +245,9 @@ V4_DOCKER = V4_MATRIX.replace(
 
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_v4_matrix_and_workspace_image_are_one_line_from_the_command_line(tmp_path, command):
-    """Issue 31: ``execution.targets`` refused in one line naming ``--target``, and
-    ``workspace.docker`` with an image we do not have refused in one line, from the real
-    command (no traceback, exit 2); control: ``--target`` picks one of the matrix and runs."""
+    """Issue 31: ``workspace.docker`` with an image we do not have refused in one line, from
+    the real command (no traceback, exit 2); issue 41: ``execution.targets`` runs every test
+    per target (``tests/unit/test_matrix.py``), and ``--target`` still picks one."""
     import subprocess
     import sys
 
@@ -262,12 +262,15 @@ def test_v4_matrix_and_workspace_image_are_one_line_from_the_command_line(tmp_pa
         return subprocess.run([*argv, *map(str, out)], capture_output=True, text=True,
                               cwd=tmp_path, timeout=300)  # fmt: skip
 
-    for path, field, words in ((matrix, "execution.targets", "--target NAME"),
-                               (docker, "workspace.docker.image", "swebench/x:1")):  # fmt: skip
+    for path, field, words in ((docker, "workspace.docker.image", "swebench/x:1"),):
         done = cli(path)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2, done.stderr
         assert [x for x in lines if x.startswith("gradebox: error:")] == lines[-1:], lines
         assert "Traceback" not in done.stderr and field in lines[-1] and words in lines[-1]
+    done = cli(matrix)  # both targets
+    assert done.returncode == 0, done.stderr
+    if command == "run":
+        assert "a@one" in done.stdout and "a@two" in done.stdout, done.stdout
     done = cli(matrix, "--target", "two")  # the matrix's second entry, redirected to `one`
     assert done.returncode == 0, done.stderr

@@ -28,7 +28,7 @@ from ..errors import StorageError
 from ..lifecycle.executor import Executor, LocalExecutor, default_workers
 from ..lifecycle.jobs import TestJob, Worker
 from ..lifecycle.testrun import after_all, not_run, now
-from ..protocol.models import RunSummary, Status, TestResult, Usage
+from ..protocol.models import RunSummary, Status, TargetTotals, TestResult, Usage
 from ..protocol.results import read_results  # the one reader (re-exported: callers import it here)
 from ..sandbox.base import ImageSource, Sandbox
 from ..suite import Suite, Test
@@ -253,6 +253,7 @@ def _run_locked(
             interrupted,
             started,
             time.monotonic() - t0,
+            tests=selected,
         )
         summary.reused = reused
         summary.min_mean_score = suite.spec.min_mean_score
@@ -299,10 +300,11 @@ def summarise(
     interrupted: bool,
     started: str,
     seconds: float,
+    tests: list[Test] | None = None,
 ) -> RunSummary:
     counts = {s: sum(1 for st, _ in finished.values() if st is s) for s in Status}
     done = len(finished)
-    return RunSummary(
+    summary = RunSummary(
         suite=suite.name,
         run_id=run_id,
         total=total,
@@ -319,3 +321,32 @@ def summarise(
         finished_at=now(),
         gradebox_version=__version__,
     )
+    summary.targets = per_target(suite.tests if tests is None else tests, finished)
+    return summary
+
+
+def per_target(
+    tests: list[Test], finished: dict[str, tuple[Status, float]]
+) -> dict[str, TargetTotals] | None:
+    """A target matrix's totals, one entry per target (None without a matrix): each of its
+    tests ran once per target, so each target's share is a run of the same tests."""
+    names: dict[str, list[str]] = {}
+    for test in tests:
+        if test.target_name is not None:
+            names.setdefault(test.target_name, []).append(test.id)
+    if not names:
+        return None
+    out = {}
+    for name, ids in names.items():
+        got = [finished[i] for i in ids if i in finished]
+        n = {s: sum(1 for st, _ in got if st is s) for s in Status}
+        out[name] = TargetTotals(
+            total=len(ids),
+            passed=n[Status.passed],
+            failed=n[Status.failed],
+            errored=n[Status.error],
+            not_run=len(ids) - len(got),
+            pass_rate=n[Status.passed] / len(got) if got else 0.0,
+            mean_score=sum(sc for _, sc in got) / len(got) if got else 0.0,
+        )
+    return out

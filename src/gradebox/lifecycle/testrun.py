@@ -62,10 +62,10 @@ from ..protocol.models import (
     TraceSummary,
     Usage,
 )
-from ..sandbox.base import ImageSource, Limits, Sandbox
+from ..sandbox.base import ImageSource, Limits, RunOutcome, Sandbox
 from ..sandbox.hardening import run_as_ids
 from ..sandbox.labels import LABEL_RUN
-from ..suite import Suite, Test, WorkspaceConfig
+from ..suite import Suite, TargetConfig, Test, WorkspaceConfig
 from .conversation import run_conversation
 from .host_targets import HostAnswer, answer_on_host
 from .llm_runtime import LlmRuntime
@@ -77,6 +77,8 @@ from .steps import (
     hook_input,
     input_text,
     judge_step,
+    read_batch_answers,
+    run_cli_command,
     run_cli_target,
     run_healthcheck,
     run_in_workspace,
@@ -198,8 +200,12 @@ class SuiteContext:
         self._staged: dict[object, Path] = {}
         self._stage_failed: dict[object, str] = {}
         self._stage_lock = threading.Lock()
-        self._health: str | None = None  # "" once the target's healthcheck passed
+        # Each target's healthcheck result ("" once passed), by target (a matrix has several)
+        self._health: dict[int, str] = {}
         self._health_lock = threading.Lock()  # tests wait for the one healthcheck
+        # A batching target's one call: its answers by test id, by target (``batch_answer``)
+        self._batches: dict[int, tuple[RunOutcome, dict[str, Any] | str]] = {}
+        self._batch_locks: dict[int, threading.Lock] = {}
 
     def _prepared(self, cfg: WorkspaceConfig | None) -> bool:
         return bool(cfg and (cfg.repos or cfg.before_all))
@@ -277,26 +283,73 @@ class SuiteContext:
             return best_of(runs, test.case.repeat_strategy)
         return TestRun(self, test).run()
 
-    def healthcheck(self) -> str | None:
-        """The target's healthcheck, run once (the first test that needs it runs it); why it
-        failed, or None."""
-        check = self.target.healthcheck if self.target is not None else None
-        if check is None:
+    def healthcheck(self, target: TargetConfig | None = None) -> str | None:
+        """A target's healthcheck (the suite's by default), run once (the first test that
+        needs it runs it); why it failed, or None."""
+        target = target or self.target
+        check = target.healthcheck if target is not None else None
+        if target is None or check is None:
             return None
         with self._health_lock:
-            if self._health is None:
-                self._health = (
+            if id(target) not in self._health:
+                self._health[id(target)] = (
                     run_healthcheck(
                         check,
-                        self.target,
+                        target,
                         self.box,
-                        image_id=self.image_for(self.target.image, self.suite.root),
+                        image_id=self.image_for(target.image, self.suite.root),
                         labels=self.labels,
                         source_dir=self.suite.root,
                     )
                     or ""
                 )
-            return self._health or None
+            return self._health[id(target)] or None
+
+    def batch_answer(
+        self, target: TargetConfig, test: Test, workspace: Path, image: str, env: dict[str, str]
+    ) -> tuple[RunOutcome, dict[str, Any] | str]:
+        """A batching cli target's answer to ``test`` (AgentV v4's ``provider_batching``):
+        the first test that needs it makes the one call, in its own workspace (AgentV's: the
+        first request's), for every test of this run with that target; the others wait for
+        it. Its outcome is each test's; a test the batch does not answer is an error."""
+        with self._health_lock:
+            lock = self._batch_locks.setdefault(id(target), threading.Lock())
+        with lock:
+            if id(target) not in self._batches:
+                batched = [t for t in self.suite.tests if self.batches(t, target)]
+                files = [f for t in batched for f in t.case.input_files]
+                ids = [t.target_id for t in batched]
+                self._batches[id(target)] = run_cli_command(
+                    target,
+                    "",  # AgentV's batch request: no question; the command reads its tests
+                    workspace,
+                    self.box,
+                    test_id="batch",
+                    input_files=files,
+                    image_id=image,
+                    env={**env, "GRADEBOX_TEST_ID": "batch"},
+                    labels=self.labels,
+                    source_dir=self.suite.root,
+                    name="target-batch",
+                    network=target.network,
+                    read=lambda path: read_batch_answers(path, ids),
+                )
+            outcome, answers = self._batches[id(target)]
+        if isinstance(answers, str):
+            return outcome, answers
+        return outcome, answers.get(test.target_id, "target: the batch did not include it")
+
+    def batches(self, test: Test, target: TargetConfig | None = None) -> bool:
+        """Is ``test`` answered by its target's one batch call? (A repeated test is asked on
+        its own, as AgentV does when trials > 1.)"""
+        own = test.target or self.target
+        return (
+            own is not None
+            and own._batch
+            and (target is None or own is target)
+            and own.provider == "cli"
+            and test.case.repeat == 1
+        )
 
     def close(self) -> None:
         self.closed = True
@@ -377,7 +430,7 @@ class TestRun:
                     self.result.error = failure
                     return
             baseline = None
-            if cfg is not None or run.target is not None:
+            if cfg is not None or (self.test.target or run.target) is not None:
                 baseline = Baseline.take(
                     workspace.path,
                     include_ignored=bool(cfg and cfg.include_ignored),
@@ -408,7 +461,8 @@ class TestRun:
 
     def _target(self, workspace: Workspace) -> bool:
         """Run the agent, if the suite has one; False when the test ends here (an error)."""
-        run, target, payload, result = self.run_, self.run_.target, self.payload, self.result
+        run, payload, result = self.run_, self.payload, self.result
+        target = self.test.target or run.target  # a matrix's test has its own
         if run.references:
             return self._reference(workspace)
         if target is None:
@@ -419,14 +473,16 @@ class TestRun:
                 target, payload, self.test, run.suite, run.models, sample=self.sample
             )
             return self.take_answer(answer, t)
-        failure = run.healthcheck()
+        failure = run.healthcheck(target)
         if failure:
             result.error = failure
             return False
         image = run.image_for(target.image, run.suite.root)
         result.images["target"] = image
         env = {**target.env, "GRADEBOX_TEST_ID": self.test.id}
-        if target.provider == "cli":
+        if run.batches(self.test):
+            outcome, answer = run.batch_answer(target, self.test, workspace.path, image, env)
+        elif target.provider == "cli":
             outcome, answer = run_cli_target(
                 target,
                 payload,
@@ -732,6 +788,7 @@ def _unfinished(test: Test, payload: Payload) -> TestResult:
         expected_output=payload.expected_output,
         output=payload.output,
         metadata=test.metadata,
+        target_name=test.target_name,
         started_at=now(),
         threshold=test.threshold,
     )

@@ -52,6 +52,7 @@ __all__ = [
     "RunSummary",
     "Status",
     "StepRecord",
+    "TargetTotals",
     "TestResult",
     "TrialRecord",
     "TokenUsage",
@@ -524,6 +525,11 @@ class TestResult(BaseModel):
         "branch or tag as the run resolved it)",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    target_name: str | None = Field(
+        default=None,
+        description="the target it ran against, in a target matrix (AgentV's "
+        "execution.targets, several providers; its id is then ID@TARGET)",
+    )
     started_at: str | None = None
     finished_at: str | None = None
     fingerprint: str | None = Field(
@@ -554,6 +560,18 @@ class TestResult(BaseModel):
     )
 
 
+class TargetTotals(BaseModel):
+    """One target's share of a target matrix's run (``RunSummary.targets``)."""
+
+    total: int
+    passed: int
+    failed: int
+    errored: int
+    not_run: int = 0
+    pass_rate: float
+    mean_score: float
+
+
 class RunSummary(BaseModel):
     """``summary.json`` of a suite run."""
 
@@ -579,6 +597,10 @@ class RunSummary(BaseModel):
     )
     nodes: dict[str, int] | None = Field(
         default=None, description="on a cluster: tests run by each node"
+    )
+    targets: dict[str, TargetTotals] | None = Field(
+        default=None,
+        description="a target matrix's totals, per target (every test ran once per target)",
     )
     gradebox_version: str | None = Field(default=None, description="the gradebox that ran it")
     started_at: str

@@ -147,7 +147,7 @@ def result_row(result: TestResult) -> dict[str, Any]:
     """What the table, the filters, the header and the charts read of one test (small: the
     page parses every row at once), with the trials' pass@k / pass^k (``trials``'
     estimators) and why it did not pass (``report.reason``, as the terminal table says it)."""
-    target = result.metadata.get("target")
+    target = result.target_name or result.metadata.get("target")  # a matrix's target first
     row: dict[str, Any] = {
         "id": result.id,
         "status": result.status.value,

@@ -76,12 +76,33 @@ def print_run(
     if len(shown) < len(ranked):
         console.print(f"[dim]… {len(ranked) - len(shown)} more passed tests in results.jsonl[/]")
     tail = " (interrupted)" if summary.interrupted else ""
+    if summary.targets:
+        print_targets(summary, console)
     console.print(
         f"[bold green]{summary.passed} passed[/], [bold red]{summary.failed} failed[/], "
         f"[bold yellow]{summary.errored} errored[/]"
         + (f", {summary.not_run} not run" if summary.not_run else "")
         + f" in {summary.duration_s:.1f}s with {summary.workers} workers{tail}"
     )
+
+
+def print_targets(summary: RunSummary, console: Console) -> None:
+    """A target matrix's run, one line per target (every test ran once against each)."""
+    table = Table(title="per target", show_lines=False)
+    table.add_column("target", no_wrap=True)
+    for name in ("passed", "failed", "errored", "not run", "pass rate", "mean score"):
+        table.add_column(name, justify="right")
+    for name, t in (summary.targets or {}).items():
+        table.add_row(
+            escape(name),  # the eval file's text: no markup, no control sequences
+            str(t.passed),
+            str(t.failed),
+            str(t.errored),
+            str(t.not_run),
+            f"{t.pass_rate:.0%}",
+            f"{t.mean_score:.2f}",
+        )
+    console.print(table)
 
 
 def junit_xml(results: list[TestResult], summary: RunSummary) -> str:

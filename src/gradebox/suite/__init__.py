@@ -179,6 +179,9 @@ class TargetConfig(_Strict):
     network: Literal["none", "bridge"] = "none"
     env: dict[EnvKey, str] = Field(default_factory=dict)
     limits: Limits = Field(default_factory=Limits)
+    # AgentV v4's ``provider_batching`` (a cli target): one call answers every test, JSONL
+    # keyed by test id in {OUTPUT_FILE} (``lifecycle.testrun``). Set by the AgentV reader.
+    _batch: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _complete(self) -> TargetConfig:
@@ -313,10 +316,21 @@ class Test:
     threshold: float | None = None
     turn_assertions: list[list[Assertion]] = field(default_factory=list)  # a conversation's
     semantics: Literal["gradebox", "agentv"] = "gradebox"  # how its verdict adds up
+    # A target matrix (AgentV's ``execution.targets``, several ``providers``): this test runs
+    # against ``target`` (in place of the suite's), its results tagged ``target_name``; its id
+    # is ``ID@NAME`` and ``source_id`` the ID the target knows it by ({EVAL_ID}, a batch's).
+    target: TargetConfig | None = None
+    target_name: str | None = None
+    source_id: str | None = None
 
     @property
     def id(self) -> str:
         return self.case.id
+
+    @property
+    def target_id(self) -> str:
+        """The id its target is given (``{EVAL_ID}``, a batch's JSONL ``id``)."""
+        return self.source_id or self.case.id
 
     def every_assertion(self) -> list[Assertion]:
         """Its own assertions and its conversation turns' (each grades a part of it)."""
@@ -369,6 +383,10 @@ class Suite:
             test.threshold,
         ]
         parts.append(test.semantics)
+        if test.target is not None:  # a matrix's: its own target, in place of the suite's
+            parts += [test.target_name, test.target.model_dump(mode="json"), test.target._batch]
+        elif self.spec.target is not None and self.spec.target._batch:
+            parts.append("batch")
         for a in _all(test.every_assertion()):
             parts.append(a.scoring())
             if isinstance(a, GraderAssertion):

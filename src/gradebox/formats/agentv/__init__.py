@@ -33,11 +33,11 @@ from ...core.yamlfile import LineMap, load_yaml_file, to_config_error
 from ...errors import ConfigError
 from ...graders.assertion import DEFAULT_REQUIRED, GRADER_TARGET
 from ...llm.targets import TargetSources
-from ...suite import Suite, SuiteFile, build_suite
+from ...suite import Suite, SuiteFile, TargetConfig, build_suite
 from ._base import Where, dotenv, interpolate_env, is_file, render, resolve_path, search_roots
 from .cases import Context, build_tests, check_repeat, check_shapes, gather_cases
 from .environment import map_environment, map_workspace, workspace_docker
-from .providers import CHOSEN_TARGET, resolve_target
+from .providers import CHOSEN_TARGET, MatrixTarget, resolve_targets
 from .spellings import our_spellings
 
 __all__ = ["PASS_THRESHOLD", "chosen_target", "load_agentv", "release_of", "render"]
@@ -306,7 +306,8 @@ def load_agentv(
     defaults = _eval_defaults(data, base)
     if isinstance(defaults.get("provider"), str) and not data.get("providers"):
         data = {**data, "providers": [defaults["provider"]]}
-    target = resolve_target(data, where, base, env, roots, sources=sources)
+    picked = resolve_targets(data, where, base, env, roots, sources=sources)
+    target = _suite_target(picked)
 
     workspace = map_workspace(data.get("workspace"), where, ("workspace",), base, env)
     docker = workspace_docker(data.get("workspace"), where, ("workspace",), base, env)
@@ -321,7 +322,8 @@ def load_agentv(
     cases = gather_cases(ctx, key)
     tests, origins, asked = build_tests(cases, _prompts(data), ctx)
     settings = {**asked, **settings}
-    _conversations_need_a_host_target(tests, target, origins)
+    for one in picked:
+        _conversations_need_a_host_target(tests, one.target, origins, len(picked) > 1)
     _suite_input_files(data, tests, roots, where)
     tests = _filter_range(data, tests, origins, where)
 
@@ -330,8 +332,10 @@ def load_agentv(
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
     suite_assert += list(execution.get("evaluators") or [])
     options = data.get("evaluate_options") if isinstance(data.get("evaluate_options"), dict) else {}
-    if target is not None:
-        _target_settings(target, settings, options)
+    for one in picked:
+        if one.target is not None:
+            _target_settings(one.target, settings, options)
+    workspace, tests, origins = _with_targets(picked, workspace, tests, origins, where, base, env)
     metadata = {k: data[k] for k in _DESCRIPTIVE if k in data}
     if isinstance(data.get("tags"), dict | list):
         metadata["tags"] = data["tags"]
@@ -361,7 +365,7 @@ def load_agentv(
         suite_file = SuiteFile.model_validate(spec)
     except ValidationError as exc:
         raise _locate(exc, origins, where) from None
-    return build_suite(
+    suite = build_suite(
         path,
         suite_file,
         lines,
@@ -371,6 +375,100 @@ def load_agentv(
         search_roots=tuple(roots),
         operator_targets=targets,
     )
+    _tag_targets(suite, picked, where)
+    return suite
+
+
+def _suite_target(picked: list[MatrixTarget]) -> dict[str, Any] | None:
+    """The suite's own target: the one target, or, for a matrix, the one a check before the
+    run (model keys, the model hub) must see first: its first model target, else its first.
+    Each test of a matrix runs against its own (``_tag_targets``)."""
+    if len(picked) == 1:
+        return picked[0].target
+    models = [p.target for p in picked if p.target and p.target.get("provider") == "model"]
+    return models[0] if models else picked[0].target
+
+
+def _with_targets(
+    picked: list[MatrixTarget],
+    workspace: dict[str, Any] | None,
+    tests: list[dict[str, Any]],
+    origins: list[Any],
+    where: Where,
+    base: Path,
+    env: dict[str, str],
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[Any]]:
+    """A target's own hooks laid into the workspaces, and, for a matrix, every test once per
+    target (target after target, as AgentV runs them), its id ``ID@NAME`` (AgentV's matrix
+    id: unique per test and target, and stable for ``--resume``; two that read alike are
+    refused as duplicate ids)."""
+    if len(picked) == 1:
+        hooks = _target_hooks(picked[0], where, base, env)
+        if hooks:
+            workspace = _hooked(workspace, hooks, picked[0], where)
+            for test in tests:
+                if test.get("workspace") is not None:
+                    test["workspace"] = _hooked(test["workspace"], hooks, picked[0], where)
+        return workspace, tests, origins
+    out, where_from = [], []
+    for one in picked:
+        hooks = _target_hooks(one, where, base, env)
+        for test, origin in zip(tests, origins, strict=True):
+            copy = {**test, "id": f"{test['id']}@{one.name}"}
+            if hooks:
+                copy["workspace"] = _hooked(test.get("workspace") or workspace, hooks, one, where)
+            out.append(copy)
+            where_from.append(origin)
+    return workspace, out, where_from
+
+
+def _target_hooks(
+    one: MatrixTarget, where: Where, base: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    if not one.hooks:
+        return {}
+    mapped = map_workspace({"hooks": one.hooks}, where, one.loc, base, env) or {}
+    return {k: v for k, v in mapped.items() if k != "hooks"}
+
+
+def _hooked(
+    workspace: dict[str, Any] | None, hooks: dict[str, Any], one: MatrixTarget, where: Where
+) -> dict[str, Any]:
+    """``workspace`` with a target's own hooks. AgentV runs a workspace hook and then the
+    target's of the same name; one command each here, so both at once is refused."""
+    merged = dict(workspace or {})
+    for name, command in hooks.items():
+        if merged.get(name) is not None:
+            raise where.refuse(
+                (*one.loc, "hooks", name),
+                f"a {name} hook in both the workspace and target {one.name or ''}".rstrip(),
+                "write both steps as one command, in the workspace's hook or the target's",
+            )
+        merged[name] = command
+    return merged
+
+
+def _tag_targets(suite: Suite, picked: list[MatrixTarget], where: Where) -> None:
+    """Each test of a matrix bound to its target, and a batching target marked."""
+    spec_target = suite.spec.target
+    if len(picked) == 1:
+        if spec_target is not None and picked[0].batch:
+            spec_target._batch = True
+        return
+    configs = []
+    for one in picked:
+        try:
+            config = TargetConfig.model_validate(one.target) if one.target else None
+        except ValidationError as exc:
+            raise where.error(one.loc, str(exc).splitlines()[-1].strip()) from None
+        if config is not None:
+            config._batch = one.batch
+        configs.append(config)
+    per = len(suite.tests) // len(picked)
+    for i, test in enumerate(suite.tests):
+        one, config = picked[i // per], configs[i // per]
+        test.target, test.target_name = config, one.name
+        test.source_id = test.id[: -len(f"@{one.name}")]
 
 
 def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:
@@ -385,10 +483,20 @@ def _preprocessors(data: dict[str, Any], where: Where) -> list[dict[str, Any]]:
 
 
 def _conversations_need_a_host_target(
-    tests: list[dict[str, Any]], target: dict[str, Any] | None, origins: list[Any]
+    tests: list[dict[str, Any]],
+    target: dict[str, Any] | None,
+    origins: list[Any],
+    matrix: bool = False,
 ) -> None:
     """AgentV holds a conversation with any provider; here a turn is a call from the host,
-    so a conversation needs a model, mock or replay target."""
+    so a conversation needs a model, mock or replay target (and one target per run)."""
+    for test, (file, lines, loc) in zip(tests, origins, strict=True):
+        if test.get("conversation") and matrix:
+            raise Where(Path(file), lines).refuse(
+                (*loc, "mode"),
+                "a conversation in a target matrix",
+                "its turns go to the run's one target: pick it with --target NAME",
+            )
     if target is not None and target.get("provider") in ("model", "mock", "replay"):
         return
     for test, (file, lines, loc) in zip(tests, origins, strict=True):

@@ -44,7 +44,14 @@ from ...llm.targets import (
 from ...suite import TargetConfig
 from ._base import Where, dotenv, interpolate_env, resolve_path
 
-__all__ = ["CHOSEN_TARGET", "CODING_AGENTS", "command_judge", "resolve_target"]
+__all__ = [
+    "CHOSEN_TARGET",
+    "CODING_AGENTS",
+    "MatrixTarget",
+    "command_judge",
+    "resolve_target",
+    "resolve_targets",
+]
 
 log = logging.getLogger("gradebox.agentv")
 
@@ -141,6 +148,43 @@ def _catalog(label: str, sources: TargetSources, env: dict[str, str]) -> Found |
     return seen[0]
 
 
+@dataclass(frozen=True)
+class MatrixTarget:
+    """One target of the file's run: its name (a matrix's tag on each result), the target in
+    our form (None: the tests carry their answers) and its own workspace hooks (v4's
+    ``execution.targets[].hooks``), as written."""
+
+    name: str | None
+    target: dict[str, Any] | None
+    hooks: dict[str, Any] | None = None
+    loc: tuple[str, ...] = ()
+    batch: bool = False  # v4's provider_batching: one call answers every test (JSONL by id)
+
+
+def resolve_targets(
+    data: dict[str, Any],
+    where: Where,
+    base: Path,
+    env: dict[str, str],
+    roots: list[Path],
+    sources: TargetSources | None = None,
+) -> list[MatrixTarget]:
+    """Every target the file runs against: one (the file's, or ``--target``'s), or a matrix
+    (v4's ``execution.targets``, 5.x's several ``providers``) that AgentV runs every test
+    against, once per target, each result tagged ``ID@NAME``."""
+    sources = sources or TargetSources(project=base)
+    picks = _picks(data, where, sources)
+    names = [p[0] for p in picks]
+    for i, name in enumerate(names):
+        if name is not None and names.index(name) != i:
+            raise where.error(picks[i][3], f"target {name!r} is listed twice")
+    out = []
+    for name, (found, label), hooks, loc in picks:
+        target, batch = _resolve(found, label, base, env, roots, sources, data)
+        out.append(MatrixTarget(name, target, hooks, loc, batch))
+    return out
+
+
 def resolve_target(
     data: dict[str, Any],
     where: Where,
@@ -150,58 +194,85 @@ def resolve_target(
     sources: TargetSources | None = None,
 ) -> dict[str, Any] | None:
     """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
-    carry their answers)."""
-    sources = sources or TargetSources(project=base)
-    found, label = _pick(data, where, sources)
+    carry their answers); a matrix is refused here (``resolve_targets`` runs it)."""
+    picked = resolve_targets(data, where, base, env, roots, sources)
+    if len(picked) > 1:
+        raise where.refuse(
+            picked[0].loc[:-1],
+            "several targets",
+            "pick one with --target NAME",
+        )
+    return picked[0].target
+
+
+def _resolve(
+    found: Found | None,
+    label: str | None,
+    base: Path,
+    env: dict[str, str],
+    roots: list[Path],
+    sources: TargetSources,
+    data: dict[str, Any],
+) -> tuple[dict[str, Any] | None, bool]:
+    """The target, and whether it batches (``provider_batching``)."""
     if found is None and label is None:
-        return None
+        return None, False
     if found is None and label is not None:
         catalog = _catalog(label, sources, env)
         if not isinstance(catalog, Found):
             # AgentV checks a label when it runs; so do we (as a model target's name).
             label = catalog or label
-            return {"provider": "model", "model": label, "label": label}
+            return {"provider": "model", "model": label, "label": label}, False
         found = catalog
     assert found is not None
-    return _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
+    target = _target(found, base, env, roots, data.get("timeout_seconds"), data.get("env"))
+    config = agentv_config(found.entry)
+    # AgentV batches only a cli provider (its supportsBatch); any other is asked per test.
+    batch = agentv_kind(found.entry) == "cli" and (
+        config.get("provider_batching") is True or config.get("providerBatching") is True
+    )
+    return target, batch
 
 
-def _pick(
-    data: dict[str, Any], where: Where, sources: TargetSources
-) -> tuple[Found | None, str | None]:
-    """The provider written in the file, or the label it (or a default) names; ``--target``
-    (``CHOSEN_TARGET``) in place of the file's providers and target, as AgentV's does."""
+_Pick = tuple[str | None, tuple["Found | None", str | None], dict[str, Any] | None, tuple[str, ...]]
+
+
+def _picks(data: dict[str, Any], where: Where, sources: TargetSources) -> list[_Pick]:
+    """The provider(s) written in the file, or the label(s) they (or a default) name, each
+    with its matrix name; ``--target`` (``CHOSEN_TARGET``) in place of the file's providers
+    and target, as AgentV's does (and it picks one of ``execution.targets``)."""
     execution = data.get("execution") if isinstance(data.get("execution"), dict) else {}
     chosen = CHOSEN_TARGET.get()
     if isinstance(execution.get("targets"), list):
         return _matrix(execution["targets"], chosen, where)
     if chosen:
-        return None, chosen
+        return [(None, (None, chosen), None, ())]
     providers = data.get("providers")
     if isinstance(providers, str | dict):
         providers = [providers]
     if isinstance(providers, list) and providers:
-        if len(providers) > 1:
-            raise where.refuse(
-                ("providers",),
-                "several providers (a provider matrix)",
-                "gradebox runs one target per run; list one provider, and run a copy of the "
-                "file for each of the others",
-            )
-        picked = _inline(providers[0], where, ("providers", "0"))
-        return (picked, None) if isinstance(picked, Found) else (None, picked)
+        picks: list[_Pick] = []
+        for i, entry in enumerate(providers):
+            loc = ("providers", str(i))
+            picked = _inline(entry, where, loc)
+            if isinstance(picked, Found):
+                name = agentv_label(picked.entry) or agentv_kind(picked.entry) or f"provider-{i}"
+                picks.append((name, (picked, None), None, loc))
+            else:
+                picks.append((picked, (None, picked), None, loc))
+        if len(picks) == 1:
+            return [(None, picks[0][1], None, picks[0][3])]
+        return picks  # 5.x: every test once per provider, tagged with its label
     for value in (data.get("target"), execution.get("target")):
         if isinstance(value, str) and value.strip():
-            return None, value.strip()
-    return None, agentv_defaults(sources).get("provider")
+            return [(None, (None, value.strip()), None, ())]
+    return [(None, (None, agentv_defaults(sources).get("provider")), None, ())]
 
 
-def _matrix(
-    targets: list[Any], chosen: str | None, where: Where
-) -> tuple[Found | None, str | None]:
-    """v4's ``execution.targets``: AgentV runs the file once per target. Here a run has one
-    target: the one ``--target`` picks from the list (an inline entry, ``{name, use_target}``,
-    stands for itself), or a refusal that lists them."""
+def _matrix(targets: list[Any], chosen: str | None, where: Where) -> list[_Pick]:
+    """v4's ``execution.targets``: AgentV runs every test once per target (an inline entry,
+    ``{name, use_target, hooks}``, stands for itself; ``use_target`` names the provider), or
+    the one ``--target`` picks; one listed is the file's target."""
     loc = ("execution", "targets")
     names = []
     for i, item in enumerate(targets):
@@ -209,29 +280,26 @@ def _matrix(
         if not isinstance(name, str) or not name.strip():
             raise where.error((*loc, str(i)), "a target is a name or {name, use_target?, hooks?}")
         names.append(name.strip())
-    if chosen is None:
-        raise where.refuse(
-            loc,
-            "several targets (execution.targets)",
-            f"AgentV runs the file once per target ({', '.join(names)}); gradebox runs one "
-            "target per run: pick each with --target NAME",
-        )
-    if chosen not in names:
+    if not names:
+        raise where.error(loc, "execution.targets lists no target")
+    if chosen is not None and chosen not in names:
         raise where.error(
             loc, f"--target {chosen!r} is not one of execution.targets: {', '.join(names)}"
         )
-    item = targets[names.index(chosen)]
-    if isinstance(item, dict) and item.get("hooks"):
-        raise where.refuse(
-            (*loc, str(names.index(chosen)), "hooks"),
-            "a target's own hooks",
-            "per-target hooks change the workspace for one target; put the step in "
-            "workspace.hooks of a copy of the file for that target",
-        )
-    redirect = item.get("use_target") if isinstance(item, dict) else None
-    if isinstance(redirect, str) and redirect.strip():
-        return None, redirect.strip()
-    return None, chosen
+    picks: list[_Pick] = []
+    for i, (name, item) in enumerate(zip(names, targets, strict=True)):
+        if chosen is not None and name != chosen:
+            continue
+        redirect = item.get("use_target") if isinstance(item, dict) else None
+        label = redirect.strip() if isinstance(redirect, str) and redirect.strip() else name
+        hooks = item.get("hooks") if isinstance(item, dict) else None
+        if hooks is not None and not isinstance(hooks, dict):
+            raise where.error((*loc, str(i), "hooks"), "hooks must be a mapping")
+        picks.append((name, (None, label), hooks or None, (*loc, str(i))))
+    if len(picks) == 1:
+        name, pick, hooks, at = picks[0]
+        return [(None, pick, hooks, at)]  # one target: untagged, as AgentV's single mode
+    return picks
 
 
 def _target(
@@ -247,14 +315,6 @@ def _target(
     kind = agentv_kind(entry)
     label = agentv_label(entry) or kind
     at = (*loc, "provider" if "provider" in entry else "id")
-    if config.get("provider_batching") is True or config.get("providerBatching") is True:
-        raise where.refuse(
-            (*loc, "provider_batching"),
-            "a batching provider (provider_batching)",
-            "it answers every test in one call (JSONL keyed by test id); gradebox calls the "
-            "target once per test, so its answer would be graded as each test's: give a "
-            "command that answers one test",
-        )
     if kind == "cli":
         return _cli(config, where, loc, base, timeout, suite_env, label)
     if kind in MODEL_KINDS:

@@ -267,7 +267,29 @@
       h('div', { class: 'topline' }, h('h1', null, visible(title)), live),
       h('p', { class: 'warning', role: 'note' }, DATA.warning),
       cards, meta,
-      multi ? runsTable() : null);
+      multi ? runsTable() : null,
+      targetsTable(run));
+  }
+  // A target matrix (every test once per target): each target's pass rate, from its rows.
+  function targetsTable(run) {
+    const per = new Map();
+    for (const row of run.rows) {
+      if (!row.target) continue;
+      let p = per.get(row.target);
+      if (!p) { p = { n: 0, passed: 0, failed: 0, error: 0, score: 0 }; per.set(row.target, p); }
+      p.n += 1; p[row.status] += 1; p.score += row.score || 0;
+    }
+    if (per.size < 2) return null;
+    const t = h('table', { class: 'cmp' }, h('thead', null, h('tr', null,
+      ['target', 'passed', 'failed', 'error', 'pass rate', 'mean score'].map((x) => h('th', null, x)))));
+    const body = h('tbody');
+    for (const [name, p] of [...per].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))) {
+      body.append(h('tr', null, h('td', null, visible(name)),
+        h('td', { class: 'num st-passed' }, p.passed), h('td', { class: 'num st-failed' }, p.failed), h('td', { class: 'num st-error' }, p.error),
+        h('td', { class: 'num' }, pct(p.passed / p.n)), h('td', { class: 'num' }, num(p.score / p.n, 3))));
+    }
+    t.append(body);
+    return h('div', { class: 'targets' }, h('h2', null, 'Per target'), t);
   }
   function runsTable() {
     const t = h('table', { class: 'cmp' }, h('thead', null, h('tr', null,
