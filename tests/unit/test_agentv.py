@@ -147,11 +147,12 @@ def test_env_interpolation_and_dotenv(tmp_path, monkeypatch):
             "refused",
         ),
         (
+            # a transform runs (sandboxed); one naming no module is the file's error
             "tests:\n  - id: a\n    vars: {}\n    options:\n      transform: file://t.ts\n",
             5,
             "tests.0.options.transform",
-            "output transforms",
-            "refused",
+            "transform file not found: t.ts",
+            None,
         ),
         (
             "workspace:\n  repos:\n    - path: ./r\n      repo: https://example.invalid/r.git\n"

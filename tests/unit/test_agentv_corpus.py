@@ -16,7 +16,6 @@ from agentv_sweep import eval_files, sweep  # noqa: E402
 REFUSED = {
     "a lifecycle extension": 5,  # JavaScript modules run in AgentV's own process
     "a privilege not allowed (--allow)": 1,  # docker-workspace asks for 2 GiB: --allow limits
-    "output transforms": 1,  # code run over the answer inside AgentV
 }
 
 

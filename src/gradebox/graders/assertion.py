@@ -58,6 +58,7 @@ from .verifier import node_test_grader_data, pytest_grader_data
 
 __all__ = [
     "DEFAULT_REQUIRED",
+    "TEST_TRANSFORM",
     "AssertSet",
     "Assertion",
     "CompileContext",
@@ -68,6 +69,7 @@ __all__ = [
     "compile_assertion",
     "fold",
     "leaves",
+    "parse_transform",
 ]
 
 DEFAULT_REQUIRED = 0.8
@@ -113,6 +115,7 @@ class Scoring:
     field: str | None = None  # where it was written, for errors found later (the plan)
     line: int | None = None
     file: str | None = None
+    transform: str | None = None  # AgentV: a module over the answer this grader sees
 
     def scoring(self) -> dict[str, Any]:
         return {
@@ -402,6 +405,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     kind = entry["type"]
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
+    if ctx.flavor == "agentv" and "transform" in body:
+        transform = _transform(body["transform"], kind, ctx, loc)
+        rest = {k: v for k, v in entry.items() if k != "transform"}
+        compiled = _compile(rest, ctx, loc, depth=depth)
+        compiled.transform = transform
+        return compiled
     if kind in _LATER:
         raise UnsupportedFeature(
             f"assertion type {kind!r}",
@@ -460,7 +469,52 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     return _custom(custom, body, score, ctx, loc)
 
 
+TEST_TRANSFORM = "agentv_transform"
+"""The metadata key of an AgentV test's ``options.transform`` (``formats.agentv`` sets it)."""
+
 _PROMPTFOO_EXTRAS = {"id", "threshold", "provider", "config", "transform", "description"}
+
+TRANSFORM_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".mts", ".cts")
+
+
+def parse_transform(value: Any, roots: list[Path] | tuple[Path, ...]) -> str:
+    """AgentV's ``parseTransformSpec``: inline code as written, or ``file://PATH[:export]``
+    with PATH found under the first of ``roots`` holding it, made absolute. A ValueError
+    says what is wrong in one line."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            "transform must be a non-empty string: file://module.ts (its default export) or code"
+        )
+    text = value.strip()
+    if not text.startswith("file://"):
+        return text
+    ref = text.removeprefix("file://")
+    colon = ref.rfind(":")
+    rel, export = (ref[:colon], ref[colon + 1 :]) if colon > 1 else (ref, "")
+    given = Path(rel)
+    for candidate in [given] if given.is_absolute() else [Path(r) / rel for r in roots]:
+        if is_file(candidate):
+            break
+    else:
+        raise ValueError(f"transform file not found: {rel}")
+    if candidate.suffix not in TRANSFORM_SUFFIXES:
+        raise ValueError(f"transform {rel!r} is no JavaScript or TypeScript module (.js .mjs .ts)")
+    return f"file://{candidate.resolve()}" + (f":{export}" if export else "")
+
+
+def _transform(value: Any, kind: str, ctx: CompileContext, loc: tuple[str, ...]) -> str:
+    if kind in ("composite", "assert-set"):
+        raise UnsupportedFeature(
+            f"a transform on {kind}",
+            "give each member its own transform, or put it in the test's options.transform",
+            file=ctx.file,
+            line=ctx.lines.get((*loc, "transform")),
+            field=".".join((*loc, "transform")),
+        )
+    try:
+        return parse_transform(value, ctx.search_roots or (ctx.suite_dir,))
+    except ValueError as exc:
+        raise _fail(ctx, (*loc, "transform"), str(exc)) from None
 
 
 def _promptfoo_extras(
@@ -839,11 +893,11 @@ def _llm(
     body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
 ) -> LlmGraderAssertion:
     kind, temperature = body["type"], body.get("temperature")
-    if "transform" in body:
+    if "transform" in body:  # an AgentV file's graders have theirs run (_transform)
         raise UnsupportedFeature(
             "transform",
-            "output transforms run code inside AgentV's process; use a "
-            "preprocessors: [{type, command}] entry",
+            "output transforms are AgentV's: write the grader in an AgentV eval file, or "
+            "give it preprocessors: [{type, command}]",
             file=ctx.file,
             line=ctx.lines.get((*loc, "transform")),
             field=".".join((*loc, "transform")),

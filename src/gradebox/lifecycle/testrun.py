@@ -38,6 +38,7 @@ from ..files.workspace import (
     remove_tree,
 )
 from ..graders.assertion import (
+    TEST_TRANSFORM,
     Assertion,
     AssertSet,
     GraderAssertion,
@@ -638,25 +639,31 @@ class TestRun:
         slots: list[GraderResult | Future[GraderResult] | None] = []
         flat = list(leaves(assertions))
         runtime = LlmRuntime(run.models, run.box, run.image_for, run.suite.root, self.labels, ws)
+        if self.test.semantics == "agentv":  # AgentV's options.transform: what graders see
+            runtime.test_transform = self.test.metadata.get(TEST_TRANSFORM)
         later = {id(s.program) for s in aggregated(assertions)}
         for idx, assertion in enumerate(flat):
             if id(assertion) in later:  # an aggregator: it runs on its children's results
                 slots.append(None)
                 continue
+            seen = runtime.payload_for(assertion, payload)
+            if isinstance(seen, GraderResult):  # its transform failed
+                slots.append(seen)
+                continue
             if isinstance(assertion, HostAssertion):
-                slots.append(assertion.evaluate(payload))
+                slots.append(assertion.evaluate(seen))
                 continue
             if isinstance(assertion, LlmGraderAssertion):
                 try:
                     slots.append(
                         run.grader_pool.submit(
-                            assertion.llm.grade, payload, runtime, assertion.display_name()
+                            assertion.llm.grade, seen, runtime, assertion.display_name()
                         )
                     )
                 except RuntimeError:
                     raise SandboxClosed() from None
                 continue
-            body = payload
+            body = seen
             if assertion.config:
                 body = body.model_copy(update={"config": assertion.config})
             started = self.warm.pop(idx, None) if warm else None

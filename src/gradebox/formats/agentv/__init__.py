@@ -13,7 +13,7 @@ metadata, and only a field AgentV rejects is called a mistake.
 
 What has no equivalent here is refused with one line (``UnsupportedFeature``) naming the file,
 line and field and what to do instead, never dropped: lifecycle extensions that are JavaScript
-modules, SDK providers, output transforms, prompts written by code.
+modules, SDK providers, prompts written by code.
 
 Modules: ``_base`` (errors, interpolation, AgentV's file lookup), ``providers`` (the target),
 ``environment`` (the workspace), ``cases`` (the tests), ``csv_cases`` (CSV datasets).

@@ -24,6 +24,7 @@ from typing import Any
 from ...core import untrusted
 from ...core.yamlfile import MAX_DEPTH, load_yaml_file, nesting_exceeds
 from ...errors import ConfigError
+from ...graders.assertion import TEST_TRANSFORM, parse_transform
 from ...graders.trace import decided_on_host
 from ._base import (
     _VAR,
@@ -607,6 +608,20 @@ def _v4_trials(ctx: Context) -> tuple[int, str]:
     return count, _V4_TRIALS[strategy]
 
 
+def _test_transform(
+    options: dict[str, Any], cwhere: Where, loc: tuple[str, ...], ctx: Context
+) -> str | None:
+    """A test's (or default_test's) ``options.transform``, its module found from the eval
+    file's folder up (AgentV's searchRoots); run over the answer before every grader."""
+    if options.get("transform") is None:
+        return None
+    roots = [cwhere.path.parent.resolve(), *ctx.roots]
+    try:
+        return parse_transform(options["transform"], roots)
+    except ValueError as exc:
+        raise cwhere.error((*loc, "options", "transform"), str(exc)) from None
+
+
 def build_test(
     item: Any,
     cwhere: Where,
@@ -645,13 +660,7 @@ def build_test(
         if item.get(key):
             raise cwhere.refuse((*loc, key), f"tests[].{key}", why)
     options = item.get("options") if isinstance(item.get("options"), dict) else {}
-    if options.get("transform") is not None:
-        raise cwhere.refuse(
-            (*loc, "options", "transform"),
-            "output transforms",
-            "a transform runs code inside AgentV's process over the answer; grade the raw "
-            "answer, or give LLM graders preprocessors: [{type, command}]",
-        )
+    transform = _test_transform(options, cwhere, loc, ctx)
     rubrics = item.get("rubrics")
     if rubrics is not None and not isinstance(rubrics, list):
         raise cwhere.error((*loc, "rubrics"), "rubrics is a list of rubric items")
@@ -714,6 +723,9 @@ def build_test(
             metadata.setdefault(key, render(item[key], variables))
     if variables:
         metadata["vars"] = variables
+    metadata.pop(TEST_TRANSFORM, None)  # only the test's options.transform runs
+    if transform is not None:
+        metadata[TEST_TRANSFORM] = transform
     test: dict[str, Any] = {
         "id": test_id.strip(),
         "input": message_input,
