@@ -6,16 +6,20 @@ graders see only this."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.scratch import new_scratch
 from ..errors import GradeboxError
-from ..graders.assertion import infer_image
+from ..files.workspace import remove_tree
+from ..graders.assertion import TEST_TRANSFORM, infer_image
 from ..graders.llm import CommandJudge, candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
-from ..protocol.models import Payload
+from ..protocol.models import GraderResult, Message, Payload, Status
 from ..sandbox.base import Limits
+from ..sandbox.hardening import run_as_ids
 from ..suite import TargetConfig
 from .steps import HOOK_TIMEOUT, judge_step, run_cli_command, run_in_workspace
 
@@ -24,6 +28,52 @@ if TYPE_CHECKING:
     from ..sandbox.base import Sandbox
 
 __all__ = ["LlmRuntime"]
+
+TRANSFORM_TIMEOUT = 120.0
+TRANSFORM_MAX = 1 << 20  # the text a transform may hand the graders
+# AgentV's applyTransform, as a program: import the module, call its export (the default)
+# with the answer and a context, print what it returns; the module's own prints go to
+# stderr so stdout holds the result alone. Inline code is AgentV's `new Function` body.
+_TRANSFORM_RUNNER = """\
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+const write = process.stdout.write.bind(process.stdout);
+process.stdout.write = process.stderr.write.bind(process.stderr);
+console.log = console.info = console.debug = (...args) => console.error(...args);
+const { output, context, code, export: name } = JSON.parse(readFileSync("/dev/stdin", "utf8"));
+let fn;
+const fail = (why, error) => {
+  console.error(`${why}: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+};
+if (code === null) {
+  const ref = process.argv[process.argv.length - 1];
+  const mod = await import(pathToFileURL(ref).href).catch((e) => fail("it cannot be loaded", e));
+  fn = name ? mod[name] : (mod.default ?? mod);
+  if (typeof fn !== "function") {
+    console.error(name ? `the transform exports no function "${name}"`
+      : "the transform exports no function (export default function (output) {...})");
+    process.exit(2);
+  }
+} else {
+  try {
+    fn = new Function("output", "context", code.includes("\\n") ? code : `return ${code}`);
+  } catch (error) {
+    fail("its code does not parse", error);
+  }
+}
+let value;
+try {
+  value = await fn(output, context);
+} catch (error) {
+  fail("it threw", error);
+}
+if (value === undefined || value === null) {
+  console.error("the transform returned no value");
+  process.exit(3);
+}
+write(JSON.stringify({ text: typeof value === "string" ? value : JSON.stringify(value, null, 2) }));
+"""
 
 
 class LlmRuntime:
@@ -42,6 +92,88 @@ class LlmRuntime:
         self.hub = hub  # type: ignore[assignment]
         self.box, self.image_for, self.root = box, image_for, root
         self.labels, self.workspace = labels, workspace
+        self.test_transform: str | None = None  # AgentV: the test's options.transform
+        self._seen: dict[tuple[str, ...], Payload | str] = {}
+
+    def payload_for(self, assertion: object, payload: Payload) -> Payload | GraderResult:
+        """What ``assertion`` grades: the answer through the test's transform, then its own
+        (AgentV's prepareCandidateForGrading, transformEvaluationContextForGrader), each run
+        once per test. A transform that fails gives the grader an ``error``, never a pass."""
+        own = getattr(assertion, "transform", None)
+        chain = tuple(t for t in (self.test_transform, own) if t)
+        if not chain:
+            return payload
+        seen = self._through(chain, payload)
+        if isinstance(seen, Payload):
+            return seen
+        shown = getattr(assertion, "display_name", None)
+        name = shown() if callable(shown) else "grader"
+        return GraderResult(
+            name=str(name), type="assertion", status=Status.error, passed=False, score=0.0,
+            evidence=seen,
+        )  # fmt: skip
+
+    def _through(self, chain: tuple[str, ...], payload: Payload) -> Payload | str:
+        if chain not in self._seen:
+            before = self._through(chain[:-1], payload) if len(chain) > 1 else payload
+            if isinstance(before, str):
+                self._seen[chain] = before
+            else:
+                try:
+                    text = self._transform(chain[-1], before)
+                except GradeboxError as exc:
+                    self._seen[chain] = f"transform {_shown(chain[-1])} failed: {exc}"
+                else:
+                    answer = [Message(role="assistant", content=text)]
+                    self._seen[chain] = before.model_copy(
+                        update={"output": text, "messages": answer}
+                    )
+        return self._seen[chain]
+
+    def _transform(self, spec: str, payload: Payload) -> str:
+        """Run one transform in the sandbox on the node image (bun runs .ts and .mjs): the
+        workspace read-only, no network, the module and our runner the only files given."""
+        last = next((m for m in reversed(payload.messages) if m.role == "assistant"), None)
+        output = last.content if last is not None and last.content is not None else None
+        if output is None:
+            output = payload.output or ""
+        metadata = dict(payload.metadata or {}) if hasattr(payload, "metadata") else {}
+        metadata.pop(TEST_TRANSFORM, None)
+        context = {"vars": metadata.get("vars") or {}, "metadata": metadata}
+        request: dict[str, Any] = {"output": output, "context": context, "code": spec}
+        argv = ["bun", "-e", _TRANSFORM_RUNNER]
+        source = None
+        if spec.startswith("file://"):
+            ref = spec.removeprefix("file://")
+            colon = ref.rfind(":")
+            path, export = (ref[:colon], ref[colon + 1 :]) if colon > 1 else (ref, "")
+            request = {**request, "code": None, "export": export}
+            # The module alone, mounted where the grader machinery mounts a named file.
+            source, argv = Path(path).parent, [*argv, Path(path).name]
+        outcome = run_in_workspace(
+            argv,
+            self.workspace,
+            self.box,
+            image_id=self.image_for("node", self.root),
+            name="transform",
+            stdin=json.dumps(request, default=str).encode(),
+            timeout=TRANSFORM_TIMEOUT,
+            labels=self.labels,
+            source_dir=source,
+            read_only=True,
+        )
+        failure = judge_step("the transform", outcome, TRANSFORM_TIMEOUT, Limits())[1]
+        if failure:
+            raise GradeboxError(failure)
+        if len(outcome.stdout) > TRANSFORM_MAX + 64:
+            raise GradeboxError(f"its text is over {TRANSFORM_MAX >> 20} MiB")
+        try:
+            text = json.loads(outcome.stdout)["text"]
+        except (ValueError, KeyError, TypeError):
+            raise GradeboxError("it printed no result") from None
+        if not isinstance(text, str):
+            raise GradeboxError("it printed no result")
+        return text
 
     def _text_of(self, command: list[str], stdin: bytes, name: str) -> str:
         image = self.image_for(infer_image(command), self.root)
@@ -82,30 +214,51 @@ class LlmRuntime:
 
     def ask_command_judge(self, judge: CommandJudge, prompt: str, name: str) -> str:
         """Run a judge that is a command as a cli target runs (``steps.run_cli_command``),
-        with the prompt as its ``{PROMPT}`` / ``{PROMPT_FILE}``, the workspace read-only and
-        no network whatever the provider says (it is a grader); its reply is the answer it
-        wrote to ``{OUTPUT_FILE}``, text to parse as untrusted. A failed run is an error."""
+        with the prompt as its ``{PROMPT}`` / ``{PROMPT_FILE}``, in an empty read-only folder
+        of its own and no network whatever the provider says (it is a grader); its reply is
+        the answer it wrote to ``{OUTPUT_FILE}``, text to parse as untrusted. A failed run is
+        an error.
+
+        Never in the agent's workspace: the judge's program would read, as it starts, what
+        the agent planted there (``bunfig.toml``'s preload for ``bun run``, ``CLAUDE.md`` and
+        ``.claude/settings.json`` hooks, ``AGENTS.md``) and run the agent's code as the
+        judge. What the judge reads of the answer is in its prompt (the answer, the diff)."""
         target = judge.target
         assert isinstance(target, TargetConfig)
         image = self.image_for(target.image, self.root)
-        outcome, answer = run_cli_command(
-            target,
-            prompt,
-            self.workspace,
-            self.box,
-            test_id=self.labels.get("gradebox.test", "judge"),
-            input_files=[],
-            image_id=image,
-            env=dict(target.env),
-            labels=self.labels,
-            source_dir=self.root,
-            name="llm-judge",
-            network="none",
-            read_only=True,
-        )
+        scratch = new_scratch()
+        try:
+            folder = scratch / "judge"
+            folder.mkdir(mode=0o700)
+            if os.geteuid() == 0:
+                os.chown(folder, *run_as_ids())
+            outcome, answer = run_cli_command(
+                target,
+                prompt,
+                folder,
+                self.box,
+                test_id=self.labels.get("gradebox.test", "judge"),
+                input_files=[],
+                image_id=image,
+                env=dict(target.env),
+                labels=self.labels,
+                source_dir=self.root,
+                name="llm-judge",
+                network="none",
+                read_only=True,
+            )
+        finally:
+            remove_tree(scratch)
         failure = judge_step(f"the {judge.kind} judge", outcome, target.timeout, target.limits)[1]
         if failure:
             raise GradeboxError(failure)
         if isinstance(answer, str):
             raise GradeboxError(answer.replace("target:", f"the {judge.kind} judge:", 1))
         return answer.get("output") or ""
+
+
+def _shown(spec: str) -> str:
+    if spec.startswith("file://"):
+        return repr(Path(spec.removeprefix("file://").rsplit(":", 1)[0]).name)
+    line = " ".join(spec.split())
+    return repr(line if len(line) <= 60 else f"{line[:59]}...")
