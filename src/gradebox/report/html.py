@@ -22,6 +22,7 @@ import math
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -314,9 +315,9 @@ def _ids(value: object) -> list[str]:
 def _labels(entries: list[tuple[str, str, str]]) -> list[str]:
     """Each part's label, as ``gradebox run`` prefixes its ids: the suite's name, or its
     file when two suites share a name (``(folder, suite, file)`` each)."""
-    names = [suite for _, suite, _ in entries]
+    names = Counter(suite for _, suite, _ in entries)  # counted once: linear in the plan
     return [
-        suite if suite and names.count(suite) == 1 else (file or folder)
+        suite if suite and names[suite] == 1 else (file or folder)
         for folder, suite, file in entries
     ]
 
@@ -346,11 +347,12 @@ def layout(path: Path) -> Layout | None:
     folders = plan.get("folders") if plan else None
     name = path.resolve().name or str(path)
     if isinstance(folders, list):  # a run of several files, from its start
-        entries = [
-            (f["folder"], str(f.get("suite") or ""), str(f.get("file") or ""), _ids(f.get("tests")))
-            for f in folders
-            if isinstance(f, dict) and _plain(f.get("folder"))
-        ]
+        entries, seen = [], set()
+        for f in folders:  # a folder named twice is read once (the plan is no one's to trust)
+            if isinstance(f, dict) and _plain(f.get("folder")) and f["folder"] not in seen:
+                seen.add(f["folder"])
+                suite, file = str(f.get("suite") or ""), str(f.get("file") or "")
+                entries.append((f["folder"], suite, file, _ids(f.get("tests"))))
         labels = _labels([e[:3] for e in entries])
         return Layout(
             path,
