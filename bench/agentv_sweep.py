@@ -14,9 +14,8 @@ taken as they are named) from the example's folder, the parent of its ``evals/``
     BROKEN   <file>  <why>
 
 then a summary. With ``--swap NAME``, a file refused only for its target (an agent that cannot
-run here: an SDK, a session-log reader, a batching command, a coding-agent CLI as the judge, a
-matrix of targets) is loaded again as a user would run it, with ``--target`` (the first of a
-matrix, else NAME) and ``--grader-target NAME``, and counted apart: ``LOADS ... (swapped:
+run here: an SDK, a session-log reader) is loaded again as a user would run it, with
+``--target NAME`` and ``--grader-target NAME``, and counted apart: ``LOADS ... (swapped:
 ...)``.
 
 The same rule reads AgentV 5.x checkouts and v4's (v4.42.4's ``EVAL.yaml`` files included).
