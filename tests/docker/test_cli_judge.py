@@ -5,6 +5,7 @@ does, and its reply is read as a model's; it runs with no network and a read-onl
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -167,3 +168,66 @@ def test_v4s_preprocessors_example_with_its_grader_check_judge(tmp_path, box, en
     run_suite(load_suite(path), box, ImageResolver(engine), RunOptions(tmp_path / "out"))
     (result,) = read_results(tmp_path / "out" / "results.jsonl").values()
     assert result.status.value == "passed", (result.error, result.graders)
+
+
+# A judge command that asks a model: its one way out is the model proxy, to the run's default
+# judge model (the operator's), found by AgentV's variables; nothing else of the network.
+PROXY_JUDGE = r"""import json, os, socket, sys, urllib.request
+prompt = open(sys.argv[1], encoding="utf-8").read()
+url, token = os.environ["AGENTV_TARGET_PROXY_URL"], os.environ["AGENTV_TARGET_PROXY_TOKEN"]
+req = urllib.request.Request(url + "/invoke", data=json.dumps({"question": prompt}).encode(),
+    headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(req, timeout=30))
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect(("1.1.1.1", 53))
+    outside = "reached"
+except OSError:
+    outside = "none"
+reply = answer["rawText"] if outside == "none" else "{}"
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    json.dump({"text": reply}, out)
+"""
+
+
+def test_a_command_judge_calls_a_model_only_through_its_proxy(tmp_path, box, engine):
+    from tests.fake_models import FakeModel
+
+    def verdict(body: dict) -> str:
+        ok = "answer-42" in body["messages"][-1]["content"]
+        return json.dumps(
+            {"score": 1 if ok else 0, "checks": [{"text": "42", "passed": ok}], "reasoning": "m"}
+        )
+
+    write(tmp_path / "agent.sh", 'printf \'%s\' "$1" > "$2"\n')
+    write(tmp_path / "ask.py", PROXY_JUDGE)
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- {id: cli, label: agent, command: 'sh agent.sh {PROMPT} {OUTPUT_FILE}'}\n"
+        "- {id: cli, label: judge, command: 'python3 ask.py {PROMPT_FILE} {OUTPUT_FILE}'}\n",
+    )
+    body = "providers: [agent]\nprompts: ['{{ input }}']\ntests:\n" + "".join(
+        _test(t, a) for t, a in (("pass", "answer-42"), ("fail", "answer-41"))
+    )
+    path = write(tmp_path / "e.eval.yaml", body)
+    with FakeModel(default=verdict) as model:
+        operator = write(
+            tmp_path / "operator" / "targets.yaml",
+            "default_grader: m\ntargets:\n"
+            f'  - {{name: m, provider: openai, model: t, base_url: "{model.base_url}", '
+            "api_key_env: JUDGE_KEY}\n",
+        )
+        os.environ["JUDGE_KEY"] = "k"
+        try:
+            suite = load_suite(path, targets=(operator,))
+            run_suite(suite, box, ImageResolver(engine), RunOptions(tmp_path / "out"))
+        finally:
+            del os.environ["JUDGE_KEY"]
+        asked = len(model.requests)
+    results = read_results(tmp_path / "out" / "results.jsonl")
+    status = {k: r.status.value for k, r in results.items()}
+    assert status == {"pass": "passed", "fail": "failed"}, {
+        k: (r.error, [g.evidence for g in r.graders]) for k, r in results.items()
+    }
+    assert asked == 2  # each judge's one call reached the model through its proxy

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.scratch import new_scratch
-from ..errors import GradeboxError
+from ..errors import ConfigError, GradeboxError
 from ..files.workspace import remove_tree
 from ..graders.assertion import TEST_TRANSFORM, infer_image
 from ..graders.llm import CommandJudge, candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
+from ..llm.proxy import TargetProxy
 from ..protocol.models import GraderResult, Message, Payload, Status
 from ..sandbox.base import Limits
 from ..sandbox.hardening import run_as_ids
@@ -131,8 +132,8 @@ class LlmRuntime:
         return self._seen[chain]
 
     def _transform(self, spec: str, payload: Payload) -> str:
-        """Run one transform in the sandbox on the node image (bun runs .ts and .mjs): the
-        workspace read-only, no network, the module and our runner the only files given."""
+        """Run one transform in the sandbox on the node image (bun runs .ts and .mjs): in an
+        empty read-only folder, no network, the module and our runner the only files given."""
         last = next((m for m in reversed(payload.messages) if m.role == "assistant"), None)
         output = last.content if last is not None and last.content is not None else None
         if output is None:
@@ -150,18 +151,29 @@ class LlmRuntime:
             request = {**request, "code": None, "export": export}
             # The module alone, mounted where the grader machinery mounts a named file.
             source, argv = Path(path).parent, [*argv, Path(path).name]
-        outcome = run_in_workspace(
-            argv,
-            self.workspace,
-            self.box,
-            image_id=self.image_for("node", self.root),
-            name="transform",
-            stdin=json.dumps(request, default=str).encode(),
-            timeout=TRANSFORM_TIMEOUT,
-            labels=self.labels,
-            source_dir=source,
-            read_only=True,
-        )
+        # In an empty folder of its own, never the agent's workspace: bun reads bunfig.toml
+        # (its preload) and .env from where it starts, even for `bun -e`, and would run the
+        # agent's code as the transform (AgentV runs it in its own process, not there).
+        scratch = new_scratch()
+        try:
+            folder = scratch / "transform"
+            folder.mkdir(mode=0o700)
+            if os.geteuid() == 0:
+                os.chown(folder, *run_as_ids())
+            outcome = run_in_workspace(
+                argv,
+                folder,
+                self.box,
+                image_id=self.image_for("node", self.root),
+                name="transform",
+                stdin=json.dumps(request, default=str).encode(),
+                timeout=TRANSFORM_TIMEOUT,
+                labels=self.labels,
+                source_dir=source,
+                read_only=True,
+            )
+        finally:
+            remove_tree(scratch)
         failure = judge_step("the transform", outcome, TRANSFORM_TIMEOUT, Limits())[1]
         if failure:
             raise GradeboxError(failure)
@@ -215,9 +227,13 @@ class LlmRuntime:
     def ask_command_judge(self, judge: CommandJudge, prompt: str, name: str) -> str:
         """Run a judge that is a command as a cli target runs (``steps.run_cli_command``),
         with the prompt as its ``{PROMPT}`` / ``{PROMPT_FILE}``, in an empty read-only folder
-        of its own and no network whatever the provider says (it is a grader); its reply is
-        the answer it wrote to ``{OUTPUT_FILE}``, text to parse as untrusted. A failed run is
-        an error.
+        of its own; its reply is the answer it wrote to ``{OUTPUT_FILE}``, text to parse as
+        untrusted. A failed run is an error.
+
+        Its only network is the model proxy (whatever the provider says: it is a grader), to
+        the run's default judge model when there is one: AgentV's SDK clients find it by
+        their own variables (``AGENTV_TARGET_PROXY_URL``/``_TOKEN``). With no such model, no
+        network at all.
 
         Never in the agent's workspace: the judge's program would read, as it starts, what
         the agent planted there (``bunfig.toml``'s preload for ``bun run``, ``CLAUDE.md`` and
@@ -226,6 +242,8 @@ class LlmRuntime:
         target = judge.target
         assert isinstance(target, TargetConfig)
         image = self.image_for(target.image, self.root)
+        proxy = self._judge_proxy()
+        env = {**target.env, **(proxy.env() if proxy is not None else {})}
         scratch = new_scratch()
         try:
             folder = scratch / "judge"
@@ -240,14 +258,17 @@ class LlmRuntime:
                 test_id=self.labels.get("gradebox.test", "judge"),
                 input_files=[],
                 image_id=image,
-                env=dict(target.env),
+                env=env,
                 labels=self.labels,
                 source_dir=self.root,
                 name="llm-judge",
                 network="none",
                 read_only=True,
+                on_start=proxy.start_in if proxy is not None else None,
             )
         finally:
+            if proxy is not None:
+                proxy.close()  # waits for calls in flight, lets none outlive the judge
             remove_tree(scratch)
         failure = judge_step(f"the {judge.kind} judge", outcome, target.timeout, target.limits)[1]
         if failure:
@@ -255,6 +276,20 @@ class LlmRuntime:
         if isinstance(answer, str):
             raise GradeboxError(answer.replace("target:", f"the {judge.kind} judge:", 1))
         return answer.get("output") or ""
+
+    def _judge_proxy(self) -> TargetProxy | None:
+        """A model proxy to the run's default judge model, or None when the run has none."""
+        if self.hub is None:
+            return None
+        try:
+            model = self.hub.targets.get(None, file=None, field=None)
+        except ConfigError:
+            return None
+        return TargetProxy(self.hub, model, max_calls=JUDGE_CALLS)
+
+
+JUDGE_CALLS = 50
+"""Model calls a command judge may make through its proxy (a script grader's default)."""
 
 
 def _shown(spec: str) -> str:

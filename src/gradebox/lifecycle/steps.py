@@ -76,6 +76,7 @@ def run_in_workspace(
     extra_mounts: tuple[Mount, ...] = (),
     named_files: list[str] | None = None,
     read_only: bool = False,
+    on_start: Callable[[Any], None] | None = None,
 ) -> RunOutcome:
     """Run a command that may change the workspace in place (a suite's target and hooks).
 
@@ -108,6 +109,7 @@ def run_in_workspace(
             network=network,
             labels=labels or {},
             name=name,
+            on_start=on_start,
         )
         return sandbox.run(spec)
     finally:
@@ -315,11 +317,13 @@ def run_cli_command(
     attempt: int = 0,
     read_only: bool = False,
     read: Callable[[Path], Any] | None = None,
+    on_start: Callable[[Any], None] | None = None,
 ) -> tuple[RunOutcome, Any]:
     """Run a cli command target given ``prompt_text`` (``{PROMPT}``, ``{PROMPT_FILE}``): the
     agent under test, or a judge (an LLM grader whose judge is a command, the workspace
     ``read_only``); what it wrote to ``{OUTPUT_FILE}``, or why there is nothing (a string).
-    ``read``: how {OUTPUT_FILE} is read (a batch's JSONL: ``read_batch_answers``)."""
+    ``read``: how {OUTPUT_FILE} is read (a batch's JSONL: ``read_batch_answers``);
+    ``on_start``: given the started container (a judge's model proxy opens in it)."""
     scratch = new_scratch()
     try:
         owner = run_as_ids()
@@ -361,6 +365,7 @@ def run_cli_command(
             extra_mounts=tuple(mounts),
             named_files=named,
             read_only=read_only,
+            on_start=on_start,
         )
         if read is not None:
             return outcome, read(io / "output")
