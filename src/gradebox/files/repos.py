@@ -178,6 +178,20 @@ def resolve(
         return _resolved.setdefault(key, fetched)
 
 
+def checkout_env() -> dict[str, str]:
+    """git's environment for a checkout into a workspace: no config but the clone's own (not
+    the system's, not a global one, no HOME: a stage's ``.gitconfig`` or
+    ``.config/git/{config,attributes}``, the template's or a repository's checked out at its
+    root, would be read, its ``core.fsmonitor`` run on the host), and never a prompt."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "HOME": "/nonexistent",
+    }
+
+
 def checkout(
     fetched: Fetched, stage: Path, where: str, owner: tuple[int, int] | None = None
 ) -> None:
@@ -194,13 +208,7 @@ def checkout(
     if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
     # The checkout reads only our mirror: none of the operator's settings are needed.
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "HOME": "/nonexistent",  # not the stage: git would read its .config/git/attributes
-    }
+    env = checkout_env()
     base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
     # Under the mirror's lock: another run's fetch may be removing a mirror past its cap.
     with _locked(fetched.mirror.with_name(fetched.mirror.name + ".lock"), fetched.url):

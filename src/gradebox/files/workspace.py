@@ -35,6 +35,7 @@ from ..core.fstree import (
 from ..core.sizes import format_bytes
 from ..errors import WorkspaceError
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
+from .repos import checkout_env
 
 __all__ = [
     "DEFAULT_DIFF_CAP",
@@ -137,15 +138,7 @@ def materialise_repo(
         raise WorkspaceError(f"repository {source}: {ref!r} is not a commit, branch or tag name")
     if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
-    # No config but the clone's own: HOME was the stage, whose .gitconfig (the template's, or
-    # a repository's checked out at its root) git read, core.fsmonitor run on the host.
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "HOME": "/nonexistent",
-    }
+    env = checkout_env()  # no config but the clone's own, never the stage's
     for args in (
         ["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(src), str(dest)],
         ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", ref],
