@@ -19,7 +19,7 @@ from ..graders.llm import CommandJudge, candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
 from ..llm.proxy import TargetProxy
 from ..protocol.models import GraderResult, Message, Payload, Status
-from ..sandbox.base import Limits
+from ..sandbox.base import Limits, Mount
 from ..sandbox.hardening import run_as_ids
 from ..suite import TargetConfig
 from .steps import HOOK_TIMEOUT, judge_step, run_cli_command, run_in_workspace
@@ -32,12 +32,14 @@ __all__ = ["LlmRuntime"]
 
 TRANSFORM_TIMEOUT = 120.0
 TRANSFORM_MAX = 1 << 20  # the text a transform may hand the graders
+TRANSFORM_HOME = "/transform-home"  # where bun starts: empty (no bunfig.toml, no .env)
 # AgentV's applyTransform, as a program: import the module, call its export (the default)
 # with the answer and a context, print what it returns; the module's own prints go to
 # stderr so stdout holds the result alone. Inline code is AgentV's `new Function` body.
 _TRANSFORM_RUNNER = """\
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
+process.chdir(process.env.EVALUATE_WORKSPACE || "/workspace");
 const write = process.stdout.write.bind(process.stdout);
 process.stdout.write = process.stderr.write.bind(process.stderr);
 console.log = console.info = console.debug = (...args) => console.error(...args);
@@ -132,8 +134,8 @@ class LlmRuntime:
         return self._seen[chain]
 
     def _transform(self, spec: str, payload: Payload) -> str:
-        """Run one transform in the sandbox on the node image (bun runs .ts and .mjs): in an
-        empty read-only folder, no network, the module and our runner the only files given."""
+        """Run one transform in the sandbox on the node image (bun runs .ts and .mjs): the
+        workspace read-only, no network, the module and our runner the only files given."""
         last = next((m for m in reversed(payload.messages) if m.role == "assistant"), None)
         output = last.content if last is not None and last.content is not None else None
         if output is None:
@@ -151,18 +153,19 @@ class LlmRuntime:
             request = {**request, "code": None, "export": export}
             # The module alone, mounted where the grader machinery mounts a named file.
             source, argv = Path(path).parent, [*argv, Path(path).name]
-        # In an empty folder of its own, never the agent's workspace: bun reads bunfig.toml
-        # (its preload) and .env from where it starts, even for `bun -e`, and would run the
-        # agent's code as the transform (AgentV runs it in its own process, not there).
+        # bun starts in an empty folder of its own, never the agent's workspace: it reads
+        # bunfig.toml (its preload) and .env from where it starts, even for `bun -e`, and
+        # would run the agent's code as the transform. The runner then moves into the
+        # workspace (read-only), where a file block's relative path is found.
         scratch = new_scratch()
         try:
-            folder = scratch / "transform"
-            folder.mkdir(mode=0o700)
+            home = scratch / "transform"
+            home.mkdir(mode=0o700)
             if os.geteuid() == 0:
-                os.chown(folder, *run_as_ids())
+                os.chown(home, *run_as_ids())
             outcome = run_in_workspace(
                 argv,
-                folder,
+                self.workspace,
                 self.box,
                 image_id=self.image_for("node", self.root),
                 name="transform",
@@ -171,6 +174,8 @@ class LlmRuntime:
                 labels=self.labels,
                 source_dir=source,
                 read_only=True,
+                extra_mounts=(Mount(home, TRANSFORM_HOME, read_only=True),),
+                workdir=TRANSFORM_HOME,
             )
         finally:
             remove_tree(scratch)

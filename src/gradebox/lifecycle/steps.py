@@ -77,12 +77,14 @@ def run_in_workspace(
     named_files: list[str] | None = None,
     read_only: bool = False,
     on_start: Callable[[Any], None] | None = None,
+    workdir: str = CONTAINER_WORKSPACE,
 ) -> RunOutcome:
     """Run a command that may change the workspace in place (a suite's target and hooks).
 
     Same hardening as a grader; the only difference is the workspace, mounted read-write.
     ``named_files`` (relative to ``source_dir``) are mounted read-only where a rewritten shell
-    command expects them; nothing else of ``source_dir`` is visible.
+    command expects them; nothing else of ``source_dir`` is visible. ``workdir``: where the
+    command starts (the workspace unless said: a transform starts in an empty folder).
     """
     named_files = list(named_files or [])
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -100,7 +102,7 @@ def run_in_workspace(
         spec = SandboxSpec(
             image=image_id,
             command=argv,
-            workdir=CONTAINER_WORKSPACE,
+            workdir=workdir,
             env={**(env or {}), "EVALUATE_WORKSPACE": CONTAINER_WORKSPACE},
             mounts=tuple(mounts),
             stdin=stdin,

@@ -1,0 +1,51 @@
+"""Red-team findings on issue 41's second batch (target matrices, batching providers, output
+transforms, the {PROMPT} rework): each test is an attack that must fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gradebox.errors import GradeboxError
+from gradebox.protocol.models import Message, Payload
+
+# --------------------------------------------------------------------------------------------
+# Output transforms: bun runs AgentV's module over the agent's answer.
+
+
+def _runtime(tmp_path: Path, workspace: Path):
+    from gradebox.lifecycle import llm_runtime
+
+    return llm_runtime.LlmRuntime(
+        None, object(), lambda ref, src: "img", tmp_path, {}, workspace  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_transform_does_not_start_in_the_agents_workspace(tmp_path, monkeypatch):
+    # bun reads bunfig.toml from its working folder, also for `bun -e` (checked with bun
+    # 1.4.2 on the node image: a preload there ran before the runner); the agent's preload
+    # would run as the transform: read the request (vars, metadata) and print the text.
+    from gradebox.lifecycle import llm_runtime
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "bunfig.toml").write_text('preload = ["./evil.js"]\n')
+    (workspace / ".env").write_text("BUN_OPTIONS=--preload=./evil.js\n")
+    seen: list[Path] = []
+
+    def fake_run(argv, folder, box, **kw):
+        # Where bun starts: the workspace unless a workdir says otherwise.
+        workdir = kw.get("workdir", "/workspace")
+        mounted = {"/workspace": folder, **{m.target: m.source for m in kw.get("extra_mounts", ())}}
+        seen.append(mounted[workdir])
+        raise GradeboxError("stop here")
+
+    monkeypatch.setattr(llm_runtime, "run_in_workspace", fake_run)
+    runtime = _runtime(tmp_path, workspace)
+    payload = Payload(input=[Message(role="user", content="q")], output="a")
+    with pytest.raises(GradeboxError):
+        runtime._transform("output.trim()", payload)
+    (folder,) = seen
+    assert folder.resolve() != workspace.resolve()
+    assert not (folder / "bunfig.toml").exists() and not (folder / ".env").exists()
