@@ -22,8 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..suite.preflight import remote_repos
 from .bundle import common_root
 from .driver import MAX_ATTEMPTS, RayCluster, RayExecutor, suite_paths
+from .node import repo_key
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -60,6 +62,8 @@ def start_suite(
         format=format,
         target=target,
         allow=tuple(sorted(allow | set(suite.spec.allow))),
+        repos={repo_key(r): r._commit for r in remote_repos(suite) if r._commit},
+        offline=any(r._offline for r in remote_repos(suite)),
         fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
         use_cache=options.use_cache if options else True,
         model_calls=options.model_calls if options else 4,

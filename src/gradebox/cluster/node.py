@@ -34,7 +34,7 @@ from ..sandbox import collect_garbage, get_sandbox
 from ..sandbox.watchdog import watch_from_outside
 from ..suite import load_suite
 from ..suite.plan import plan_suite
-from ..suite.preflight import models_used
+from ..suite.preflight import models_used, remote_repos
 from .bundle import unpack
 
 __all__ = ["RUN_PREFIX", "RunSpec", "node_op", "run_dir", "run_item"]
@@ -64,6 +64,11 @@ class RunSpec:
     use_cache: bool = True
     model_calls: int = 4
     references: bool = False
+    # kind suite: each remote repository's commit as the driver resolved it (source NUL ref
+    # -> commit): a node checks out that commit, never a branch that moved since; and
+    # whether the run is offline (a node then fetches nothing its cache lacks).
+    repos: dict[str, str] = field(default_factory=dict)
+    offline: bool = False
     version: str = __version__
 
 
@@ -124,6 +129,7 @@ class _Context:
             plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
             tests = {t.id: t for t in suite.tests}
             self.problems = _suite_problems(suite, tests, spec.fingerprints)
+            self.problems += _pin_repos(suite, spec)
             # Graders of one test run side by side, as they do locally.
             self.worker = Worker(
                 self.box,
@@ -196,6 +202,22 @@ def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -
             "(keys never travel with a job: set them where `ray start` runs)"
         )
     return problems
+
+
+def _pin_repos(suite: Any, spec: RunSpec) -> list[str]:
+    """Each remote repository held to the commit the driver resolved, and to its --offline."""
+    problems = []
+    for repo in remote_repos(suite):
+        commit = spec.repos.get(repo_key(repo))
+        if commit is None:
+            problems.append(f"the driver resolved no commit for repository {repo.source}")
+        repo._commit, repo._offline = commit, spec.offline
+    return problems
+
+
+def repo_key(repo: Any) -> str:
+    """How ``RunSpec.repos`` names a remote repository of the suite."""
+    return f"{repo.source}\0{repo.ref or ''}"
 
 
 def _keys_used(suite: Any) -> set[str]:

@@ -252,7 +252,9 @@ class SuiteContext:
             if is_remote(repo.source):
                 # Fetched (and resolved) before the run by preflight; a node of a cluster, or
                 # a library caller, resolves it here, once per process.
-                fetched = resolve(repo.source, repo._commit or repo.ref, offline_run=offline())
+                fetched = resolve(
+                    repo.source, repo._commit or repo.ref, offline_run=repo._offline or offline()
+                )
                 repo._commit = fetched.commit
                 checkout(fetched, stage, repo.path, run_as_ids())
                 continue

@@ -36,6 +36,7 @@ from ..files.workspace import DEFAULT_DIFF_CAP, DEFAULT_MAX_FILES, DEFAULT_MAX_S
 from ..graders.assertion import (
     DEFAULT_REQUIRED,
     LLM_TYPES,
+    TEST_TRANSFORM,
     Assertion,
     AssertSet,
     CompileContext,
@@ -83,6 +84,7 @@ class RepoConfig(_Strict):
     ref: str | None = Field(default=None, description="check this commit or branch out")
     # Set by the run (``preflight``): the commit a URL's ref resolved to, once per run.
     _commit: str | None = PrivateAttr(default=None)
+    _offline: bool = PrivateAttr(default=False)  # the run's --offline, for where it stages
 
 
 class WorkspaceConfig(_Strict):
@@ -342,6 +344,16 @@ class Test:
         return bool(c.expected_output or c.reference_workspace or c.reference_patch)
 
 
+def _transform_print(spec: str) -> list[str]:
+    """An AgentV transform as a verdict depends on it: its code, or its module's contents."""
+    if spec.startswith("file://"):
+        ref = spec.removeprefix("file://")
+        colon = ref.rfind(":")
+        path = ref[:colon] if colon > 1 else ref
+        return [spec, file_digest(Path(path))]
+    return [spec]
+
+
 @dataclass
 class Suite:
     path: Path
@@ -387,8 +399,12 @@ class Suite:
             parts += [test.target_name, test.target.model_dump(mode="json"), test.target._batch]
         elif self.spec.target is not None and self.spec.target._batch:
             parts.append("batch")
+        if isinstance(test.metadata.get(TEST_TRANSFORM), str):  # the module's text, too
+            parts.append(_transform_print(test.metadata[TEST_TRANSFORM]))
         for a in _all(test.every_assertion()):
             parts.append(a.scoring())
+            if getattr(a, "transform", None):  # what this grader sees: its transform's text
+                parts.append(_transform_print(a.transform))
             if isinstance(a, GraderAssertion):
                 where = self.root if portable else None
                 parts += [grader_fingerprint(a.grader, where), a.config]

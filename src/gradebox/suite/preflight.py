@@ -28,7 +28,7 @@ from ..llm.client import missing_env_message
 
 if TYPE_CHECKING:
     from ..llm.targets import ModelTarget
-    from . import Suite, TargetConfig
+    from . import RepoConfig, Suite, TargetConfig
 
 __all__ = ["ModelUse", "models_used", "preflight"]
 
@@ -161,41 +161,44 @@ def _command_judges(suite: Suite) -> Iterator[tuple[str, TargetConfig]]:
                 yield a.field or "an LLM grader", a.llm.command_judge.target
 
 
-def _repos(suite: Suite, fetch: bool, offline: bool, lift_cap: bool) -> Iterator[tuple[str, str]]:
-    """``(key, problem)`` of each remote repository that cannot be had."""
-    offline = offline_default(offline)  # --offline, else GRADEBOX_OFFLINE
-    configs = [suite.spec.workspace, *(t.workspace for t in suite.tests)]
+def remote_repos(suite: Suite) -> Iterator[RepoConfig]:
+    """Each remote repository of the suite's workspaces (the suite's and its tests'), once."""
     seen: set[int] = set()
-    for cfg in configs:
+    for cfg in [suite.spec.workspace, *(t.workspace for t in suite.tests)]:
         if cfg is None or id(cfg) in seen:
             continue
         seen.add(id(cfg))
-        for repo in cfg.repos:
-            if not is_remote(repo.source):
-                continue
-            key = f"repo:{repo.source}@{repo.ref}"
-            if fetch:
-                try:
-                    got = resolve(
-                        repo.source,
-                        repo.ref,
-                        offline_run=offline,
-                        max_bytes=None if lift_cap else DEFAULT_MAX_BYTES,
-                    )
-                except ConfigError as exc:
-                    yield key, exc.message
-                    continue
-                repo._commit = got.commit
-            elif offline and not cached(repo.source, repo.ref):
-                yield (
-                    key,
-                    (
-                        f"repository {repo.source}"
-                        + (f" at {repo.ref}" if repo.ref else "")
-                        + " is not in the cache and the run is offline (--offline or "
-                        "GRADEBOX_OFFLINE): run once without it to fetch it"
-                    ),
+        yield from (repo for repo in cfg.repos if is_remote(repo.source))
+
+
+def _repos(suite: Suite, fetch: bool, offline: bool, lift_cap: bool) -> Iterator[tuple[str, str]]:
+    """``(key, problem)`` of each remote repository that cannot be had."""
+    offline = offline_default(offline)  # --offline, else GRADEBOX_OFFLINE
+    for repo in remote_repos(suite):
+        repo._offline = offline
+        key = f"repo:{repo.source}@{repo.ref}"
+        if fetch:
+            try:
+                got = resolve(
+                    repo.source,
+                    repo.ref,
+                    offline_run=offline,
+                    max_bytes=None if lift_cap else DEFAULT_MAX_BYTES,
                 )
+            except ConfigError as exc:
+                yield key, exc.message
+                continue
+            repo._commit = got.commit
+        elif offline and not cached(repo.source, repo.ref):
+            yield (
+                key,
+                (
+                    f"repository {repo.source}"
+                    + (f" at {repo.ref}" if repo.ref else "")
+                    + " is not in the cache and the run is offline (--offline or "
+                    "GRADEBOX_OFFLINE): run once without it to fetch it"
+                ),
+            )
 
 
 def _unresolved(suite: Suite, name: str | None) -> str:
