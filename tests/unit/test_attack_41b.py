@@ -49,3 +49,40 @@ def test_a_transform_does_not_start_in_the_agents_workspace(tmp_path, monkeypatc
     (folder,) = seen
     assert folder.resolve() != workspace.resolve()
     assert not (folder / "bunfig.toml").exists() and not (folder / ".env").exists()
+
+
+def _transform_eval(
+    tmp_path: Path, transform: str, module: str, kind: str = "equals, value: HI"
+) -> Path:
+    (tmp_path / "t.ts").write_text(module)
+    path = tmp_path / "suite.eval.yaml"
+    path.write_text(
+        "prompts: ['{{ input }}']\nproviders: [{id: mock, label: m, config: {response: hi}}]\n"
+        "default_test:\n  options: {transform: file://t.ts}\n"
+        "tests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        f"      - {{type: {kind}, transform: '{transform}'}}\n"
+    )
+    return path
+
+
+def _print(path: Path) -> str:
+    from gradebox.suite import load_suite
+
+    suite = load_suite(path)
+    return suite.fingerprint(suite.tests[0])
+
+
+@pytest.mark.parametrize(
+    "kind", ["equals, value: HI", "llm-rubric, value: HI, provider: m", "is-json"]
+)
+def test_resume_does_not_reuse_a_verdict_across_a_changed_assertion_transform(tmp_path, kind):
+    module = "export default (o: string) => o;\n"
+    before = _print(_transform_eval(tmp_path, "output.toUpperCase()", module, kind))
+    after = _print(_transform_eval(tmp_path, "output", module, kind))
+    assert before != after  # the grader saw other text: its verdict is not this one
+
+
+def test_resume_does_not_reuse_a_verdict_across_a_changed_transform_module(tmp_path):
+    before = _print(_transform_eval(tmp_path, "output", "export default (o) => o;\n"))
+    after = _print(_transform_eval(tmp_path, "output", 'export default () => "HI";\n'))
+    assert before != after  # as a grader's own files are in its fingerprint
