@@ -86,3 +86,47 @@ def test_resume_does_not_reuse_a_verdict_across_a_changed_transform_module(tmp_p
     before = _print(_transform_eval(tmp_path, "output", "export default (o) => o;\n"))
     after = _print(_transform_eval(tmp_path, "output", 'export default () => "HI";\n'))
     assert before != after  # as a grader's own files are in its fingerprint
+
+
+# --------------------------------------------------------------------------------------------
+# Batching providers: one call's JSONL, keyed by test id, read on the host.
+
+
+def test_a_batchs_lines_for_no_test_are_not_kept(tmp_path, monkeypatch):
+    # 64 MiB of short lines naming ids of no test: each was validated and kept (16 MiB took
+    # 280 MB and 3.4 s on the host; 64 MiB over a gigabyte). Only the batch's tests' are.
+    from gradebox.lifecycle import steps
+
+    calls = []
+    real = steps._cli_fields
+    monkeypatch.setattr(steps, "_cli_fields", lambda obj: calls.append(1) or real(obj))
+    out = tmp_path / "output"
+    lines = [f'{{"id": "z{i}", "text": "x"}}' for i in range(20_000)]
+    out.write_text("\n".join([*lines, '{"id": "a", "text": "mine"}']) + "\n")
+    answers = steps.read_batch_answers(out, ["a"])
+    assert isinstance(answers, dict) and answers["a"]["output"] == "mine"
+    assert len(calls) <= 1
+
+
+def test_a_batch_answer_is_bounded_as_one_answer_is(tmp_path, monkeypatch):
+    from gradebox.lifecycle import steps
+
+    monkeypatch.setattr(steps, "MAX_CLI_OUTPUT", 1000)
+    out = tmp_path / "output"
+    out.write_text('{"id": "a", "text": "' + "x" * 5000 + '"}\n{"id": "b", "text": "ok"}\n')
+    answers = steps.read_batch_answers(out, ["a", "b"])
+    if isinstance(answers, str):
+        return  # the batch refused: as good
+    assert isinstance(answers["a"], str)  # over the cap: that test's error, never its answer
+
+
+def test_a_line_separator_inside_an_answer_is_no_line_break(tmp_path):
+    # JSON strings may hold U+2028 or U+0085 raw; str.splitlines cut the line there: the
+    # whole batch failed on one answer quoting it (AgentV splits JSONL on \n).
+    from gradebox.lifecycle import steps
+
+    out = tmp_path / "output"
+    out.write_text('{"id": "a", "text": "x\u2028y\x85z"}\n{"id": "b", "text": "ok"}\n')
+    answers = steps.read_batch_answers(out, ["a", "b"])
+    assert isinstance(answers, dict), answers
+    assert answers["a"]["output"] == "x\u2028y\x85z" and answers["b"]["output"] == "ok"

@@ -485,10 +485,18 @@ def read_batch_answers(path: Path, ids: list[str]) -> dict[str, dict[str, Any] |
         return f"target: the batch's {{OUTPUT_FILE}} is over {MAX_BATCH_OUTPUT >> 20} MiB"
     records: dict[str, dict[str, Any] | str] = {}
     twice: set[str] = set()
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
+    wanted = set(ids)
+    # Split on \n alone (as AgentV does): a JSON string may hold U+2028 or U+0085 raw, where
+    # str.splitlines would cut it. Bytes, one line decoded at a time: no second copy.
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
             continue
+        if len(raw) > MAX_CLI_OUTPUT + 1024:  # one test's answer, bounded as a lone one's
+            return (
+                f"target: the batch's {{OUTPUT_FILE}} line {n} is over "
+                f"{MAX_CLI_OUTPUT >> 20} MiB (one test's answer)"
+            )
+        line = raw.decode("utf-8", errors="replace")
         try:
             obj = load_untrusted_json(line)
         except OutputShapeError as exc:
@@ -498,6 +506,8 @@ def read_batch_answers(path: Path, ids: list[str]) -> dict[str, dict[str, Any] |
         key = obj.get("id")
         if not isinstance(key, str) or not key:
             return f"target: the batch's {{OUTPUT_FILE}} line {n} has no string id"
+        if key not in wanted:  # no test of this batch: not kept (memory bounded by ids)
+            continue
         if key in records:
             twice.add(key)
             continue
