@@ -130,3 +130,39 @@ def test_a_line_separator_inside_an_answer_is_no_line_break(tmp_path):
     answers = steps.read_batch_answers(out, ["a", "b"])
     assert isinstance(answers, dict), answers
     assert answers["a"]["output"] == "x\u2028y\x85z" and answers["b"]["output"] == "ok"
+
+
+# --------------------------------------------------------------------------------------------
+# {PROMPT} and the other placeholders of a cli command.
+
+
+def test_an_id_ending_in_a_newline_is_quoted_not_spliced():
+    # _SAFE_ID's `$` matched before a final newline: the id went in raw, a line break in the
+    # command's text (the rest of the template a second command).
+    from gradebox.lifecycle.steps import render_cli_command
+
+    command, _ = render_cli_command(
+        "agent --id {EVAL_ID} --out {OUTPUT_FILE}", test_id="t\n", prompt_text="p",
+        files=[], files_format="{path}", cwd=None,
+    )  # fmt: skip
+    assert "\n" not in command.replace("'t\n'", "")
+
+
+@pytest.mark.xfail(strict=True, reason="finding for the lead: a nested shell in double quotes")
+def test_an_answer_in_a_double_quoted_nested_shell_stays_text(tmp_path):
+    # In "..." {PROMPT} becomes ${GRADEBOX_PROMPT}: this shell expands it, and the shell the
+    # template nests (sh -c "...", eval "...") parses the answer as code.
+    import subprocess
+
+    from gradebox.lifecycle.steps import PROMPT_ENV, render_cli_command
+
+    answer = "x; echo INJECTED"
+    command, _ = render_cli_command(
+        'sh -c "echo judged {PROMPT}"', test_id="t", prompt_text=answer, files=[],
+        files_format="{path}", cwd=None,
+    )  # fmt: skip
+    out = subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, check=False,
+        env={"PATH": "/usr/bin:/bin", PROMPT_ENV: answer},
+    )  # fmt: skip
+    assert "INJECTED\n" not in out.stdout

@@ -172,7 +172,7 @@ MAX_CLI_OUTPUT = 16 << 20
 """The most a cli target may write to {OUTPUT_FILE}: read on the host, so bounded."""
 
 _TOKEN = re.compile(r"[^\s'\"<>|;&()=`$]+")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")  # fullmatch: `$` would let a final newline in
 
 
 def render_cli_command(
@@ -209,7 +209,7 @@ def render_cli_command(
 
     text = template
     # Ids first, as before, so that `fixtures/{EVAL_ID}.txt` is a file the rewrite can name.
-    if _SAFE_ID.match(test_id):
+    if _SAFE_ID.fullmatch(test_id):
         text = text.replace("{EVAL_ID}", test_id)
     text = _TOKEN.sub(rewrite, text)
     listed = [
