@@ -148,7 +148,6 @@ def test_an_id_ending_in_a_newline_is_quoted_not_spliced():
     assert "\n" not in command.replace("'t\n'", "")
 
 
-@pytest.mark.xfail(strict=True, reason="finding for the lead: a nested shell in double quotes")
 def test_an_answer_in_a_double_quoted_nested_shell_stays_text(tmp_path):
     # In "..." {PROMPT} becomes ${GRADEBOX_PROMPT}: this shell expands it, and the shell the
     # template nests (sh -c "...", eval "...") parses the answer as code.
@@ -156,13 +155,26 @@ def test_an_answer_in_a_double_quoted_nested_shell_stays_text(tmp_path):
 
     from gradebox.lifecycle.steps import PROMPT_ENV, render_cli_command
 
-    answer = "x; echo INJECTED"
-    command, _ = render_cli_command(
-        'sh -c "echo judged {PROMPT}"', test_id="t", prompt_text=answer, files=[],
-        files_format="{path}", cwd=None,
-    )  # fmt: skip
-    out = subprocess.run(
-        ["sh", "-c", command], capture_output=True, text=True, check=False,
-        env={"PATH": "/usr/bin:/bin", PROMPT_ENV: answer},
-    )  # fmt: skip
-    assert "INJECTED\n" not in out.stdout
+    answer = "x; echo INJECTED $(echo INJECTED)"
+    for template in ('sh -c "echo judged {PROMPT}"', 'bash -lc "echo judged {PROMPT}"',
+                     'eval "echo judged {PROMPT}"', "sh -c 'echo judged {PROMPT}'"):  # fmt: skip
+        command, _ = render_cli_command(
+            template, test_id="t", prompt_text=answer, files=[], files_format="{path}",
+            cwd=None,
+        )  # fmt: skip
+        out = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, check=False,
+            env={"PATH": "/usr/bin:/bin", PROMPT_ENV: answer},
+        )  # fmt: skip
+        assert out.stdout == f"judged {answer}\n", (template, command, out.stdout)
+
+
+@pytest.mark.parametrize("template", ["sh -c {PROMPT}", "eval {PROMPT}", "x; eval  {PROMPT}"])
+def test_a_prompt_given_to_a_shell_as_its_script_is_refused(template):
+    from gradebox.errors import GradeboxError
+    from gradebox.lifecycle.steps import render_cli_command
+
+    with pytest.raises(GradeboxError, match="as its script"):
+        render_cli_command(
+            template, test_id="t", prompt_text="x", files=[], files_format="{path}", cwd=None
+        )

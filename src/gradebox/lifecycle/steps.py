@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ..core.scratch import new_scratch
 from ..core.untrusted import read_regular
+from ..errors import GradeboxError
 from ..files.workspace import remove_tree
 from ..graders.run import CONTAINER_WORKSPACE, container_path, source_mounts, translate_args
 from ..graders.run import grader_file as _named_file
@@ -231,14 +232,20 @@ _PLACEHOLDER = re.compile(r"\{(?:PROMPT|PROMPT_FILE|OUTPUT_FILE|FILES|EVAL_ID|AT
 
 def _fill(template: str, values: dict[str, str | list[str]]) -> str:
     """Placeholders filled in one left-to-right pass, each quoted for the shell's quoting
-    state where it stands (outside quotes, in '...', in "..."). Linear in the template."""
+    state where it stands (outside quotes, in '...', in "...") and for whether that text is
+    itself code for another shell (the word before it is ``-c`` or ``eval``). Linear."""
     out: list[str] = []
-    quote = ""  # "", "'" or '"'
+    quote, code = "", False  # quote: "", "'" or '"'; code: the quoted text is a script
     i, n = 0, len(template)
     while i < n:
         found = _PLACEHOLDER.match(template, i) if template[i] == "{" else None
         if found:
-            out.append(_quoted(found.group(0), values, quote))
+            if quote == "" and found.group(0) == "{PROMPT}" and _script_word(out):
+                raise GradeboxError(
+                    "{PROMPT} given to a shell as its script (after -c or eval): the prompt "
+                    "would run as code; pass it as an argument, or read {PROMPT_FILE}"
+                )
+            out.append(_quoted(found.group(0), values, quote, code))
             i = found.end()
             continue
         c = template[i]
@@ -247,20 +254,31 @@ def _fill(template: str, values: dict[str, str | list[str]]) -> str:
             i += 2
             continue
         if quote == "" and c in "'\"":
-            quote = c
+            quote, code = c, _script_word(out)
         elif c == quote:
-            quote = ""
+            quote, code = "", False
         out.append(c)
         i += 1
     return "".join(out)
 
 
-def _quoted(key: str, values: dict[str, str | list[str]], quote: str) -> str:
+_SCRIPT_WORD = re.compile(r"(?:^|[\s;&|(])(?:-[A-Za-z]*c|eval)\s+$")
+
+
+def _script_word(out: list[str]) -> bool:
+    """Whether what comes next is a script another shell parses: after ``-c`` (``sh -c``,
+    ``bash -lc``) or ``eval``."""
+    return bool(_SCRIPT_WORD.search("".join(out[-64:])[-64:]))
+
+
+def _quoted(key: str, values: dict[str, str | list[str]], quote: str, code: bool) -> str:
     if key == "{PROMPT}":
-        # A reference, not the text: outside quotes "${V}" (one word), in "..." ${V}; in '...'
-        # "${V}" stays literal for this shell and is expanded, never parsed, by the one the
-        # template nests there (sh -c '... {PROMPT}').
-        return f"${{{PROMPT_ENV}}}" if quote == '"' else f'"${{{PROMPT_ENV}}}"'
+        # A reference, never the text. Outside quotes "${V}" (one word); in "..." ${V}, or,
+        # when that text is a script (sh -c "..."), \"\${V}\" for the nested shell to expand;
+        # in '...' "${V}": literal here, expanded (never parsed) by a shell that runs it.
+        if quote == '"':
+            return f'\\"\\${{{PROMPT_ENV}}}\\"' if code else f"${{{PROMPT_ENV}}}"
+        return f'"${{{PROMPT_ENV}}}"'
     value = values[key]
     words = value if isinstance(value, list) else [value]
     if quote == "":
