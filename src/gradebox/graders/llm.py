@@ -420,10 +420,7 @@ class LlmAssertion:
         hub = runtime.hub
         before = Usage()
         if self.target is None and self.command_judge is None:
-            why = self.unresolved or "no model target"
-            return GraderResult(
-                name=name, type="llm", status=Status.error, passed=False, score=0.0, evidence=why
-            )
+            return _error(name, self.unresolved or "no model target")
         try:
             output = runtime.candidate_text(payload, self.preprocessors)
             variables = {**template_variables(payload, self.rubrics, output), **self.agent_data}
@@ -451,14 +448,7 @@ class LlmAssertion:
                 schema=VERDICT_SCHEMA,
             )
         except ModelError as exc:
-            return GraderResult(
-                name=name,
-                type="llm",
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence=str(exc),
-            )
+            return _error(name, str(exc))
         before.add(done)
         return self._verdict(done.text, name, structured=done.structured, usage=before)
 
@@ -475,14 +465,7 @@ class LlmAssertion:
                 self.command_judge, f"{prompt.rstrip()}\n\n{system}\n", name
             )
         except GradeboxError as exc:
-            return GraderResult(
-                name=name,
-                type="llm",
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence=f"judge {self.command_judge.label!r}: {exc}",
-            )
+            return _error(name, f"judge {self.command_judge.label!r}: {exc}")
         return self._verdict(reply, name, structured=False, usage=Usage(), who="judge")
 
     def _verdict(
@@ -490,15 +473,8 @@ class LlmAssertion:
     ) -> GraderResult:
         parsed = parse_verdict(text, self.rubrics, structured=structured)
         if isinstance(parsed, str):
-            return GraderResult(
-                name=name,
-                type="llm",
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence=f"unparseable {who} answer: {parsed}",
-                usage=usage,
-                raw_response=text[:MAX_RAW],
+            return _error(name, f"unparseable {who} answer: {parsed}").model_copy(
+                update={"usage": usage, "raw_response": text[:MAX_RAW]}
             )
         score, checks, reasoning, failed_required = parsed
         passed = score >= self.pass_score - 1e-9 and not failed_required
@@ -602,3 +578,10 @@ def _unreadable(rel: str) -> str:
     # A name that is not UTF-8 arrives with surrogates: shown escaped, never sent raw.
     shown = rel.encode("utf-8", "backslashreplace").decode()
     return f"[gradebox: {shown} could not be read as text and no preprocessor matched it]"
+
+
+def _error(name: str, evidence: str) -> GraderResult:
+    """An LLM grader with no verdict: an ``error`` that says why, never a pass."""
+    return GraderResult(
+        name=name, type="llm", status=Status.error, passed=False, score=0.0, evidence=evidence
+    )

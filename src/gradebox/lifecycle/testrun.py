@@ -670,22 +670,7 @@ class TestRun:
                 body = body.model_copy(update={"config": assertion.config})
             started = self.warm.pop(idx, None) if warm else None
             try:
-                if started is not None:
-                    slots.append(run.grader_pool.submit(started.run, body))
-                else:
-                    slots.append(
-                        run.grader_pool.submit(
-                            run_grader,
-                            assertion.grader,
-                            body,
-                            ws,
-                            run.box,
-                            images=run.images,
-                            labels=self.labels,
-                            file=str(run.suite.path),
-                            models=run.models,
-                        )
-                    )
+                slots.append(run.grader_pool.submit(self._run, assertion.grader, body, ws, started))
             except RuntimeError:  # the executor was shut down: the run is being interrupted
                 if started is not None:
                     started.discard()
@@ -714,7 +699,7 @@ class TestRun:
         """A composite's aggregator over its children's results (AgentV v4's
         ``CompositeGrader.aggregate``): a program in the sandbox reads them on stdin, an LLM
         grader in its prompt. A child with no verdict leaves the set with none: not run."""
-        run, program = self.run_, group.program
+        program = group.program
         children = [fold(c, done) for c in group.children]
         if any(r.status is Status.error for r in children):
             if started is not None:
@@ -740,11 +725,16 @@ class TestRun:
             )
             return llm.grade(payload, runtime, program.display_name())
         assert isinstance(program, GraderAssertion)
-        body = AggregatorInput(results=results)
+        return self._run(program.grader, AggregatorInput(results=results), ws, started)
+
+    def _run(self, grader: Any, body: Any, ws: Path, started: Any) -> GraderResult:
+        """One grader of this test: in its container started ahead (the warm pool's), else in
+        one started now."""
         if started is not None:
-            return started.run(body)
+            return started.run(body)  # type: ignore[no-any-return]
+        run = self.run_
         return run_grader(
-            program.grader,
+            grader,
             body,
             ws,
             run.box,
