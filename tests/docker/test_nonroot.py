@@ -56,6 +56,8 @@ SUBSET = [
     ("tests/docker/test_slots.py", None),  # slots in the user's delegated cgroups (v1)
     ("tests/docker/test_cgroups.py", None),  # a cgroup per container (v1 slots off, and v2)
     ("tests/docker/test_doctor.py", None),  # what the machine gives this user, said true
+    ("tests/docker/test_remote_repos.py", None),  # the repositories' cache: the user's own
+    ("tests/docker/test_cli_judge.py", "proxy or network"),  # a command judge, its one door
 ]
 
 
