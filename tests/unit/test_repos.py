@@ -338,3 +338,19 @@ def test_a_docker_environments_image_maps_as_v4s_workspace_docker(tmp_path, imag
     suite = load_suite(path)
     assert suite.spec.defaults.image == ours
     assert suite.tests[0].assertions[0].grader.image == ours
+
+
+def test_the_suites_own_git_config_never_steers_a_fetch(server, tmp_path, monkeypatch):
+    """Run from the suite's folder (as `gradebox run` is), whose `.git/config` (the eval's
+    author's, or whoever cloned it) redirects the URL elsewhere: the fetch reads only the
+    operator's settings, never that folder's."""
+    _, good = make_repo(server.base, "good", {"a.py": "good\n"})
+    _, evil = make_repo(server.base, "evil", {"a.py": "evil\n"})
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    git(suite, "init", "-q")
+    git(suite, "config", f"url.{server.url('evil')}.insteadOf", server.url("good"))
+    git(suite, "config", "core.sshCommand", "touch /tmp/should-not-run")
+    monkeypatch.chdir(suite)
+    got = repos.resolve(server.url("good"), "main")
+    assert got.commit == good != evil
