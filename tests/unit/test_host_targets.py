@@ -144,6 +144,44 @@ def test_repeat_asks_once_per_sample_and_passes_when_any_run_passed(tmp_path):
     assert result.status.value == "passed" and result.output == "42"
 
 
+def test_repeat_keeps_every_trials_answer_and_graders(tmp_path):
+    """The failing runs are what a reader opens: each trial keeps its own answer and its
+    graders' results (with their evidence), not only its verdict; the result still stands
+    for the best run."""
+    with FakeModel(answers=["no idea", "42", "it is 41"]) as fake:
+        path = _suite(tmp_path, _openai(fake.base_url),
+                      ONE.replace("  - id: a\n", "  - id: a\n    run: {repeat: 3}\n"))  # fmt: skip
+        result = _run(path, tmp_path / "out")["results"]["a"]
+    assert [t.output for t in result.trials] == ["no idea", "42", "it is 41"]
+    assert [[(g.name, g.passed) for g in t.graders] for t in result.trials] == [
+        [(result.graders[0].name, False)], [(result.graders[0].name, True)],
+        [(result.graders[0].name, False)],
+    ]  # fmt: skip
+    assert all(g.evidence for t in result.trials for g in t.graders)
+    assert result.output == "42" and result.status.value == "passed"
+
+
+def test_a_result_that_cannot_be_written_drops_its_trials_graders_too(tmp_path):
+    """A trial holds its answer and graders now: what made the result unwritable (a lone
+    surrogate in one trial's answer) is dropped with them, the verdicts stay, the run goes on."""
+    from gradebox.core.jsonl import JsonlWriter
+    from gradebox.drivers.runner import _append_or_error
+    from gradebox.protocol.models import GraderResult, Status, TestResult, TrialRecord
+
+    g = GraderResult(name="g", status=Status.failed, passed=False, score=0.0, evidence="e")
+    trials = [TrialRecord(sample=0, status=Status.failed, score=0.0, output="\ud800", graders=[g]),
+              TrialRecord(sample=1, status=Status.passed, score=1.0, output="ok")]  # fmt: skip
+    writer = JsonlWriter(tmp_path / "results.jsonl")
+    _append_or_error(writer, TestResult(id="t", status=Status.passed, passed=True, score=1.0,
+                                        trials=trials))  # fmt: skip
+    writer.close()
+    written = read_results(tmp_path / "results.jsonl")["t"]
+    assert written.details_dropped and written.status is Status.error
+    assert [(t.status, t.score, t.output, t.graders) for t in written.trials] == [
+        (Status.failed, 0.0, None, []), (Status.passed, 1.0, None, []),
+    ]  # fmt: skip
+
+
 def test_input_files_are_embedded_as_file_blocks(tmp_path):
     write(tmp_path / "evals" / "notes.txt", "the number is 42")
     with FakeModel(default="42") as fake:

@@ -28,7 +28,14 @@ from ..errors import StorageError
 from ..lifecycle.executor import Executor, LocalExecutor, default_workers
 from ..lifecycle.jobs import TestJob, Worker
 from ..lifecycle.testrun import after_all, not_run, now
-from ..protocol.models import RunSummary, Status, TargetTotals, TestResult, Usage
+from ..protocol.models import (
+    RunSummary,
+    Status,
+    TargetTotals,
+    TestResult,
+    TrialRecord,
+    Usage,
+)
 from ..protocol.results import read_results  # the one reader (re-exported: callers import it here)
 from ..sandbox.base import ImageSource, Sandbox
 from ..suite import Suite, Test
@@ -286,6 +293,11 @@ def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
     except (ValueError, TypeError, RecursionError) as exc:
         log.warning("test %s: result could not be written: %s", result.id, exc)
         result.graders, result.details_dropped = [], True
+        if result.trials:  # each run's answer and graders too: they may hold what failed
+            result.trials = [
+                TrialRecord(sample=t.sample, status=t.status, score=t.score, error=t.error)
+                for t in result.trials
+            ]
         result.status, result.passed, result.score = Status.error, False, 0.0
         result.error = f"its result could not be written ({type(exc).__name__}); graders dropped"
         writer.append(result)

@@ -6,7 +6,8 @@ The score is the best run's (``pass_any``, the default), the lowest (``pass_all`
 the test passes when that score reaches its threshold (without one: ``pass_any`` when a run
 passed, the others when every run passed). A run that errored or failed a required gate
 counts with a score of 0, whatever its graders' weighted score: it earned none. The
-best-scoring run stands for the test (its graders and answer); ``trials`` lists every run.
+best-scoring run stands for the test (its graders and answer); ``trials`` lists every run,
+each with its own answer, diff and graders (a failing run is what a reader opens).
 ``pass_any`` is an error only when every run errored, the others when any did. Each run has a
 fresh workspace and its own sample index, so a model target is asked again (the response
 cache keys each sample on its own).
@@ -19,7 +20,7 @@ import statistics
 
 from ..protocol.models import Status, TestResult, TrialRecord, Usage
 
-__all__ = ["best_of"]
+__all__ = ["best_of", "trial"]
 
 # Two-tailed 95% t critical values for 1..29 degrees of freedom (AgentV's T_TABLE_95); 1.96 after.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -47,6 +48,22 @@ def earned(run: TestResult) -> float:
     if run.status is Status.error or run.gates_failed:
         return 0.0
     return run.score
+
+
+def trial(sample: int, run: TestResult) -> TrialRecord:
+    """One run as a trial of its test: its verdict, answer, diff and graders, as it wrote
+    them (each already capped as any result is: nothing here caps again)."""
+    return TrialRecord(
+        sample=sample,
+        status=run.status,
+        score=run.score,
+        error=run.error,
+        output=run.output,
+        file_changes=run.file_changes,
+        file_changes_bytes=run.file_changes_bytes,
+        graders=run.graders,
+        gates_failed=run.gates_failed,
+    )
 
 
 def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
@@ -80,10 +97,7 @@ def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
     else:
         result.status = Status.passed if ok else Status.failed
     result.passed = result.status is Status.passed
-    result.trials = [
-        TrialRecord(sample=i, status=r.status, score=r.score, error=r.error)
-        for i, r in enumerate(runs)
-    ]
+    result.trials = [trial(i, r) for i, r in enumerate(runs)]
     usage, seen = Usage(), False
     for r in runs:
         if r.usage is not None:

@@ -481,12 +481,24 @@ class StepRecord(BaseModel):
 
 
 class TrialRecord(BaseModel):
-    """One run of a test that runs several times (``repeat``)."""
+    """One run of a test that runs several times (``repeat``), or one trial of a prompt
+    (``gradebox trials``): its verdict, and what a reader needs to see why, each field as the
+    run wrote it into its own ``TestResult`` (so capped the same way). Older runs kept only
+    the verdict: the rest is empty there."""
 
     sample: int
     status: Status
     score: float
     error: str | None = None
+    output: str | None = Field(default=None, description="its answer")
+    file_changes: str | None = Field(
+        default=None, description="its changes as a unified diff (capped: workspace.max_diff)"
+    )
+    file_changes_bytes: int = 0
+    graders: list[GraderResult] = Field(
+        default_factory=list, description="its graders' results, with their evidence"
+    )
+    gates_failed: list[str] = Field(default_factory=list)
 
 
 class TestResult(BaseModel):
@@ -555,8 +567,8 @@ class TestResult(BaseModel):
     )
     trials: list[TrialRecord] | None = Field(
         default=None,
-        description="a test with repeat: N: every run (the result is the best one; it passes "
-        "when any run passed)",
+        description="a test with repeat: N: every run, with its answer and graders (the "
+        "result is the best one; by default it passes when any run passed)",
     )
 
 

@@ -495,8 +495,15 @@ def _as_tests(graded: list[GradedRecord]) -> list[TestResult]:
                 graders=[best.result],
                 error=best.target_error,
                 metadata=best.metadata or {},
-                trials=[
-                    TrialRecord(sample=i, status=g.status, score=g.score, error=g.target_error)
+                trials=[  # each trial's answer and verdict: a failing one can be opened
+                    TrialRecord(
+                        sample=i,
+                        status=g.status,
+                        score=g.score,
+                        error=g.target_error,
+                        output=g.output,
+                        graders=[g.result],
+                    )
                     for i, g in enumerate(runs)
                 ]
                 if len(runs) > 1

@@ -142,6 +142,13 @@
     const present = t.rows.filter(Boolean);
     return present.length > 1 && present.some((r) => r.status !== present[0].status);
   };
+  // What the search reads of one trial of a test run several times: its error, answer and
+  // graders' evidence (a failing trial's answer is often what is searched for).
+  function trialText(tr, parts) {
+    parts.push(tr.error || '', (tr.output || '').slice(0, SEARCHED));
+    for (const g of tr.graders || []) parts.push(g.name, (g.evidence || '').slice(0, SEARCHED));
+    return parts;
+  }
   function haystack(t) {
     if (t.hay !== undefined) return t.hay;
     const parts = [t.id];
@@ -150,6 +157,7 @@
       const f = peek(row);
       parts.push(f.error || '', (f.output || '').slice(0, SEARCHED));
       for (const g of f.graders || []) parts.push(g.name, (g.evidence || '').slice(0, SEARCHED));
+      for (const tr of f.trials || []) trialText(tr, parts);
     }
     t.hay = parts.join('\n');
     t.hayLower = t.hay.toLowerCase();
@@ -785,28 +793,72 @@
     drawFiles(0);
     return [h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}, ${bytes.toLocaleString()} bytes`), list, blocks];
   }
+  function changes(row) {
+    return row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
+      : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null;
+  }
+  // A test run several times whose trials kept their answers and graders: one tab per trial,
+  // the failing ones first (what a reader opens the test for), each drawn when chosen. While
+  // a text search is on, the first trial that holds it is chosen. Runs that kept only each
+  // trial's verdict get the list of verdicts instead (null here).
+  let tabSeq = 0;
+  function trialTabs(summary, row) {
+    const trials = row.trials || [];
+    if (!trials.some((tr) => tr.output !== undefined || (tr.graders && tr.graders.length) || tr.file_changes)) return null;
+    const order = trials.map((tr, i) => [tr, i]).sort((a, b) => (ORDER[a[0].status] ?? 3) - (ORDER[b[0].status] ?? 3) || a[1] - b[1]);
+    const base = `trial-${++tabSeq}`;
+    const panel = h('div', { role: 'tabpanel', class: 'trialpanel', tabindex: '0' });
+    const list = h('div', { role: 'tablist', class: 'trialtabs', 'aria-label': 'trials, failing first' });
+    const tabs = order.map(([tr, i], at) => h('button', {
+      type: 'button', role: 'tab', id: `${base}-${i}`, 'aria-controls': `${base}-panel`, class: `trialtab st-${tr.status}`,
+      onclick: () => select(at),
+      onkeydown: (e) => {
+        const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: tabs.length - 1 }[e.key];
+        if (to === undefined) return;
+        e.preventDefault();
+        select((to + tabs.length) % tabs.length); tabs[(to + tabs.length) % tabs.length].focus();
+      },
+    }, tr.status === 'passed' ? '✔' : tr.status === 'failed' ? '✘' : '!', ` trial ${i + 1}`, h('span', { class: 'muted' }, ` ${num(tr.score)}`)));
+    panel.id = `${base}-panel`;
+    list.append(...tabs);
+    function select(at) {
+      const [tr, i] = order[at];
+      tabs.forEach((b, j) => { b.setAttribute('aria-selected', j === at ? 'true' : 'false'); b.tabIndex = j === at ? 0 : -1; });
+      panel.setAttribute('aria-labelledby', `${base}-${i}`);
+      panel.replaceChildren(
+        kv([['trial', `${i + 1} of ${trials.length}`], ['status', badge(tr.status)], ['score', num(tr.score, 3)],
+          ['gates failed', (tr.gates_failed || []).join(', ')], ['error', tr.error ? textBlock(tr.error) : '']]),
+        tr.output !== undefined ? [h('h4', null, 'output'), textBlock(tr.output)] : null,
+        changes(tr),
+        h('h4', null, `graders (${(tr.graders || []).length})`),
+        (tr.graders || []).map(grader));
+    }
+    const q = state.q && !state.re ? state.q.toLowerCase() : '';
+    const hit = q ? order.findIndex(([tr]) => trialText(tr, []).join('\n').toLowerCase().includes(q)) : -1;
+    select(Math.max(0, hit));
+    return [h('h4', null, `trials (${trials.length})`), marks(summary), list, panel];
+  }
   function detail(t, summary) {
     if (!summary) return h('p', null, 'not run in this run');
     const row = full(summary);
     const target = row.target;
     const other = multi ? h('div', null, h('h4', null, 'in each run'), kv(t.rows.map((r, i) => [runs[i].name, r ? `${r.status}, score ${num(r.score)}` : 'not run']))) : null;
     const timings = Object.entries(row.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
+    const tabbed = trialTabs(summary, row); // each trial's answer and graders: shown there
     return h('div', { class: 'opened' },
       kv([['test', row.id.length > 500 ? textBlock(row.id) : row.id], ['status', badge(row.status)], ['score', num(row.score, 3)], ['threshold', row.threshold], ['gates failed', (row.gates_failed || []).join(', ')],
         ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at && when(row.started_at)], ['finished', row.finished_at && when(row.finished_at)],
         ['node', row.node], ['attempts', row.attempts], ['details dropped', row.details_dropped ? 'yes: the result could not be written whole' : '']]),
       other,
-      row.trials ? [h('h4', null, 'trials'), marks(summary), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
-        `trial ${i + 1}: `, h('span', { class: `st-${tr.status}` }, tr.status), `, score ${num(tr.score)}`, tr.error ? [' — ', visible(oneLine(tr.error))] : null)))] : null,
+      tabbed || (row.trials ? [h('h4', null, 'trials'), marks(summary), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
+        `trial ${i + 1}: `, h('span', { class: `st-${tr.status}` }, tr.status), `, score ${num(tr.score)}`, tr.error ? [' — ', visible(oneLine(tr.error))] : null)))] : null),
       messages('input', row.input),
-      row.output !== undefined ? [h('h4', null, 'output'), textBlock(row.output)] : null,
+      row.output !== undefined && !tabbed ? [h('h4', null, 'output'), textBlock(row.output)] : null,
       messages('expected output', row.expected_output),
       target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['ended', [target.timed_out && 'timed out', signal(target.exit_code)].filter(Boolean).join(', ')]]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
-      row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
-        : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null,
-      h('h4', null, `graders (${(row.graders || []).length})`),
-      (row.graders || []).map(grader),
+      tabbed ? null : changes(row),
+      tabbed ? null : [h('h4', null, `graders (${(row.graders || []).length})`), (row.graders || []).map(grader)],
       row.metadata && Object.keys(row.metadata).length ? [h('h4', null, 'metadata'), textBlock(row.metadata)] : null);
   }
 
