@@ -1,14 +1,14 @@
 """The HTML report on a large run: `python bench/run.py --only report` (or this file alone).
 
 A synthetic 10,000-test run (each test: an input, a 300-character answer, three graders with
-evidence and checks, a 1 KB diff, a fifth of them with three trials) is written as
-results.jsonl, then `gradebox report` turns it into one file; headless Chromium (Debian's
-chromium-headless-shell, as the tests use) opens it. Measured: the file's size against the
-results', the time to write it, the time from navigation until the table is drawn (the page's
-own clock, median of N: the script's mark once the table is drawn, or the load event if
-later), and then, on the open page, a search over every test and opening one (wall clock,
-with Playwright's polling in it). The machine's load average is printed beside: on a shared
-machine every figure scales with it.
+evidence and checks, a 1 KB diff, a fifth of them with three trials, each with its own answer,
+diff and graders) is written as results.jsonl, then `gradebox report` turns it into one file;
+headless Chromium (Debian's chromium-headless-shell, as the tests use) opens it. Measured:
+the file's size against the results', the time to write it, the time from navigation until
+the table is drawn (the page's own clock, median of N: the script's mark once the table is
+drawn, or the load event if later), and then, on the open page, a search over every test
+and opening one (wall clock, with Playwright's polling in it). The machine's load average is
+printed beside: on a shared machine every figure scales with it.
 """
 
 from __future__ import annotations
@@ -57,11 +57,18 @@ def synthetic_run(out: Path, n: int) -> Path:
                 )
                 for k, name in enumerate(("pytest", "lint", "notes"))
             ]  # fmt: skip
-            trials = (
-                [TrialRecord(sample=t, status=statuses[(i + t) % 10], score=0.5) for t in range(3)]
+            trials = (  # each with its own answer, diff and graders, as a repeat run keeps
+                [
+                    TrialRecord(
+                        sample=t, status=statuses[(i + t) % 10], score=0.5,
+                        output=f"Trial {t}: I changed mod{i % 6}.py. " * 7, graders=graders,
+                        file_changes=DIFF, file_changes_bytes=len(DIFF),
+                    )
+                    for t in range(3)
+                ]
                 if i % 5 == 0
                 else None
-            )
+            )  # fmt: skip
             r = TestResult(
                 id=f"case-{i:05d}", status=st, passed=st is Status.passed,
                 score=1.0 if st is Status.passed else 0.4,

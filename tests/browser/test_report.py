@@ -462,3 +462,80 @@ def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_p
     assert page.locator("text=more files").count() == 0
     assert page.locator("details.file").last.text_content().startswith("f999")
     w.assert_clean()
+
+
+def _trial_run(output: str, passed: bool, evidence: str) -> TestResult:
+    r = _result("flaky-answer", passed)
+    r.output, r.graders[0].evidence = output, evidence
+    return r
+
+
+def test_trials_open_as_tabs_failing_first_and_search_reads_every_trial(tmp_path, open_page):
+    """A `repeat: 3` test (its runs added up by `repeat.best_of`, as a run does) shows a tab
+    per trial, the failing ones first, each with its own answer and graders; the search
+    finds a failed trial's answer, which the result's own (the best run's) does not hold. A
+    result from before trials kept their answers still opens, with the verdicts listed."""
+    from gradebox.lifecycle.repeat import best_of
+    from gradebox.protocol.models import TrialRecord
+
+    evil = "<img src=x onerror=alert(7)>"
+    runs = [
+        _trial_run("The answer is 42.", True, "found 42"),
+        _trial_run(f"I would rather not say {evil}", False, "no 42 in the answer"),
+        _trial_run("The answer is 42, surely.", True, "found 42 again"),
+    ]
+    old = _result("old-run", True)
+    old.trials = [TrialRecord(sample=i, status=s, score=float(s is Status.passed))
+                  for i, s in enumerate([Status.passed, Status.failed])]  # fmt: skip
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text(best_of(runs).model_dump_json() + "\n"
+                                       + old.model_dump_json() + "\n")  # fmt: skip
+    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    page.fill("#q", "rather not say")  # only the failed trial said it
+    assert shown(page) == ["flaky-answer"]
+    page.click("button.toggle >> text=flaky-answer")
+    tabs = page.locator("td.detail [role=tab]")
+    assert tabs.all_text_contents() == ["✘ trial 2 0.00", "✔ trial 1 1.00", "✔ trial 3 1.00"]
+    assert tabs.first.get_attribute("aria-selected") == "true"
+    panel = page.locator("td.detail [role=tabpanel]")
+    assert f"I would rather not say {evil}" in panel.text_content()  # shown, as text
+    assert "no 42 in the answer" in panel.text_content()  # its grader's evidence
+    assert "flaky" in page.text_content("td.detail .opened")
+    shot(page, "tr.open", "tr.detailrow", DOCS_IMG / "report-trials.png")
+    tabs.nth(2).click()
+    assert tabs.nth(2).get_attribute("aria-selected") == "true"
+    assert tabs.first.get_attribute("aria-selected") == "false"
+    assert "The answer is 42, surely." in panel.text_content()
+    assert "found 42 again" in panel.text_content() and "rather not" not in panel.text_content()
+    page.keyboard.press("ArrowLeft")  # the tabs' keys: the focused tab moves, and shows
+    assert tabs.nth(1).get_attribute("aria-selected") == "true"
+    assert "found 42" in panel.text_content()
+    assert page.locator("td.detail img").count() == 0
+    page.fill("#q", "")
+    page.click("button.toggle >> text=old-run")  # an old result: its verdicts, no tabs
+    old_detail = page.locator("tr.detailrow").last
+    assert "trial 2: failed" in old_detail.text_content()
+    assert old_detail.locator("[role=tab]").count() == 0
+    w.assert_clean()
+
+
+def test_a_trials_output_opens_with_every_trials_answer(tmp_path, open_page):
+    """`gradebox trials -o` keeps every graded answer: the report shows each as a tab (the
+    failing one first) and its search finds a failed trial's answer ("four", not "4")."""
+    inline = ROOT / "examples" / "inline"
+    out = tmp_path / "trials-out.jsonl"
+    p = gradebox("trials", inline / "trials.jsonl", "-g", inline / "hint-grader.py", "-k", "3",
+                 "-o", out)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    w = open_page(report([out], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    page.fill("#q", "four")
+    assert shown(page) == ["p1"]
+    page.click("button.toggle >> text=p1")
+    tabs = page.locator("td.detail [role=tab]").all_text_contents()
+    assert tabs == ["✘ trial 2 0.00", "✔ trial 1 1.00", "✔ trial 3 1.00"]
+    panel = page.text_content("td.detail [role=tabpanel]")
+    assert "four" in panel and "Missing hint" in panel
+    w.assert_clean()

@@ -825,13 +825,13 @@
       const [tr, i] = order[at];
       tabs.forEach((b, j) => { b.setAttribute('aria-selected', j === at ? 'true' : 'false'); b.tabIndex = j === at ? 0 : -1; });
       panel.setAttribute('aria-labelledby', `${base}-${i}`);
-      panel.replaceChildren(
+      panel.replaceChildren(...[
         kv([['trial', `${i + 1} of ${trials.length}`], ['status', badge(tr.status)], ['score', num(tr.score, 3)],
           ['gates failed', (tr.gates_failed || []).join(', ')], ['error', tr.error ? textBlock(tr.error) : '']]),
         tr.output !== undefined ? [h('h4', null, 'output'), textBlock(tr.output)] : null,
         changes(tr),
         h('h4', null, `graders (${(tr.graders || []).length})`),
-        (tr.graders || []).map(grader));
+        (tr.graders || []).map(grader)].flat(Infinity).filter(Boolean));
     }
     const q = state.q && !state.re ? state.q.toLowerCase() : '';
     const hit = q ? order.findIndex(([tr]) => trialText(tr, []).join('\n').toLowerCase().includes(q)) : -1;
