@@ -89,8 +89,12 @@ def phone(browser: object) -> Iterator[object]:
 
 
 def _sideways(page: object) -> int:
-    """How far the page scrolls sideways (0: not at all)."""
-    return page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
+    """How far the page scrolls sideways past the phone's 390 px (0: not at all). A phone's
+    layout viewport grows to a page wider than it (innerWidth 795 for a page 795 px wide),
+    so scrollWidth <= innerWidth alone would hold for any page: both are checked."""
+    inner, scroll = page.evaluate("[window.innerWidth, document.scrollingElement.scrollWidth]")
+    assert inner == PHONE["width"], f"the layout viewport grew to {inner} px: the page is wider"
+    return scroll - inner
 
 
 def _top(page: object, selector: str) -> float:
