@@ -269,3 +269,16 @@ def test_cli_answer_special_files_and_size(tmp_path):
     with open(fifo, "wb") as f:
         f.truncate(MAX_CLI_OUTPUT + 1)
     assert "MiB" in str(read_cli_answer(fifo))
+
+
+def test_a_regex_graders_name_reads_as_its_suite_wrote_it():
+    # The quickstart's `value: "answer is \\d+"` was named `regex 'answer is \\\\d+'` (repr's
+    # doubled backslash) in the results, the report and the terminal.
+    assert BuiltinAssertion(type="regex", value=r"answer is \d+").display_name() == (
+        r"regex 'answer is \d+'"
+    )
+    # A newline or a quote is still shown escaped: a name stays one line.
+    assert BuiltinAssertion(type="contains", value="a\nb").display_name() == r"contains 'a\nb'"
+    assert BuiltinAssertion(type="equals", value="it's").display_name() == 'equals "it\'s"'
+    trace = TraceAssertion(type="trajectory:tool-args-match", value={"name": r"C:\tmp", "args": {}})
+    assert trace.display_name() == r"trajectory:tool-args-match 'C:\tmp'"

@@ -107,6 +107,27 @@ def test_a_glob_that_matches_nothing_runs_nothing(tree: Path) -> None:
     assert code == 2 and "z.eval.yaml" in text and not (tree / "o").exists()
 
 
+def test_a_folder_holding_one_suite_yaml_runs_it(tree: Path) -> None:
+    # `gradebox run examples/quickstart` was refused ("holds no eval file") with no word of
+    # the suite.yaml in it: a folder with no eval file stands for its one suite file.
+    write(tree / "qs" / "suite.yaml", suite("right", "qs"))
+    write(tree / "qs" / "fixtures" / "suite.yaml", suite("right", "below"))  # not below
+    assert expand_suite_paths(["qs"], tree) == [Path("qs/suite.yaml")]
+    code, text = gradebox("run", "qs", "--out", "o", "--json")
+    assert code == 0 and json.loads(text)["summary"]["suite"] == "qs", text
+    write(tree / "qs" / "suite.yml", suite("right", "twin"))  # two: which one is not ours
+    code, text = gradebox("run", "qs", "--out", "o2")
+    assert code == 2 and "holds both suite.yaml and suite.yml" in text, text
+    # No suite file: the error names a YAML file the folder holds, to give instead.
+    write(tree / "other" / "checks.yaml", suite("right", "checks"))
+    code, text = gradebox("run", "other", "--out", "o3")
+    assert code == 2 and "name a file, e.g. 'other/checks.yaml'" in text, text
+    assert not (tree / "o2").exists() and not (tree / "o3").exists()
+    # Eval files, where a folder holds them, are what it stands for (AgentV's rule).
+    write(tree / "evals" / "suite.yaml", suite("right", "ignored"))
+    assert Path("evals/suite.yaml") not in expand_suite_paths(["evals"], tree)
+
+
 def test_a_filter_that_selects_no_test_runs_nothing(tree: Path) -> None:
     # A typo in --test-id / --filter ran no test and exited 0 ("0 passed"): a pass it did not
     # earn, as a glob naming no file would be (that one is exit 2 already).

@@ -234,3 +234,18 @@ def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path):
             ViewServer(tmp_path, port=port)
     server = ViewServer(tmp_path)  # control: a free port
     server.httpd.server_close()
+
+
+def test_a_runs_summary_or_plan_named_stands_for_its_folder(tmp_path):
+    """`gradebox report run/summary.json` was read as a results file ("not a valid result;
+    refusing to resume over it"): a run folder's summary or plan, named, is its run."""
+    from gradebox.report.html import load_run as load_page_run
+
+    run = _run(tmp_path / "run", [_result("a"), _result("b", False)])
+    (run / "plan.json").write_text(json.dumps({"gradebox_plan": 1, "tests": ["a", "b", "c"]}))
+    for named in (run / "summary.json", run / "plan.json"):
+        loaded = load_page_run(named)
+        assert loaded.name == "run" and [r.id for r in loaded.results] == ["a", "b"]
+        assert loaded.plan == ["a", "b", "c"] and loaded.summary is not None
+        assert '"id":"b"' in write_report([named], tmp_path / "r.html").read_text()
+    assert len(load_page_run(run / "results.jsonl").results) == 2  # a results file: itself

@@ -80,7 +80,8 @@ SuitesArg = Annotated[
     list[str],
     typer.Argument(
         help="Suite files, folders or globs (gradebox or AgentV YAML, or AgentV JSONL cases); "
-        "a folder stands for its *.eval.yaml and eval.yaml files, **/ matches any depth, "
+        "a folder stands for its *.eval.yaml and eval.yaml files (holding none, for its "
+        "suite.yaml), **/ matches any depth, "
         "!PATTERN leaves files out.",
         show_default=False,
     ),

@@ -22,7 +22,7 @@ import regex
 
 from ..protocol.models import GraderResult, Status, json_objects_in, parses_as_json
 
-__all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin", "refuse_vacuous"]
+__all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin", "quoted", "refuse_vacuous"]
 
 _NEEDS_LIST = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
 _NO_VALUE = {"is-json", "contains-json"}
@@ -39,6 +39,13 @@ def _empty(value: Any, strip: bool = False) -> bool:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def quoted(text: str) -> str:
+    """``text`` quoted for a grader's name, as its suite wrote it: repr's quotes and escapes
+    (a newline, a quote, a control character stay visible), but a backslash stays one:
+    ``regex 'answer is \\d+'``, not ``regex 'answer is \\\\d+'``."""
+    return repr(text).replace("\\\\", "\\")
 
 
 REGEX_TIMEOUT = 1.0
@@ -160,7 +167,7 @@ class BuiltinAssertion:
         if self.value is None:
             return self.type
         return (
-            f"{self.type} {_text(self.value)[:40]!r}"
+            f"{self.type} {quoted(_text(self.value)[:40])}"
             if isinstance(self.value, str)
             else (f"{self.type} {_text(self.value)[:40]}")
         )

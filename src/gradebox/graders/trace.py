@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..protocol.models import GraderResult, Payload, Status
-from .builtin import _search, _TooSlow, is_builtin
+from .builtin import _search, _TooSlow, is_builtin, quoted
 from .skills import check_skills
 from .transcript import ToolCall, Trace, summary_of, trace_of, vally_input
 
@@ -144,9 +144,9 @@ class TraceAssertion(BaseModel):
 
     def display_name(self) -> str:
         if isinstance(self.value, str):
-            return f"{self.type} {self.value[:40]!r}"
+            return f"{self.type} {quoted(self.value[:40])}"
         if isinstance(self.value, dict) and self.value.get("name"):
-            return f"{self.type} {self.value['name']!r}"
+            return f"{self.type} {quoted(str(self.value['name']))}"
         return self.type
 
     def evaluate(self, payload: Payload) -> GraderResult:

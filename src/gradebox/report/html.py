@@ -335,9 +335,16 @@ def _runs_below(path: Path) -> list[str]:
     ]
 
 
+# A run folder's own files that hold no results: named, each stands for its folder
+# (`gradebox report run/summary.json` is the run, not a results file that does not parse).
+_FOLDER_FILES = ("summary.json", PLAN)
+
+
 def layout(path: Path) -> Layout | None:
     """What ``path`` holds, or None when it is no run (not yet, or not at all)."""
     path = Path(path)
+    if path.name in _FOLDER_FILES and path.is_file() and real_folder(path.parent):
+        path = path.parent
     if not real_folder(path):
         if path.is_file():  # a results.jsonl, or a `trials` / `batch` output, named
             return Layout(path, path.stem, [(None, path)], None, False)
@@ -439,8 +446,8 @@ def load_run(path: Path) -> Run:
     file's ids labelled as ``gradebox run`` prints them), or a ``gradebox trials`` /
     ``batch`` output: its graded records, read through their model, one test per prompt id
     with a trial per record (``compare`` reads those outputs the same way)."""
-    path = Path(path)
     found = layout(path)
+    path = found.path if found is not None else Path(path)  # a summary.json: its folder
     if found is not None and found.several:
         results: list[TestResult] = []
         for label, file in found.parts:

@@ -27,9 +27,15 @@ STYLE = {"passed": "bold green", "failed": "bold red", "error": "bold yellow"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+# Right-to-left overrides and isolates reorder what a reader sees (a test id could read as
+# another's): shown as marks, ⟦U+202E⟧, as the HTML report shows them (report.js's BIDI).
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def clean(text: str) -> str:
-    """Untrusted text, safe for a terminal: no control sequences."""
-    return _CONTROL.sub("\ufffd", text)
+    """Untrusted text, safe for a terminal: no control sequences, no bidirectional controls."""
+    text = _CONTROL.sub("\ufffd", text)
+    return _BIDI.sub(lambda m: f"⟦U+{ord(m.group()):04X}⟧", text) if _BIDI.search(text) else text
 
 
 def terminal(stream: Any) -> bool:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape as _markup_escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from ..protocol.models import RunSummary, Status, TestResult
 from .plain import MARK, STYLE, clean
@@ -49,16 +51,42 @@ def reason(result: TestResult) -> str:
     return "; ".join(f"{g.name}: {_short(g.evidence)}" for g in result.graders if not g.passed)
 
 
+class _Clamped:
+    """Text wrapped to its cell and cut to ``lines`` lines, the last ending in "…": a long
+    reason in an 80-column terminal (a cell 10 columns wide) took ~50 lines of the table."""
+
+    def __init__(self, text: str, lines: int = 3) -> None:
+        self.text = Text(clean(text))  # a Text: shown as written, markup and all
+        self.lines = lines
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.text)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(1, options.max_width)
+        lines = self.text.wrap(console, width, overflow="fold")
+        if len(lines) > self.lines:
+            lines = lines[: self.lines]
+            last = lines[-1]
+            last.rstrip()
+            last.truncate(width - 1)
+            last.append("…")
+        yield Text("\n").join(lines)
+
+
 def print_run(
     results: list[TestResult], summary: RunSummary, console: Console, max_rows: int = 50
 ) -> None:
     """The table at the end of a suite run, then one line of totals."""
-    table = Table(title=f"{summary.suite}: {summary.total} tests", show_lines=False)
-    table.add_column("test", no_wrap=True)
-    table.add_column("verdict")
-    table.add_column("score", justify="right")
-    table.add_column("slowest grader")
-    table.add_column("reason", overflow="fold", max_width=70)
+    tests = f"{summary.total} test{'' if summary.total == 1 else 's'}"
+    table = Table(title=f"{escape(summary.suite)}: {tests}", show_lines=False)
+    # At 80 columns every column keeps room: a long id folds (a no_wrap id once took the whole
+    # width, and the verdicts with it), the grader is cut, the reason is a few lines.
+    table.add_column("test", overflow="fold", min_width=10)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("slowest grader", max_width=18, no_wrap=True, overflow="ellipsis")
+    table.add_column("reason", min_width=16, max_width=70)
     order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
     ranked = sorted(results, key=lambda r: (order[r.status], r.id))
     # Every test that did not pass is shown; passes fill the table up to `max_rows`.
@@ -70,7 +98,7 @@ def print_run(
             f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
             f"{r.score:.2f}",
             escape(slowest(r)),
-            escape(reason(r)) if r.status is not Status.passed else "",
+            _Clamped(reason(r)) if r.status is not Status.passed else "",
         )
     console.print(table)
     if len(shown) < len(ranked):

@@ -3,7 +3,9 @@
 ``gradebox run evals/**/*.yaml`` works whether or not the shell expands the glob: a pattern
 that reaches us is expanded here (``**`` recursive, hidden folders included, as AgentV's
 fast-glob with ``dot: true``). A folder stands for the eval files under it (AgentV's names:
-``*.eval.yaml``, ``eval.yaml``, and ``.yml``); ``!pattern`` leaves files out. The result is
+``*.eval.yaml``, ``eval.yaml``, and ``.yml``), or, holding none, for the one gradebox suite
+file in it (``suite.yaml`` or ``suite.yml``: ``gradebox run examples/quickstart``);
+``!pattern`` leaves files out. The result is
 sorted and without duplicates, so a run over the same arguments finds the same files in the
 same order (``--resume`` relies on it).
 
@@ -18,10 +20,15 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["FOLDER_NAMES", "expand_suite_paths", "result_folders"]
+__all__ = ["FOLDER_NAMES", "SUITE_NAMES", "expand_suite_paths", "result_folders"]
 
 FOLDER_NAMES = ("*.eval.yaml", "*.eval.yml", "eval.yaml", "eval.yml")
 """What a folder given on the command line stands for (AgentV's ``resolveEvalPaths``)."""
+
+SUITE_NAMES = ("suite.yaml", "suite.yml")
+"""A gradebox suite's own name in its folder: a folder holding no eval file but one of these
+(only there, not below: a suite's fixtures may hold others) stands for it, as ``cargo``
+finds ``Cargo.toml`` and ``docker compose`` ``compose.yaml``."""
 
 _SUITE_SUFFIXES = (".yaml", ".yml", ".jsonl", ".json")
 _GLOB = re.compile(r"[*?[]")
@@ -45,6 +52,8 @@ def expand_suite_paths(patterns: list[str], cwd: Path | None = None) -> list[Pat
         if full.is_dir():
             matches = [m for name in FOLDER_NAMES for m in _glob(str(full / "**" / name))]
             what = f"folder {pattern!r} holds no eval file ({', '.join(FOLDER_NAMES)})"
+            if not matches:
+                matches, what = _suite_in(full, pattern, what)
         elif _GLOB.search(pattern) and not full.exists():
             matches = [m for m in _glob(str(full)) if m.endswith(_SUITE_SUFFIXES)]
             what = f"no suite file matches {pattern!r}"
@@ -62,6 +71,23 @@ def expand_suite_paths(patterns: list[str], cwd: Path | None = None) -> list[Pat
     if not kept:
         raise ConfigError("every suite file given was left out by a !pattern", field="SUITE_FILES")
     return kept
+
+
+def _suite_in(folder: Path, pattern: str, what: str) -> tuple[list[str], str]:
+    """The one suite file ``folder`` holds (``SUITE_NAMES``), or none and why, naming a YAML
+    file it holds when there is one to give instead."""
+    own = [str(folder / n) for n in SUITE_NAMES if (folder / n).is_file()]
+    if len(own) > 1:
+        return [], f"folder {pattern!r} holds both {' and '.join(SUITE_NAMES)}: name the one to run"
+    if own:
+        return own, what
+    try:
+        yamls = sorted(e.name for e in os.scandir(folder) if e.name.endswith((".yaml", ".yml")))
+    except OSError:
+        yamls = []
+    if yamls:
+        what += f" and no {SUITE_NAMES[0]}; name a file, e.g. {str(Path(pattern) / yamls[0])!r}"
+    return [], what
 
 
 def result_folders(files: list[Path]) -> list[str]:

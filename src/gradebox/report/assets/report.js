@@ -77,8 +77,10 @@
     }, `show all ${str.length.toLocaleString()} characters`);
     return h('div', null, pre, more);
   }
+  // "1 test", "2 tests": a count and its noun agreeing.
+  const nTests = (n) => `${n} test${n === 1 ? '' : 's'}`;
   const pct = (x) => (x === null || x === undefined || Number.isNaN(x) ? '–' : `${(x * 100).toFixed(1)}%`);
-  const num = (x, d = 2) => (typeof x === 'number' ? x.toFixed(d) : '–');
+  const num = (x, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '–');
   function ms(v) {
     if (typeof v !== 'number') return '–';
     if (v < 1000) return `${v} ms`;
@@ -243,7 +245,7 @@
     const title = sum.suite || run.name;
     document.title = `gradebox: ${marked(title)}`;
     const live = DATA.live ? liveBadge(run) : null;
-    const mean = c.done ? c.score / c.done : 0;
+    const mean = c.done ? c.score / c.done : NaN; // no results: no mean ("–"), not 0.000
     const gate = sum.min_mean_score;
     const meta = h('dl', { class: 'meta' });
     const add = (k, v) => { if (v !== undefined && v !== null && v !== '') meta.append(h('dt', null, k), h('dd', null, visible(String(v)))); };
@@ -269,7 +271,7 @@
       h('div', { class: 'card', role: 'listitem' }, h('span', { class: 'n' }, num(mean, 3)), h('span', { class: 'l' }, 'mean score')),
       gate !== undefined && gate !== null
         ? h('div', { class: 'card', role: 'listitem' }, h('span', { class: `n ${mean < gate - 1e-9 ? 'gate-bad' : ''}` }, String(gate)),
-          h('span', { class: 'l' }, mean < gate - 1e-9 ? 'threshold: mean score below it' : 'threshold: met'))
+          h('span', { class: 'l' }, mean < gate - 1e-9 ? 'threshold: mean score below it' : c.done ? 'threshold: met' : 'threshold'))
         : null);
     return h('header', null,
       h('div', { class: 'topline' }, h('h1', null, visible(title)), live),
@@ -361,6 +363,8 @@
   function charts() {
     const run = runs[runs.length - 1];
     const c = counts(run);
+    if (!c.done) return h('section', { 'aria-labelledby': 'h-charts' }, h('h2', { id: 'h-charts' }, 'At a glance'),
+      h('p', { class: 'muted' }, 'No results yet: the charts are drawn from the first.'));
     const statusBins = [1, 2, 3];
     const statusVals = [...Array(c.passed).fill(0), ...Array(c.failed).fill(1), ...Array(c.error).fill(2)];
     const durs = c.durs;
@@ -370,10 +374,10 @@
     const sLabels = ['0', '.1', '.2', '.3', '.4', '.5', '.6', '.7', '.8', '.9+'];
     return h('section', { 'aria-labelledby': 'h-charts' }, h('h2', { id: 'h-charts' }, 'At a glance'),
       h('div', { class: 'charts' },
-        histogram(`Status (${c.done} tests)`, statusVals, statusBins, ['passed', 'failed', 'error'], (i) => `bar-${STATUSES[i]}`),
+        histogram(`Status (${nTests(c.done)})`, statusVals, statusBins, ['passed', 'failed', 'error'], (i) => `bar-${STATUSES[i]}`),
         histogram('Scores', c.scores, sBins, sLabels, 'bar'),
         graderBars(run),
-        histogram(`Durations (${durs.length} tests)`, durs, dBins, dLabels, 'bar')));
+        histogram(`Durations (${nTests(durs.length)})`, durs, dBins, dLabels, 'bar')));
   }
 
   // ---------------------------------------------------------------- trials
@@ -391,7 +395,7 @@
     }
     const nFlaky = withTrials.filter(flaky).length;
     return h('section', { 'aria-labelledby': 'h-trials' }, h('h2', { id: 'h-trials' }, 'Trials'),
-      h('p', null, `${withTrials.length} tests ran more than once; `, h('strong', null, `${nFlaky} flaky`),
+      h('p', null, `${nTests(withTrials.length)} ran more than once; `, h('strong', null, `${nFlaky} flaky`),
         ' (passed in some trials, not in others). ',
         nFlaky ? h('button', { type: 'button', onclick: () => { state.flaky = true; state.page = 0; syncControls(); refreshTable(); document.getElementById('h-tests').scrollIntoView(); } }, 'show the flaky tests') : null),
       h('table', { class: 'cmp' }, h('thead', null, head), body));
@@ -429,7 +433,7 @@
       sec.append(h('p', null, c.significantly_worse
         ? h('strong', { class: 'st-failed' }, `significantly worse: McNemar p = ${c.p_value.toFixed(4)} < 0.05`)
         : `no significant regression (McNemar p = ${c.p_value.toFixed(4)})`,
-        `; ${c.tests} tests in both, ${c.regressions.length} pass → fail, ${c.fixes.length} fail → pass`,
+        `; ${nTests(c.tests)} in both, ${c.regressions.length} pass → fail, ${c.fixes.length} fail → pass`,
         c.only_in_a.length || c.only_in_b.length ? `; only in ${a}: ${c.only_in_a.length}, only in ${b}: ${c.only_in_b.length}` : ''));
       const t = h('table', { class: 'cmp' }, h('thead', null, h('tr', null, ['', 'baseline', 'this run', 'Δ', `${level}% bootstrap CI of Δ`].map((x) => h('th', null, x)))),
         h('tbody', null,
@@ -654,11 +658,23 @@
       h('td', { class: 'idcell' }, toggle),
       h('td', null, multi ? t.rows.map((r) => [badge(r && r.status), ' ']) : badge(row && row.status), marks(row)),
       h('td', { class: 'num' }, row ? num(row.score) : '–'),
-      h('td', null, `${gs.filter((g) => g.passed).length}/${gs.length} passed`),
+      h('td', null, row ? `${gs.filter((g) => g.passed).length}/${gs.length} passed` : '–'),
       h('td', { class: 'num' }, ms(duration(row))),
       h('td', { class: 'why', title: marked(why(row)) }, visible(why(row))));
     if (!open) return [tr];
     return [tr, h('tr', { class: 'detailrow' }, h('td', { class: 'detail', colspan: COLS().length }, detailFor(t)))];
+  }
+  // What an empty table means, said in it: no results yet, a search still on its way, or
+  // filters that leave nothing (with the way back to every test).
+  function emptyRow() {
+    const all = () => {
+      Object.assign(state, { status: new Set(STATUSES), grader: '', target: '', node: '', q: '', re: false, flaky: false, flips: false, page: 0 });
+      syncControls(); refreshTable();
+    };
+    const said = !tests.length ? 'No results yet.'
+      : rx.note === 'searching…' ? 'Searching…'
+        : [`No test matches these filters (${nTests(tests.length)} in all). `, h('button', { type: 'button', class: 'clear', onclick: all }, 'show every test')];
+    return h('tr', { class: 'empty' }, h('td', { colspan: COLS().length }, said));
   }
   let table, tbody, thead, pager;
   function refreshTable() {
@@ -673,6 +689,7 @@
     thead.replaceChildren(tableHead());
     const frag = document.createDocumentFragment();
     for (const t of slice) frag.append(...rowEls(t));
+    if (!slice.length) frag.append(emptyRow());
     tbody.replaceChildren(frag);
     if (focused !== null) {
       const again = [...tbody.querySelectorAll('tr[data-id]')].find((tr) => tr.dataset.id === focused);
@@ -682,7 +699,7 @@
       const n = tests.filter((t) => { const r = primary(t); return r && r.status === st; }).length;
       document.getElementById(`n-${st}`).textContent = `(${n})`;
     }
-    document.getElementById('count').textContent = `${list.length} of ${tests.length} tests${rx.note ? ` (${rx.note})` : ''}`;
+    document.getElementById('count').textContent = `${list.length} of ${nTests(tests.length)}${rx.note ? ` (${rx.note})` : ''}`;
     pager.replaceChildren(
       h('button', { type: 'button', disabled: state.page === 0, onclick: () => { state.page -= 1; refreshTable(); } }, '‹ previous'),
       h('span', null, `page ${state.page + 1} of ${pages}`),
@@ -706,7 +723,14 @@
     if (code > 128 && code < 160) return `exit ${code}: signal ${code - 128}?`;
     return null;
   }
+  // A script's text output is its evidence, its one check's text and its stdout's tail at
+  // once (pytest's report three times): a check that says the evidence again, or a tail the
+  // evidence ends with, is not shown again.
+  function echoes(g, text) {
+    return typeof text === 'string' && typeof g.evidence === 'string' && g.evidence.trim().endsWith(text.replace(/^…/, '').trim());
+  }
   function grader(g) {
+    const checks = (g.checks || []).length === 1 && !g.checks[0].evidence && String(g.checks[0].text).trim() === String(g.evidence || '').trim() ? [] : g.checks;
     const flags = [g.timed_out && 'timed out', g.oom_killed && 'killed: out of memory', signal(g.exit_code), g.output_truncated && 'output truncated', g.negated && 'negated'].filter(Boolean);
     return h('div', { class: 'grader' },
       h('div', { class: 'head' }, badge(g.status), h('span', { class: 'name' }, visible(g.name)), h('span', { class: 'muted' }, g.type || 'program'),
@@ -716,13 +740,13 @@
         ['privileges', (g.privileges || []).join(', ')], ['warnings', (g.warnings || []).join('; ')],
         ['model calls', g.usage ? `${g.usage.calls || 0} (${g.usage.input_tokens || 0} in, ${g.usage.output_tokens || 0} out tokens)` : '']]),
       g.evidence ? [h('h4', null, 'evidence'), textBlock(g.evidence)] : null,
-      g.checks && g.checks.length ? [h('h4', null, 'checks'), h('ul', { class: 'checks' }, g.checks.map((c) => h('li', null,
+      checks && checks.length ? [h('h4', null, 'checks'), h('ul', { class: 'checks' }, checks.map((c) => h('li', null,
         h('span', { class: c.passed ? 'st-passed' : 'st-failed' }, c.passed ? '✔ pass' : '✘ fail'), ' ', visible(c.text),
         c.score !== undefined && c.score !== null ? h('span', { class: 'muted' }, ` (${num(c.score)})`) : null,
         c.evidence ? textBlock(c.evidence) : null)))] : null,
       g.raw_response ? [h('h4', null, 'unparsed model answer'), textBlock(g.raw_response)] : null,
       g.details ? [h('h4', null, 'details'), textBlock(g.details)] : null,
-      g.stdout_tail ? [h('h4', null, 'stdout (tail)'), textBlock(g.stdout_tail)] : null,
+      g.stdout_tail && !echoes(g, g.stdout_tail) ? [h('h4', null, 'stdout (tail)'), textBlock(g.stdout_tail)] : null,
       g.stderr_tail ? [h('h4', null, 'stderr (tail)'), textBlock(g.stderr_tail)] : null,
       (g.children || []).map(grader));
   }
@@ -882,7 +906,19 @@
     refreshOptions();
     syncControls();
     refreshTable();
+    narrowOrder();
   }
+  // On a narrow screen (a phone) the tests come right under the header, the charts and the
+  // comparison after them; the stylesheet's rule of the same width stacks each row. Moved in
+  // the document, not only drawn elsewhere (CSS order), so the keyboard and a screen reader
+  // meet them in the order shown.
+  const NARROW = window.matchMedia('(max-width: 700px)');
+  function narrowOrder() {
+    const section = document.getElementById('h-tests').parentElement;
+    if (NARROW.matches) headerEl.after(section);
+    else app.querySelector('p.keys').before(section);
+  }
+  NARROW.addEventListener('change', narrowOrder);
   function refreshAll() {
     const y = window.scrollY;
     const nh = header(); headerEl.replaceWith(nh); headerEl = nh;
