@@ -131,6 +131,7 @@ def test_an_opened_test_shows_each_run_side_by_side(tmp_path, open_page):
     )  # fmt: skip
     # A phone-narrow screen stacks the columns, each cell labelled with its run.
     page.set_viewport_size({"width": 420, "height": 860})
+    assert page.locator("table.side thead").is_hidden()  # each cell says its run instead
     cell = page.locator("table.side tr.cells td").first
     assert cell.evaluate("td => getComputedStyle(td).display") == "block"
     assert cell.evaluate("td => getComputedStyle(td, '::before').content") == '"1: main (baseline)"'
