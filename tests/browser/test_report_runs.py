@@ -69,7 +69,8 @@ def _pr(tmp: Path) -> Path:
             _grader("length", True, "short enough"),
         ],
     )
-    return _run(tmp / "pr-42", "quickstart", [meaning, *_others(3)])
+    new = _test("new-test", "x" * 3000, [_grader("contains-42", False, "no " + "y" * 3000)])
+    return _run(tmp / "pr-42", "quickstart", [meaning, *_others(3), new])
 
 
 def report(dirs: list[Path], out: Path) -> str:
@@ -137,6 +138,19 @@ def test_an_opened_test_shows_each_run_side_by_side(tmp_path, open_page):
     assert cell.evaluate("td => getComputedStyle(td, '::before').content") == '"1: main (baseline)"'
     first, second = page.locator("table.side tr.cells").first.locator("td").all()
     assert second.bounding_box()["y"] > first.bounding_box()["y"]  # one under the other
+    # A test one run did not run: said once, the other run's column whole (and its long
+    # unbroken lines wrapped inside it).
+    page.set_viewport_size({"width": 1280, "height": 860})
+    page.click("button.toggle >> text=meaning-of-life")
+    page.click("button.toggle >> text=new-test")
+    assert _cells(page, "verdict")[0] == "not run in this run"
+    assert _cells(page, "answer") == ["", "x" * 3000]
+    assert _cells(page, "grader contains-42")[0] == ""
+    cells = page.locator("table.side tr.cells").first.locator("td").all()
+    left, right = (c.bounding_box() for c in cells)
+    why = page.locator("table.side tr.cells").nth(1).locator("td").last
+    assert why.evaluate("td => td.scrollWidth <= td.clientWidth")  # wrapped, not spilling
+    assert left["x"] + left["width"] <= right["x"] + 1
     w.assert_clean()
 
 

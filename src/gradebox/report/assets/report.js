@@ -831,7 +831,7 @@
       body.append(h('tr', { class: `label${differs ? ' differs' : ''}` }, h('th', { colspan: runs.length, scope: 'colgroup' },
         visible(label), differs ? h('span', { class: 'changed' }, ' · differs between runs') : null)));
       body.append(h('tr', { class: 'cells' }, cells.map((c, i) => h('td', { 'data-run': runLabel(i) },
-        rows[i] ? c : h('span', { class: 'muted' }, 'not run in this run')))));
+        rows[i] || !opts.always ? c : h('span', { class: 'muted' }, 'not run in this run')))));
     };
     line('verdict', (r, i) => [runBadge(r.status, i), ' ', `score ${num(r.score, 3)}`, ' ', marks(t.rows[i])], { always: true, verdict: (r) => r.status });
     line('why not passed', (r, i) => (r.status === 'passed' ? null : r.error ? textBlock(r.error) : visible(why(t.rows[i]))));
@@ -859,7 +859,7 @@
     const names = [...new Set(graders.flatMap((m) => [...m.keys()]))];
     for (const name of names) {
       line(`grader ${name}`, (r, i) => (graders[i].has(name) ? grader(graders[i].get(name))
-        : h('span', { class: 'muted' }, 'no grader of this name in this run')), { always: true, verdict: (r, i) => (graders[i].has(name) ? graders[i].get(name).status : 'none') });
+        : h('span', { class: 'muted' }, 'no grader of this name in this run')), { verdict: (r, i) => (graders[i].has(name) ? graders[i].get(name).status : 'none') });
     }
     line('metadata', (r) => (r.metadata && Object.keys(r.metadata).length ? textBlock(r.metadata) : null));
     return h('div', { class: 'opened' },
