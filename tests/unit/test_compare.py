@@ -11,7 +11,7 @@ import pytest
 
 from gradebox.drivers.batch import GradedRecord
 from gradebox.protocol.models import GraderResult, Status, TestResult
-from gradebox.report.compare import compare_runs, load_run, markdown, mcnemar_exact
+from gradebox.report.compare import compare_runs, load_run, markdown, mcnemar_exact, unrelated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,3 +126,70 @@ def test_compare_reads_results_through_the_one_reader(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gradebox.report.compare, "read_results", spy)
     assert load_run(path)["x"].passed and seen == [path]
+
+
+def test_unrelated_runs_rule():
+    """Fewer than half of the ids either ran shared, or different suites: one sentence
+    naming both runs; half shared and the same (or an unknown) suite: nothing."""
+    ids = [f"t{i}" for i in range(4)]
+    assert unrelated("a", ids, "s", "b", ids, "s") is None
+    # 4 shared of 8: exactly half, no warning; 3 of 9: fewer, warned
+    assert unrelated("a", ids + ["x1", "x2"], "s", "b", ids + ["y1", "y2"], "s") is None
+    few = unrelated(
+        "main", ids[:3] + ["x1", "x2", "x3"], "s", "pr", ids[:3] + ["y1", "y2", "y3"], "s"
+    )
+    assert few == (
+        "main and pr look unrelated: they share only 3 of their 9 tests; "
+        "the comparison covers only the 3 tests both ran."
+    )
+    suites = unrelated("main", ids, "quickstart", "pr", ids, "translation")
+    assert suites == (
+        "main and pr look unrelated: they ran different suites ('quickstart' and "
+        "'translation'); the comparison covers only the 4 tests both ran."
+    )
+    assert unrelated("a", ids, None, "b", ids, "translation") is None  # unknown: ids decide
+    none = unrelated("a", ["x"], None, "b", ["y"], None)
+    assert (
+        none
+        == "a and b look unrelated: they share none of their 2 tests; there is nothing to compare."
+    )
+    assert unrelated("a", [], None, "b", [], None) is None  # two empty runs: nothing to say
+
+
+def _folder(path: Path, suite: str, verdicts: dict[str, bool]) -> Path:
+    from gradebox.protocol.models import RunSummary
+
+    path.mkdir()
+    _suite_rows(path / "results.jsonl", verdicts)
+    (path / "summary.json").write_text(
+        RunSummary(suite=suite, run_id="r", total=len(verdicts), passed=0, failed=0, errored=0,
+                   pass_rate=0, mean_score=0, duration_s=1, workers=1,
+                   started_at="2026-01-01T00:00:00Z",
+                   finished_at="2026-01-01T00:00:01Z").model_dump_json()
+    )  # fmt: skip
+    return path
+
+
+def test_the_cli_warns_in_one_line_when_the_runs_look_unrelated(tmp_path):
+    main = _folder(tmp_path / "main", "quickstart", {f"t{i}": True for i in range(4)})
+    pr = _folder(tmp_path / "pr-42", "quickstart", {f"t{i}": i > 0 for i in range(4)})
+    # a long name: the line must not wrap whatever the terminal's width
+    other = _folder(tmp_path / ("translation-" * 8), "translation", {"t0": True, "fr-1": True})
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "COLUMNS": "60"}
+
+    def compare(*args: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gradebox", "compare", *map(str, args)],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+
+    p = compare(main, pr)
+    assert p.returncode == 0 and "unrelated" not in p.stderr + p.stdout
+    p = compare(main, other, "--json", "--markdown", tmp_path / "c.md")
+    assert p.returncode == 0, p.stderr
+    expected = unrelated(str(main), [f"t{i}" for i in range(4)], "quickstart",
+                         str(other), ["t0", "fr-1"], "translation")  # fmt: skip
+    assert expected and "different suites" in expected and "only 1 of their 5" in expected
+    assert p.stderr.splitlines() == [f"warning: {expected}"]  # the page's words, one line
+    assert json.loads(p.stdout)["unrelated"] == expected
+    assert expected in (tmp_path / "c.md").read_text()

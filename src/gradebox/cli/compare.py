@@ -9,8 +9,18 @@ import typer
 from rich.table import Table
 
 from ..core.atomic import write_atomic
-from ..report.compare import compare_runs, load_run, markdown
+from ..protocol.results import results_file
+from ..report import escape
+from ..report.compare import compare_runs, load_run, markdown, unrelated
+from ..report.html import read_summary
 from ._common import JsonOpt, Output
+
+
+def _suite(path: Path) -> str | None:
+    """The suite the summary.json beside a run's results names (as the report reads it);
+    none for a run without one (still running, a bare file)."""
+    summary = read_summary(results_file(path).parent)
+    return summary.suite if summary else None
 
 
 def compare(
@@ -37,14 +47,18 @@ def compare(
     flips and McNemar's p is below --alpha; 2 unreadable input.
     """
     out = Output(as_json)
-    report = compare_runs(
-        load_run(run_a), load_run(run_b), seed=seed, resamples=resamples, confidence=1 - alpha
-    )
+    a, b = load_run(run_a), load_run(run_b)
+    warning = unrelated(str(run_a), a.keys(), _suite(run_a), str(run_b), b.keys(), _suite(run_b))
+    if warning:
+        # One line whatever the terminal's width (rich would wrap it): a script greps it.
+        out.err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    report = compare_runs(a, b, seed=seed, resamples=resamples, confidence=1 - alpha)
     worse = report.significantly_worse(alpha)
     if markdown_out is not None:
-        write_atomic(markdown_out, markdown(report, str(run_a), str(run_b), alpha))
+        write_atomic(markdown_out, markdown(report, str(run_a), str(run_b), alpha, warning))
     if as_json:
-        out.document({**report.to_json(), "significantly_worse": worse, "alpha": alpha})
+        out.document({**report.to_json(), "significantly_worse": worse, "alpha": alpha,
+                      "unrelated": warning})  # fmt: skip
     else:
         table = Table(title=f"{run_a} -> {run_b} ({report.tests} tests)")
         for col in ("", "A", "B", "delta", f"{int((1 - alpha) * 100)}% CI"):

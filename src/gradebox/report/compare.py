@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "markdown",
     "mcnemar_exact",
     "outcomes",
+    "unrelated",
 ]
 
 
@@ -69,6 +70,45 @@ def load_run(path: Path) -> dict[str, Outcome]:
     if not out:
         raise ConfigError("no results in this file", file=str(file))
     return out
+
+
+# Runs that share fewer than this part of their tests (of the ids either ran) are not one
+# suite run twice: a comparison of the few they share says little about either, and the
+# figures beside it read as if it said much. (A `--filter`ed rerun of a tenth of a suite is
+# warned about too, rightly: its figures are of that tenth.)
+SHARED_AT_LEAST = 0.5
+
+
+def unrelated(
+    name_a: str,
+    ids_a: Collection[str],
+    suite_a: str | None,
+    name_b: str,
+    ids_b: Collection[str],
+    suite_b: str | None,
+) -> str | None:
+    """Why runs A and B may not be worth comparing, as one sentence naming them, or None:
+    they share fewer than half of their test ids, or their summaries name different suites
+    (names, not paths: the same suite sits at other paths on other machines and branches).
+    A run whose suite is unknown (no summary yet, a bare results file) is judged by its ids.
+    The page (``report.html``) and ``gradebox compare`` both ask here."""
+    a, b = set(ids_a), set(ids_b)
+    shared, union = len(a & b), len(a | b)
+    reasons = []
+    if suite_a and suite_b and suite_a != suite_b:
+        reasons.append(f"ran different suites ({suite_a!r} and {suite_b!r})")
+    if union and shared < SHARED_AT_LEAST * union:
+        reasons.append(
+            f"share {'only ' + str(shared) if shared else 'none'} of their {union} tests"
+        )
+    if not reasons:
+        return None
+    covers = (
+        f"the comparison covers only the {shared} test{'s' if shared != 1 else ''} both ran"
+        if shared
+        else "there is nothing to compare"
+    )
+    return f"{name_a} and {name_b} look unrelated: they {' and '.join(reasons)}; {covers}."
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -204,9 +244,13 @@ def _pct(x: float) -> str:
 
 
 def markdown(
-    report: CompareReport, name_a: str = "A", name_b: str = "B", alpha: float = 0.05
+    report: CompareReport,
+    name_a: str = "A",
+    name_b: str = "B",
+    alpha: float = 0.05,
+    warning: str | None = None,
 ) -> str:
-    """A report for a pull-request comment."""
+    """A report for a pull-request comment (``warning``: ``unrelated``'s, quoted on top)."""
     r = report
     level = int(r.confidence * 100)
     verdict = (
@@ -217,6 +261,7 @@ def markdown(
     lines = [
         f"### gradebox compare: `{name_a}` → `{name_b}`",
         "",
+        *([f"> **Warning:** {warning}", ""] if warning else []),
         verdict,
         "",
         "| | A | B | Δ | " + f"{level}% CI |",

@@ -38,7 +38,7 @@ from ..drivers.trials import pass_at_k, pass_hat_k
 from ..errors import ConfigError
 from ..protocol.models import Message, RunSummary, Status, TestResult, TrialRecord
 from ..protocol.results import RunResults, load_results, read_results, results_file
-from .compare import compare_runs, outcomes
+from .compare import compare_runs, outcomes, unrelated
 from .terminal import reason
 
 if TYPE_CHECKING:
@@ -186,12 +186,18 @@ def live_row(result: TestResult) -> dict[str, Any]:
     return {**result_row(result), "_full": json.loads(result_detail(result))}
 
 
+def _suite(run: RunResults) -> str | None:
+    """The suite a run ran, as its summary names it (none while it runs, or for a bare file)."""
+    return run.summary.suite if run.summary else None
+
+
 def _comparison(a: RunResults, b: RunResults, ia: int, ib: int) -> dict[str, Any]:
     oa, ob = outcomes(a.results), outcomes(b.results)
+    warning = unrelated(a.name, oa.keys(), _suite(a), b.name, ob.keys(), _suite(b))
     try:
         report = compare_runs(oa, ob, seed=0)
     except ConfigError as exc:
-        return {"a": ia, "b": ib, "error": exc.message}
+        return {"a": ia, "b": ib, "error": exc.message, "unrelated": warning}
     flips: dict[str, list[int]] = {}
     for key in set(oa) & set(ob):
         for name, passed in oa[key].graders.items():
@@ -203,6 +209,7 @@ def _comparison(a: RunResults, b: RunResults, ia: int, ib: int) -> dict[str, Any
     return {
         "a": ia,
         "b": ib,
+        "unrelated": warning,
         **report.to_json(),
         "significantly_worse": report.significantly_worse(0.05),
         "grader_flips": [
@@ -222,13 +229,16 @@ def run_data(run: RunResults) -> dict[str, Any]:
 
 def page_data(runs: list[RunResults], *, live: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the page shows at once, as JSON-able data; comparisons of each run with
-    the first. Each test's whole result goes beside it (``page``), read when opened."""
+    the first. Each test's whole result goes beside it (``page``), read when opened. Runs of
+    different suites get a title naming each (else the page takes the last run's suite)."""
+    suites = list(dict.fromkeys(s for s in map(_suite, runs) if s))
     return {
         "version": __version__,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "warning": WARNING,
         "max_k": MAX_K,
         "live": live,
+        "title": " vs ".join(suites) if len(suites) > 1 else None,
         "runs": [run_data(r) for r in runs],
         "comparisons": [_comparison(runs[0], r, 0, i) for i, r in enumerate(runs) if i],
     }

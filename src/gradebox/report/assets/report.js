@@ -242,7 +242,7 @@
     const run = runs[runs.length - 1];
     const sum = run.summary || {};
     const c = counts(run);
-    const title = sum.suite || run.name;
+    const title = DATA.title || sum.suite || run.name; // runs of several suites: each named
     document.title = `gradebox: ${marked(title)}`;
     const live = DATA.live ? liveBadge(run) : null;
     const mean = c.done ? c.score / c.done : NaN; // no results: no mean ("–"), not 0.000
@@ -275,10 +275,17 @@
         : null);
     return h('header', null,
       h('div', { class: 'topline' }, h('h1', null, visible(title)), live),
+      unrelatedNotes(),
       h('p', { class: 'warning', role: 'note' }, DATA.warning),
       cards, meta,
       multi ? runsTable() : null,
       targetsTable(run));
+  }
+  // Runs that share few tests or ran different suites (report/compare.py's rule): said at
+  // the top, before any figure compares them.
+  function unrelatedNotes() {
+    return (DATA.comparisons || []).filter((c) => c.unrelated).map((c) => h('p', { class: 'warning unrelated', role: 'alert' },
+      h('strong', null, 'These runs may not be comparable. '), visible(c.unrelated)));
   }
   // A target matrix (every test once per target): each target's pass rate, from its rows.
   function targetsTable(run) {
@@ -648,6 +655,12 @@
     if (!row || row.status === 'passed') return '';
     return row.why || '';
   }
+  // A verdict among several runs' in the table: which run's it is, on hover.
+  function tableBadge(status, i) {
+    const b = badge(status);
+    b.title = `${runLabel(i)}: ${status || 'not run'}`;
+    return b;
+  }
   function rowEls(t) {
     const row = primary(t);
     const open = state.open.has(t.id);
@@ -656,7 +669,7 @@
     const gs = row ? row.graders || [] : [];
     const tr = h('tr', { class: open ? 'open' : null, 'data-id': t.id },
       h('td', { class: 'idcell' }, toggle),
-      h('td', null, multi ? t.rows.map((r) => [badge(r && r.status), ' ']) : badge(row && row.status), marks(row)),
+      h('td', null, multi ? t.rows.map((r, i) => [tableBadge(r && r.status, i), ' ']) : badge(row && row.status), marks(row)),
       h('td', { class: 'num' }, row ? num(row.score) : '–'),
       h('td', null, row ? `${gs.filter((g) => g.passed).length}/${gs.length} passed` : '–'),
       h('td', { class: 'num' }, ms(duration(row))),
@@ -862,7 +875,78 @@
     select(Math.max(0, hit));
     return [h('h4', null, `trials (${trials.length})`), marks(summary), list, panel];
   }
+  // ---------------------------------------------------------------- one test, every run
+  // On a page of several runs an opened test shows each run in a column of its own, labelled
+  // with the run, row by row (verdict, answer, each grader by its name), so what one run did
+  // differently stands beside what the other did. A narrow screen stacks the columns, each
+  // cell labelled with its run (CSS: data-run).
+  const runLabel = (i) => `${i + 1}: ${marked(runs[i].name)}${i === 0 ? ' (baseline)' : ''}`;
+  function runBadge(status, i) {
+    return h('span', { class: `badge ${status || 'none'}`, title: `${runLabel(i)}: ${status || 'not run'}` },
+      status ? LABEL[status] : 'not run', h('span', { class: 'runname' }, ' · ', visible(runs[i].name)));
+  }
+  // A result's graders by name (a second of the same name is "name #2"), in its order.
+  function gradersByName(row) {
+    const out = new Map();
+    for (const g of (row && row.graders) || []) {
+      let key = g.name, n = 1;
+      while (out.has(key)) key = `${g.name} #${++n}`;
+      out.set(key, g);
+    }
+    return out;
+  }
+  function sideBySide(t) {
+    const rows = t.rows.map((r) => (r ? full(r) : null));
+    const first = rows.find(Boolean);
+    const body = h('tbody');
+    // One labelled row of cells, one per run; left out when no run has anything for it.
+    const line = (label, cell, opts = {}) => {
+      const cells = rows.map((r, i) => (r ? cell(r, i) : null));
+      if (!opts.always && cells.every((c) => c === null || c === undefined || c === '' || (Array.isArray(c) && !c.length))) return;
+      const present = rows.map((r, i) => (r ? opts.verdict && opts.verdict(r, i) : null)).filter((v) => v !== null);
+      const differs = opts.verdict && present.some((v) => v !== present[0]);
+      body.append(h('tr', { class: `label${differs ? ' differs' : ''}` }, h('th', { colspan: runs.length, scope: 'colgroup' },
+        visible(label), differs ? h('span', { class: 'changed' }, ' · differs between runs') : null)));
+      body.append(h('tr', { class: 'cells' }, cells.map((c, i) => h('td', { 'data-run': runLabel(i) },
+        rows[i] || !opts.always ? c : h('span', { class: 'muted' }, 'not run in this run')))));
+    };
+    line('verdict', (r, i) => [runBadge(r.status, i), ' ', `score ${num(r.score, 3)}`, ' ', marks(t.rows[i])], { always: true, verdict: (r) => r.status });
+    line('why not passed', (r, i) => (r.status === 'passed' ? null : r.error ? textBlock(r.error) : visible(why(t.rows[i]))));
+    const timings = (r) => Object.entries(r.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
+    line('run', (r) => {
+      const facts = kv([['threshold', r.threshold], ['gates failed', (r.gates_failed || []).join(', ')], ['timings', timings(r)],
+        ['started', r.started_at && when(r.started_at)], ['node', r.node], ['attempts', r.attempts],
+        ['details dropped', r.details_dropped ? 'yes: the result could not be written whole' : '']]);
+      return facts.childElementCount ? facts : null;
+    });
+    line('trials', (r) => (r.trials ? h('ul', { class: 'checks' }, r.trials.map((tr, k) => h('li', null,
+      `trial ${k + 1}: `, h('span', { class: `st-${tr.status}` }, tr.status), `, score ${num(tr.score)}`, tr.error ? [' — ', visible(oneLine(tr.error))] : null))) : null));
+    // The test's question and expected answer, once when every run asked the same.
+    const same = (key) => new Set(rows.filter(Boolean).map((r) => JSON.stringify(r[key] ?? null))).size <= 1;
+    const asked = ['input', 'expected_output'].filter(same);
+    if (!asked.includes('input')) line('input', (r) => messages('input', r.input));
+    line('answer', (r) => (r.output !== undefined ? textBlock(r.output) : null), { verdict: (r) => JSON.stringify(r.output ?? null) });
+    if (!asked.includes('expected_output')) line('expected output', (r) => messages('expected output', r.expected_output));
+    line('target', (r) => (r.target ? [kv([['exit code', r.target.exit_code], ['duration', ms(r.target.duration_ms || 0)],
+      ['ended', [r.target.timed_out && 'timed out', signal(r.target.exit_code)].filter(Boolean).join(', ')]]),
+    r.target.stderr_tail ? textBlock(r.target.stderr_tail) : null] : null));
+    line("the agent's changes", changes);
+    const graders = rows.map(gradersByName);
+    const names = [...new Set(graders.flatMap((m) => [...m.keys()]))];
+    for (const name of names) {
+      line(`grader ${name}`, (r, i) => (graders[i].has(name) ? grader(graders[i].get(name))
+        : h('span', { class: 'muted' }, 'no grader of this name in this run')), { verdict: (r, i) => (graders[i].has(name) ? graders[i].get(name).status : 'none') });
+    }
+    line('metadata', (r) => (r.metadata && Object.keys(r.metadata).length ? textBlock(r.metadata) : null));
+    return h('div', { class: 'opened' },
+      kv([['test', first.id.length > 500 ? textBlock(first.id) : first.id]]),
+      asked.includes('input') ? messages('input', first.input) : null,
+      asked.includes('expected_output') ? messages('expected output', first.expected_output) : null,
+      h('table', { class: 'side', 'aria-label': 'this test in each run' },
+        h('thead', null, h('tr', null, rows.map((r, i) => h('th', { scope: 'col' }, visible(runLabel(i)))))), body));
+  }
   function detail(t, summary) {
+    if (multi) return sideBySide(t);
     if (!summary) return h('p', null, 'not run in this run');
     const row = full(summary);
     const target = row.target;
