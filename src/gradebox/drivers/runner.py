@@ -285,9 +285,12 @@ def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
         writer.append(result)
     except (ValueError, TypeError, RecursionError) as exc:
         log.warning("test %s: result could not be written: %s", result.id, exc)
-        result.graders, result.details_dropped = [], True
+        result.graders, result.transcript, result.details_dropped = [], None, True
         result.status, result.passed, result.score = Status.error, False, 0.0
-        result.error = f"its result could not be written ({type(exc).__name__}); graders dropped"
+        result.error = (
+            f"its result could not be written ({type(exc).__name__}); graders and transcript "
+            "dropped"
+        )
         writer.append(result)
 
 
