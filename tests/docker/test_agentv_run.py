@@ -293,6 +293,14 @@ V4_VERDICTS = {
 def test_v4_constructs_give_v4s_verdicts(tmp_path, box, engine):
     results = _run(V4 / "evals" / "v4.eval.yaml", tmp_path / "out", box, engine)
     _assert_verdicts(results, V4_VERDICTS)
+    # The cli agent's transcript is kept for the report, each call at the position the
+    # checks count it: in_order found search at 0 and fetch at 2 (the search at 1 skipped).
+    good = results["in-order-good"]
+    calls = [
+        (c.position, c.name, c.duration_ms) for s in good.transcript.steps for c in s.tool_calls
+    ]
+    assert calls == [(0, "search", 40), (1, "search", 40), (2, "fetch", 900)]
+    assert good.graders[0].calls == [0, 2]
     # The aggregator ran in a container and read the members' results; they are kept under it.
     (gate,) = results["code-aggregator-bad"].graders
     assert [c.name for c in gate.children] == ["order", "says"]

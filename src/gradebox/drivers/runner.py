@@ -292,14 +292,17 @@ def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
         writer.append(result)
     except (ValueError, TypeError, RecursionError) as exc:
         log.warning("test %s: result could not be written: %s", result.id, exc)
-        result.graders, result.details_dropped = [], True
+        result.graders, result.transcript, result.details_dropped = [], None, True
         if result.trials:  # each run's answer and graders too: they may hold what failed
             result.trials = [
                 TrialRecord(sample=t.sample, status=t.status, score=t.score, error=t.error)
                 for t in result.trials
             ]
         result.status, result.passed, result.score = Status.error, False, 0.0
-        result.error = f"its result could not be written ({type(exc).__name__}); graders dropped"
+        result.error = (
+            f"its result could not be written ({type(exc).__name__}); graders and transcript "
+            "dropped"
+        )
         writer.append(result)
 
 

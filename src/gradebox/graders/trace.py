@@ -154,6 +154,7 @@ class TraceAssertion(BaseModel):
         kind = self.type.removeprefix("trajectory:")
         try:
             passed, score, evidence = getattr(self, "_" + kind.replace("-", "_"))(trace, payload)
+            named = self._named(trace)
         except _TooSlow as exc:
             return GraderResult(
                 name=self.display_name(),
@@ -170,7 +171,35 @@ class TraceAssertion(BaseModel):
             passed=passed,
             score=score,
             evidence=evidence,
+            calls=named,
         )
+
+    def _named(self, trace: Trace) -> list[int]:
+        """The calls of the tools this check names (their positions), for the report's steps:
+        the tool-used, tool-sequence and tool-args-match checks name tools; the others count
+        or measure the whole run."""
+        value = self.value
+        if self.type == "trajectory:tool-sequence":
+            steps = value.get("steps") if isinstance(value, dict) else value
+            names = {s.get("tool") if isinstance(s, dict) else s for s in steps}
+        elif self.type == "trajectory:tool-args-match":  # the call that matched, or every try
+            found = self._args_matching(trace)
+            if found is not None:
+                return [found]
+            names = {value["name"]}
+        elif self.type == "trajectory:tool-used":
+            items = value if isinstance(value, list) else [value]
+            specs = [i if isinstance(i, dict) else {"name": i} for i in items]
+            names = {s["name"] for s in specs if s.get("name")}
+            patterns = [str(s["pattern"]) for s in specs if not s.get("name") and s.get("pattern")]
+            return [
+                i
+                for i, c in enumerate(trace.tool_calls)
+                if c.name in names or any(_search(p, c.name) for p in patterns)
+            ]
+        else:
+            return []
+        return [i for i, c in enumerate(trace.tool_calls) if c.name in names]
 
     # Each check returns (passed, score, evidence).
 
@@ -230,23 +259,35 @@ class TraceAssertion(BaseModel):
         spec = self.value
         want = spec.get("args") or {}
         mode = spec.get("mode") or self.mode or "partial"
+        calls = [c for c in trace.tool_calls if c.name == spec["name"]]
+        if self._args_matching(trace) is not None:
+            exactly = "exactly " if mode == "exact" else ""
+            return True, 1.0, f"a {spec['name']} call has {exactly}these arguments"
+        if not calls:
+            return False, 0.0, f"no {spec['name']} call in the trace"
+        shown = [c.args for c in calls][:5]
+        return False, 0.0, f"no {spec['name']} call matches {want} ({mode}); saw {shown}"
+
+    def _args_matching(self, trace: Trace) -> int | None:
+        """The position of the first call of the tool with the arguments wanted, or None."""
+        spec = self.value
+        want = spec.get("args") or {}
+        mode = spec.get("mode") or self.mode or "partial"
         ignore = set(spec.get("ignore") or [])
         defaults = spec.get("defaults") or {}
-        calls = [c for c in trace.tool_calls if c.name == spec["name"]]
-        for call in calls:
+        for i, call in enumerate(trace.tool_calls):
+            if call.name != spec["name"]:
+                continue
             got = call.args if isinstance(call.args, dict) else {}
             if mode == "exact":
                 full = {**defaults, **want}
                 if {k: v for k, v in got.items() if k not in ignore} == {
                     k: v for k, v in full.items() if k not in ignore
                 }:
-                    return True, 1.0, f"a {spec['name']} call has exactly these arguments"
+                    return i
             elif all(got.get(k) == v for k, v in want.items()):
-                return True, 1.0, f"a {spec['name']} call has these arguments"
-        if not calls:
-            return False, 0.0, f"no {spec['name']} call in the trace"
-        shown = [c.args for c in calls][:5]
-        return False, 0.0, f"no {spec['name']} call matches {want} ({mode}); saw {shown}"
+                return i
+        return None
 
     def _step_count(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
         spec = self.value if isinstance(self.value, dict) else {"max": self.value}

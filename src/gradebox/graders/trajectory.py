@@ -151,10 +151,13 @@ class ToolTrajectory(BaseModel):
         # v4: no calls, no trace and no output messages is no evidence: a fail.
         if not calls and not payload.messages and not (payload.output or "").strip():
             return self._result(0.0, ["no trace available for evaluation"])
-        score, notes = getattr(self, "_" + self.mode)(calls)
-        return self._result(score, notes)
+        named: list[int] = []  # the calls each mode's notes name, for the report's steps
+        score, notes = getattr(self, "_" + self.mode)(calls, named)
+        return self._result(score, notes, sorted(set(named)))
 
-    def _result(self, score: float, notes: list[str]) -> GraderResult:
+    def _result(
+        self, score: float, notes: list[str], named: list[int] | None = None
+    ) -> GraderResult:
         passed = score >= V4_PASS
         return GraderResult(
             name=self.display_name(),
@@ -163,9 +166,10 @@ class ToolTrajectory(BaseModel):
             passed=passed,
             score=round(score, 6),
             evidence="; ".join(notes)[:2000],
+            calls=named or [],
         )
 
-    def _any_order(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
+    def _any_order(self, calls: list[ToolCall], named: list[int]) -> tuple[float, list[str]]:
         """``evaluateAnyOrder``: the share of tools called at least their minimum, over the
         minimums above 0 only. v4 counts a minimum of 0 as met: four of them beside one real
         requirement make 0.8, v4's pass, for a run that called nothing. A 0 requires nothing,
@@ -176,6 +180,7 @@ class ToolTrajectory(BaseModel):
             counts[call.name] = counts.get(call.name, 0) + 1
         notes, hits = [], 0
         required = {tool: least for tool, least in (self.minimums or {}).items() if least > 0}
+        named.extend(i for i, c in enumerate(calls) if c.name in required)
         for tool, least in required.items():
             seen = counts.get(tool, 0)
             hits += seen >= least
@@ -195,7 +200,7 @@ class ToolTrajectory(BaseModel):
         notes.append(f"{item.tool} took {call.duration_ms:g}ms (max {item.max_duration_ms:g}ms)")
         return int(ok)
 
-    def _in_order(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
+    def _in_order(self, calls: list[ToolCall], named: list[int]) -> tuple[float, list[str]]:
         """``evaluateInOrder``: each expected tool after the previous match; a call of the
         right tool with the wrong arguments uses up that call and misses the item."""
         expected = self.expected or []
@@ -209,6 +214,7 @@ class ToolTrajectory(BaseModel):
                 call = calls[at]
                 at += 1
                 if call.name == item.tool:
+                    named.append(at - 1)
                     if _args_match(item.args, call.args, self._mode_of(item)):
                         matched = call
                         notes.append(f"found {item.tool} at position {at - 1}")
@@ -231,7 +237,7 @@ class ToolTrajectory(BaseModel):
         total = len(expected) + latency_total
         return (hits + latency_hits) / total, notes
 
-    def _exact(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
+    def _exact(self, calls: list[ToolCall], named: list[int]) -> tuple[float, list[str]]:
         """``evaluateExact``: position by position; a length mismatch is noted, and the
         positions beyond the shorter list count as misses."""
         expected = self.expected or []
@@ -247,6 +253,7 @@ class ToolTrajectory(BaseModel):
                 latency_total += item.max_duration_ms is not None
                 continue
             call = calls[i]
+            named.append(i)
             if call.name != item.tool:
                 notes.append(f"position {i}: expected {item.tool}, got {call.name}")
             elif not _args_match(item.args, call.args, self._mode_of(item)):
@@ -263,7 +270,7 @@ class ToolTrajectory(BaseModel):
         total = len(expected) + latency_total
         return (hits + latency_hits) / total, notes
 
-    def _superset(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
+    def _superset(self, calls: list[ToolCall], named: list[int]) -> tuple[float, list[str]]:
         """``evaluateSuperset``: every expected item matches a call of its own."""
         expected = self.expected or []
         if not expected:
@@ -285,11 +292,12 @@ class ToolTrajectory(BaseModel):
                 notes.append(f"expected {item.tool}, not found")
             else:
                 used.add(j)
+                named.append(j)
                 hits += 1
                 notes.append(f"found {item.tool} at position {j}")
         return hits / len(expected), notes
 
-    def _subset(self, calls: list[ToolCall]) -> tuple[float, list[str]]:
+    def _subset(self, calls: list[ToolCall], named: list[int]) -> tuple[float, list[str]]:
         """``evaluateSubset``: every call is one the expected items allow."""
         expected = self.expected or []
         if not expected:
@@ -306,6 +314,7 @@ class ToolTrajectory(BaseModel):
                 for item in expected
             )
             hits += ok
+            named.append(i)
             notes.append(f"position {i}: {call.name} is {'' if ok else 'not '}allowed")
         return hits / len(calls), notes
 
@@ -342,20 +351,20 @@ class SkillTrigger(BaseModel):
     def evaluate(self, payload: Payload) -> GraderResult:
         calls = trace_of(payload.messages).tool_calls  # v4 reads the output messages only
         marker = f"skills/{self.skill}/"
-        found = ""
-        for call in calls:
+        found, at = "", None
+        for i, call in enumerate(calls):
             args = call.args if isinstance(call.args, dict) else {}
             name = call.name.lower()
             if name == "skill" and self.skill in _js_string(args.get("skill")):
-                found = f"Skill tool invoked with skill={_js_string(args.get('skill'))!r}"
+                found, at = f"Skill tool invoked with skill={_js_string(args.get('skill'))!r}", i
                 break
             if name == "read":
                 path = _js_string(args.get("file_path", args.get("path")))
                 if marker in path:
-                    found = f"Read tool loaded skill file {path}"
+                    found, at = f"Read tool loaded skill file {path}", i
                     break
             if call.output is not None and marker in _js_text(call.output):
-                found = f"tool {call.name!r} output referenced {marker}"
+                found, at = f"tool {call.name!r} output referenced {marker}", i
                 break
         passed = bool(found) == self.should_trigger
         if passed:
@@ -375,6 +384,7 @@ class SkillTrigger(BaseModel):
             passed=passed,
             score=float(passed),
             evidence=evidence,
+            calls=[at] if at is not None else [],
         )
 
 

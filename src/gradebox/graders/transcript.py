@@ -2,7 +2,8 @@
 reported transcript (``{tool|name, input|args|arguments, output}``, or the OpenAI
 ``{function: {name, arguments}}`` form), with its summary and Vally's view of it. Pure data,
 read by the trajectory checks (``trace``), the skill checks (``skills``), LLM judges and the
-test lifecycle. No process, no I/O.
+test lifecycle; ``transcript_of`` keeps the same reading, bounded, in the test's result (the
+report's steps). No process, no I/O.
 """
 
 from __future__ import annotations
@@ -11,9 +12,25 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.models import Message, Payload
+from ..protocol.models import (
+    Message,
+    Payload,
+    TokenUsage,
+    ToolStep,
+    Transcript,
+    TranscriptStep,
+)
 
-__all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "vally_input"]
+__all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "transcript_of", "vally_input"]
+
+# What a result keeps of a transcript: the agent wrote it, and a 10,000-test run's results
+# file and report hold every one. One text (a message, a call's arguments or its output) is
+# cut as a grader's evidence is (``verdict.judge``, ``llm.MAX_RAW``); the messages kept are
+# counted, and all of them together are bounded as the diff is (``workspace.max_diff``'s
+# default).
+TEXT_CAP = 10_000  # characters of one text
+MAX_STEPS = 500  # messages
+TRANSCRIPT_CAP = 1 << 20  # characters of every text together
 
 
 @dataclass
@@ -64,16 +81,19 @@ def _tool_call(raw: Any) -> ToolCall | None:
     )
 
 
+def _calls(message: Message) -> list[ToolCall]:
+    """A message's tool calls, as every reader counts them (what is not one is left out)."""
+    calls = (_tool_call(raw) for raw in getattr(message, "tool_calls", None) or [])
+    return [c for c in calls if c is not None]
+
+
 def trace_of(messages: list[Message], events: list[Any] | None = None) -> Trace:
     """The tool calls, in order, from a transcript (and any reported trace events)."""
     trace = Trace()
     for message in messages:
         if message.role == "assistant":
             trace.assistant_messages += 1
-        for raw in getattr(message, "tool_calls", None) or []:
-            call = _tool_call(raw)
-            if call is not None:
-                trace.tool_calls.append(call)
+        trace.tool_calls.extend(_calls(message))
     for event in events or []:
         if not isinstance(event, dict):
             continue
@@ -126,3 +146,105 @@ def vally_input(payload: Payload, trace: Trace, workspace: str | None) -> dict[s
             "files": list(payload.input_files),
         },
     }
+
+
+class _Budget:
+    """Texts kept, each cut at ``TEXT_CAP`` and all together at ``TRANSCRIPT_CAP``."""
+
+    def __init__(self) -> None:
+        self.left = TRANSCRIPT_CAP
+        self.cut = 0
+
+    def text(self, value: Any) -> tuple[str | None, bool]:
+        if value is None:
+            return None, False
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        keep = min(len(text), TEXT_CAP, self.left)
+        self.left -= keep
+        if keep < len(text):
+            self.cut += 1
+            return text[:keep], True
+        return text, False
+
+    def value(self, value: Any) -> tuple[Any, bool]:
+        """A call's arguments or output: as reported when whole, else its JSON text, cut."""
+        if value is None or isinstance(value, str):
+            return self.text(value)
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) <= min(TEXT_CAP, self.left):
+            self.left -= len(text)
+            return value, False
+        return self.text(text)
+
+
+def _reported(raw: Message, *keys: str) -> Any:
+    extra = raw.model_extra or {}
+    return next((extra[k] for k in keys if extra.get(k) is not None), None)
+
+
+def transcript_of(messages: list[Message], output: str | None) -> Transcript | None:
+    """The transcript a result keeps: every message and tool call as the trace checks read
+    them (``trace_of``: the same positions), bounded; None when it says no more than the
+    answer (one assistant message holding it, no tool call)."""
+    calls = [_calls(m) for m in messages]
+    if not messages or (
+        len(messages) == 1
+        and messages[0].role == "assistant"
+        and not calls[0]
+        and (messages[0].content or "") == (output or "")
+    ):
+        return None
+    budget, steps, position = _Budget(), [], 0
+    total = sum(len(c) for c in calls)
+    for message, made in zip(messages[:MAX_STEPS], calls, strict=False):
+        text, cut = budget.text(message.content)
+        tools = []
+        for call in made:
+            args, cut_args = budget.value(call.args)
+            out, cut_out = budget.value(call.output)
+            tools.append(
+                ToolStep(
+                    position=position,
+                    name=budget.text(call.name)[0] or "",
+                    args=args,
+                    output=out,
+                    error=call.error,
+                    duration_ms=call.duration_ms,
+                    cut=cut_args or cut_out,
+                )
+            )
+            position += 1
+        duration = _reported(message, "duration_ms", "durationMs")
+        usage = _reported(message, "token_usage", "tokenUsage")
+        steps.append(
+            TranscriptStep(
+                role=message.role[:100],
+                text=text,
+                tool_calls=tools,
+                duration_ms=duration
+                if isinstance(duration, int | float) and not isinstance(duration, bool)
+                else None,
+                token_usage=_usage(usage),
+                cut=cut,
+            )
+        )
+    notes = []
+    if len(messages) > MAX_STEPS:
+        notes.append(f"kept the first {MAX_STEPS} of {len(messages)} messages")
+    if budget.cut:
+        notes.append(
+            f"{budget.cut} text(s) cut: at most {TEXT_CAP:,} characters each, "
+            f"{TRANSCRIPT_CAP:,} in all"
+        )
+    return Transcript(steps=steps, messages=len(messages), tool_calls=total, cut=notes)
+
+
+def _usage(value: Any) -> TokenUsage | None:
+    if not isinstance(value, dict):
+        return None
+    kept = {
+        k: value[k]
+        for k in ("input", "output")
+        if isinstance(value.get(k), int) and not isinstance(value.get(k), bool)
+    }
+    return TokenUsage(**kept) if kept else None

@@ -50,7 +50,7 @@ from ..graders.assertion import (
     leaves,
 )
 from ..graders.run import CONTAINER_WORKSPACE, run_grader
-from ..graders.transcript import summary_of, trace_of, vally_input
+from ..graders.transcript import summary_of, trace_of, transcript_of, vally_input
 from ..images import DEFAULT_IMAGE
 from ..llm.client import ModelHub
 from ..protocol.models import (
@@ -606,8 +606,10 @@ class TestRun:
         self.finish(status, score, gates)
 
     def finish(self, status: Status, score: float, gates: list[str]) -> None:
-        """The verdict into the result, with the model calls of its graders and target."""
+        """The verdict into the result, with the model calls of its graders and target, and
+        the transcript its trace checks read (the report draws it)."""
         result = self.result
+        result.transcript = transcript_of(self.payload.messages, result.output)
         if result.error:
             status = Status.error
         result.status, result.score, result.passed = status, score, status is Status.passed

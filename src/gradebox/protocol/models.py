@@ -54,6 +54,9 @@ __all__ = [
     "StepRecord",
     "TargetTotals",
     "TestResult",
+    "ToolStep",
+    "Transcript",
+    "TranscriptStep",
     "TrialRecord",
     "TokenUsage",
     "TraceSummary",
@@ -446,6 +449,11 @@ class GraderResult(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="e.g. files the agent planted that a verifier ignored"
     )
+    calls: list[int] = Field(
+        default_factory=list,
+        description="a trace check: the tool calls its verdict names (their `position` in "
+        "the test's transcript)",
+    )
     # Not on the wire: why a `failed` status is no verdict the grader gave (a non-zero exit
     # that cannot be told from a crash), so `negate` turns it into an error, never a pass.
     _no_verdict: str | None = PrivateAttr(default=None)
@@ -501,6 +509,43 @@ class TrialRecord(BaseModel):
     gates_failed: list[str] = Field(default_factory=list)
 
 
+class ToolStep(BaseModel):
+    """One tool call of a kept transcript: what the agent called, with what, and what came
+    back (as it reported them)."""
+
+    position: int = Field(
+        description="its place among the transcript's tool calls, from 0: the position a "
+        "trace check's evidence names"
+    )
+    name: str
+    args: Any = None
+    output: Any = None
+    error: bool = False
+    duration_ms: float | None = None
+    cut: bool = Field(default=False, description="its arguments or output were cut")
+
+
+class TranscriptStep(BaseModel):
+    """One message of a kept transcript."""
+
+    role: str
+    text: str | None = None
+    tool_calls: list[ToolStep] = Field(default_factory=list)
+    duration_ms: float | None = None
+    token_usage: TokenUsage | None = None
+    cut: bool = Field(default=False, description="its text was cut")
+
+
+class Transcript(BaseModel):
+    """What the agent reported it did (its messages and tool calls), as the trace checks
+    read it, bounded for the report: ``cut`` says what was left out."""
+
+    steps: list[TranscriptStep] = Field(default_factory=list)
+    messages: int = Field(default=0, description="messages the agent reported")
+    tool_calls: int = Field(default=0, description="tool calls the agent reported")
+    cut: list[str] = Field(default_factory=list, description="what was left out, and why")
+
+
 class TestResult(BaseModel):
     """One test of a suite run: a line of ``results.jsonl``.
 
@@ -527,6 +572,11 @@ class TestResult(BaseModel):
         "`file_changes`: workspace.max_diff)",
     )
     graders: list[GraderResult] = Field(default_factory=list)
+    transcript: Transcript | None = Field(
+        default=None,
+        description="the agent's messages and tool calls, when it reported more than its "
+        "answer (bounded: its `cut` says what was left out)",
+    )
     target: StepRecord | None = None
     error: str | None = None
     timings_ms: dict[str, int] = Field(default_factory=dict)

@@ -134,7 +134,7 @@ RESULT_FIELDS: tuple[tuple[str, Any], ...] = (
     ("oom_killed", False), ("output_truncated", False), ("stdout_tail", None),
     ("stderr_tail", None), ("privileges", []), ("backend", None), ("weight", None),
     ("negated", False), ("required", None), ("children", []), ("usage", None),
-    ("raw_response", None), ("warnings", []),
+    ("raw_response", None), ("warnings", []), ("calls", []),
 )  # fmt: skip
 _CHECK_FIELDS = ("text", "passed", "score", "evidence")
 

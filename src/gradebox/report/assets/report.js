@@ -937,6 +937,7 @@
       line(`grader ${name}`, (r, i) => (graders[i].has(name) ? grader(graders[i].get(name))
         : h('span', { class: 'muted' }, 'no grader of this name in this run')), { verdict: (r, i) => (graders[i].has(name) ? graders[i].get(name).status : 'none') });
     }
+    line("the agent's steps", steps);
     line('metadata', (r) => (r.metadata && Object.keys(r.metadata).length ? textBlock(r.metadata) : null));
     return h('div', { class: 'opened' },
       kv([['test', first.id.length > 500 ? textBlock(first.id) : first.id]]),
@@ -944,6 +945,109 @@
       asked.includes('expected_output') ? messages('expected output', first.expected_output) : null,
       h('table', { class: 'side', 'aria-label': 'this test in each run' },
         h('thead', null, h('tr', null, rows.map((r, i) => h('th', { scope: 'col' }, visible(runLabel(i)))))), body));
+  }
+  // ---------------------------------------------------------------- the agent's steps
+  // The transcript the result kept (role, text, tool calls with their arguments and result),
+  // drawn as a timeline, with the checks that read it (type "trace") beside it: each links
+  // to the calls its verdict names. A check inside a conversation's turn read that turn's
+  // answer, not this transcript: it is listed, not linked.
+  const STEPS = 40; // messages drawn before "show more"
+  const FOLDED = 400; // characters of a call's result shown without opening it
+  const LINKS = 20; // calls linked from one check (a check over every call names them all)
+  const ROLES = new Set(['system', 'user', 'assistant', 'tool']);
+  function traceChecks(graders, out = [], inTurn = false) {
+    for (const g of graders || []) {
+      if (g.type === 'trace') out.push({ g, linked: !inTurn });
+      traceChecks(g.children, out, inTurn || g.type === 'turn');
+    }
+    return out;
+  }
+  function tokensOf(u) {
+    if (!u || (typeof u.input !== 'number' && typeof u.output !== 'number')) return null;
+    return `${u.input ?? '–'} in, ${u.output ?? '–'} out tokens`;
+  }
+  function callResult(out) {
+    const text = typeof out === 'string' ? out : JSON.stringify(out, null, 2);
+    if (text.length <= FOLDED && text.split('\n').length <= 8) return [h('div', { class: 'label muted' }, 'result'), textBlock(text)];
+    const d = h('details', { class: 'result' }, h('summary', null, `result (${text.length.toLocaleString()} characters)`));
+    d.addEventListener('toggle', () => { if (d.open && d.childNodes.length === 1) d.append(textBlock(text)); });
+    return d;
+  }
+  function toolStep(c, readers, drawnCalls) {
+    const el = h('div', { class: `call${c.error ? ' call-error' : ''}`, 'data-call': c.position, tabindex: '-1' },
+      h('div', { class: 'head' }, h('span', { class: 'tool' }, '⚙ ', visible(c.name)), h('span', { class: 'muted' }, `call #${c.position}`),
+        typeof c.duration_ms === 'number' ? h('span', { class: 'muted' }, ms(c.duration_ms)) : null,
+        c.error ? h('span', { class: 'st-error' }, 'error') : null,
+        c.cut ? h('span', { class: 'muted' }, 'cut') : null,
+        (readers || []).map(({ g }) => h('span', { class: `reader st-${g.status}`, title: 'a check whose verdict names this call' },
+          g.passed ? '✔ ' : g.status === 'error' ? '! ' : '✘ ', visible(g.name)))),
+      c.args !== undefined && c.args !== null ? [h('div', { class: 'label muted' }, 'arguments'), textBlock(c.args)] : null,
+      c.output !== undefined && c.output !== null ? callResult(c.output) : null);
+    drawnCalls.set(c.position, el);
+    return el;
+  }
+  function step(st, i, byCall, drawnCalls) {
+    const role = ROLES.has(st.role) ? st.role : 'other';
+    const text = st.text !== undefined && st.text !== null && st.text !== '' ? textBlock(st.text) : null;
+    return h('li', { class: `step role-${role}` },
+      h('div', { class: 'head' }, h('span', { class: 'role' }, visible(st.role)), h('span', { class: 'muted' }, `#${i + 1}`),
+        typeof st.duration_ms === 'number' ? h('span', { class: 'muted' }, ms(st.duration_ms)) : null,
+        tokensOf(st.token_usage) ? h('span', { class: 'muted' }, tokensOf(st.token_usage)) : null,
+        st.cut ? h('span', { class: 'muted' }, 'text cut') : null),
+      text, (st.tool_calls || []).map((c) => toolStep(c, byCall.get(c.position), drawnCalls)));
+  }
+  function steps(row) {
+    const tr = row.transcript;
+    if (!tr || !tr.steps || !tr.steps.length) return null;
+    const checks = traceChecks(row.graders);
+    const byCall = new Map();
+    for (const c of checks) {
+      if (!c.linked) continue;
+      for (const p of c.g.calls || []) { if (!byCall.has(p)) byCall.set(p, []); byCall.get(p).push(c); }
+    }
+    const kept = new Map(); // position -> the call, as the result kept it
+    for (const st of tr.steps) for (const c of st.tool_calls || []) kept.set(c.position, c);
+    const list = h('ol', { class: 'timeline' });
+    const drawnCalls = new Map(); // position -> its element, once drawn
+    let drawn = 0;
+    const more = h('button', { type: 'button', class: 'more' });
+    const draw = (upto) => {
+      const end = Math.min(tr.steps.length, upto);
+      for (; drawn < end; drawn++) list.append(step(tr.steps[drawn], drawn, byCall, drawnCalls));
+      if (drawn < tr.steps.length) more.textContent = `show ${Math.min(STEPS, tr.steps.length - drawn)} more messages (${(tr.steps.length - drawn).toLocaleString()} not shown)`;
+      else more.remove();
+    };
+    more.addEventListener('click', () => draw(drawn + STEPS));
+    // A link to a call not drawn yet draws the messages up to it first.
+    const goTo = (p) => {
+      if (!drawnCalls.has(p)) {
+        const at = tr.steps.findIndex((st) => (st.tool_calls || []).some((c) => c.position === p));
+        if (at >= 0) draw(at + 1);
+      }
+      const el = drawnCalls.get(p);
+      if (!el) return;
+      for (const old of list.querySelectorAll('.call.hit')) old.classList.remove('hit');
+      el.classList.add('hit');
+      el.scrollIntoView({ block: 'center' });
+      el.focus({ preventScroll: true });
+    };
+    const aside = h('aside', { class: 'readers', 'aria-label': 'checks that read these steps' }, h('h4', null, `checks that read them (${checks.length})`),
+      checks.length ? null : h('p', { class: 'muted' }, 'no trace check read this transcript'),
+      checks.map(({ g, linked }) => h('div', { class: 'reader-check' },
+        h('div', { class: 'head' }, badge(g.status), h('span', { class: 'name' }, visible(g.name)), h('span', { class: 'muted' }, `score ${num(g.score)}`)),
+        g.evidence ? h('div', { class: 'evidence' }, visible(oneLine(g.evidence, 300))) : null,
+        !linked ? h('div', { class: 'muted' }, 'read its turn\'s answer') : (g.calls || []).length
+          ? h('div', { class: 'links' }, 'names ', g.calls.slice(0, LINKS).map((p) => (kept.has(p)
+            ? h('button', { type: 'button', class: 'call-link', onclick: () => goTo(p) }, `#${p} `, visible(kept.get(p).name))
+            : h('span', { class: 'muted' }, `#${p} (not kept)`))),
+          g.calls.length > LINKS ? h('span', { class: 'muted' }, `and ${(g.calls.length - LINKS).toLocaleString()} more`) : null)
+          : h('div', { class: 'muted' }, 'reads the whole run'))));
+    draw(STEPS);
+    const calls = tr.tool_calls || 0;
+    return h('section', { class: 'steps', 'aria-label': 'the agent\'s steps' },
+      h('h4', null, `steps: ${(tr.messages || tr.steps.length).toLocaleString()} message${tr.messages === 1 ? '' : 's'}, ${calls.toLocaleString()} tool call${calls === 1 ? '' : 's'}`),
+      (tr.cut || []).length ? h('p', { class: 'cut', role: 'note' }, `cut: ${tr.cut.join('; ')}`) : null,
+      h('div', { class: 'steps-grid' }, h('div', { class: 'timeline-wrap' }, list, drawn < tr.steps.length ? more : null), aside));
   }
   function detail(t, summary) {
     if (multi) return sideBySide(t);
@@ -963,6 +1067,7 @@
       messages('input', row.input),
       row.output !== undefined && !tabbed ? [h('h4', null, 'output'), textBlock(row.output)] : null,
       messages('expected output', row.expected_output),
+      steps(row),
       target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['ended', [target.timed_out && 'timed out', signal(target.exit_code)].filter(Boolean).join(', ')]]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
       tabbed ? null : changes(row),

@@ -1,0 +1,99 @@
+"""What a result keeps of the agent's transcript (``transcript.transcript_of``: the report's
+steps) and the calls each trace check names (``GraderResult.calls``), which the report links
+to: the same positions the checks count, bounded, with what was cut said."""
+
+from __future__ import annotations
+
+from gradebox.graders.trace import TraceAssertion
+from gradebox.graders.trajectory import SkillTrigger, ToolTrajectory
+from gradebox.graders.transcript import MAX_STEPS, TEXT_CAP, TRANSCRIPT_CAP, transcript_of
+from gradebox.protocol.models import Message, Payload
+
+
+def _m(role: str, content: object = "", calls: list | None = None, **extra) -> Message:
+    return Message.model_validate(
+        {"role": role, "content": content, **({"tool_calls": calls} if calls else {}), **extra}
+    )
+
+
+AGENT = [
+    _m("user", "weather?"),
+    _m("assistant", "looking", [
+        {"tool": "search", "input": {"q": "w"}, "output": ["sunny"], "durationMs": 40},
+        {"nothing": "not a call: left out, as the checks leave it out"},
+        {"function": {"name": "fetch", "arguments": '{"url": "u"}'}},
+    ], durationMs=800, tokenUsage={"input": 400, "output": 30}),
+    _m("assistant", "", [{"name": "Read", "args": {"path": "skills/pdf/SKILL.md"},
+                          "status": "error"}]),
+    _m("assistant", "sunny"),
+]  # fmt: skip
+
+
+def test_the_transcript_keeps_each_message_and_call_at_the_checks_positions():
+    kept = transcript_of(AGENT, "sunny")
+    assert kept is not None and kept.messages == 4 and kept.tool_calls == 3 and kept.cut == []
+    assert [s.role for s in kept.steps] == ["user", "assistant", "assistant", "assistant"]
+    calls = [c for s in kept.steps for c in s.tool_calls]
+    assert [(c.position, c.name) for c in calls] == [(0, "search"), (1, "fetch"), (2, "Read")]
+    assert calls[0].args == {"q": "w"} and calls[0].output == ["sunny"]
+    assert calls[0].duration_ms == 40 and calls[1].args == {"url": "u"} and calls[2].error
+    second = kept.steps[1]
+    assert second.duration_ms == 800 and second.token_usage.input == 400
+
+
+def test_an_answer_alone_is_no_transcript():
+    assert transcript_of([_m("assistant", "42")], "42") is None
+    assert transcript_of([], "42") is None
+    assert transcript_of([_m("assistant", "42", [{"tool": "t"}])], "42") is not None
+    assert transcript_of([_m("user", "q"), _m("assistant", "42")], "42") is not None
+
+
+def test_texts_messages_and_the_whole_are_bounded_and_the_cut_said():
+    big = "x" * (TEXT_CAP + 5)
+    kept = transcript_of([_m("assistant", big, [{"tool": "t", "input": {"a": big}}])], "")
+    step = kept.steps[0]
+    assert step.cut and len(step.text) == TEXT_CAP
+    call = step.tool_calls[0]
+    assert call.cut and isinstance(call.args, str) and len(call.args) == TEXT_CAP
+    assert kept.cut == [f"2 text(s) cut: at most {TEXT_CAP:,} characters each, "
+                        f"{TRANSCRIPT_CAP:,} in all"]  # fmt: skip
+    many = [_m("assistant", str(i), [{"tool": "t"}]) for i in range(MAX_STEPS + 10)]
+    kept = transcript_of(many, "")
+    assert len(kept.steps) == MAX_STEPS and kept.messages == MAX_STEPS + 10
+    assert kept.tool_calls == MAX_STEPS + 10
+    assert kept.cut == [f"kept the first {MAX_STEPS} of {MAX_STEPS + 10} messages"]
+    whole = [_m("assistant", "y" * TEXT_CAP) for _ in range(TRANSCRIPT_CAP // TEXT_CAP + 3)]
+    kept = transcript_of(whole, "")
+    assert sum(len(s.text or "") for s in kept.steps) == TRANSCRIPT_CAP
+    assert kept.steps[-1].cut and kept.steps[-1].text == ""
+
+
+def _payload() -> Payload:
+    return Payload(output="sunny", messages=AGENT)
+
+
+def test_each_trace_check_names_the_calls_its_verdict_reads():
+    def named(check) -> list[int]:
+        return check.evaluate(_payload()).calls
+
+    in_order = ToolTrajectory(mode="in_order", expected=[{"tool": "search"}, {"tool": "fetch"}])
+    assert named(in_order) == [0, 1]
+    exact = ToolTrajectory(mode="exact", expected=[{"tool": "search"}, {"tool": "Read"}])
+    assert named(exact) == [0, 1]  # position 1 is fetch, not Read: named, as it is compared
+    assert named(ToolTrajectory(mode="any_order", minimums={"fetch": 1})) == [1]
+    assert named(ToolTrajectory(mode="superset", expected=[{"tool": "Read"}])) == [2]
+    assert named(ToolTrajectory(mode="subset", expected=[{"tool": "search"}])) == [0, 1, 2]
+    assert named(SkillTrigger(skill="pdf")) == [2]
+    assert named(SkillTrigger(skill="csv")) == []
+    assert named(TraceAssertion(type="trajectory:tool-used", value="fetch")) == [1]
+    used = TraceAssertion(type="trajectory:tool-used", value={"pattern": "^(search|Read)$"})
+    assert named(used) == [0, 2]
+    args = TraceAssertion(type="trajectory:tool-args-match",
+                          value={"name": "search", "args": {"q": "w"}})  # fmt: skip
+    assert named(args) == [0]
+    missed = TraceAssertion(type="trajectory:tool-args-match",
+                            value={"name": "search", "args": {"q": "x"}})  # fmt: skip
+    assert missed.evaluate(_payload()).passed is False and named(missed) == [0]
+    seq = TraceAssertion(type="trajectory:tool-sequence", value=["search", "fetch"])
+    assert named(seq) == [0, 1]
+    assert named(TraceAssertion(type="execution-metrics", max_tool_calls=5)) == []
