@@ -592,13 +592,15 @@ def test_odd_file_names_are_shown_as_the_file_system_has_them(tmp_path, open_pag
     page = w.page
     page.click("button.toggle")
     listed = page.locator("ul.filelist li").all_text_contents()
-    assert sorted(x.split(" +")[0] for x in listed) == sorted([
-        "evil⟦U+000A⟧name\u2039svg onload=alert(1)\u2026>.md",
-        "tab at the end⟦U+0009⟧",
-        "sp ace.txt",  # no tab after it
-        'q"uo\\te⟦U+0001⟧',
-        "caf\\xe9.txt",  # a byte not UTF-8, as \xNN (as the diff's text has it)
-    ]), listed
+    assert sorted(x.split(" +")[0] for x in listed) == sorted(
+        [
+            "evil⟦U+000A⟧name\u2039svg onload=alert(1)\u2026>.md",
+            "tab at the end⟦U+0009⟧",
+            "sp ace.txt",  # no tab after it
+            'q"uo\\te⟦U+0001⟧',
+            "caf\\xe9.txt",  # a byte not UTF-8, as \xNN (as the diff's text has it)
+        ]
+    ), listed
     heads = page.locator("details.file > summary > span:first-child").all_text_contents()
     assert "evil⟦U+000A⟧name\u2039svg onload=alert(1)\u2026>.md" in heads, heads
     assert page.locator("details.file .bidi[title='a control character']").count() == 3
