@@ -513,14 +513,19 @@ def test_the_verdicts_come_first_and_a_large_diff_is_folded(tmp_path, open_page)
                      checks=[Check(text="test_add fails: 3 != 4", passed=False),
                              Check(text="test_sub", passed=True)]),
         GraderResult(name="lint", status=Status.passed, passed=True, score=1.0),
+        GraderResult(name="asserts", status=Status.failed, passed=False, score=0.5, children=[
+            GraderResult(name="contains 42", status=Status.failed, passed=False, score=0.0,
+                         evidence="no 42 in the answer"),
+            GraderResult(name="is-json", status=Status.passed, passed=True, score=1.0)]),
     ]  # fmt: skip
     w = open_page(_with_diff(tmp_path, r, text, notes), ("file://",))
     page = w.page
     page.click("button.toggle")
     verdicts = page.locator("ul.verdicts")
-    assert verdicts.locator("> li").count() == 1  # pytest; lint passed
-    assert "test_add fails: 3 != 4" in verdicts.text_content()
-    assert "test_sub" not in verdicts.text_content()  # only what failed
+    assert verdicts.locator("> li").count() == 2  # pytest, asserts; lint passed
+    said = verdicts.text_content()
+    assert "test_add fails: 3 != 4" in said and "contains 42: failed — no 42 in the answer" in said
+    assert "test_sub" not in said and "is-json" not in said  # only what failed
     changes = page.locator("details.changes")
     assert "306 files" in changes.locator("summary").text_content()
     assert not changes.evaluate("d => d.open")  # folded

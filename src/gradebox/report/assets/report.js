@@ -904,11 +904,14 @@
     const items = [];
     (row.graders || []).forEach((g, i) => {
       if (g.status === 'passed') return;
-      const failing = (g.checks || []).filter((c) => !c.passed);
+      // Its failing checks, else its failing assertions (an assert-set's children), else
+      // the last line of its evidence.
+      const failing = [...(g.checks || []).filter((c) => !c.passed).map((c) => c.text),
+        ...(g.children || []).filter((c) => c.status !== 'passed').map((c) => `${c.name}: ${c.status}${c.evidence ? ` — ${oneLine(c.evidence, 200)}` : ''}`)];
       const go = h('button', { type: 'button', class: 'linkish', onclick: () => blocks[i].scrollIntoView({ block: 'start' }) }, visible(g.name));
       items.push(h('li', null, badge(g.status), ' ', go, ' ',
-        failing.length ? h('ul', null, failing.slice(0, 20).map((c) => h('li', null, h('span', { class: 'st-failed' }, '✘ '), visible(oneLine(c.text, 300)))),
-          failing.length > 20 ? h('li', { class: 'muted' }, `${failing.length - 20} more failing checks`) : null)
+        failing.length ? h('ul', null, failing.slice(0, 20).map((text) => h('li', null, h('span', { class: 'st-failed' }, '✘ '), visible(oneLine(text, 300)))),
+          failing.length > 20 ? h('li', { class: 'muted' }, `${failing.length - 20} more failing`) : null)
           : h('span', { class: 'muted' }, visible(oneLine(g.evidence || g.stderr_tail || '', 300)))));
     });
     if (!items.length) return null;
