@@ -5,6 +5,7 @@ are not diffed line by line and why (binary, over ``DIFF_FILE_BYTES``, over
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -125,3 +126,18 @@ def test_notes_past_their_budget_are_counted(tmp_path, monkeypatch):
     base.discard()
     assert len(changes.files) == 3 and changes.more == 17
     assert [f.path for f in changes.files] == [f"f{i:02d}\n" + "x" * 10 for i in range(3)]
+
+
+def test_a_link_is_never_noted_as_a_file_not_diffed(tmp_path, monkeypatch):
+    # A link's blob is its target: one that reads exactly like a summary is still a link.
+    monkeypatch.setattr(baseline, "DIFF_FILE_BYTES", 64)
+    ws = tmp_path / "ws"
+    data = b"a line\n" * 20
+    write(ws / "big.txt", data.decode())
+    base = Baseline.take(ws)
+    digest = hashlib.sha1(b"blob %d\0%s" % (len(data), data))
+    os.symlink(baseline._text_summary(len(data), 20, digest), ws / "link")
+    changes = base.changes()
+    base.discard()
+    assert "+[gradebox: text, 140 bytes, 20 lines" in changes.text  # the link, as git shows it
+    assert changes.files == () and changes.paths == 1

@@ -36,6 +36,11 @@ Every host step here is bounded, whatever the agent wrote (the workspace quota a
 
 The error is the test's (``file_changes`` could not be made); the run goes on.
 
+What the diff cannot show whole is recorded beside it (``FileChanges``, from the same streamed
+listing): the size git wrote against the cap, each changed file not diffed line by line and
+why (binary, over either bound, with holes), and the real path of each name git's headers
+quote (a control character, ``"`` or ``\\``), up to ``NOTED_BYTES`` of names, the rest counted.
+
 A folder whose path passes ``PATH_MAX`` (or that lies 1,000 folders down) is kept as one flat
 folder at its top: each entry below it under a digest of its path and its own name, and an
 index (``.gradebox-folders``) of which folder holds what; so git never handles a path longer
@@ -771,7 +776,9 @@ class _Listing:
     def _note(self, entry: bytes, path: bytes) -> None:
         self.paths += 1
         parts = entry.split(b" ")
-        shas = (parts[3].decode(), parts[2].decode()) if len(parts) == 5 else ()
+        # The new side first, then the old; a regular file's only (a link is its target).
+        sides = ((parts[1], parts[3]), (parts[0][1:], parts[2])) if len(parts) == 5 else ()
+        shas = [sha.decode() for mode, sha in sides if mode.startswith(b"100")]
         cut = next((self.cut[sha] for sha in shas if sha in self.cut), None)
         quoted = _git_quoted(path)
         if cut is None and quoted is None:
