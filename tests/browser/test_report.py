@@ -437,36 +437,6 @@ def test_a_regex_that_backtracks_for_ever_does_not_freeze_the_page(tmp_path, ope
     w.assert_clean()
 
 
-def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_page):
-    """A 1 MiB diff (the cap) can name 11,000 files: every one was drawn when the test was
-    opened (100,000 elements, seconds of a frozen page). 200 are drawn, then on request."""
-    run = tmp_path / "run"
-    run.mkdir()
-    diff = "".join(
-        f"diff --git a/f{i} b/f{i}\nnew file mode 100644\n--- /dev/null\n+++ b/f{i}\n"
-        f"@@ -0,0 +1 @@\n+line {i}\n"
-        for i in range(1000)
-    )
-    r = _result("many", False)
-    r.file_changes = diff
-    (run / "results.jsonl").write_text(r.model_dump_json() + "\n")
-    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
-    page = w.page
-    page.click("button.toggle")
-    assert "1000 files" in page.text_content(".opened")
-    page.click("details.changes > summary")  # folded: 6,000 lines
-    expect(page.locator("details.file")).to_have_count(200)
-    assert page.locator(".filelist li").count() == 200
-    page.click("text=show 200 more files (800 not shown)")
-    assert page.locator("details.file").count() == 400
-    for _ in range(3):
-        page.click("text=show 200 more files")
-    assert page.locator("details.file").count() == 1000  # every file, on request
-    assert page.locator("text=more files").count() == 0
-    assert page.locator("details.file").last.text_content().startswith("f999")
-    w.assert_clean()
-
-
 def _changed(tmp_path: Path, before: dict[bytes, bytes], after: dict[bytes, bytes], cap: int):
     """``file_changes`` and its notes as the host makes them (``Baseline.changes``), for a
     workspace that held ``before`` and then ``after`` (a name mapped to None is deleted)."""
@@ -611,4 +581,34 @@ def test_odd_file_names_are_shown_as_the_file_system_has_them(tmp_path, open_pag
     assert page.locator("details.file .bidi[title='a control character']").count() == 3
     assert page.locator("svg[onload]").count() == 0
     shot(page, "details.changes", "ul.filelist", DOCS_IMG / "report-diff-names.png")
+    w.assert_clean()
+
+
+def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_page):
+    """A 1 MiB diff (the cap) can name 11,000 files: every one was drawn when the test was
+    opened (100,000 elements, seconds of a frozen page). 200 are drawn, then on request."""
+    run = tmp_path / "run"
+    run.mkdir()
+    diff = "".join(
+        f"diff --git a/f{i} b/f{i}\nnew file mode 100644\n--- /dev/null\n+++ b/f{i}\n"
+        f"@@ -0,0 +1 @@\n+line {i}\n"
+        for i in range(1000)
+    )
+    r = _result("many", False)
+    r.file_changes = diff
+    (run / "results.jsonl").write_text(r.model_dump_json() + "\n")
+    w = open_page(report([run], tmp_path / "r.html"), ("file://",))
+    page = w.page
+    page.click("button.toggle")
+    assert "1000 files" in page.text_content(".opened")
+    page.click("details.changes > summary")  # folded: 6,000 lines
+    expect(page.locator("details.file")).to_have_count(200)
+    assert page.locator(".filelist li").count() == 200
+    page.click("text=show 200 more files (800 not shown)")
+    assert page.locator("details.file").count() == 400
+    for _ in range(3):
+        page.click("text=show 200 more files")
+    assert page.locator("details.file").count() == 1000  # every file, on request
+    assert page.locator("text=more files").count() == 0
+    assert page.locator("details.file").last.text_content().startswith("f999")
     w.assert_clean()
