@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 from playwright.sync_api import expect
 
 from gradebox.drivers.runner import read_results
-from gradebox.protocol.models import GraderResult, Status, TestResult
+from gradebox.files.baseline import Baseline
+from gradebox.protocol.models import Check, FileChangesNotes, GraderResult, Status, TestResult
 from gradebox.report.compare import compare_runs, load_run
 from gradebox.report.html import write_report
 from gradebox.report.view import ViewServer
@@ -436,6 +438,153 @@ def test_a_regex_that_backtracks_for_ever_does_not_freeze_the_page(tmp_path, ope
     w.assert_clean()
 
 
+def _changed(tmp_path: Path, before: dict[bytes, bytes], after: dict[bytes, bytes], cap: int):
+    """``file_changes`` and its notes as the host makes them (``Baseline.changes``), for a
+    workspace that held ``before`` and then ``after`` (a name mapped to None is deleted)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    root = bytes(ws)
+
+    def put(files: dict[bytes, bytes | None]) -> None:
+        for name, data in files.items():
+            if data is None:
+                os.unlink(root + b"/" + name)
+            else:
+                with open(root + b"/" + name, "wb") as f:
+                    f.write(data)
+
+    put(before)
+    base = Baseline.take(ws, store=tmp_path / "store")
+    put(after)
+    changes = base.changes(cap)
+    base.discard()
+    return changes.text, FileChangesNotes.model_validate(changes, from_attributes=True)
+
+
+def _with_diff(tmp_path: Path, r: TestResult, text: str, notes: FileChangesNotes) -> str:
+    r.file_changes, r.file_changes_notes = text, notes
+    r.file_changes_bytes = len(text.encode())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl").write_text(r.model_dump_json() + "\n")
+    return report([run_dir], tmp_path / "r.html")
+
+
+def test_the_verdicts_come_first_and_a_large_diff_is_folded(tmp_path, open_page):
+    """An agent that changed 306 files put its test's graders 12,785 px down, under the diff,
+    with no way to fold it: the verdicts (failing checks, then evidence) come first, and the
+    diff is folded under a summary of it."""
+    text, notes = _changed(
+        tmp_path, {}, {b"f%03d.py" % i: b"x = 1\n" * 40 for i in range(306)}, 1 << 20
+    )
+    r = _result("many-files", False)
+    r.graders = [
+        GraderResult(name="pytest", status=Status.failed, passed=False, score=0.0,
+                     evidence="2 of 3 tests failed",
+                     checks=[Check(text="test_add fails: 3 != 4", passed=False),
+                             Check(text="test_sub", passed=True)]),
+        GraderResult(name="lint", status=Status.passed, passed=True, score=1.0),
+        GraderResult(name="asserts", status=Status.failed, passed=False, score=0.5, children=[
+            GraderResult(name="contains 42", status=Status.failed, passed=False, score=0.0,
+                         evidence="no 42 in the answer"),
+            GraderResult(name="is-json", status=Status.passed, passed=True, score=1.0)]),
+    ]  # fmt: skip
+    w = open_page(_with_diff(tmp_path, r, text, notes), ("file://",))
+    page = w.page
+    page.click("button.toggle")
+    verdicts = page.locator("ul.verdicts")
+    assert verdicts.locator("> li").count() == 2  # pytest, asserts; lint passed
+    said = verdicts.text_content()
+    assert "test_add fails: 3 != 4" in said and "contains 42: failed — no 42 in the answer" in said
+    assert "test_sub" not in said and "is-json" not in said  # only what failed
+    changes = page.locator("details.changes")
+    assert "306 files" in changes.locator("summary").text_content()
+    assert not changes.evaluate("d => d.open")  # folded
+    assert page.locator("details.file").count() == 0  # and not drawn until unfolded
+    row = page.locator("tr.open").bounding_box()["y"]
+    graders = page.locator("h4.graders-head").bounding_box()["y"]
+    assert graders - row < 400, graders - row  # the graders are right below the test
+    assert graders < changes.bounding_box()["y"]
+    assert graders < page.locator(".grader", has_text="2 of 3 tests failed").bounding_box()["y"]
+    shot(page, "tr.open", "tr.detailrow", DOCS_IMG / "report-verdicts-first.png")
+    changes.locator("summary").click()
+    expect(page.locator("details.file")).to_have_count(200)  # unfolded: drawn, by the page
+    w.assert_clean()
+
+
+def test_what_the_diff_cut_is_said_at_its_top_and_on_each_file(tmp_path, open_page):
+    """The header said "306 files, 1,048,637 bytes"; that the diff was cut showed only after
+    "show 2000 more lines" nine times, and a file over 4 MiB read "+0 −18125" as if emptied.
+    Now the top of the diff says what was cut, where and why, and so does each file."""
+    big = b"".join(b"line %05d of a long file that the agent rewrote\n" % i for i in range(18125))
+    before = {b"big.txt": big}
+    after = {b"big.txt": b"y" * (5 << 20), b"logo.png": b"\x89PNG\x00\xff" * 100}
+    after |= {b"src%03d.py" % i: b"print('a line of code')\n" * 150 for i in range(300)}
+    text, notes = _changed(tmp_path, before, after, 1 << 20)
+    assert notes.size > notes.cap  # the host cut it, and said so
+    r = _result("cut", False)
+    w = open_page(_with_diff(tmp_path, r, text, notes), ("file://",))
+    page = w.page
+    page.click("button.toggle")
+    changes = page.locator("details.changes")
+    summary = changes.locator("> summary").text_content()
+    assert "✂ cut at 1,048,576 bytes" in summary, summary  # said even while folded
+    changes.locator("> summary").click()
+    top = changes.locator("> p.cutnote").first.text_content()
+    assert f"the diff is {notes.size:,} bytes" in top and "max_diff" in top, top
+    last = changes.locator("details.file").last
+    name = last.locator("summary > span").first.text_content()
+    assert f"It stops inside {name}" in top and f"of the {notes.paths} paths changed" in top
+    assert name.startswith("src") and "✂ cut here" in last.locator("summary").text_content()
+    assert "the diff stops in this file" in last.locator("p.cutnote").text_content()
+    # The marker is said at the top, not left at the end of the last file's lines.
+    assert "file_changes truncated" not in changes.locator(".diffbody").all_text_contents()[-1]
+    # The file over 4 MiB: its old lines deleted, and a summary, never "emptied" unsaid.
+    bigfile = changes.locator("details.file", has_text="big.txt")
+    head = bigfile.locator("summary").text_content()
+    assert "−18125" in head and "⚠ not diffed" in head, head
+    why = bigfile.locator("p.cutnote").text_content()
+    assert f"{5 << 20:,} bytes, over the {4 << 20:,} bytes" in why, why
+    png = changes.locator("details.file", has_text="logo.png").locator("p.cutnote")
+    assert png.text_content().startswith("binary (600 bytes)")
+    assert "Not diffed line by line: 2 files (over 4,194,304 bytes: 1, binary: 1)" in (
+        changes.locator("> p.cutnote").nth(1).text_content()
+    )
+    bigfile.locator("summary").click()
+    expect(bigfile.locator(".diffbody .del")).to_have_count(1995)  # 2,000 lines, 5 its header
+    shot(page, "details.changes", "details.file >> nth=0", DOCS_IMG / "report-diff-cut.png")
+    w.assert_clean()
+
+
+def test_odd_file_names_are_shown_as_the_file_system_has_them(tmp_path, open_page):
+    """A name with a newline read ``"b/evil\\nname‹svg…>.md"`` (git's quoting, prefix and
+    all), one with a space kept git's trailing tab: each is shown as the file system has it
+    (the host notes the real path of each name git quotes), control characters as marks."""
+    evil = "evil\nname\u2039svg onload=alert(1)\u2026>.md"
+    names = [evil.encode(), b"tab at the end\t", b"sp ace.txt", b'q"uo\\te\x01', b"caf\xe9.txt"]
+    text, notes = _changed(tmp_path, {}, {n: b"x\n" for n in names}, 1 << 20)
+    assert '"b/evil\\nname' in text  # what git wrote
+    w = open_page(_with_diff(tmp_path, _result("names", False), text, notes), ("file://",))
+    page = w.page
+    page.click("button.toggle")
+    listed = page.locator("ul.filelist li").all_text_contents()
+    assert sorted(x.split(" +")[0] for x in listed) == sorted(
+        [
+            "evil⟦U+000A⟧name\u2039svg onload=alert(1)\u2026>.md",
+            "tab at the end⟦U+0009⟧",
+            "sp ace.txt",  # no tab after it
+            'q"uo\\te⟦U+0001⟧',
+            "caf\\xe9.txt",  # a byte not UTF-8, as \xNN (as the diff's text has it)
+        ]
+    ), listed
+    heads = page.locator("details.file > summary > span:first-child").all_text_contents()
+    assert "evil⟦U+000A⟧name\u2039svg onload=alert(1)\u2026>.md" in heads, heads
+    assert page.locator("details.file .bidi[title='a control character']").count() == 3
+    assert page.locator("svg[onload]").count() == 0
+    shot(page, "details.changes", "ul.filelist", DOCS_IMG / "report-diff-names.png")
+    w.assert_clean()
+
+
 def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_page):
     """A 1 MiB diff (the cap) can name 11,000 files: every one was drawn when the test was
     opened (100,000 elements, seconds of a frozen page). 200 are drawn, then on request."""
@@ -453,7 +602,8 @@ def test_a_diff_of_thousands_of_files_is_drawn_a_page_at_a_time(tmp_path, open_p
     page = w.page
     page.click("button.toggle")
     assert "1000 files" in page.text_content(".opened")
-    assert page.locator("details.file").count() == 200
+    page.click("details.changes > summary")  # folded: 6,000 lines
+    expect(page.locator("details.file")).to_have_count(200)
     assert page.locator(".filelist li").count() == 200
     page.click("text=show 200 more files (800 not shown)")
     assert page.locator("details.file").count() == 400

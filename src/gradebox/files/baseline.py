@@ -36,6 +36,11 @@ Every host step here is bounded, whatever the agent wrote (the workspace quota a
 
 The error is the test's (``file_changes`` could not be made); the run goes on.
 
+What the diff cannot show whole is recorded beside it (``FileChanges``, from the same streamed
+listing): the size git wrote against the cap, each changed file not diffed line by line and
+why (binary, over either bound, with holes), and the real path of each name git's headers
+quote (a control character, ``"`` or ``\\``), up to ``NOTED_BYTES`` of names, the rest counted.
+
 A folder whose path passes ``PATH_MAX`` (or that lies 1,000 folders down) is kept as one flat
 folder at its top: each entry below it under a digest of its path and its own name, and an
 index (``.gradebox-folders``) of which folder holds what; so git never handles a path longer
@@ -64,7 +69,7 @@ from ..core.gitignore import IgnoreFile, parse_ignore_file
 from ..core.scratch import new_scratch
 from ..errors import WorkspaceError
 
-__all__ = ["DEFAULT_DIFF_CAP", "Baseline", "truncate_diff"]
+__all__ = ["DEFAULT_DIFF_CAP", "Baseline", "ChangedFile", "FileChanges", "truncate_diff"]
 
 DEFAULT_DIFF_CAP = 1 << 20
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -84,6 +89,8 @@ DIFF_SECONDS = 60.0  # a snapshot and git's diffs, together
 # the listing's paths, then one file pair at a time (DIFF_FILE_BYTES, DIFF_FILE_LINES).
 GIT_MEMORY = 512 << 20
 _MAX_IGNORE_FILE = 1 << 20
+# The bytes of names a diff's notes list (a quoted name, content not diffed): past, counted.
+NOTED_BYTES = 256 << 10
 _FLAT_INDEX = b".gradebox-folders"
 _FLAT_HEADER = (
     b"# gradebox: the paths below this folder pass PATH_MAX, so it is shown flat: each entry "
@@ -128,6 +135,8 @@ class _Store:
         self.objects = path / "objects"
         self._fanout: set[str] = set()
         self.text_bytes: dict[str, int] = {}  # blobs git would diff line by line: their size
+        # Blobs that stand in for a file not diffed line by line: why, and the file's size.
+        self.cut: dict[str, tuple[str, int]] = {}
 
     def init(self) -> None:
         proc = subprocess.run(
@@ -172,18 +181,29 @@ class _Store:
         does (a summary for large text)."""
         size = st.st_size
         if st.st_blocks * 512 < size:
-            return self.put(b"blob", _sparse_stand_in(fd, st))
+            return self._stood_in(_sparse_stand_in(fd, st), "sparse", size, keep)
         if size > DIFF_FILE_BYTES:
-            return self.put(b"blob", _summary_of(fd, size, keep))
+            summary = _summary_of(fd, size, keep)
+            why = "binary" if summary.startswith(b"\0") else "size"
+            return self._stood_in(summary, why, size, keep)
         data = _read_exactly(fd, size)
         text = _as_text(data) if keep else None
         digest = hashlib.sha1(b"blob %d\0%s" % (size, data))
         if text is None:
-            return self.put(b"blob", _stand_in(size, digest))
+            return self._stood_in(_stand_in(size, digest), "binary", size, keep)
         if text.count(b"\n") > DIFF_FILE_LINES:
-            return self.put(b"blob", _text_summary(size, text.count(b"\n"), digest))
+            summary = _text_summary(size, text.count(b"\n"), digest)
+            return self._stood_in(summary, "lines", size, keep)
         sha = self.put(b"blob", text)
         self.text_bytes[sha] = len(text)
+        return sha
+
+    def _stood_in(self, blob: bytes, why: str, size: int, keep: bool) -> str:
+        """The blob of a file not diffed line by line, remembered with why (a diff's notes
+        say it: a file too large to diff must never read as if emptied)."""
+        sha = self.put(b"blob", blob)
+        if keep:  # an ignored file is listed by name only: there is nothing to explain
+            self.cut[sha] = (why, size)
         return sha
 
     def tree(self, entries: list[tuple[bytes, bytes, str]]) -> str:
@@ -313,6 +333,23 @@ def _special(mode: int) -> bytes:
     return f"[gradebox: not a regular file: {what}]\n".encode()
 
 
+# How git writes a byte of a name in its headers (quote.c, cq_lookup): these few by letter,
+# the other control bytes in octal, and `"` and `\` escaped; any of them quotes the name.
+_GIT_ESCAPES = {7: b"\\a", 8: b"\\b", 9: b"\\t", 10: b"\\n", 11: b"\\v", 12: b"\\f", 13: b"\\r",
+                34: b'\\"', 92: b"\\\\"}  # fmt: skip
+
+
+def _git_quoted(path: bytes) -> bytes | None:
+    """What stands between the quotes where git's diff headers quote ``path`` (after ``a/``
+    or ``b/``), or None when git shows it as it is. Bytes past ASCII stay as they are
+    (``core.quotepath=false``, _GIT_OPTS)."""
+    if not any(c < 32 or c in (34, 92, 127) for c in path):
+        return None
+    return b"".join(
+        _GIT_ESCAPES.get(c) or (b"\\%03o" % c if c < 32 or c == 127 else bytes([c])) for c in path
+    )
+
+
 def _quote(name: bytes) -> bytes:
     """A name on one line: printable ASCII as itself, every other byte (and \\) as \\xNN."""
     return b"".join(bytes([c]) if 32 < c < 127 and c != 92 else b"\\x%02x" % c for c in name)
@@ -347,6 +384,36 @@ class _Cached:
     ctime: int
     keep: bool
     sha: str
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    """A changed file the diff's text alone would misreport: its content is not diffed line
+    by line (``cut``), or git's headers quote its name (``quoted``)."""
+
+    path: str  # as the file system has it (below the workspace; a byte not UTF-8 as \xNN)
+    quoted: str | None = None  # between the quotes of git's headers, after a/ or b/
+    cut: str | None = None  # binary, size (over DIFF_FILE_BYTES), lines, sparse
+    size: int | None = None  # the size of the side that is cut (the new one, if both are)
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """``file_changes`` and what it does not show whole: where it was cut at ``cap`` (git
+    wrote ``size`` bytes) and the changed files whose content or name it cannot show as is."""
+
+    text: str
+    size: int  # bytes git wrote; past ``cap`` the text is cut at a line under ``cap``
+    cap: int
+    paths: int  # changed paths (ignored ones not counted)
+    files: tuple[ChangedFile, ...] = ()  # the first, up to NOTED_BYTES of names
+    more: int = 0  # files to note past those
+    file_bytes: int = DIFF_FILE_BYTES  # the limits a file is diffed line by line within
+    file_lines: int = DIFF_FILE_LINES
+
+    @property
+    def truncated(self) -> bool:
+        return self.size > self.cap
 
 
 class Baseline:
@@ -556,15 +623,22 @@ class Baseline:
     # The diff.
 
     def diff(self, cap: int = DEFAULT_DIFF_CAP) -> str:
-        """The diff from the baseline (see the module docstring); the output is streamed,
-        and what passes ``cap`` bytes is counted, not kept. Past a bound (the text to
-        compare, git's memory, the time budget): ``WorkspaceError`` naming it."""
+        """The diff from the baseline (see ``changes``)."""
+        return self.changes(cap).text
+
+    def changes(self, cap: int = DEFAULT_DIFF_CAP) -> FileChanges:
+        """The diff from the baseline (see the module docstring), and what it does not show
+        whole; the output is streamed, and what passes ``cap`` bytes is counted, not kept.
+        Past a bound (the text to compare, git's memory, the time budget): ``WorkspaceError``
+        naming it."""
         self._deadline = time.monotonic() + DIFF_SECONDS
         try:
             after = self._snapshot()
             pairs = [(self._before[kind], after[kind]) for kind in ("work", "git")]
-            listing = _Listing(self._objects.text_bytes, DIFF_TOTAL_BYTES)
-            for old, new in [*pairs, (self._before["ignored"], after["ignored"])]:
+            listing = _Listing(self._objects.text_bytes, DIFF_TOTAL_BYTES, self._objects.cut)
+            for kind in _KINDS:
+                old, new = self._before[kind], after[kind]
+                listing.noting = kind != "ignored"  # ignored paths are listed by name only
                 if old != new and not listing.over:
                     args = ["diff-tree", "-r", "-z", "--raw", "--no-renames", old, new]
                     self._run(args, listing.feed)
@@ -590,7 +664,10 @@ class Baseline:
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
-        return _cut(bytes(head), total, cap)
+        text = _cut(bytes(head), total, cap)
+        notes = tuple(listing.notes)
+        return FileChanges(text, total, cap, listing.paths, notes, listing.more,
+                           DIFF_FILE_BYTES, DIFF_FILE_LINES)  # fmt: skip
 
     def _stream(
         self, args: list[str], head: bytearray, total: int, cap: int, preamble: bytes = b""
@@ -660,11 +737,18 @@ class _Listing:
     ``-z --no-renames``: ``:MODE MODE OLD NEW STATUS`` NUL ``PATH`` NUL, entry after entry, so a
     path is never read as an entry, whatever it looks like."""
 
-    def __init__(self, sizes: dict[str, int], limit: int) -> None:
-        self.sizes, self.limit = sizes, limit
+    def __init__(self, sizes: dict[str, int], limit: int, cut: dict[str, tuple[str, int]]) -> None:
+        self.sizes, self.limit, self.cut = sizes, limit, cut
         self.count = 0
         self._carry = b""  # the part of a field whose NUL has not come yet
         self._entry: bytes | None = None  # the entry whose path comes next
+        # What the diff's notes say (``FileChanges``), while ``noting``: changed paths, and
+        # the files whose content is not diffed line by line or whose name git quotes.
+        self.noting = True
+        self.paths = 0
+        self.notes: list[ChangedFile] = []
+        self.more = 0
+        self._noted = 0  # bytes of names in notes
 
     @property
     def over(self) -> bool:
@@ -679,6 +763,8 @@ class _Listing:
                 self._entry = field_
                 continue
             self.count += len(field_) + self._text_of(self._entry)
+            if self.noting:
+                self._note(self._entry, field_)
             self._entry = None
         # A field with no end yet counts too: no path grows the carry unseen.
         return self.count + len(self._carry) <= self.limit or self._stop()
@@ -686,6 +772,24 @@ class _Listing:
     def _stop(self) -> bool:
         self.count += len(self._carry)
         return False
+
+    def _note(self, entry: bytes, path: bytes) -> None:
+        self.paths += 1
+        parts = entry.split(b" ")
+        # The new side first, then the old; a regular file's only (a link is its target).
+        sides = ((parts[1], parts[3]), (parts[0][1:], parts[2])) if len(parts) == 5 else ()
+        shas = [sha.decode() for mode, sha in sides if mode.startswith(b"100")]
+        cut = next((self.cut[sha] for sha in shas if sha in self.cut), None)
+        quoted = _git_quoted(path)
+        if cut is None and quoted is None:
+            return
+        self._noted += len(path) + len(quoted or b"")
+        if self._noted > NOTED_BYTES:
+            self.more += 1
+            return
+        shown = quoted.decode("utf-8", "backslashreplace") if quoted is not None else None
+        why, size = cut or (None, None)
+        self.notes.append(ChangedFile(path.decode("utf-8", "backslashreplace"), shown, why, size))
 
     def _text_of(self, entry: bytes) -> int:
         parts = entry.split(b" ")

@@ -61,6 +61,7 @@ def trial(sample: int, run: TestResult) -> TrialRecord:
         output=run.output,
         file_changes=run.file_changes,
         file_changes_bytes=run.file_changes_bytes,
+        file_changes_notes=run.file_changes_notes,
         graders=run.graders,
         gates_failed=run.gates_failed,
     )

@@ -55,6 +55,7 @@ from ..images import DEFAULT_IMAGE
 from ..llm.client import ModelHub
 from ..protocol.models import (
     AggregatorInput,
+    FileChangesNotes,
     GraderResult,
     Message,
     Payload,
@@ -586,9 +587,13 @@ class TestRun:
         result, payload, cfg = self.result, self.payload, self.ws_cfg
         if baseline is not None:
             cap = int(cfg.max_diff) if cfg else DEFAULT_DIFF_CAP
-            payload.file_changes = baseline.diff(cap)
-            result.file_changes_bytes = len(payload.file_changes.encode())
-            result.file_changes = payload.file_changes  # the report shows it
+            changes = baseline.changes(cap)
+            payload.file_changes = changes.text
+            result.file_changes_bytes = len(changes.text.encode())
+            result.file_changes = changes.text  # the report shows it, with what it cut
+            result.file_changes_notes = FileChangesNotes.model_validate(
+                changes, from_attributes=True
+            )
         t = time.monotonic()
         graded = self._grade(workspace.path)
         self.timings["graders"] = int((time.monotonic() - t) * 1000)

@@ -503,6 +503,9 @@ class TrialRecord(BaseModel):
         default=None, description="its changes as a unified diff (capped: workspace.max_diff)"
     )
     file_changes_bytes: int = 0
+    file_changes_notes: FileChangesNotes | None = Field(
+        default=None, description="where its diff was cut, and the files it cannot show as is"
+    )
     graders: list[GraderResult] = Field(
         default_factory=list, description="its graders' results, with their evidence"
     )
@@ -546,6 +549,38 @@ class Transcript(BaseModel):
     cut: list[str] = Field(default_factory=list, description="what was left out, and why")
 
 
+class ChangedFileNote(BaseModel):
+    """A changed file ``file_changes`` cannot show as it is: its content is not diffed line
+    by line (``cut``), or git's headers quote its name (``quoted``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="as the file system has it (a byte not UTF-8 as \\xNN)")
+    quoted: str | None = Field(
+        default=None, description="its name between the quotes of git's headers, after a/ or b/"
+    )
+    cut: Literal["binary", "size", "lines", "sparse"] | None = Field(
+        default=None,
+        description="why its content is not diffed: binary; over file_bytes (size) or "
+        "file_lines (lines), shown as a one-line summary; a file with holes (sparse)",
+    )
+    size: int | None = Field(default=None, description="the cut side's size in bytes")
+
+
+class FileChangesNotes(BaseModel):
+    """What ``file_changes`` does not show whole, as the host made it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: int = Field(description="bytes git wrote; past cap the diff is cut at a line")
+    cap: int = Field(description="workspace.max_diff: the bytes of the diff kept")
+    paths: int = Field(description="changed paths (those .gitignore ignores not counted)")
+    file_bytes: int = Field(description="a larger file is not diffed line by line")
+    file_lines: int = Field(description="a file of more lines is not diffed line by line")
+    files: list[ChangedFileNote] = Field(default_factory=list)
+    more: int = Field(default=0, description="files to note past those listed")
+
+
 class TestResult(BaseModel):
     """One test of a suite run: a line of ``results.jsonl``.
 
@@ -570,6 +605,10 @@ class TestResult(BaseModel):
         default=None,
         description="the agent's changes as a unified diff, as graders read it (capped like "
         "`file_changes`: workspace.max_diff)",
+    )
+    file_changes_notes: FileChangesNotes | None = Field(
+        default=None,
+        description="where file_changes was cut, and the files it cannot show as they are",
     )
     graders: list[GraderResult] = Field(default_factory=list)
     transcript: Transcript | None = Field(

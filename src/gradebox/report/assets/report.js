@@ -763,22 +763,74 @@
       g.stderr_tail ? [h('h4', null, 'stderr (tail)'), textBlock(g.stderr_tail)] : null,
       (g.children || []).map(grader));
   }
-  function parseDiff(text) {
+  // Control characters in a name (a newline, a tab) are shown as marks, like the overrides.
+  const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+  function visibleName(text) {
+    const str = String(text);
+    if (!CONTROL.test(str)) return visible(str);
+    CONTROL.lastIndex = 0;
+    const out = document.createDocumentFragment();
+    let last = 0;
+    for (const m of str.matchAll(CONTROL)) {
+      out.append(visible(str.slice(last, m.index)));
+      const code = m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+      out.append(h('span', { class: 'bidi', title: 'a control character' }, `⟦U+${code}⟧`));
+      last = m.index + 1;
+    }
+    out.append(visible(str.slice(last)));
+    return out;
+  }
+  // A path as git's headers write it: with a tab after it when it holds a space (git's, for
+  // patch; a real tab would have quoted it), and "…" with C escapes around a name that holds
+  // a control character, " or \: the host notes each of those with its real path
+  // (file_changes_notes.files[].quoted), read here from `quoted`.
+  function gitPath(token, quoted, prefixed) {
+    let t = token.endsWith('\t') ? token.slice(0, -1) : token;
+    const q = t.length > 1 && t.startsWith('"') && t.endsWith('"');
+    if (q) t = t.slice(1, -1);
+    if (prefixed) t = t.replace(/^[ab]\//, '');
+    return q && quoted.has(t) ? quoted.get(t) : t;
+  }
+  // The new side's name on a `diff --git A B` line (a binary file or a mode change has no
+  // +++ line): B quoted, or a/NAME b/NAME, the same name twice.
+  function headerPath(rest, quoted) {
+    if (rest.endsWith('"')) {
+      const at = rest.lastIndexOf(' "b/');
+      if (at >= 0) return gitPath(rest.slice(at + 1), quoted, true);
+    }
+    const half = (rest.length - 1) / 2;
+    if (Number.isInteger(half) && rest.slice(2, half) === rest.slice(half + 3)) return rest.slice(half + 3);
+    const at = rest.lastIndexOf(' b/');
+    return at >= 0 ? rest.slice(at + 3) : rest;
+  }
+  const CUT_MARK = /^\[gradebox: file_changes truncated at (\d+) bytes: (\d+) of (\d+) bytes dropped\]$/;
+  const IGNORED_MARK = "[gradebox: changed paths that the template's .gitignore files ignore";
+  // The diff's files, each with its real name; the note that the cap cut the diff is taken
+  // out of the last file's lines (`cut`: it is said at the top, and on that file).
+  function parseDiff(text, quoted) {
     const files = [];
     let cur = null;
-    for (const line of text.split('\n')) {
-      if (line.startsWith('diff --git ') || !cur) {
-        cur = { name: line.startsWith('diff --git ') ? line.slice(11) : '(changes)', lines: [], add: 0, del: 0, named: false };
-        files.push(cur);
-        if (line.startsWith('diff --git ')) { cur.lines.push(line); continue; }
-      }
+    let head = false; // in a file's header (before its first hunk): names may be read
+    let cut = null;
+    const lines = text.split('\n');
+    while (lines.length && lines[lines.length - 1] === '') lines.pop();
+    const m = lines.length ? CUT_MARK.exec(lines[lines.length - 1]) : null;
+    if (m) { lines.pop(); cut = { cap: +m[1], dropped: +m[2], size: +m[3] }; }
+    const start = (name, line) => { cur = { name, lines: [line], add: 0, del: 0, named: false }; files.push(cur); };
+    for (const line of lines) {
+      if (line.startsWith('diff --git ')) { start(headerPath(line.slice(11), quoted), line); head = true; continue; }
+      if (line.startsWith(IGNORED_MARK)) { start('(paths .gitignore ignores, by name)', line); cur.named = true; head = false; continue; }
+      if (!cur) { start('(changes)', line); continue; }
       cur.lines.push(line);
-      if (line.startsWith('+++ ') && !cur.named) { const n = line.slice(4); if (n !== '/dev/null') { cur.name = n.replace(/^b\//, ''); cur.named = true; } }
-      else if (line.startsWith('--- ') && !cur.named) { const n = line.slice(4); if (n !== '/dev/null') cur.name = n.replace(/^a\//, ''); }
-      else if (line.startsWith('+') && !line.startsWith('+++')) cur.add += 1;
-      else if (line.startsWith('-') && !line.startsWith('---')) cur.del += 1;
+      if (head && line.startsWith('@@')) head = false;
+      else if (head && line.startsWith('+++ ') && line !== '+++ /dev/null') { cur.name = gitPath(line.slice(4), quoted, true); cur.named = true; }
+      else if (head && line.startsWith('--- ') && line !== '--- /dev/null' && !cur.named) cur.name = gitPath(line.slice(4), quoted, true);
+      else if (head && (line.startsWith('rename to ') || line.startsWith('copy to '))) { cur.name = gitPath(line.slice(line.indexOf(' to ') + 4), quoted, false); cur.named = true; }
+      else if (!head && line.startsWith('+')) cur.add += 1;
+      else if (!head && line.startsWith('-')) cur.del += 1;
     }
-    return files.filter((f) => f.lines.some((l) => l.length));
+    if (cut && files.length) files[files.length - 1].cutHere = true;
+    return { files: files.filter((f) => f.lines.some((l) => l.length)), cut };
   }
   function diffLines(file, body, from) {
     const frag = document.createDocumentFragment();
@@ -804,17 +856,69 @@
   // Files of one diff drawn at once: a 1 MiB diff can name 11,000 files (100,000 elements,
   // seconds to open the test); the rest are drawn on request, DIFF_FILES at a time.
   const DIFF_FILES = 200;
-  function diff(text, bytes) {
-    const files = parseDiff(text);
+  const bytesOf = (n) => `${Number(n).toLocaleString()} bytes`;
+  // Why a file's content is not shown line by line, in words (file_changes_notes): a file
+  // too large to diff must never read as if emptied.
+  function cutWhy(f, notes) {
+    const why = [];
+    if (f.cutHere) why.push(`cut: the diff stops in this file, at the ${bytesOf(notes.cap)} workspace.max_diff keeps; what follows is not shown`);
+    const note = f.note;
+    if (note && note.cut) {
+      const size = typeof note.size === 'number' ? bytesOf(note.size) : 'size unknown';
+      const summary = 'a one-line summary (size, lines, digest) stands for it';
+      why.push({
+        binary: `binary (${size}): not diffed; "Binary files differ" or a one-line stand-in is shown`,
+        size: `not diffed line by line: ${size}, over the ${bytesOf(notes.file_bytes)} a file is diffed within; ${summary}`,
+        lines: `not diffed line by line: ${size}, over the ${Number(notes.file_lines).toLocaleString()} lines a file is diffed within; ${summary}`,
+        sparse: `a file with holes (${size}): not diffed; a digest of its data stands for it`,
+      }[note.cut] || `not diffed: ${note.cut}`);
+    }
+    return why;
+  }
+  // What the diff does not show, said above it: where the cap cut it, and which files are
+  // not diffed line by line (each file says it too).
+  function cutNote(cut, files, notes) {
+    const out = [];
+    if (cut) {
+      const last = files.length ? files[files.length - 1].name : null;
+      out.push(h('p', { class: 'cutnote', role: 'note' }, h('strong', null, 'Cut: '),
+        `the diff is ${bytesOf(cut.size)}; the first ${bytesOf(cut.size - cut.dropped)} are shown (workspace.max_diff keeps ${bytesOf(cut.cap)}). `,
+        last !== null ? ['It stops inside ', h('code', null, visibleName(last)), `; ${notes && notes.paths ? `of the ${notes.paths.toLocaleString()} paths changed, ` : ''}those after it are not shown.`] : null));
+    }
+    const cutFiles = notes ? (notes.files || []).filter((f) => f.cut) : [];
+    if (cutFiles.length || (notes && notes.more)) {
+      const by = new Map();
+      for (const f of cutFiles) by.set(f.cut, (by.get(f.cut) || 0) + 1);
+      const words = { binary: 'binary', size: `over ${bytesOf(notes.file_bytes)}`, lines: `over ${Number(notes.file_lines).toLocaleString()} lines`, sparse: 'with holes' };
+      out.push(h('p', { class: 'cutnote', role: 'note' }, h('strong', null, 'Not diffed line by line: '),
+        `${cutFiles.length} file${cutFiles.length === 1 ? '' : 's'} (${[...by].map(([k, n]) => `${words[k] || k}: ${n}`).join(', ')}); each stands as a one-line summary or "Binary files differ", and says so below.`,
+        notes.more ? ` ${notes.more.toLocaleString()} more files with a quoted name or content not diffed are not listed.` : ''));
+    }
+    return out;
+  }
+  function diff(text, bytes, notes) {
+    const quoted = new Map();
+    const byPath = new Map();
+    for (const f of (notes && notes.files) || []) {
+      if (f.quoted) quoted.set(f.quoted, f.path);
+      byPath.set(f.path, f);
+    }
+    const { files, cut } = parseDiff(text, quoted);
+    for (const f of files) f.note = byPath.get(f.name);
     const total = files.reduce((a, f) => a + f.lines.length, 0);
     const list = h('ul', { class: 'filelist' });
     const blocks = h('div');
     const drawFiles = (from) => {
       const end = Math.min(files.length, from + DIFF_FILES);
       for (const f of files.slice(from, end)) {
-        list.append(h('li', null, visible(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`)));
+        const why = cutWhy(f, notes || { cap: cut ? cut.cap : 0 });
+        const label = () => [f.cutHere ? h('span', { class: 'cutwhy' }, '✂ cut here') : null,
+          f.note && f.note.cut ? h('span', { class: 'cutwhy' }, '⚠ not diffed') : null];
+        list.append(h('li', null, visibleName(f.name), ' ', h('span', { class: 'plus' }, `+${f.add}`), ' ', h('span', { class: 'minus' }, `−${f.del}`), ' ', label()));
         const body = h('div', { class: 'diffbody' });
-        const d = h('details', { class: 'file', open: total <= 400 }, h('summary', null, h('span', null, visible(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`)), body);
+        const d = h('details', { class: 'file', open: total <= 400 || !!f.cutHere },
+          h('summary', null, h('span', null, visibleName(f.name)), h('span', { class: 'plus' }, `+${f.add}`), h('span', { class: 'minus' }, `−${f.del}`), label()),
+          why.map((w) => h('p', { class: 'cutnote', role: 'note' }, w)), body);
         let drawn = false;
         const draw = () => { if (!drawn && d.open) { drawn = true; diffLines(f, body, 0); } };
         d.addEventListener('toggle', draw);
@@ -827,11 +931,39 @@
         blocks.append(more);
       }
     };
-    drawFiles(0);
-    return [h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}, ${bytes.toLocaleString()} bytes`), list, blocks];
+    // The files are drawn when the diff is first unfolded: a folded diff costs nothing.
+    const small = total <= 400 && !cut;
+    const changes = h('details', { class: 'changes', open: small },
+      h('summary', null, h('h4', null, `the agent's changes: ${files.length} file${files.length === 1 ? '' : 's'}${cut && notes ? ` shown of ${notes.paths.toLocaleString()} paths changed` : ''}, ${bytes.toLocaleString()} bytes`),
+        cut ? h('span', { class: 'cutwhy' }, `✂ cut at ${bytesOf(cut.cap)}: ${bytesOf(cut.dropped)} not shown`) : null),
+      cutNote(cut, files, notes), list, blocks);
+    let filled = false;
+    const fill = () => { if (!filled && changes.open) { filled = true; drawFiles(0); } };
+    changes.addEventListener('toggle', fill);
+    fill();
+    return changes;
+  }
+  // What decided the test, before anything it read: each grader that did not pass, with
+  // its failing checks (a click goes to its evidence, just below).
+  function verdicts(row, blocks) {
+    const items = [];
+    (row.graders || []).forEach((g, i) => {
+      if (g.status === 'passed') return;
+      // Its failing checks, else its failing assertions (an assert-set's children), else
+      // the last line of its evidence.
+      const failing = [...(g.checks || []).filter((c) => !c.passed).map((c) => c.text),
+        ...(g.children || []).filter((c) => c.status !== 'passed').map((c) => `${c.name}: ${c.status}${c.evidence ? ` — ${oneLine(c.evidence, 200)}` : ''}`)];
+      const go = h('button', { type: 'button', class: 'linkish', onclick: () => blocks[i].scrollIntoView({ block: 'start' }) }, visible(g.name));
+      items.push(h('li', null, badge(g.status), ' ', go, ' ',
+        failing.length ? h('ul', null, failing.slice(0, 20).map((text) => h('li', null, h('span', { class: 'st-failed' }, '✘ '), visible(oneLine(text, 300)))),
+          failing.length > 20 ? h('li', { class: 'muted' }, `${failing.length - 20} more failing`) : null)
+          : h('span', { class: 'muted' }, visible(oneLine(g.evidence || g.stderr_tail || '', 300)))));
+    });
+    if (!items.length) return null;
+    return [h('h4', null, 'verdicts: what did not pass'), h('ul', { class: 'verdicts' }, items)];
   }
   function changes(row) {
-    return row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length)
+    return row.file_changes ? diff(row.file_changes, row.file_changes_bytes || new TextEncoder().encode(row.file_changes).length, row.file_changes_notes)
       : row.file_changes_bytes ? h('p', { class: 'muted' }, `the agent changed ${row.file_changes_bytes} bytes (this run kept no diff)`) : null;
   }
   // A test run several times whose trials kept their answers and graders: one tab per trial,
@@ -862,13 +994,15 @@
       const [tr, i] = order[at];
       tabs.forEach((b, j) => { b.setAttribute('aria-selected', j === at ? 'true' : 'false'); b.tabIndex = j === at ? 0 : -1; });
       panel.setAttribute('aria-labelledby', `${base}-${i}`);
+      const graders = (tr.graders || []).map(grader); // the verdicts first, as a test's
       panel.replaceChildren(...[
         kv([['trial', `${i + 1} of ${trials.length}`], ['status', badge(tr.status)], ['score', num(tr.score, 3)],
           ['gates failed', (tr.gates_failed || []).join(', ')], ['error', tr.error ? textBlock(tr.error) : '']]),
+        verdicts(tr, graders),
+        h('h4', { class: 'graders-head' }, `graders (${(tr.graders || []).length})`),
+        graders,
         tr.output !== undefined ? [h('h4', null, 'output'), textBlock(tr.output)] : null,
-        changes(tr),
-        h('h4', null, `graders (${(tr.graders || []).length})`),
-        (tr.graders || []).map(grader)].flat(Infinity).filter(Boolean));
+        changes(tr)].flat(Infinity).filter(Boolean));
     }
     const q = state.q && !state.re ? state.q.toLowerCase() : '';
     const hit = q ? order.findIndex(([tr]) => trialText(tr, []).join('\n').toLowerCase().includes(q)) : -1;
@@ -1057,11 +1191,15 @@
     const other = multi ? h('div', null, h('h4', null, 'in each run'), kv(t.rows.map((r, i) => [runs[i].name, r ? `${r.status}, score ${num(r.score)}` : 'not run']))) : null;
     const timings = Object.entries(row.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(', ');
     const tabbed = trialTabs(summary, row); // each trial's answer and graders: shown there
+    const graders = tabbed ? [] : (row.graders || []).map(grader);
     return h('div', { class: 'opened' },
       kv([['test', row.id.length > 500 ? textBlock(row.id) : row.id], ['status', badge(row.status)], ['score', num(row.score, 3)], ['threshold', row.threshold], ['gates failed', (row.gates_failed || []).join(', ')],
         ['error', row.error ? textBlock(row.error) : ''], ['timings', timings], ['started', row.started_at && when(row.started_at)], ['finished', row.finished_at && when(row.finished_at)],
         ['node', row.node], ['attempts', row.attempts], ['details dropped', row.details_dropped ? 'yes: the result could not be written whole' : '']]),
       other,
+      // The verdicts first, then each grader's evidence; what the agent read and wrote after
+      // them, its diff folded (a diff of 306 files put the graders 12,785 px down).
+      tabbed ? null : [verdicts(row, graders), h('h4', { class: 'graders-head' }, `graders (${(row.graders || []).length})`), graders],
       tabbed || (row.trials ? [h('h4', null, 'trials'), marks(summary), h('ul', { class: 'checks' }, row.trials.map((tr, i) => h('li', null,
         `trial ${i + 1}: `, h('span', { class: `st-${tr.status}` }, tr.status), `, score ${num(tr.score)}`, tr.error ? [' — ', visible(oneLine(tr.error))] : null)))] : null),
       messages('input', row.input),
@@ -1071,7 +1209,6 @@
       target ? [h('h4', null, 'target'), kv([['exit code', target.exit_code], ['duration', ms(target.duration_ms || 0)], ['ended', [target.timed_out && 'timed out', signal(target.exit_code)].filter(Boolean).join(', ')]]),
         target.stderr_tail ? textBlock(target.stderr_tail) : null] : null,
       tabbed ? null : changes(row),
-      tabbed ? null : [h('h4', null, `graders (${(row.graders || []).length})`), (row.graders || []).map(grader)],
       row.metadata && Object.keys(row.metadata).length ? [h('h4', null, 'metadata'), textBlock(row.metadata)] : null);
   }
 
