@@ -41,6 +41,7 @@ demo: images
 
 # As root, the tests also run a subset again as an unprivileged docker-group user they create
 # (tests/docker/test_nonroot.py): that user's rootless runc maps ids with newuidmap (uidmap).
+# Three workers, a test file each at a time (--dist loadfile keeps a file's fixtures together).
 # The report's tests (tests/browser/) drive Debian's chromium-headless-shell with Playwright
 # (pinned in the dev extra to the version that speaks to it): no browser download.
 test: images
@@ -50,7 +51,7 @@ test: images
 	  (apt-get update -qq && \
 	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null)
 	$(COMPILE)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 3 --dist loadfile
 	@$(MAKE) --no-print-directory guest-in-test
 
 # The cgroup v2 guest after the suite, where the machine can run one (docs/guest.md): 45 min

@@ -54,6 +54,7 @@ def test_the_installed_gradebox_is_the_wheels(installed):
     done = subprocess.run(
         [str(installed["python"]), "-c", "import gradebox; print(gradebox.__file__)"],
         cwd=installed["project"], capture_output=True, text=True, check=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # the wheel's own
     )  # fmt: skip
     assert Path(done.stdout.strip()).is_relative_to(installed["python"].parent.parent)
 
