@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playwright.sync_api import expect
+
 from gradebox.drivers.runner import RunOptions, read_results, run_suite
 from gradebox.report.html import write_report
 from gradebox.suite import load_suite
@@ -123,7 +125,7 @@ def test_the_timeline_shows_the_tool_calls_and_the_checks_beside_them(tmp_path, 
     folded = second.locator("details.result")  # a long result folds
     assert not folded.evaluate("d => d.open") and "Tomorrow" not in folded.text_content()
     folded.locator("summary").click()
-    assert "Tomorrow: sunny spells" in folded.text_content()
+    expect(folded).to_contain_text("Tomorrow: sunny spells")  # drawn on the toggle event
 
     # The checks beside it: every trace check of the test, its verdict, the calls it names.
     aside = steps.locator("aside.readers")
