@@ -85,7 +85,7 @@ def test_a_local_repository_placed_through_a_link_in_the_stage_stays_in_it(tmp_p
     [
         'judge --prompt "{PROMPT}"',
         'judge --prompt="{PROMPT}" --out {OUTPUT_FILE}',
-        "judge --prompt '{PROMPT}'",  # literal: the reference, never the text, reaches it
+        "judge --prompt '{PROMPT}'",  # the quote closed around the reference
         "sh -c 'judge --prompt {PROMPT}'",  # a shell the template nests: it parses again
         "judge --prompt {PROMPT}",
     ],
@@ -109,8 +109,7 @@ def test_an_answer_in_a_double_quoted_prompt_stays_text(template, tmp_path):
         ["sh", "-c", command], capture_output=True, check=False, text=True, env=env
     )
     assert "INJECTED" not in out.stdout.replace(answer, "")
-    if "'{PROMPT}'" not in template:  # in '...' of this shell the prompt stays a reference
-        assert any(answer in w for w in out.stdout.split("\0")), (command, out.stdout)
+    assert any(answer in w for w in out.stdout.split("\0")), (command, out.stdout)
 
 
 def test_a_file_name_holding_a_placeholder_does_not_unquote_the_prompt():

@@ -275,9 +275,13 @@ def _quoted(key: str, values: dict[str, str | list[str]], quote: str, code: bool
     if key == "{PROMPT}":
         # A reference, never the text. Outside quotes "${V}" (one word); in "..." ${V}, or,
         # when that text is a script (sh -c "..."), \"\${V}\" for the nested shell to expand;
-        # in '...' "${V}": literal here, expanded (never parsed) by a shell that runs it.
+        # in '...' that is a script (sh -c '...') "${V}": literal here, expanded (never parsed)
+        # by the shell that runs it; in other '...' the quote is closed around "${V}" ('x'
+        # would hand the judge the reference itself).
         if quote == '"':
             return f'\\"\\${{{PROMPT_ENV}}}\\"' if code else f"${{{PROMPT_ENV}}}"
+        if quote == "'" and not code:
+            return f"'\"${{{PROMPT_ENV}}}\"'"
         return f'"${{{PROMPT_ENV}}}"'
     value = values[key]
     words = value if isinstance(value, list) else [value]
