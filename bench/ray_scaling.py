@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +65,40 @@ def _steady(finished: list[float], warm: int) -> float:
     return (len(finished) - warm) / (finished[-1] - finished[warm - 1])
 
 
+class CpuMeter:
+    """CPU seconds the cluster's processes used while a round ran: each process's user and
+    system time sampled every 0.2 s (a worker of a run ends with it, so its last sample
+    stands for it), less what each had when the round began."""
+
+    def __init__(self, cluster: object) -> None:
+        self.cluster, self.seen, self.start = cluster, {}, {}
+        self.stop = threading.Event()
+        self.start = self._sample()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> dict[int, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for pid in self.cluster.pids():  # type: ignore[attr-defined]
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.2):
+            self.seen.update(self._sample())
+
+    def used(self) -> float:
+        self.stop.set()
+        self.thread.join()
+        return sum(t - self.start.get(pid, 0.0) for pid, t in self.seen.items())
+
+
 def bench_scaling(root: Path, sleep: float, slots: int, rounds: int) -> dict[str, object]:
     """Tests/s on 1, 2, 4, 8 nodes, and each against N times one node's."""
     sys.path.insert(0, str(ROOT))
@@ -77,12 +113,18 @@ def bench_scaling(root: Path, sleep: float, slots: int, rounds: int) -> dict[str
             cluster.workers = n
             tests = n * slots * rounds
             suite = _suite(root / f"suite-{n}.yaml", tests, sleep)
+            meter, before = CpuMeter(cluster), resource.getrusage(resource.RUSAGE_CHILDREN)
             summary, finished = _run(suite, root / f"out-{n}", cluster.address)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            driver = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            nodes = meter.used()
             load.append(os.getloadavg()[0])
             rows.append({"nodes": n, "slots": n * slots, "tests": tests,
                          "duration_s": summary["duration_s"],
                          "tests_per_s": tests / summary["duration_s"],
-                         "steady_per_s": _steady(finished, n * slots)})  # fmt: skip
+                         "steady_per_s": _steady(finished, n * slots),
+                         "driver_cpu_ms_per_test": 1000 * driver / tests,
+                         "cluster_cpu_ms_per_test": 1000 * nodes / tests})  # fmt: skip
     for key in ("tests_per_s", "steady_per_s"):
         one = rows[0][key]
         for row in rows:
@@ -97,14 +139,15 @@ def table(result: dict[str, object]) -> str:
     """The Markdown table docs/cluster.md quotes."""
     lines = [
         "| nodes N | slots | tests | run | run tests/s | of N x 1 node | steady tests/s "
-        "| of N x 1 node |",
-        "|---|---|---|---|---|---|---|---|",
+        "| of N x 1 node | CPU ms/test: driver, cluster |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:  # type: ignore[attr-defined]
         lines.append(
             f"| {r['nodes']} | {r['slots']} | {r['tests']} | {r['duration_s']:.1f} s "
             f"| {r['tests_per_s']:.2f} | {r['tests_per_s_of_ideal']:.0%} "
-            f"| {r['steady_per_s']:.2f} | {r['steady_per_s_of_ideal']:.0%} |"
+            f"| {r['steady_per_s']:.2f} | {r['steady_per_s_of_ideal']:.0%} "
+            f"| {r['driver_cpu_ms_per_test']:.0f}, {r['cluster_cpu_ms_per_test']:.0f} |"
         )
     return "\n".join(lines)
 
