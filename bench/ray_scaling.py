@@ -18,7 +18,7 @@ cores, in parallel, but here every node pays on the same two. *Steady*: once the
 N x slots tests have finished (every slot has run one, so every worker process is up), the
 tests finished after that over the time they took.
 
-    python bench/ray_scaling.py [--sleep 2] [--slots 2] [--rounds 6] [--json]
+    python bench/ray_scaling.py [--sleep 5] [--slots 2] [--rounds 6] [--json]
     python bench/run.py --only scaling
 """
 
@@ -156,7 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sleep", type=float, default=2.0, help="seconds each grader sleeps")
+    parser.add_argument("--sleep", type=float, default=5.0, help="seconds each grader sleeps")
     parser.add_argument("--slots", type=int, default=2, help="gradebox slots per node")
     parser.add_argument("--rounds", type=int, default=6, help="tests per slot in each round")
     parser.add_argument("--json", action="store_true")

@@ -972,7 +972,7 @@ def main() -> None:
     if args.only == "scaling":
         from ray_scaling import bench_scaling, table  # bench/ray_scaling.py: no container
 
-        sc = bench_scaling(tmp(), 5.0, 2, 2 if q else 4)
+        sc = bench_scaling(tmp(), 5.0, 2, 2 if q else 6)
         if args.json:
             print(json.dumps(sc, indent=2))
             return
