@@ -454,8 +454,8 @@ def scripted_run(monkeypatch, before: list[dict], after: list[dict]):  # type: i
 
     monkeypatch.setattr(driver, "put_archive", put_archive)
     monkeypatch.setattr(Engine, "connect", classmethod(lambda cls, *a, **k: None))
-    spec = RunSpec(run_id="r1", kind="suite", bundle=None, entry="suite.yaml",
-                   images={"python": "sha256:" + "1" * 64, "shell": "sha256:" + "3" * 64})  # fmt: skip
+    images = {"python": "sha256:" + "1" * 64, "shell": "sha256:" + "3" * 64}
+    spec = RunSpec(run_id="r1", kind="suite", bundle=None, entry="suite.yaml", images=images)
     return cluster, driver.RayExecutor(cluster, spec)  # type: ignore[arg-type]
 
 
