@@ -35,6 +35,10 @@ ray             `gradebox run` locally vs `--ray` on a local cluster (a head and
                 assertions only, one at a time: the gap between results less the test's own
                 time, median), and tests/s for the 200-test suite at 4 in flight locally, on one
                 worker node (4 slots) and on two (2 slots each).
+scaling         (`--only scaling`) issue 43's check: tests/s on 1, 2, 4 and 8 worker nodes of one
+                local cluster, each offering the same slots, with graders that sleep (the
+                host backend: the cost of `--ray` and whether it scales, not the two cores'
+                speed), each against N times one node's rate (bench/ray_scaling.py).
 report          the HTML report of a synthetic 10,000-test run: its size against the results',
                 the time to write it, and to open it in headless Chromium (bench/report.py).
                 `--only report` runs this alone.
@@ -907,7 +911,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--only", choices=["exec", "report", "speed"], help="run this section alone"
+        "--only",
+        choices=["exec", "report", "scaling", "speed"],
+        help="run this section alone",
     )
     parser.add_argument("--rows", choices=["all", "nonroot"], default="all")
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)  # bench_nonroot's child
@@ -962,6 +968,15 @@ def main() -> None:
         table.add_row("a test opened (diff drawn)", f"{rep['open_ms']:.0f} ms", "")
         table.add_row("load average (1 min)", f"{rep['load_average']:.1f}", "")
         Console().print(table)
+        return
+    if args.only == "scaling":
+        from ray_scaling import bench_scaling, table  # bench/ray_scaling.py: no container
+
+        sc = bench_scaling(tmp(), 5.0, 2, 2 if q else 6)
+        if args.json:
+            print(json.dumps(sc, indent=2))
+            return
+        Console().print(table(sc))
         return
     rootfs = _rootfs()
     if args.only == "exec":

@@ -307,3 +307,174 @@ def test_run_target_travels_to_the_nodes(tmp_path):
                          target="judge")  # fmt: skip
     assert fields["target"] == "judge"
     assert "target" in {f.name for f in dataclasses.fields(RunSpec)}
+
+
+class ImageEngine:
+    """An engine of image ids and tags: saving writes an image's id as its bytes, loading
+    reads it back, slowly (workers of a node that did not wait for each other overlap)."""
+
+    def __init__(self, tags: dict[str, str]) -> None:
+        self.tags, self.ids, self.loads = dict(tags), set(tags.values()), 0
+
+    def image(self, ref: str) -> dict[str, str]:
+        from gradebox.engine import NotFound
+
+        iid = self.tags.get(ref) or (ref if ref in self.ids else None)
+        if iid is None:
+            raise NotFound(f"no such image: {ref}")
+        return {"Id": iid}
+
+    def save_image(self, ref: str, sink) -> None:  # type: ignore[no-untyped-def]
+        sink(self.image(ref)["Id"].encode() * 5000)  # several chunks of the test's size
+
+    def load_image(self, stream) -> None:  # type: ignore[no-untyped-def]
+        import time
+
+        data = stream.read()
+        time.sleep(0.2)
+        self.ids.add(data[:71].decode())
+        self.loads += 1
+
+    def tag(self, image: str, repository: str, tag: str) -> None:
+        self.tags[f"{repository}:{tag}"] = self.image(image)["Id"]
+
+
+TINY = {"tiny-a": "sha256:" + "a" * 64, "tiny-b": "sha256:" + "b" * 64}  # in no real lock
+
+
+def sent_archive(monkeypatch, ids: dict[str, str]) -> tuple[list[bytes], dict]:  # type: ignore[no-untyped-def]
+    """The driver's side: ``ids`` saved from an engine holding them, put in small chunks."""
+    from gradebox.cluster import image_transfer
+    from gradebox.images import qualified
+
+    monkeypatch.setattr(image_transfer, "CHUNK", 4096)
+    store: dict[int, bytes] = {}
+
+    def put(chunk: bytes) -> int:
+        store[len(store)] = chunk
+        return len(store) - 1
+
+    driver = ImageEngine({qualified(n): i for n, i in ids.items()})
+    refs, size = image_transfer.put_archive(driver, ids, put)  # type: ignore[arg-type]
+    assert len(refs) > 2 and size == sum(len(c) for c in store.values())
+    return refs, store
+
+
+def test_images_a_node_lacks_travel_in_chunks_and_are_loaded_once_per_node(tmp_path, monkeypatch):
+    import threading
+
+    from gradebox.cluster.image_transfer import ChunkStream, load_once
+    from gradebox.images import qualified
+
+    refs, store = sent_archive(monkeypatch, TINY)
+    node = ImageEngine({})  # holds neither
+    verified = []
+
+    def worker() -> None:  # one of the node's worker processes, at its first job
+        verified.append(load_once(
+            tmp_path / "run" / ".images.lock",
+            lambda: qualified("tiny-a") not in node.tags,
+            node,  # type: ignore[arg-type]
+            lambda: ChunkStream(refs, store.__getitem__),
+            TINY,
+        ))  # fmt: skip
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert node.loads == 2  # each image once, by one worker; the others found them
+    assert {node.tags[qualified(n)] for n in TINY} == set(TINY.values())
+    assert sorted(verified, key=str) == [None, None, None, {"tiny-a": None, "tiny-b": None}]
+
+
+def test_a_sent_archive_naming_other_ids_is_refused_before_a_byte_is_loaded(tmp_path, monkeypatch):
+    from gradebox.cluster.image_transfer import ChunkStream, load_once
+    from gradebox.errors import ImageError
+
+    refs, store = sent_archive(monkeypatch, TINY)
+    node = ImageEngine({})
+    planned = {**TINY, "tiny-b": "sha256:" + "c" * 64}  # what this node's driver planned
+    with pytest.raises(ImageError, match="holds tiny-b with ids other than the ones asked for"):
+        load_once(tmp_path / ".images.lock", lambda: True, node,  # type: ignore[arg-type]
+                  lambda: ChunkStream(refs, store.__getitem__), planned)  # fmt: skip
+    assert node.loads == 0
+
+
+def test_a_node_lacking_images_is_told_apart_from_one_holding_other_bytes():
+    from gradebox.cluster.node import _image_gaps
+    from gradebox.errors import ImageError
+
+    here = {"python": "sha256:" + "1" * 64, "shell": "sha256:" + "9" * 64}
+
+    class Resolver:
+        def resolve(self, ref: str) -> str:
+            if ref not in here:
+                raise ImageError(f"image {ref} is not built on this engine")
+            return here[ref]
+
+    planned = {"python": "sha256:" + "1" * 64, "node": "sha256:" + "2" * 64,
+               "shell": "sha256:" + "3" * 64, "x/y@sha256:" + "4" * 64: "sha256:" + "4" * 64,
+               "build:/s/Dockerfile": "sha256:" + "5" * 64}  # fmt: skip
+    lacking, refusals = _image_gaps(planned, Resolver())
+    assert lacking == ["node"]  # a name of the lock, not here at all: the driver sends it
+    assert len(refusals) == 2
+    assert refusals[0].startswith("image shell is 999999999999, the driver's is 333333333333")
+    assert refusals[1].startswith("image x/y@sha256:4444") and "is missing" in refusals[1]
+
+
+class ScriptedCluster:
+    """A cluster whose nodes answer the preflight as scripted: by whether the spec they are
+    given carries sent images."""
+
+    def __init__(self, before: list[dict], after: list[dict]) -> None:
+        self.before, self.after, self.sends = before, after, 0
+        self.ray = type("Ray", (), {"put": staticmethod(lambda x: x)})()
+
+    def on_every_node(self, timeout, op, spec=None, run_id=None):  # type: ignore[no-untyped-def]
+        if op == "sweep":
+            return []
+        return [(r["node"], r) for r in (self.after if spec.images_sent else self.before)]
+
+    def slots(self) -> int:
+        return 2
+
+
+def scripted_run(monkeypatch, before: list[dict], after: list[dict]):  # type: ignore[no-untyped-def]
+    from gradebox.cluster import driver
+    from gradebox.engine import Engine
+
+    cluster = ScriptedCluster(before, after)
+
+    def put_archive(engine, ids, put):  # type: ignore[no-untyped-def]
+        cluster.sends += 1
+        cluster.sent_ids = ids
+        return [put(b"chunk")], 64 << 20
+
+    monkeypatch.setattr(driver, "put_archive", put_archive)
+    monkeypatch.setattr(Engine, "connect", classmethod(lambda cls, *a, **k: None))
+    images = {"python": "sha256:" + "1" * 64, "shell": "sha256:" + "3" * 64}
+    spec = RunSpec(run_id="r1", kind="suite", bundle=None, entry="suite.yaml", images=images)
+    return cluster, driver.RayExecutor(cluster, spec)  # type: ignore[arg-type]
+
+
+def test_the_driver_sends_the_images_nodes_lack_then_checks_them_again(monkeypatch):
+    lacks = {"node": "n2", "problems": ["image python is not here"], "missing": ["python"]}
+    fine = {"node": "n1", "problems": [], "sandbox": "oci"}
+    cluster, run = scripted_run(monkeypatch, [fine, lacks], [fine, {**fine, "node": "n2"}])
+    run.preflight()
+    assert cluster.sends == 1 and cluster.sent_ids == {"python": "sha256:" + "1" * 64}
+    assert run.spec.images_sent == (b"chunk",) and run.spec_ref is run.spec
+    assert run.describe() == "2 nodes (oci on 2), 2 slots; sent image python (64 MiB, 1 chunks)"
+
+
+def test_nothing_is_sent_while_another_node_is_refused_and_every_node_is_named(monkeypatch):
+    lacks = {"node": "n2", "problems": ["image python is not here"], "missing": ["python"]}
+    other = {"node": "n3", "problems": ["image shell is 999999999999, the driver's is 33"]}
+    cluster, run = scripted_run(monkeypatch, [lacks, other], [])
+    with pytest.raises(ClusterError) as info:
+        run.preflight()
+    assert cluster.sends == 0
+    assert "2 problem(s)" in str(info.value) and "node n2: image python" in str(info.value)
+    assert "node n3: image shell is 9999" in str(info.value)

@@ -17,15 +17,17 @@ import socket
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ClusterError
+from ..errors import ClusterError, GradeboxError
 from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
 from ..lifecycle.jobs import Job, decode
 from .bundle import pack
+from .image_transfer import put_archive
 from .node import RunSpec, node_op, run_item
 
 __all__ = ["MAX_ATTEMPTS", "RayCluster", "RayExecutor"]
@@ -144,6 +146,7 @@ class RayExecutor(Executor):
         self.run_id = spec.run_id
         self.spec_ref = self.ray.put(spec)
         self.reports: list[dict[str, Any]] = []  # what each node said at the preflight
+        self.sent = ""  # the images sent to nodes that lacked them, in a few words
 
     def close(self) -> None:
         """The run is over: sweep every node (its files, and what killed workers left)."""
@@ -151,16 +154,13 @@ class RayExecutor(Executor):
 
     def preflight(self) -> None:
         """Refuse, before anything runs, every node that cannot run the jobs as planned:
-        no engine or runtime, other image ids, another gradebox, another copy of a test."""
-        problems = []
-        for name, report in self.cluster.on_every_node(
-            PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
-        ):
-            if isinstance(report, BaseException):
-                problems.append(f"node {name}: {_first_line(report)}")
-                continue
-            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
-            self.reports.append(report)
+        no engine or runtime, other image ids, another gradebox, another copy of a test.
+        When the only problem is runtime images some nodes lack, send those and check again."""
+        problems, lacking = self._check_nodes()
+        # Each node that lacks images says so in one problem: these were the only ones.
+        if lacking and len(lacking) == len(problems):
+            self.send_images({name for names in lacking for name in names})
+            problems, lacking = self._check_nodes()
         if not self.reports and not problems:
             raise ClusterError(
                 "no node of the Ray cluster offers a `gradebox` resource; start workers with "
@@ -173,11 +173,48 @@ class RayExecutor(Executor):
                 + "\n  ".join(problems)
             )
 
+    def _check_nodes(self) -> tuple[list[str], list[list[str]]]:
+        """Every node's problems, and the images each node that lacks only images lacks
+        (which the driver can send, once)."""
+        problems, lacking = [], []
+        self.reports = []
+        for name, report in self.cluster.on_every_node(
+            PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
+        ):
+            if isinstance(report, BaseException):
+                problems.append(f"node {name}: {_first_line(report)}")
+                continue
+            if report.get("missing") and not self.spec.images_sent:
+                lacking.append(report["missing"])
+            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
+            self.reports.append(report)
+        return problems, lacking
+
+    def send_images(self, names: set[str]) -> None:
+        """Put the archive of ``names`` (the ids the driver planned) in the object store, in
+        chunks, and hand it to every node from now on: a node lacking them loads it once."""
+        # lazy: the engine's SDK; only a run whose nodes lack images needs it here
+        from ..engine import Engine
+
+        ids = {name: self.spec.images[name] for name in names}
+        try:
+            refs, size = put_archive(Engine.connect(), ids, self.ray.put)
+        except GradeboxError as exc:
+            self.sweep()
+            raise ClusterError(
+                f"nodes lack image {', '.join(sorted(names))} and the driver cannot send it: {exc}"
+            ) from None
+        self.sent = f"sent image {', '.join(sorted(names))} ({size >> 20} MiB, {len(refs)} chunks)"
+        log.info("%s to the nodes that lack it", self.sent)
+        self.spec = replace(self.spec, images_sent=tuple(refs))
+        self.spec_ref = self.ray.put(self.spec)
+
     def describe(self) -> str:
         """The checked cluster in a few words: nodes, their sandboxes, slots."""
         sandboxes = Counter(r.get("sandbox", "?") for r in self.reports)
         kinds = ", ".join(f"{name} on {n}" for name, n in sorted(sandboxes.items()))
-        return f"{len(self.reports)} nodes ({kinds}), {self.cluster.slots()} slots"
+        sent = f"; {self.sent}" if self.sent else ""
+        return f"{len(self.reports)} nodes ({kinds}), {self.cluster.slots()} slots{sent}"
 
     def map(self, jobs: Sequence[Job], in_flight: int) -> Iterator[Done]:
         """Each job on some node, at most ``in_flight`` at once, in the order they finish.

@@ -29,6 +29,7 @@ from ..core.scratch import collect_scratch
 from ..drivers.batch import load_grader_ref
 from ..errors import GradeboxError, ImageError
 from ..files.workspace import remove_tree, unmount_below
+from ..images.catalog import qualified
 from ..lifecycle.jobs import Job, Worker, encode, run_job
 from ..sandbox import collect_garbage, get_sandbox
 from ..sandbox.watchdog import watch_from_outside
@@ -36,8 +37,9 @@ from ..suite import load_suite
 from ..suite.plan import plan_suite
 from ..suite.preflight import models_used, remote_repos
 from .bundle import unpack
+from .image_transfer import ChunkStream, load_once
 
-__all__ = ["RUN_PREFIX", "RunSpec", "node_op", "run_dir", "run_item"]
+__all__ = ["RUN_PREFIX", "MissingImages", "RunSpec", "node_op", "run_dir", "run_item"]
 
 RUN_PREFIX = "gradebox-ray-"
 
@@ -69,11 +71,27 @@ class RunSpec:
     # whether the run is offline (a node then fetches nothing its cache lacks).
     repos: dict[str, str] = field(default_factory=dict)
     offline: bool = False
+    # ObjectRefs of the chunks of an images archive (``image_transfer``): the images some
+    # node lacked at the preflight, which a node lacking them loads once.
+    images_sent: tuple[Any, ...] = ()
     version: str = __version__
 
 
 class NodeRefused(GradeboxError):
     """This node cannot run the run's jobs as the driver planned them."""
+
+
+class MissingImages(NodeRefused):
+    """Images of the driver's lock that this node does not hold at all: the driver can send
+    them (other bytes under a name are a plain ``NodeRefused``)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        super().__init__(
+            f"image {', '.join(names)} is not here and the driver sent none: it sends them to "
+            "the nodes it checks as a run starts, so run again (or `gradebox images save "
+            "ARCHIVE` on the driver, then `gradebox images load ARCHIVE` here)"
+        )
 
 
 _name: list[str] = []
@@ -154,22 +172,32 @@ class _Context:
             )
 
     def _same_images(self) -> None:
-        """Every image the driver planned must be the same bytes here. A grader's own
-        Dockerfile is built on each node from the bundle (pinned by its inputs' hash)."""
-        for ref, wanted in sorted(self.spec.images.items()):
-            if ref.startswith("build:"):
-                continue
-            try:
-                got: str | None = self.images.resolve(ref)
-            except ImageError:
-                got = None
-            if got != wanted:
-                what = "is missing" if got is None else f"is {got[7:19]}"
-                raise NodeRefused(
-                    f"image {ref} {what}, the driver's is {wanted[7:19]}: copy the driver's "
-                    "images, `gradebox images save ARCHIVE` on the driver, then `gradebox "
-                    "images load ARCHIVE` on this node"
-                )
+        """Every image the driver planned must be the same bytes here. A runtime image this
+        node lacks comes from the driver when it sent one (``spec.images_sent``), loaded once
+        per node; one held here with other bytes is refused. A grader's own Dockerfile is
+        built on each node from the bundle (pinned by its inputs' hash)."""
+        spec = self.spec
+        lacking, refusals = _image_gaps(spec.images, self.images)
+        if lacking and not refusals and spec.images_sent:
+            import ray  # lazy: ray is an optional extra
+
+            sendable = {r: i for r, i in spec.images.items() if qualified(r) != r}
+            problems = load_once(
+                self.dir / ".images.lock",
+                lambda: bool(_image_gaps(spec.images, self.images)[0]),
+                self.images.engine,
+                lambda: ChunkStream(spec.images_sent, ray.get),
+                sendable,
+            )
+            wrong = {n: why for n, why in (problems or {}).items() if why}
+            if wrong:
+                name, why = next(iter(sorted(wrong.items())))
+                raise NodeRefused(f"image {name} the driver sent {why} once loaded here")
+            lacking, refusals = _image_gaps(spec.images, self.images)
+        if refusals:
+            raise NodeRefused("; ".join(refusals))
+        if lacking:
+            raise MissingImages(lacking)
 
     def run(self, job: Job) -> str:
         if self.problems:  # a node that joined after the preflight is held to it here
@@ -181,6 +209,32 @@ class _Context:
         if self.worker is not None:
             self.worker.close()
         self.box.close()
+
+
+def _image_gaps(planned: dict[str, str], images: Any) -> tuple[list[str], list[str]]:
+    """The driver's runtime images (short names) that are not here at all, which it can
+    send; and why the others may not run here: other bytes under the name, or a full
+    reference missing (no archive carries one: `docker save` names it by tag)."""
+    lacking, refusals = [], []
+    for ref, wanted in sorted(planned.items()):
+        if ref.startswith("build:"):
+            continue
+        try:
+            got: str | None = images.resolve(ref)
+        except ImageError:
+            got = None
+        if got == wanted:
+            continue
+        if got is None and qualified(ref) != ref:
+            lacking.append(ref)
+            continue
+        what = "is missing" if got is None else f"is {got[7:19]}"
+        refusals.append(
+            f"image {ref} {what}, the driver's is {wanted[7:19]}: copy the driver's images, "
+            "`gradebox images save ARCHIVE` on the driver, then `gradebox images load "
+            "ARCHIVE` on this node"
+        )
+    return lacking, refusals
 
 
 def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -> list[str]:
@@ -285,6 +339,9 @@ def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> 
             ctx = _context(spec)
             report["sandbox"] = ctx.box.name
             report["problems"] = ctx.problems
+        except MissingImages as exc:  # the driver may send them (``image_transfer``)
+            _forget(spec.run_id)
+            report["problems"], report["missing"] = [str(exc)], exc.names
         except GradeboxError as exc:
             _forget(spec.run_id)
             report["problems"] = [str(exc)]
