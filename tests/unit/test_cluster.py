@@ -307,3 +307,68 @@ def test_run_target_travels_to_the_nodes(tmp_path):
                          target="judge")  # fmt: skip
     assert fields["target"] == "judge"
     assert "target" in {f.name for f in dataclasses.fields(RunSpec)}
+
+
+SIZED = """\
+name: sized
+defaults: {limits: {memory: 256MiB, cpus: 0.5}}
+tests:
+  - id: trivial
+    output: x
+    assert: [{type: contains, value: x}]
+  - id: one
+    output: x
+    assert: [{type: script, command: 'true'}]
+  - id: six
+    output: x
+    assert:
+"""
+
+
+def test_a_tests_request_is_its_containers_limits_at_once(tmp_path):
+    """Built-in assertions ask for nothing but the slot; graders run GRADER_THREADS at a
+    time, so a test asks for the sum of its largest four (each resource on its own); a target
+    runs alone, before them, so the larger phase wins."""
+    from gradebox.cluster.sizing import GRADER_THREADS, Need, test_need
+
+    graders = [f"      - {{type: script, command: 'true', limits: {{cpus: {c}, memory: {m}MiB}}}}"
+               for c, m in ((0.25, 512), (0.5, 64), (0.75, 128), (0.1, 32), (0.05, 16), (0.2, 8))]  # fmt: skip
+    suite = load_suite(write(tmp_path / "s.yaml", SIZED + "\n".join(graders) + "\n"))
+    needs = {t.id: test_need(suite, t) for t in suite.tests}
+    assert GRADER_THREADS == 4
+    assert needs["trivial"] == Need(0.0, 0)
+    assert needs["one"] == Need(0.5, 256 << 20)  # the suite's defaults
+    # Largest four CPUs 0.75+0.5+0.25+0.2; largest four memories 512+128+64+32 MiB.
+    assert needs["six"] == Need(1.7, (512 + 128 + 64 + 32) << 20)
+    target = "target: {command: [sh, -c, 'echo x'], limits: {cpus: 3, memory: 128MiB}}\n"
+    suite = load_suite(write(tmp_path / "t.yaml", target + SIZED + "\n".join(graders) + "\n"))
+    needs = {t.id: test_need(suite, t) for t in suite.tests}
+    assert needs["trivial"] == Need(3.0, 128 << 20)
+    assert needs["six"] == Need(3.0, (512 + 128 + 64 + 32) << 20)
+
+
+def test_a_request_becomes_rays_options_and_fits_a_node_by_all_three():
+    from gradebox.cluster.sizing import Need, grader_need
+    from gradebox.sandbox.defaults import Limits
+
+    need = grader_need(Limits(cpus=1.23456, memory=300 << 20))
+    assert need.ray_options() == {"num_cpus": 1.2346, "memory": 300 << 20,
+                                  "resources": {"gradebox": 1}}  # fmt: skip
+    assert grader_need(None) == Need(1.0, 1 << 30)  # the default limits
+    node = {"gradebox": 1, "CPU": 2, "memory": 1 << 30}
+    assert need.fits(node)
+    assert not need.fits({**node, "gradebox": 0})
+    assert not need.fits({**node, "CPU": 1})
+    assert not need.fits({**node, "memory": 299 << 20})
+
+
+def test_a_test_larger_than_every_node_is_one_line_naming_it_and_the_sizes():
+    from gradebox.cluster.sizing import Need, too_large
+
+    nodes = [{"gradebox": 2, "CPU": 2, "memory": 2 << 30}, {"gradebox": 1, "CPU": 4, "memory": 1 << 30}]  # fmt: skip
+    needs = {"test a": Need(1, 1 << 30), "test big": Need(3, 2 << 30), "test wide": Need(4, 1 << 30)}  # fmt: skip
+    assert too_large(needs, nodes) == [
+        "test big asks for 3 CPU and 2 GiB (its containers' limits at once); the largest "
+        "node offering `gradebox` has 4 CPU and 1 GiB"
+    ]
+    assert too_large(needs, []) == []  # no node known: nothing to compare with
