@@ -17,6 +17,7 @@ it, and its refused work goes elsewhere.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import socket
@@ -121,14 +122,18 @@ class RayCluster:
         return None if self.autoscaled() else sizes
 
     def autoscaled(self) -> bool:
-        """Whether an autoscaler (Ray's monitor) reports on this cluster."""
+        """Whether an autoscaler with node types of its own runs this cluster. Ray's monitor
+        runs on every head; without an autoscaling configuration (a cluster of `ray start`
+        nodes) its read-only provider names each node's type ``node_<its id>``."""
         try:
             # lazy, private: where the monitor writes its status
             from ray.experimental.internal_kv import _internal_kv_get
 
-            return _internal_kv_get("__autoscaling_status") is not None
-        except Exception:  # unknown: assume none
+            status = _internal_kv_get("__autoscaling_status")
+            types = json.loads(status)["autoscaler_report"]["node_type_mapping"] if status else {}
+        except Exception:  # unreadable: no autoscaler we can tell of
             return False
+        return any(kind != f"node_{node}" for node, kind in (types or {}).items())
 
     def on_every_node(self, timeout: float, *args: Any, **kw: Any) -> list[tuple[str, Any]]:
         """``node_op(*args)`` pinned to each live gradebox node: ``(name, report)`` for each,
