@@ -372,3 +372,86 @@ def test_a_test_larger_than_every_node_is_one_line_naming_it_and_the_sizes():
         "node offering `gradebox` has 4 CPU and 1 GiB"
     ]
     assert too_large(needs, []) == []  # no node known: nothing to compare with
+
+
+class _FakeRay:
+    """What ``RayExecutor._collect`` asks of Ray: a finished task's value, the live nodes."""
+
+    class exceptions:  # noqa: N801 (Ray's module's name)
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+    def __init__(self, node_ids: list[str]) -> None:
+        self.node_ids = node_ids
+
+    def get(self, ref):  # type: ignore[no-untyped-def]
+        return ref  # a "ref" here is the task's value
+
+    def put(self, value):  # type: ignore[no-untyped-def]
+        return value
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeID": i, "Alive": True, "Resources": {"gradebox": 1.0}} for i in self.node_ids]
+
+
+def _executor(node_ids: list[str]):  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from gradebox.cluster.driver import RayExecutor
+
+    ray = _FakeRay(node_ids)
+    cluster = SimpleNamespace(ray=ray, nodes=ray.nodes, item=None)
+    spec = RunSpec(run_id="r", kind="suite", bundle=None, entry="s.yaml", images={})
+    return RayExecutor(cluster, spec)  # type: ignore[arg-type]
+
+
+def test_a_node_failing_the_preflight_at_a_job_is_set_aside_and_the_job_goes_elsewhere(caplog):
+    from gradebox.cluster.driver import NODE_ID_LABEL
+
+    bad, good = "b" * 56, "a" * 56
+    run = _executor([good, bad])
+    name = f"{bad[:12]} (127.0.0.1, host)"
+    job = TestJob("t-1")
+    # It never ran: it goes out again as the same attempt, and not to that node.
+    assert run._collect(("refused", "no OCI runtime 'x'", name), job, 1) == 1
+    assert list(run.set_aside) == [bad]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"node {name} fails the preflight and is set aside: no OCI runtime 'x'"]
+    assert [n["NodeID"] for n in run.usable()] == [good]
+    options = {}
+    run.cluster.item = type("T", (), {"options": lambda self, **kw: options.update(kw)})()
+    run._task(job)
+    assert options["name"] == "t-1" and options["label_selector"] == {NODE_ID_LABEL: f"!in({bad})"}
+
+
+def test_a_node_whose_jobs_fail_three_times_in_a_row_for_infrastructure_is_drained(caplog):
+    from gradebox.cluster.driver import DRAIN_AFTER, MAX_ATTEMPTS
+    from gradebox.lifecycle.executor import Done
+
+    flaky, good = "f" * 56, "a" * 56
+    run = _executor([good, flaky])
+    name = f"{flaky[:12]} (127.0.0.1, host)"
+    from gradebox.protocol.models import Status, TestResult
+
+    passed = TestResult(id="t-0", status=Status.passed, passed=True, score=1.0)
+    ok = encode(TestJob("t-0"), passed)
+    assert DRAIN_AFTER == 3 and MAX_ATTEMPTS == 3
+    # Two in a row, then a success: the count starts again.
+    for i in range(2):
+        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
+    assert isinstance(run._collect(("ok", ok, name), TestJob("t-0"), 1), Done)
+    assert not run.set_aside
+    for i in range(2):
+        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
+    assert not run.set_aside  # two in a row since the success
+    # The third in a row drains it; a job at its last attempt is an error naming the node.
+    done = run._collect(("infra", "engine gone", name), TestJob("t-9"), MAX_ATTEMPTS)
+    assert isinstance(done, Done) and done.error == f"node {name}: engine gone"
+    assert list(run.set_aside) == [flaky]
+    drained = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
+    assert drained == [
+        f"node {name} is drained and is set aside: 3 jobs in a row failed there (last: engine gone)"
+    ]
