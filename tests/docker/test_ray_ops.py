@@ -31,8 +31,10 @@ def live_gradebox_nodes(cluster: AutoscalingRay) -> int:
         "log_to_driver=False); print(sum(n['Alive'] and n['Resources'].get('gradebox', 0) > 0 "
         "for n in ray.nodes()))"
     )
-    proc = subprocess.run([sys.executable, "-c", code, cluster.address], capture_output=True,
-                          text=True, timeout=60, check=False, env=cluster._env("probe", {}))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, cluster.address], capture_output=True, text=True,
+        timeout=60, check=False, env=cluster._env("probe", {}),
+    )  # fmt: skip
     return int(proc.stdout.strip() or 0)
 
 

@@ -331,8 +331,11 @@ def test_a_tests_request_is_its_containers_limits_at_once(tmp_path):
     runs alone, before them, so the larger phase wins."""
     from gradebox.cluster.sizing import GRADER_THREADS, Need, test_need
 
-    graders = [f"      - {{type: script, command: 'true', limits: {{cpus: {c}, memory: {m}MiB}}}}"
-               for c, m in ((0.25, 512), (0.5, 64), (0.75, 128), (0.1, 32), (0.05, 16), (0.2, 8))]  # fmt: skip
+    sizes = ((0.25, 512), (0.5, 64), (0.75, 128), (0.1, 32), (0.05, 16), (0.2, 8))
+    graders = [
+        f"      - {{type: script, command: 'true', limits: {{cpus: {c}, memory: {m}MiB}}}}"
+        for c, m in sizes
+    ]
     suite = load_suite(write(tmp_path / "s.yaml", SIZED + "\n".join(graders) + "\n"))
     needs = {t.id: test_need(suite, t) for t in suite.tests}
     assert GRADER_THREADS == 4
@@ -365,8 +368,11 @@ def test_a_request_becomes_rays_options_and_fits_a_node_by_all_three():
 def test_a_test_larger_than_every_node_is_one_line_naming_it_and_the_sizes():
     from gradebox.cluster.sizing import Need, too_large
 
-    nodes = [{"gradebox": 2, "CPU": 2, "memory": 2 << 30}, {"gradebox": 1, "CPU": 4, "memory": 1 << 30}]  # fmt: skip
-    needs = {"test a": Need(1, 1 << 30), "test big": Need(3, 2 << 30), "test wide": Need(4, 1 << 30)}  # fmt: skip
+    nodes = [
+        {"gradebox": 2, "CPU": 2, "memory": 2 << 30},
+        {"gradebox": 1, "CPU": 4, "memory": 1 << 30},
+    ]
+    needs = {"test a": Need(1, 1 << 30), "test big": Need(3, 2 << 30), "test w": Need(4, 1 << 30)}
     assert too_large(needs, nodes) == [
         "test big asks for 3 CPU and 2 GiB (its containers' limits at once); the largest "
         "node offering `gradebox` has 4 CPU and 1 GiB"
