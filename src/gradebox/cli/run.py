@@ -427,8 +427,8 @@ def _run_one(
                 # While no node can take the work: said on the progress line, then taken back.
                 name = escape(suite.name)
                 progress.update(task, description=f"{name} ({escape(text)})" if text else name)
-                if text:  # and once as a line: a log or a pipe shows no progress bar
-                    output.info(f"[dim]ray: {escape(text)}[/]")
+                if text:  # and once as a line (unwrapped): a log or a pipe shows no bar
+                    output.err.print(f"[dim]ray: {escape(text)}[/]", soft_wrap=True)
 
             remote.on_wait = on_wait
         return run_suite(
