@@ -62,7 +62,8 @@ class LocalRay:
                 "GRADEBOX_OCI_STATE": str(self.oci_state), **extra}  # fmt: skip
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:
-        cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+        cpus = [] if "--num-cpus" in args else ["--num-cpus", "1"]
+        cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", *cpus,
                "--temp-dir", str(self.base / name), "--disable-usage-stats", *args]  # fmt: skip
         # A session of its own: every process of this node (Ray renames some, and overwrites
         # their environment) keeps this session id, so the node can be found and killed whole.
@@ -85,8 +86,12 @@ class LocalRay:
     def add_worker(
         self, i: int, env: dict[str, str] | None = None, slots: int | None = None
     ) -> None:
-        resources = json.dumps({"gradebox": self.slots if slots is None else slots})
-        self._start(f"w{i}", ["--address", self.address, "--resources", resources], env or {})
+        n = self.slots if slots is None else slots
+        # A core and a GiB per slot: a test asks for its graders' limits (by default one
+        # core and 1 GiB each), so a slot holds one such test.
+        args = ["--num-cpus", str(n), "--memory", str(n << 30),
+                "--resources", json.dumps({"gradebox": n})]  # fmt: skip
+        self._start(f"w{i}", ["--address", self.address, *args], env or {})
         self.wait_nodes(i + 2)
 
     def wait_nodes(self, alive: int, timeout: float = 60) -> None:
@@ -162,3 +167,65 @@ class LocalRay:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class AutoscalingRay(LocalRay):
+    """A head alone, with Ray's fake multi-node autoscaler (the ``fake_multinode`` provider
+    that ``ray.cluster_utils.AutoscalingCluster`` configures): ``min_workers: 0``, so no node
+    offers ``gradebox`` until pending tasks ask for one; the autoscaler then starts worker
+    nodes (processes of the head's session, on loopback) and stops them once idle.
+
+    Not ``AutoscalingCluster.start`` itself: it runs ``ray stop --force``, which would kill
+    every Ray process on this machine, other runs' too. ``dashboard``: the head serves
+    Ray's job API (on loopback) for ``ray job submit``."""
+
+    def __init__(self, slots: int = 2, max_workers: int = 2, dashboard: bool = False,
+                 idle_timeout_minutes: float = 0.5) -> None:  # fmt: skip
+        super().__init__(workers=0, slots=slots)
+        self.max_workers, self.dashboard = max_workers, dashboard
+        self.idle_timeout_minutes = idle_timeout_minutes
+        self.dashboard_port = _free_port() if dashboard else None
+
+    def config(self) -> dict:
+        node = {"CPU": self.slots, "gradebox": self.slots, "memory": self.slots << 30}
+        provider = {"type": "external", "module": "tests.ray_fake_provider.FakeProviderWithMemory",
+                    "gcs_address": self.address, "disable_node_updaters": True,
+                    "disable_launch_config_check": True}  # fmt: skip
+        return {
+            "cluster_name": "gradebox-test",
+            "max_workers": self.max_workers,
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": self.idle_timeout_minutes,
+            "provider": provider,
+            "auth": {"ssh_user": "ubuntu"},
+            "head_node_type": "ray.head.default",
+            "available_node_types": {
+                "ray.head.default": {"resources": {"CPU": 1}, "node_config": {},
+                                     "max_workers": 0},
+                "gradebox.worker": {"resources": node, "node_config": {},
+                                    "min_workers": 0, "max_workers": self.max_workers},
+            },
+            "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+            "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [],
+            "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [],
+            "head_start_ray_commands": [], "worker_start_ray_commands": [],
+        }  # fmt: skip
+
+    def start(self) -> AutoscalingRay:
+        path = self.base / "autoscaling.json"
+        path.write_text(json.dumps(self.config()))
+        dash = (["--include-dashboard=true", "--dashboard-host", "127.0.0.1",
+                 "--dashboard-port", str(self.dashboard_port)] if self.dashboard
+                else ["--include-dashboard=false"])  # fmt: skip
+        # The autoscaler imports the provider from tests/: the repository on its path.
+        root = str(Path(__file__).resolve().parent.parent)
+        path_env = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = {**HEAD_ENV, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+               "PYTHONPATH": path_env}  # fmt: skip
+        self._start("head", ["--head", "--port", str(self.port), *dash,
+                             f"--autoscaling-config={path}"], env)  # fmt: skip
+        return self
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"

@@ -440,12 +440,20 @@ class ScriptedCluster:
     def slots(self) -> int:
         return 2
 
+    def sizes(self, aside):  # type: ignore[no-untyped-def]
+        return None  # unknown: nothing refused up front for its size
+
+    def nodes(self) -> list[dict]:
+        reports = self.after if self.sends else self.before
+        return [{"NodeID": f"{r['node']}-id", "Resources": {"gradebox": 1}} for r in reports]
+
 
 def scripted_run(monkeypatch, before: list[dict], after: list[dict]):  # type: ignore[no-untyped-def]
     from gradebox.cluster import driver
     from gradebox.engine import Engine
 
     cluster = ScriptedCluster(before, after)
+    cluster.ray.nodes = cluster.nodes  # type: ignore[attr-defined]
 
     def put_archive(engine, ids, put):  # type: ignore[no-untyped-def]
         cluster.sends += 1
@@ -469,12 +477,177 @@ def test_the_driver_sends_the_images_nodes_lack_then_checks_them_again(monkeypat
     assert run.describe() == "2 nodes (oci on 2), 2 slots; sent image python (64 MiB, 1 chunks)"
 
 
-def test_nothing_is_sent_while_another_node_is_refused_and_every_node_is_named(monkeypatch):
+def test_a_node_lacking_images_gets_them_while_a_node_with_other_bytes_is_set_aside(monkeypatch):
     lacks = {"node": "n2", "problems": ["image python is not here"], "missing": ["python"]}
     other = {"node": "n3", "problems": ["image shell is 999999999999, the driver's is 33"]}
-    cluster, run = scripted_run(monkeypatch, [lacks, other], [])
+    cluster, run = scripted_run(monkeypatch, [lacks, other], [{**lacks, "problems": []}, other])
+    run.preflight()
+    assert cluster.sends == 1  # the lacking node got them; other bytes are never overwritten
+    assert run.set_aside == {"n3-id": "image shell is 999999999999, the driver's is 33"}
+
+
+def test_every_node_refused_stops_the_run_naming_each(monkeypatch):
+    other = {"node": "n3", "problems": ["image shell is 999999999999, the driver's is 33"]}
+    old = {"node": "n4", "problems": ["gradebox 0.1 here, the driver's is newer"]}
+    cluster, run = scripted_run(monkeypatch, [other, old], [])
     with pytest.raises(ClusterError) as info:
         run.preflight()
     assert cluster.sends == 0
-    assert "2 problem(s)" in str(info.value) and "node n2: image python" in str(info.value)
-    assert "node n3: image shell is 9999" in str(info.value)
+    assert "2 problem(s)" in str(info.value) and "no usable node" in str(info.value)
+    assert "node n3: image shell is 9999" in str(info.value) and "node n4: gradebox" in str(
+        info.value
+    )
+
+
+SIZED = """\
+name: sized
+defaults: {limits: {memory: 256MiB, cpus: 0.5}}
+tests:
+  - id: trivial
+    output: x
+    assert: [{type: contains, value: x}]
+  - id: one
+    output: x
+    assert: [{type: script, command: 'true'}]
+  - id: six
+    output: x
+    assert:
+"""
+
+
+def test_a_tests_request_is_its_containers_limits_at_once(tmp_path):
+    """Built-in assertions ask for nothing but the slot; graders run GRADER_THREADS at a
+    time, so a test asks for the sum of its largest four (each resource on its own); a target
+    runs alone, before them, so the larger phase wins."""
+    from gradebox.cluster.sizing import GRADER_THREADS, Need, test_need
+
+    sizes = ((0.25, 512), (0.5, 64), (0.75, 128), (0.1, 32), (0.05, 16), (0.2, 8))
+    graders = [
+        f"      - {{type: script, command: 'true', limits: {{cpus: {c}, memory: {m}MiB}}}}"
+        for c, m in sizes
+    ]
+    suite = load_suite(write(tmp_path / "s.yaml", SIZED + "\n".join(graders) + "\n"))
+    needs = {t.id: test_need(suite, t) for t in suite.tests}
+    assert GRADER_THREADS == 4
+    assert needs["trivial"] == Need(0.0, 0)
+    assert needs["one"] == Need(0.5, 256 << 20)  # the suite's defaults
+    # Largest four CPUs 0.75+0.5+0.25+0.2; largest four memories 512+128+64+32 MiB.
+    assert needs["six"] == Need(1.7, (512 + 128 + 64 + 32) << 20)
+    target = "target: {command: [sh, -c, 'echo x'], limits: {cpus: 3, memory: 128MiB}}\n"
+    suite = load_suite(write(tmp_path / "t.yaml", target + SIZED + "\n".join(graders) + "\n"))
+    needs = {t.id: test_need(suite, t) for t in suite.tests}
+    assert needs["trivial"] == Need(3.0, 128 << 20)
+    assert needs["six"] == Need(3.0, (512 + 128 + 64 + 32) << 20)
+
+
+def test_a_request_becomes_rays_options_and_fits_a_node_by_all_three():
+    from gradebox.cluster.sizing import Need, grader_need
+    from gradebox.sandbox.defaults import Limits
+
+    need = grader_need(Limits(cpus=1.23456, memory=300 << 20))
+    assert need.ray_options() == {"num_cpus": 1.2346, "memory": 300 << 20,
+                                  "resources": {"gradebox": 1}}  # fmt: skip
+    assert grader_need(None) == Need(1.0, 1 << 30)  # the default limits
+    node = {"gradebox": 1, "CPU": 2, "memory": 1 << 30}
+    assert need.fits(node)
+    assert not need.fits({**node, "gradebox": 0})
+    assert not need.fits({**node, "CPU": 1})
+    assert not need.fits({**node, "memory": 299 << 20})
+
+
+def test_a_test_larger_than_every_node_is_one_line_naming_it_and_the_sizes():
+    from gradebox.cluster.sizing import Need, too_large
+
+    nodes = [
+        {"gradebox": 2, "CPU": 2, "memory": 2 << 30},
+        {"gradebox": 1, "CPU": 4, "memory": 1 << 30},
+    ]
+    needs = {"test a": Need(1, 1 << 30), "test big": Need(3, 2 << 30), "test w": Need(4, 1 << 30)}
+    assert too_large(needs, nodes) == [
+        "test big asks for 3 CPU and 2 GiB (its containers' limits at once); the largest "
+        "node offering `gradebox` has 4 CPU and 1 GiB"
+    ]
+    assert too_large(needs, []) == []  # no node known: nothing to compare with
+
+
+class _FakeRay:
+    """What ``RayExecutor._collect`` asks of Ray: a finished task's value, the live nodes."""
+
+    class exceptions:  # noqa: N801 (Ray's module's name)
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+    def __init__(self, node_ids: list[str]) -> None:
+        self.node_ids = node_ids
+
+    def get(self, ref):  # type: ignore[no-untyped-def]
+        return ref  # a "ref" here is the task's value
+
+    def put(self, value):  # type: ignore[no-untyped-def]
+        return value
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeID": i, "Alive": True, "Resources": {"gradebox": 1.0}} for i in self.node_ids]
+
+
+def _executor(node_ids: list[str]):  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from gradebox.cluster.driver import RayExecutor
+
+    ray = _FakeRay(node_ids)
+    cluster = SimpleNamespace(ray=ray, nodes=ray.nodes, item=None)
+    spec = RunSpec(run_id="r", kind="suite", bundle=None, entry="s.yaml", images={})
+    return RayExecutor(cluster, spec)  # type: ignore[arg-type]
+
+
+def test_a_node_failing_the_preflight_at_a_job_is_set_aside_and_the_job_goes_elsewhere(caplog):
+    from gradebox.cluster.driver import NODE_ID_LABEL
+
+    bad, good = "b" * 56, "a" * 56
+    run = _executor([good, bad])
+    name = f"{bad[:12]} (127.0.0.1, host)"
+    job = TestJob("t-1")
+    # It never ran: it goes out again as the same attempt, and not to that node.
+    assert run._collect(("refused", "no OCI runtime 'x'", name), job, 1) == 1
+    assert list(run.set_aside) == [bad]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"node {name} fails the preflight and is set aside: no OCI runtime 'x'"]
+    assert [n["NodeID"] for n in run.usable()] == [good]
+    options = {}
+    run.cluster.item = type("T", (), {"options": lambda self, **kw: options.update(kw)})()
+    run._task(job)
+    assert options["name"] == "t-1" and options["label_selector"] == {NODE_ID_LABEL: f"!in({bad})"}
+
+
+def test_a_node_whose_jobs_fail_three_times_in_a_row_for_infrastructure_is_drained(caplog):
+    from gradebox.cluster.driver import DRAIN_AFTER, MAX_ATTEMPTS
+    from gradebox.lifecycle.executor import Done
+
+    flaky, good = "f" * 56, "a" * 56
+    run = _executor([good, flaky])
+    name = f"{flaky[:12]} (127.0.0.1, host)"
+    from gradebox.protocol.models import Status, TestResult
+
+    passed = TestResult(id="t-0", status=Status.passed, passed=True, score=1.0)
+    ok = encode(TestJob("t-0"), passed)
+    assert DRAIN_AFTER == 3 and MAX_ATTEMPTS == 3
+    # Two in a row, then a success: the count starts again.
+    for i in range(2):
+        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
+    assert isinstance(run._collect(("ok", ok, name), TestJob("t-0"), 1), Done)
+    assert not run.set_aside
+    for i in range(2):
+        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
+    assert not run.set_aside  # two in a row since the success
+    # The third in a row drains it; a job at its last attempt is an error naming the node.
+    done = run._collect(("infra", "engine gone", name), TestJob("t-9"), MAX_ATTEMPTS)
+    assert isinstance(done, Done) and done.error == f"node {name}: engine gone"
+    assert list(run.set_aside) == [flaky]
+    drained = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
+    assert drained == [
+        f"node {name} is drained and is set aside: 3 jobs in a row failed there (last: engine gone)"
+    ]

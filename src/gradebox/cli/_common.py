@@ -15,6 +15,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
+from ..core.duration import parse_duration
 from ..protocol.models import Status
 from ..sandbox.defaults import PRIVILEGES
 
@@ -24,8 +25,11 @@ __all__ = [
     "JsonOpt",
     "LockedOpt",
     "Output",
+    "InFlightOpt",
     "RayOpt",
+    "ScaleUpOpt",
     "WorkersOpt",
+    "duration_option",
     "exit_code",
     "reflow",
 ]
@@ -54,6 +58,39 @@ AllowOpt = Annotated[
 WorkersOpt = Annotated[
     int | None,
     typer.Option("--workers", "-w", min=1, help="Parallel runs (with --ray: across the cluster)."),
+]
+# The commands that take --ray: one option, --workers kept as the name it had.
+InFlightOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-in-flight",
+        "--workers",
+        "-w",
+        min=1,
+        help="Items run at once here; with --ray, tasks in flight on the cluster (default: "
+        "its slots, at least 64, so that an autoscaler sees the demand).",
+        show_default=False,
+    ),
+]
+
+
+def duration_option(value: str) -> float:
+    """A duration option's text (``90s``, ``5m``) as seconds; a usage error otherwise."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+ScaleUpOpt = Annotated[
+    float,
+    typer.Option(
+        "--scale-up-timeout",
+        parser=duration_option,
+        metavar="DURATION",
+        help="With --ray: how long to wait for a node that can take the work (none is up yet, "
+        "every node was lost or set aside, or none is large enough) before stopping (exit 4).",
+    ),
 ]
 RayOpt = Annotated[
     str | None,

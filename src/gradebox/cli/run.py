@@ -38,7 +38,18 @@ from ..suite import Suite, load_suite
 from ..suite.paths import expand_suite_paths, result_folders
 from ..suite.plan import plan_suite
 from ..suite.preflight import preflight
-from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
+from ._common import (
+    AllowOpt,
+    InFlightOpt,
+    JsonOpt,
+    LockedOpt,
+    Output,
+    RayOpt,
+    SandboxOpt,
+    ScaleUpOpt,
+    WorkersOpt,
+    exit_code,
+)
 from .session import CommandSession
 
 SuiteArg = Annotated[
@@ -91,7 +102,7 @@ SuitesArg = Annotated[
 def run(
     ctx: typer.Context,
     suite_files: SuitesArg,
-    workers: WorkersOpt = None,
+    workers: InFlightOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results directory.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
     report: Annotated[
@@ -130,6 +141,7 @@ def run(
         bool, typer.Option("--no-cache", help="Ask the models again (skip the response cache).")
     ] = False,
     ray: RayOpt = None,
+    scale_up_timeout: ScaleUpOpt = "300s",  # type: ignore[assignment]
     targets: TargetsOpt = None,
     offline: OfflineOpt = False,
     as_json: JsonOpt = False,
@@ -258,6 +270,7 @@ def run(
                             progress,
                             output,
                             ray=ray,
+                            scale_up_timeout=scale_up_timeout,
                             allow=session.allowed,
                             format=format,
                             sandbox=where,
@@ -371,6 +384,7 @@ def _run_one(
     output: Output,
     *,
     ray: str | None,
+    scale_up_timeout: float,
     allow: set[str],
     format: str | None,
     sandbox: str,
@@ -394,7 +408,7 @@ def _run_one(
             # The cluster's modules (Ray's client with them): only a run given --ray loads them.
             from ..cluster import RayCluster, start_suite
 
-            cluster = RayCluster(ray)
+            cluster = RayCluster(ray, scale_up_timeout)
             remote = stack.enter_context(
                 start_suite(
                     cluster,
@@ -407,8 +421,17 @@ def _run_one(
                     target=target,
                 )
             )
-            options.workers = options.workers or cluster.slots()
+            options.workers = options.workers or cluster.in_flight()
             output.info(f"[dim]ray: {remote.describe()}[/]")
+
+            def on_wait(text: str | None) -> None:
+                # While no node can take the work: said on the progress line, then taken back.
+                name = escape(suite.name)
+                progress.update(task, description=f"{name} ({escape(text)})" if text else name)
+                if text:  # and once as a line (unwrapped): a log or a pipe shows no bar
+                    output.err.print(f"[dim]ray: {escape(text)}[/]", soft_wrap=True)
+
+            remote.on_wait = on_wait
         return run_suite(
             suite, box, images, options, on_result=on_result, on_start=on_start, executor=remote
         )

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core.atomic import write_atomic
-from ..core.duration import parse_duration
 from ..core.scratch import scratch_folder
 from ..core.yamlfile import to_config_error
 from ..drivers.batch import GradedRecord, Record, grade_records, load_grader_ref, read_records
@@ -29,7 +28,18 @@ from ..protocol.models import Payload, Status
 from ..report import STYLE, escape
 from ..sandbox import Sandbox
 from ..suite.plan import check_grader
-from ._common import AllowOpt, JsonOpt, LockedOpt, Output, RayOpt, SandboxOpt, WorkersOpt, exit_code
+from ._common import (
+    AllowOpt,
+    InFlightOpt,
+    JsonOpt,
+    LockedOpt,
+    Output,
+    RayOpt,
+    SandboxOpt,
+    ScaleUpOpt,
+    duration_option,
+    exit_code,
+)
 from .grade_lean import read_payload
 from .session import CommandSession
 
@@ -98,12 +108,13 @@ def _on_cluster(
     images: ImageResolver,
     workspace: Path | None = None,
     more_images: tuple[str, ...] = (),
+    scale_up_timeout: float = 300.0,
 ) -> tuple[RayExecutor, int]:
     """The grader (and its workspace) sent to a Ray cluster, every node checked; the run and
-    the cluster's slots (the default number in flight)."""
+    the number in flight by default."""
     from ..cluster import RayCluster, start_grader  # lazy: the cluster's modules, for --ray only
 
-    cluster = RayCluster(address)
+    cluster = RayCluster(address, scale_up_timeout)
     refs = [r for r in (config.image or DEFAULT_IMAGE, *more_images) if isinstance(r, str)]
     ids = {ref: images.resolve(ref) for ref in refs}  # a grader's own build: on each node
     remote = stack.enter_context(
@@ -114,10 +125,11 @@ def _on_cluster(
             sandbox=session.wanted_sandbox(),
             workspace=workspace,
             allow=session.allowed,
+            limits=config.limits,
         )
     )
     session.out.info(f"[dim]ray: {remote.describe()}[/]")
-    return remote, cluster.slots()
+    return remote, cluster.in_flight()
 
 
 TABLE_ROWS = 50
@@ -151,7 +163,7 @@ def batch(
     records_file: Annotated[Path, typer.Argument(help="Records, one JSON object per line.")],
     grader: GraderOpt,
     out_file: Annotated[Path, typer.Option("--out", "-o", help="Graded records (JSONL).")],
-    workers: WorkersOpt = None,
+    workers: InFlightOpt = None,
     workspace: Annotated[
         Path | None, typer.Option("--workspace", "-W", help="Mounted read-only for the grader.")
     ] = None,
@@ -165,6 +177,7 @@ def batch(
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     ray: RayOpt = None,
+    scale_up_timeout: ScaleUpOpt = "300s",  # type: ignore[assignment]
     as_json: JsonOpt = False,
 ) -> None:
     """Grade every record in its own container; each is written to --out as soon as it is done.
@@ -187,7 +200,9 @@ def batch(
         images = session.images(box)
         remote, slots = None, default_workers()
         if ray is not None:
-            remote, slots = _on_cluster(stack, session, ray, grader, config, images, workspace)
+            remote, slots = _on_cluster(
+                stack, session, ray, grader, config, images, workspace, (), scale_up_timeout
+            )
         graded = _grade(
             out,
             "batch",
@@ -224,18 +239,19 @@ def trials(
     target_timeout: Annotated[
         float,
         typer.Option(
-            parser=_duration_option,
+            parser=duration_option,
             metavar="DURATION",
             help="Time for each --target run, e.g. 90s (a trial that does not "
             "finish, or fails, is an error, never graded).",
         ),
     ] = "300s",  # type: ignore[assignment]
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Graded trials.")] = None,
-    workers: WorkersOpt = None,
+    workers: InFlightOpt = None,
     locked: LockedOpt = None,
     sandbox: SandboxOpt = None,
     allow: AllowOpt = None,
     ray: RayOpt = None,
+    scale_up_timeout: ScaleUpOpt = "300s",  # type: ignore[assignment]
     as_json: JsonOpt = False,
 ) -> None:
     """Grade trials and report pass rate, pass@k and pass^k per prompt and overall.
@@ -259,7 +275,7 @@ def trials(
         if ray is not None:
             more = (target_image,) if target else ()
             remote, slots = _on_cluster(
-                stack, session, ray, grader, config, images, more_images=more
+                stack, session, ray, grader, config, images, None, more, scale_up_timeout
             )
             n_workers = workers or slots
         if target:
@@ -432,10 +448,3 @@ def assert_(
     if result.status is Status.error:
         raise typer.Exit(3)
     raise typer.Exit(0 if result.score >= 0.5 else 1)
-
-
-def _duration_option(value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None

@@ -26,6 +26,7 @@ from ..suite.preflight import remote_repos
 from .bundle import common_root
 from .driver import MAX_ATTEMPTS, RayCluster, RayExecutor, suite_paths
 from .node import repo_key
+from .sizing import grader_need, test_need
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -68,6 +69,7 @@ def start_suite(
         use_cache=options.use_cache if options else True,
         model_calls=options.model_calls if options else 4,
         references=options.references if options else False,
+        needs={t.id: test_need(suite, t) for t in suite.tests},
     )
 
 
@@ -79,8 +81,10 @@ def start_grader(
     sandbox: str,
     workspace: Path | None = None,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
+    limits: Any = None,
 ) -> RayExecutor:
-    """Send one grader (``batch``, ``trials``) and its workspace to the cluster."""
+    """Send one grader (``batch``, ``trials``) and its workspace to the cluster; each job
+    asks for the grader's ``limits`` (a trial's target run too)."""
     paths = [grader_file, *([workspace] if workspace else [])]
     root = common_root(paths)
     return cluster.start(
@@ -91,4 +95,5 @@ def start_grader(
         images=image_ids,
         sandbox=sandbox,
         allow=tuple(sorted(allow)),
+        need=grader_need(limits),
     )

@@ -2,21 +2,28 @@
 they finish, clean up. ``RayExecutor`` is ``gradebox.lifecycle.executor``'s interface on Ray:
 ``run``, ``batch`` and ``trials`` hand it the same jobs they hand the local executor.
 
-Ray schedules: each test (or record) is a task that needs one ``gradebox`` resource, so a node
-runs as many at once as it offers. The driver only bounds how many are in flight, sends again
-the work of a node that died (at most ``MAX_ATTEMPTS`` times in all), and records each item
-exactly once. Ray's own task retries are off: a retry the driver does not see could not be
-counted.
+Ray schedules: each test (or record) is a task named after it that needs one ``gradebox``
+resource and the CPU and memory its containers' limits declare (``sizing``), so a node runs as
+many at once as it holds. The driver only bounds how many are in flight, sends again the work
+of a node that died (at most ``MAX_ATTEMPTS`` times in all), and records each item exactly
+once. Ray's own task retries are off: a retry the driver does not see could not be counted.
+
+Nodes come and go: pending tasks are what make an autoscaler start nodes (a cluster may start
+with none), and the driver waits up to ``scale_up_timeout`` for a node that can take them. A
+node that fails the preflight, or whose jobs fail ``DRAIN_AFTER`` times in a row for our
+infrastructure's reasons, is set aside: later tasks carry a label selector that keeps them off
+it, and its refused work goes elsewhere.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import socket
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,10 +32,11 @@ from ..errors import ClusterError, GradeboxError
 from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
-from ..lifecycle.jobs import Job, decode
+from ..lifecycle.jobs import Job, TestJob, decode
 from .bundle import pack
 from .image_transfer import put_archive
 from .node import RunSpec, node_op, run_item
+from .sizing import Need, too_large
 
 __all__ = ["MAX_ATTEMPTS", "RayCluster", "RayExecutor"]
 
@@ -37,7 +45,11 @@ log = logging.getLogger("gradebox.cluster")
 MAX_ATTEMPTS = 3  # a test whose node died is sent again, up to this many times in all
 PREFLIGHT_TIMEOUT = 600.0  # a node may build a grader's own image before it answers
 SWEEP_TIMEOUT = 60.0
-STALL_CHECK = 10.0  # with nothing finishing for this long, check that a node is left
+STALL_CHECK = 2.0  # with nothing finishing for this long, check that a node is left
+SCALE_UP_TIMEOUT = 300.0  # for a node to join: a cloud machine takes minutes to boot
+DEFAULT_IN_FLIGHT = 64  # pending tasks beyond the slots up now: the autoscaler's demand
+DRAIN_AFTER = 3  # a node's jobs failing in a row for infrastructure reasons: set it aside
+NODE_ID_LABEL = "ray.io/node-id"  # every Ray node's label with its id
 
 
 def _ray() -> Any:
@@ -59,7 +71,8 @@ class RayCluster:
         print(cluster.slots(), "tests at once")
     """
 
-    def __init__(self, address: str = "auto") -> None:
+    def __init__(self, address: str = "auto", scale_up_timeout: float = SCALE_UP_TIMEOUT) -> None:
+        self.scale_up_timeout = scale_up_timeout
         ray = _ray()
         if not ray.is_initialized():
             _reachable(address)
@@ -86,6 +99,43 @@ class RayCluster:
     def slots(self) -> int:
         """Tests the cluster runs at once: the sum of its nodes' ``gradebox`` resources."""
         return int(sum(n["Resources"]["gradebox"] for n in self.nodes()))
+
+    def in_flight(self) -> int:
+        """Tasks in flight when not told (``--max-in-flight``): the slots up now, and at least
+        ``DEFAULT_IN_FLIGHT`` so that an autoscaler sees demand beyond them (from zero too)."""
+        return max(self.slots(), DEFAULT_IN_FLIGHT)
+
+    def sizes(self, set_aside: Collection[str] = ()) -> list[dict[str, float]] | None:
+        """The total resources of every node a job could land on: the live ones (but those
+        ``set_aside``) and the node types an autoscaler declared (when it reports them to the
+        cluster, as autoscaler v2 and KubeRay do). None when an autoscaler runs whose node
+        types cannot be read: a larger node may yet come, so only the scale-up timeout can
+        tell."""
+        sizes = [dict(n["Resources"]) for n in self.nodes() if n["NodeID"] not in set_aside]
+        try:
+            # lazy, private: Ray's only reader of the autoscaler's reported configuration
+            from ray._private.state import state
+
+            config = state.get_cluster_config()
+        except Exception:  # any failure: no node types known
+            config = None
+        if config is not None and config.node_group_configs:
+            return sizes + [dict(g.resources) for g in config.node_group_configs]
+        return None if self.autoscaled() else sizes
+
+    def autoscaled(self) -> bool:
+        """Whether an autoscaler with node types of its own runs this cluster. Ray's monitor
+        runs on every head; without an autoscaling configuration (a cluster of `ray start`
+        nodes) its read-only provider names each node's type ``node_<its id>``."""
+        try:
+            # lazy, private: where the monitor writes its status
+            from ray.experimental.internal_kv import _internal_kv_get
+
+            status = _internal_kv_get("__autoscaling_status")
+            types = json.loads(status)["autoscaler_report"]["node_type_mapping"] if status else {}
+        except Exception:  # unreadable: no autoscaler we can tell of
+            return False
+        return any(kind != f"node_{node}" for node, kind in (types or {}).items())
 
     def on_every_node(self, timeout: float, *args: Any, **kw: Any) -> list[tuple[str, Any]]:
         """``node_op(*args)`` pinned to each live gradebox node: ``(name, report)`` for each,
@@ -123,13 +173,15 @@ class RayCluster:
         return out
 
     def start(self, **fields: Any) -> RayExecutor:
-        """Put a run's files in the object store, then check every node (``RayExecutor``)."""
+        """Put a run's files in the object store, then check every node (``RayExecutor``).
+        ``needs``: each job's request by its name (``str(job)``); ``need``: any other's."""
         root, exclude = fields.pop("root"), fields.pop("exclude", ())
+        needs, need = fields.pop("needs", {}), fields.pop("need", Need())
         bundle = self.ray.put(pack(root, exclude))
         spec = RunSpec(
             run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle, **fields
         )
-        run = RayExecutor(self, spec)
+        run = RayExecutor(self, spec, needs, need)
         run.preflight()
         return run
 
@@ -140,55 +192,101 @@ class RayExecutor(Executor):
 
     remote = True
 
-    def __init__(self, cluster: RayCluster, spec: RunSpec) -> None:
+    def __init__(
+        self,
+        cluster: RayCluster,
+        spec: RunSpec,
+        needs: dict[str, Need] | None = None,
+        need: Need = Need(),  # noqa: B008 (frozen)
+    ) -> None:
         self.cluster, self.spec = cluster, spec
         self.ray = cluster.ray
         self.run_id = spec.run_id
         self.spec_ref = self.ray.put(spec)
         self.reports: list[dict[str, Any]] = []  # what each node said at the preflight
         self.sent = ""  # the images sent to nodes that lacked them, in a few words
+        self.needs, self.need = needs or {}, need
+        self.set_aside: dict[str, str] = {}  # node id -> why no job goes there any more
+        self.failing: Counter[str] = Counter()  # node id -> infrastructure errors in a row
+        # Told while no node can take the work (the text), and once one can (None): the
+        # command shows it on its progress line.
+        self.on_wait: Any = lambda text: log.warning("%s", text) if text else None
 
     def close(self) -> None:
         """The run is over: sweep every node (its files, and what killed workers left)."""
         self.sweep()
 
     def preflight(self) -> None:
-        """Refuse, before anything runs, every node that cannot run the jobs as planned:
-        no engine or runtime, other image ids, another gradebox, another copy of a test.
-        When the only problem is runtime images some nodes lack, send those and check again."""
-        problems, lacking = self._check_nodes()
-        # Each node that lacks images says so in one problem: these were the only ones.
-        if lacking and len(lacking) == len(problems):
+        """Check every node before anything runs: one that cannot run the jobs as planned (no
+        engine or runtime, other image ids, another gradebox, another copy of a test) is set
+        aside with one line; the run stops (nothing ran) only when every node is. Nodes that
+        lack only runtime images get them from the driver (once) and are checked again. With
+        no node up yet the run waits for one (``map``). A job larger than every node that can
+        be known is refused here."""
+        refused, lacking = self._preflight_nodes()
+        if lacking:
             self.send_images({name for names in lacking for name in names})
-            problems, lacking = self._check_nodes()
-        if not self.reports and not problems:
-            raise ClusterError(
-                "no node of the Ray cluster offers a `gradebox` resource; start workers with "
-                "`ray start --address HEAD --resources '{\"gradebox\": 4}'`"
-            )
-        if problems:
+            refused, lacking = self._preflight_nodes()
+        if refused and not self.reports:
             self.sweep()
             raise ClusterError(
-                f"{len(problems)} problem(s) on the cluster; nothing ran:\n  "
-                + "\n  ".join(problems)
+                f"{len(refused)} problem(s) on the cluster, no usable node; nothing ran:\n  "
+                + "\n  ".join(f"node {name}: {why}" for name, why in refused)
             )
+        for name, why in refused:
+            self._set_aside(name, why, "fails the preflight")
+        sizes = self.cluster.sizes(self.set_aside)
+        if sizes is not None:  # else: an autoscaler may start a larger node: wait and see
+            named = {f"test {k}": v for k, v in self.needs.items()} or {"each job": self.need}
+            lines = too_large(named, sizes)
+            if lines:
+                self.sweep()
+                more = f" (and {len(lines) - 1} more tests)" if len(lines) > 1 else ""
+                raise ClusterError(f"{lines[0]}{more}; nothing ran")
 
-    def _check_nodes(self) -> tuple[list[str], list[list[str]]]:
-        """Every node's problems, and the images each node that lacks only images lacks
-        (which the driver can send, once)."""
-        problems, lacking = [], []
+    def _set_aside(self, name: str, why: str, what: str) -> None:
+        """No job goes to this node any more (``name``: as ``node_name`` gives it)."""
+        node_id = next(
+            (n["NodeID"] for n in self.ray.nodes() if n["NodeID"].startswith(name[:12])), None
+        )
+        if node_id is None or node_id in self.set_aside:
+            return
+        self.set_aside[node_id] = why
+        log.warning("node %s %s and is set aside: %s", name, what, why)
+
+    def usable(self) -> list[dict[str, Any]]:
+        """Live gradebox nodes not set aside."""
+        return [n for n in self.cluster.nodes() if n["NodeID"] not in self.set_aside]
+
+    def _task(self, item: Job) -> Any:
+        """The Ray task for one job: named after it, asking for what it needs, kept off the
+        nodes set aside."""
+        options: dict[str, Any] = {"name": str(item), **self._need(item).ray_options()}
+        if self.set_aside:
+            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(self.set_aside)})"}
+        return self.cluster.item.options(**options)
+
+    def _need(self, item: Job) -> Need:
+        return self.needs.get(str(item), self.need)
+
+    def _preflight_nodes(self) -> tuple[list[tuple[str, str]], list[list[str]]]:
+        """The nodes refused, each with why, and the images each node that lacks only images
+        lacks (which the driver can send, once). The others' reports are kept."""
+        refused: list[tuple[str, str]] = []  # (node, why)
+        lacking: list[list[str]] = []
         self.reports = []
         for name, report in self.cluster.on_every_node(
             PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
         ):
             if isinstance(report, BaseException):
-                problems.append(f"node {name}: {_first_line(report)}")
-                continue
-            if report.get("missing") and not self.spec.images_sent:
-                lacking.append(report["missing"])
-            problems += [f"node {report['node']}: {p}" for p in report["problems"]]
-            self.reports.append(report)
-        return problems, lacking
+                refused.append((name, _first_line(report)))
+            elif report["problems"]:
+                if report.get("missing") and not self.spec.images_sent:
+                    lacking.append(report["missing"])
+                refused.append((report["node"], "; ".join(report["problems"])))
+            else:
+                self.reports.append(report)
+        return refused, lacking
 
     def send_images(self, names: set[str]) -> None:
         """Put the archive of ``names`` (the ids the driver planned) in the object store, in
@@ -214,7 +312,11 @@ class RayExecutor(Executor):
         sandboxes = Counter(r.get("sandbox", "?") for r in self.reports)
         kinds = ", ".join(f"{name} on {n}" for name, n in sorted(sandboxes.items()))
         sent = f"; {self.sent}" if self.sent else ""
-        return f"{len(self.reports)} nodes ({kinds}), {self.cluster.slots()} slots{sent}"
+        aside = f", {len(self.set_aside)} set aside" if self.set_aside else ""
+        if not self.reports:
+            return f"no node offers `gradebox` yet{aside}: the tests' demand may start one"
+        slots = sum(n["Resources"]["gradebox"] for n in self.usable())
+        return f"{len(self.reports)} nodes ({kinds}), {slots:g} slots{aside}{sent}"
 
     def map(self, jobs: Sequence[Job], in_flight: int) -> Iterator[Done]:
         """Each job on some node, at most ``in_flight`` at once, in the order they finish.
@@ -225,35 +327,63 @@ class RayExecutor(Executor):
         todo = deque((job, 1) for job in jobs)
         pending: dict[Any, tuple[Job, int]] = {}
         last = time.monotonic()
+        waiting = _Wait(self.cluster.scale_up_timeout, self.on_wait)
         try:
             while todo or pending:
                 while todo and len(pending) < max(1, in_flight):
                     item, attempt = todo.popleft()
-                    pending[self.cluster.item.remote(self.spec_ref, item)] = (item, attempt)
+                    pending[self._task(item).remote(self.spec_ref, item)] = (item, attempt)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 if not ready:
-                    if time.monotonic() - last > STALL_CHECK:
+                    if time.monotonic() - last > STALL_CHECK or waiting.since is not None:
                         last = time.monotonic()
-                        if not self.cluster.nodes():
-                            raise ClusterError(
-                                f"no node offers `gradebox` any more; {len(todo) + len(pending)}"
-                                " tests were not run (finished ones are kept)"
-                            )
+                        self._check_nodes(waiting, [j for j, _ in pending.values()], len(todo))
                     continue
                 last = time.monotonic()
+                waiting.over()
                 for ref in ready:
                     item, attempt = pending.pop(ref)
                     done = self._collect(ref, item, attempt)
-                    if done is None:
-                        todo.appendleft((item, attempt + 1))
+                    if isinstance(done, int):
+                        todo.appendleft((item, done))
                     else:
                         yield done
         except BaseException:
             self.cancel(list(pending))
             raise
 
-    def _collect(self, ref: Any, item: Job, attempt: int) -> Done | None:
-        """What came back; None: the node was lost and the job goes out again."""
+    def _check_nodes(self, waiting: _Wait, pending: list[Job], queued: int) -> None:
+        """Nothing finishes: is there a node that can take the pending work? Waits up to the
+        scale-up timeout for one (from zero, after every node was lost or set aside, or for
+        a node large enough), then stops the run (finished jobs are kept)."""
+        usable = self.usable()
+        left = len(pending) + queued
+        if not usable:
+            gone = "any more" if self.reports or self.set_aside else "yet"
+            waiting.wait(
+                f"no node offers `gradebox` {gone}: waiting up to "
+                f"{self.cluster.scale_up_timeout:.0f} s for a node offering gradebox",
+                f"no usable node offers `gradebox` {gone} (waited "
+                f"{self.cluster.scale_up_timeout:.0f} s, --scale-up-timeout); {left} tests were "
+                "not run (finished ones are kept)",
+            )
+            return
+        sizes = [n["Resources"] for n in usable]
+        stuck = [j for j in pending if not any(self._need(j).fits(n) for n in sizes)]
+        if stuck and len(stuck) == len(pending):
+            line = too_large({_label(stuck[0]): self._need(stuck[0])}, sizes)
+            waiting.wait(
+                f"waiting up to {self.cluster.scale_up_timeout:.0f} s for a node large "
+                f"enough for {_label(stuck[0])}",
+                f"{line[0]} (waited {self.cluster.scale_up_timeout:.0f} s for a larger one, "
+                f"--scale-up-timeout); {left} tests were not run (finished ones are kept)",
+            )
+            return
+        waiting.over()
+
+    def _collect(self, ref: Any, item: Job, attempt: int) -> Done | int:
+        """What came back; an int: the job goes out again, as that attempt (its node was
+        lost, refused it or failed under it)."""
         exceptions = self.ray.exceptions
         try:
             status, value, node = self.ray.get(ref)
@@ -267,11 +397,25 @@ class RayExecutor(Executor):
                     type(exc).__name__,
                     attempt + 1,
                 )
-                return None
+                return attempt + 1
             why = f"its node was lost {attempt} times ({type(exc).__name__}); not run again"
             return Done(item, None, why, None, attempt)
-        if status == "refused":
-            return Done(item, None, value, node, attempt)
+        node_id = node.split(" ", 1)[0]
+        if status == "refused":  # nothing ran there: the job goes elsewhere as it was
+            self._set_aside(node, value, "fails the preflight")
+            if any(i.startswith(node_id) for i in self.set_aside):
+                return attempt
+            return Done(item, None, f"node {node}: {value}", node, attempt)
+        if status == "infra":
+            self.failing[node_id] += 1
+            if self.failing[node_id] >= DRAIN_AFTER:
+                why = f"{self.failing[node_id]} jobs in a row failed there (last: {value})"
+                self._set_aside(node, why, "is drained")
+            if attempt < MAX_ATTEMPTS:
+                log.warning("%s: failed on node %s (%s); sending it again", item, node, value)
+                return attempt + 1
+            return Done(item, None, f"node {node}: {value}", node, attempt)
+        self.failing[node_id] = 0
         return Done(item, decode(item, value), None, node, attempt)
 
     def cancel(self, refs: list[Any]) -> None:
@@ -310,6 +454,31 @@ def _reachable(address: str) -> None:
             f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one "
             "with `ray start --head` and give its address to --ray"
         ) from None
+
+
+class _Wait:
+    """How long the run has waited for a node that can take its work: told to the command
+    once (``on_wait``), given up on (exit 4) past ``timeout``."""
+
+    def __init__(self, timeout: float, on_wait: Any) -> None:
+        self.timeout, self.on_wait = timeout, on_wait
+        self.since: float | None = None
+
+    def wait(self, text: str, fail: str) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.on_wait(text)
+        elif time.monotonic() - self.since > self.timeout:
+            raise ClusterError(fail)
+
+    def over(self) -> None:
+        if self.since is not None:
+            self.since = None
+            self.on_wait(None)
+
+
+def _label(job: Job) -> str:
+    return f"test {job}" if isinstance(job, TestJob) else str(job)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -313,16 +313,23 @@ def _forget(run_id: str) -> None:
 
 
 def run_item(spec: RunSpec, job: Job) -> tuple[str, Any, str]:
-    """One job on this node: ``("ok", result as JSON text, node)``, or ``("refused", why,
-    node)`` when this node cannot run it as the driver planned."""
+    """One job on this node: ``("ok", result as JSON text, node)``; ``("refused", why,
+    node)`` when this node fails the preflight (the driver sets it aside and sends the job
+    elsewhere); ``("infra", why, node)`` when our infrastructure failed under the job (the
+    engine went away): the driver sends it again, and drains a node that keeps doing it."""
     try:
         try:
-            return "ok", _context(spec).run(job), node_name()
-        except NodeRefused as exc:
-            return "refused", f"node {node_name()}: {exc}", node_name()
+            ctx = _context(spec)
+            if ctx.problems:  # a node that joined after the preflight is held to it here
+                raise NodeRefused("; ".join(ctx.problems))
+        except GradeboxError as exc:  # NodeRefused, or no engine or runtime here
+            _forget(spec.run_id)
+            return "refused", str(exc), node_name()
+        try:
+            return "ok", ctx.run(job), node_name()
         except GradeboxError as exc:  # e.g. the engine went away under a test
             _forget(spec.run_id)
-            return "refused", f"node {node_name()}: {exc}", node_name()
+            return "infra", str(exc), node_name()
     except KeyboardInterrupt:
         # Cancelled by the driver (Ctrl-C): kill this run's containers here, now.
         _forget(spec.run_id)
