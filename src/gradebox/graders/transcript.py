@@ -30,7 +30,14 @@ __all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "transcript_of", "vall
 # default).
 TEXT_CAP = 10_000  # characters of one text
 MAX_STEPS = 500  # messages
+# Tool calls: each kept costs ~100 bytes of fields whatever its texts (a million {"name": "a"}
+# in a 15 MB answer made a 100 MB result line); past this many, counted, not kept.
+MAX_CALLS = 2_000
 TRANSCRIPT_CAP = 1 << 20  # characters of every text together
+# How deeply a call's arguments or output is kept as structure: an arguments string is parsed
+# whatever its depth, and a result nesting past pydantic's 200 levels cannot be read back
+# (the run's whole results file is refused). Deeper is kept as its JSON text.
+KEPT_DEPTH = 32
 
 
 @dataclass
@@ -170,11 +177,30 @@ class _Budget:
         """A call's arguments or output: as reported when whole, else its JSON text, cut."""
         if value is None or isinstance(value, str):
             return self.text(value)
-        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (RecursionError, ValueError):  # deeper than the encoder goes
+            return self.text("[gradebox: nested too deeply to keep]")
+        if _deeper_than(value, KEPT_DEPTH):
+            return self.text(text)
         if len(text) <= min(TEXT_CAP, self.left):
             self.left -= len(text)
             return value, False
         return self.text(text)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects past ``limit`` (a stack, no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend(
+                (sub, depth + 1) for sub in (item.values() if isinstance(item, dict) else item)
+            )
+    return False
 
 
 def _reported(raw: Message, *keys: str) -> Any:
@@ -199,7 +225,7 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
     for message, made in zip(messages[:MAX_STEPS], calls, strict=False):
         text, cut = budget.text(message.content)
         tools = []
-        for call in made:
+        for call in made[: max(0, MAX_CALLS - position)]:
             args, cut_args = budget.value(call.args)
             out, cut_out = budget.value(call.output)
             tools.append(
@@ -231,6 +257,8 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
     notes = []
     if len(messages) > MAX_STEPS:
         notes.append(f"kept the first {MAX_STEPS} of {len(messages)} messages")
+    if position == MAX_CALLS < total:
+        notes.append(f"kept the first {position:,} of {total:,} tool calls")
     if budget.cut:
         notes.append(
             f"{budget.cut} text(s) cut: at most {TEXT_CAP:,} characters each, "

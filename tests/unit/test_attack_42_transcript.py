@@ -1,0 +1,40 @@
+"""Red-team checks of what a result keeps of a hostile transcript (``transcript_of``): the
+agent writes it, and a result that cannot be written small, or read back, costs the whole
+run's report (``read_results`` refuses a file with a line it cannot parse)."""
+
+from __future__ import annotations
+
+import json
+
+from gradebox.graders.transcript import MAX_CALLS, TRANSCRIPT_CAP, transcript_of
+from gradebox.protocol.models import Message, Status, TestResult
+
+
+def _result(messages: list[Message]) -> TestResult:
+    kept = transcript_of(messages, "done")
+    return TestResult(id="t", status=Status.failed, passed=False, score=0.0, transcript=kept)
+
+
+def test_arguments_nested_past_what_a_results_file_reads_back_are_kept_as_text():
+    # An OpenAI-style arguments string is parsed whatever its depth (the answer file's depth
+    # bound sees one string): 199 levels inside a result passed pydantic's 200 on reading.
+    deep = "[" * 199 + "]" * 199
+    call = {"function": {"name": "edit", "arguments": deep}}
+    line = _result([Message.model_validate({"role": "assistant", "tool_calls": [call]})])
+    back = TestResult.model_validate_json(line.model_dump_json())  # the report's reader
+    (step,) = back.transcript.steps[0].tool_calls
+    assert step.name == "edit" and isinstance(step.args, str) and step.args.startswith("[[[")
+
+
+def test_a_message_of_a_million_tool_calls_keeps_a_bounded_result():
+    # 15 MB of answer ({"name": "a"} a million times) made a 100 MB result line: each call
+    # kept cost no text, so TRANSCRIPT_CAP never counted it.
+    n = 1_000_000
+    raw = json.dumps({"role": "assistant", "content": "x", "tool_calls": [{"name": "a"}] * n})
+    result = _result([Message.model_validate_json(raw)])
+    kept = result.transcript
+    assert kept.tool_calls == n  # counted whole
+    calls = [c for s in kept.steps for c in s.tool_calls]
+    assert len(calls) == MAX_CALLS and calls[-1].position == MAX_CALLS - 1
+    assert f"kept the first {MAX_CALLS:,} of {n:,} tool calls" in kept.cut
+    assert len(result.model_dump_json()) < 2 * TRANSCRIPT_CAP
