@@ -60,3 +60,28 @@ def test_a_few_runs_of_ordinary_answers_keep_them_whole():
     trials = best_of(runs).trials
     assert [t.output for t in trials] == ["answer 0", "answer 1", "answer 2"]
     assert all(t.file_changes == "+x\n" and t.file_changes_notes == NOTES for t in trials)
+
+
+def test_a_hundred_runs_of_graders_printing_their_largest_details_keep_a_bounded_result():
+    # A grader prints up to limits.output (1 MiB) of details: ten of them, a hundred runs,
+    # kept whole in each trial, made a line of a GiB; each trial now keeps its share.
+    details = {"log": "z" * 200_000}  # one object: the runs cost no memory of their own
+    runs = []
+    for i in range(100):
+        run = _run(i, "answer", "+x\n")
+        run.graders = [
+            GraderResult(name=f"g{k}", status="failed", passed=False, score=0.0,
+                         evidence="e" * 20_000, details=details, stdout_tail="s" * 4000)
+            for k in range(10)
+        ]  # fmt: skip
+        runs.append(run)
+    trials = best_of(runs).trials
+    share = TRIALS_TEXT // 100
+    assert all(
+        sum(len(g.model_dump_json()) for g in t.graders) <= share + 10 * 3000 for t in trials
+    )
+    g = trials[0].graders[3]
+    # each verdict is kept, with the start of its evidence, and why the rest is not
+    assert (g.name, g.status, g.passed) == ("g3", "failed", False) and g.evidence
+    assert g.details is None and any("share" in w for w in g.warnings)
+    assert best_of(runs).graders[0].details == details  # the test's own graders: whole

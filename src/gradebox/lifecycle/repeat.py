@@ -19,7 +19,14 @@ import math
 import statistics
 
 from ..files.baseline import truncate_diff
-from ..protocol.models import FileChangesNotes, Status, TestResult, TrialRecord, Usage
+from ..protocol.models import (
+    FileChangesNotes,
+    GraderResult,
+    Status,
+    TestResult,
+    TrialRecord,
+    Usage,
+)
 
 __all__ = ["TRIALS_TEXT", "best_of", "trial"]
 
@@ -27,8 +34,10 @@ __all__ = ["TRIALS_TEXT", "best_of", "trial"]
 # notes list): each run's are capped as one result's are (an answer file of 16 MiB, a diff of
 # workspace.max_diff), so ``repeat: 100`` kept 100 of each in one results line, past the 1 GiB
 # the results reader takes for a whole run. Each trial keeps its share; the test's own answer
-# and diff (the best run's) stay whole.
+# and diff (the best run's) stay whole. Its graders too (each prints up to limits.output of
+# details): past its share, each keeps its verdict and the start of its evidence.
 TRIALS_TEXT = 16 << 20
+_SLIM_EVIDENCE = 1000  # characters of evidence a slimmed grader keeps
 
 # Two-tailed 95% t critical values for 1..29 degrees of freedom (AgentV's T_TABLE_95); 1.96 after.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -79,8 +88,40 @@ def trial(sample: int, run: TestResult, share: int = TRIALS_TEXT) -> TrialRecord
         file_changes=diff,
         file_changes_bytes=run.file_changes_bytes,
         file_changes_notes=_noted(run.file_changes_notes, share),
-        graders=run.graders,
+        graders=_graders(run.graders, share),
         gates_failed=run.gates_failed,
+    )
+
+
+def _graders(graders: list[GraderResult], share: int) -> list[GraderResult]:
+    """``graders`` whole when their JSON fits in ``share``, else each slimmed (``_slim``)."""
+    size = sum(len(g.model_dump_json()) for g in graders)
+    if size <= share:
+        return graders
+    why = (
+        f"this trial's graders wrote {size:,} characters, over its share of {share:,}: "
+        "their verdicts and the start of each one's evidence are kept"
+    )
+    return [_slim(g, why) for g in graders]
+
+
+def _slim(g: GraderResult, why: str) -> GraderResult:
+    """A grader's verdict without its bulk (checks, details, tails, raw answer)."""
+    evidence = g.evidence
+    if len(evidence) > _SLIM_EVIDENCE:
+        evidence = evidence[:_SLIM_EVIDENCE] + "…"
+    return g.model_copy(
+        update={
+            "evidence": evidence,
+            "checks": [],
+            "details": None,
+            "stdout_tail": None,
+            "stderr_tail": None,
+            "raw_response": None,
+            "warnings": [why],
+            "calls": [],
+            "children": [_slim(c, why) for c in g.children],
+        }
     )
 
 
