@@ -38,3 +38,18 @@ def test_a_message_of_a_million_tool_calls_keeps_a_bounded_result():
     assert len(calls) == MAX_CALLS and calls[-1].position == MAX_CALLS - 1
     assert f"kept the first {MAX_CALLS:,} of {n:,} tool calls" in kept.cut
     assert len(result.model_dump_json()) < 2 * TRANSCRIPT_CAP
+
+
+def test_a_flood_of_text_first_leaves_later_calls_their_names():
+    # 1 MiB of text in the first messages spent the budget every text shared, names too: the
+    # calls after it were drawn nameless ("⚙  call #120"), whatever the agent ran.
+    flood = [Message.model_validate({"role": "assistant", "content": "f" * 10_000})] * 120
+    late = Message.model_validate(
+        {"role": "assistant", "tool_calls": [{"name": "rm_tests", "args": {"path": "tests"}}]}
+    )
+    kept = transcript_of([*flood, late], "done")
+    (call,) = kept.steps[-1].tool_calls
+    assert call.name == "rm_tests"
+    long = Message.model_validate({"role": "assistant", "tool_calls": [{"name": "n" * 5000}]})
+    (call,) = transcript_of([long], "done").steps[0].tool_calls
+    assert len(call.name) <= 200  # a name is a name: cut short, whatever is left

@@ -38,6 +38,7 @@ TRANSCRIPT_CAP = 1 << 20  # characters of every text together
 # whatever its depth, and a result nesting past pydantic's 200 levels cannot be read back
 # (the run's whole results file is refused). Deeper is kept as its JSON text.
 KEPT_DEPTH = 32
+NAME_CAP = 200  # characters of a tool's name (kept whatever the budget has left)
 
 
 @dataclass
@@ -231,7 +232,7 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
             tools.append(
                 ToolStep(
                     position=position,
-                    name=budget.text(call.name)[0] or "",
+                    name=call.name[:NAME_CAP],  # outside the budget: a call keeps its name
                     args=args,
                     output=out,
                     error=call.error,
