@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
+from gradebox.graders.trajectory import ToolTrajectory
 from gradebox.graders.transcript import MAX_CALLS, TRANSCRIPT_CAP, transcript_of
-from gradebox.protocol.models import Message, Status, TestResult
+from gradebox.protocol.models import Message, Payload, Status, TestResult
 
 
 def _result(messages: list[Message]) -> TestResult:
@@ -53,3 +54,29 @@ def test_a_flood_of_text_first_leaves_later_calls_their_names():
     long = Message.model_validate({"role": "assistant", "tool_calls": [{"name": "n" * 5000}]})
     (call,) = transcript_of([long], "done").steps[0].tool_calls
     assert len(call.name) <= 200  # a name is a name: cut short, whatever is left
+
+
+def test_a_duration_past_any_float_is_left_out_not_a_crash_of_the_test():
+    # A duration of 10**400 (JSON has no bound on an integer) failed ToolStep's and
+    # TranscriptStep's validation inside the test's finish: its verdict became an
+    # "internal error", whatever its graders had found.
+    huge = 10**400
+    message = Message.model_validate(
+        {"role": "assistant", "content": "x", "durationMs": huge,
+         "tool_calls": [{"name": "a", "durationMs": huge}, {"name": "b", "durationMs": 12}]}
+    )  # fmt: skip
+    (step,) = transcript_of([message], "done").steps
+    assert step.duration_ms is None
+    assert [c.duration_ms for c in step.tool_calls] == [None, 12]
+
+
+def test_a_latency_check_over_a_duration_past_any_float_fails_plainly():
+    # The same duration, read by a latency bound: "took {:g}ms" raised OverflowError.
+    calls = [{"name": "a", "durationMs": 10**400}]
+    payload = Payload(output="x", messages=[Message(role="assistant", tool_calls=calls)])
+    check = ToolTrajectory.model_validate(
+        {"type": "tool-trajectory", "mode": "in_order",
+         "expected": [{"tool": "a", "max_duration_ms": 5}]}
+    )  # fmt: skip
+    result = check.evaluate(payload)
+    assert result.status in ("passed", "failed")  # a verdict, not an internal error

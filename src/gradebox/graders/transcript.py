@@ -9,6 +9,7 @@ report's steps). No process, no I/O.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,9 +78,7 @@ def _tool_call(raw: Any) -> ToolCall | None:
     if args is None:
         args = function.get("arguments")
     status = str(raw.get("status") or "").lower()
-    duration = next((raw[k] for k in ("duration_ms", "durationMs") if k in raw), None)
-    if isinstance(duration, bool) or not isinstance(duration, int | float):
-        duration = None
+    duration = _duration(next((raw[k] for k in ("duration_ms", "durationMs") if k in raw), None))
     return ToolCall(
         name=name,
         args=_arguments(args),
@@ -204,6 +203,18 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def _duration(value: Any) -> float | None:
+    """A reported duration as a float, or None: not a number, or one past any float (JSON
+    bounds no integer: 10**400 failed the step's validation, and the test with it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _reported(raw: Message, *keys: str) -> Any:
     extra = raw.model_extra or {}
     return next((extra[k] for k in keys if extra.get(k) is not None), None)
@@ -248,9 +259,7 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
                 role=message.role[:100],
                 text=text,
                 tool_calls=tools,
-                duration_ms=duration
-                if isinstance(duration, int | float) and not isinstance(duration, bool)
-                else None,
+                duration_ms=_duration(duration),
                 token_usage=_usage(usage),
                 cut=cut,
             )
