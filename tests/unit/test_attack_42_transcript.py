@@ -80,3 +80,20 @@ def test_a_latency_check_over_a_duration_past_any_float_fails_plainly():
     )  # fmt: skip
     result = check.evaluate(payload)
     assert result.status in ("passed", "failed")  # a verdict, not an internal error
+
+
+def test_an_arguments_string_holding_a_lone_surrogate_leaves_a_result_that_can_be_written():
+    # The answer file's strings are made writable as it is read; an OpenAI-style arguments
+    # string is parsed after that, and its "\\ud800" came back a lone surrogate: the result
+    # could not be written, so its graders (and what they found) were dropped and the test
+    # made an error: a failing agent's way to hide why it failed.
+    raw = json.dumps({"role": "assistant", "content": "x", "tool_calls": [
+        {"function": {"name": "edit", "arguments": '{"k": "\\ud800", "deep": ' + "[" * 300
+                      + "]" * 300 + "}"}},
+        {"function": {"name": "edit", "arguments": '{"k": "\\ud800"}'}},
+    ]})  # fmt: skip
+    result = _result([Message.model_validate_json(raw)])
+    back = TestResult.model_validate_json(result.model_dump_json())
+    first, second = back.transcript.steps[0].tool_calls
+    assert set(second.args["k"]) == {"\ufffd"}  # as the answer file's own strings are made
+    assert isinstance(first.args, str)  # too deep to parse: the text as the agent wrote it

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.json_bounds import clean_value
 from ..protocol.models import (
     Message,
     Payload,
@@ -59,10 +60,13 @@ class Trace:
 
 
 def _arguments(value: Any) -> Any:
-    if isinstance(value, str):  # OpenAI sends arguments as a JSON string
+    """Arguments as reported; a JSON string (OpenAI's form) parsed, as the answer file was:
+    every string writable (a "\\ud800" in it was a lone surrogate no result could be written
+    with), no deeper than an answer may be (else, and when no JSON, the string itself)."""
+    if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return clean_value(json.loads(value))
+        except (ValueError, RecursionError):  # OutputShapeError is a ValueError
             return value
     return value
 
