@@ -123,9 +123,11 @@ def test_a_folder_holding_one_suite_yaml_runs_it(tree: Path) -> None:
     code, text = gradebox("run", "other", "--out", "o3")
     assert code == 2 and "name a file, e.g. 'other/checks.yaml'" in text, text
     assert not (tree / "o2").exists() and not (tree / "o3").exists()
-    # Eval files, where a folder holds them, are what it stands for (AgentV's rule).
+    # Eval files, where a folder holds them, are what it stands for (AgentV's rule); beside a
+    # suite file of its own, which one is asked (test_attack_42_run_folder.py).
     write(tree / "evals" / "suite.yaml", suite("right", "ignored"))
-    assert Path("evals/suite.yaml") not in expand_suite_paths(["evals"], tree)
+    code, text = gradebox("run", "evals", "--out", "o4")
+    assert code == 2 and "holds suite.yaml and eval files below it" in text, text
 
 
 def test_a_filter_that_selects_no_test_runs_nothing(tree: Path) -> None:

@@ -9,9 +9,11 @@ report's steps). No process, no I/O.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.json_bounds import clean_value
 from ..protocol.models import (
     Message,
     Payload,
@@ -30,7 +32,15 @@ __all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "transcript_of", "vall
 # default).
 TEXT_CAP = 10_000  # characters of one text
 MAX_STEPS = 500  # messages
+# Tool calls: each kept costs ~100 bytes of fields whatever its texts (a million {"name": "a"}
+# in a 15 MB answer made a 100 MB result line); past this many, counted, not kept.
+MAX_CALLS = 2_000
 TRANSCRIPT_CAP = 1 << 20  # characters of every text together
+# How deeply a call's arguments or output is kept as structure: an arguments string is parsed
+# whatever its depth, and a result nesting past pydantic's 200 levels cannot be read back
+# (the run's whole results file is refused). Deeper is kept as its JSON text.
+KEPT_DEPTH = 32
+NAME_CAP = 200  # characters of a tool's name (kept whatever the budget has left)
 
 
 @dataclass
@@ -50,10 +60,13 @@ class Trace:
 
 
 def _arguments(value: Any) -> Any:
-    if isinstance(value, str):  # OpenAI sends arguments as a JSON string
+    """Arguments as reported; a JSON string (OpenAI's form) parsed, as the answer file was:
+    every string writable (a "\\ud800" in it was a lone surrogate no result could be written
+    with), no deeper than an answer may be (else, and when no JSON, the string itself)."""
+    if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
+            return clean_value(json.loads(value))
+        except (ValueError, RecursionError):  # OutputShapeError is a ValueError
             return value
     return value
 
@@ -69,9 +82,7 @@ def _tool_call(raw: Any) -> ToolCall | None:
     if args is None:
         args = function.get("arguments")
     status = str(raw.get("status") or "").lower()
-    duration = next((raw[k] for k in ("duration_ms", "durationMs") if k in raw), None)
-    if isinstance(duration, bool) or not isinstance(duration, int | float):
-        duration = None
+    duration = _duration(next((raw[k] for k in ("duration_ms", "durationMs") if k in raw), None))
     return ToolCall(
         name=name,
         args=_arguments(args),
@@ -170,11 +181,42 @@ class _Budget:
         """A call's arguments or output: as reported when whole, else its JSON text, cut."""
         if value is None or isinstance(value, str):
             return self.text(value)
-        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (RecursionError, ValueError):  # deeper than the encoder goes
+            return self.text("[gradebox: nested too deeply to keep]")
+        if _deeper_than(value, KEPT_DEPTH):
+            return self.text(text)
         if len(text) <= min(TEXT_CAP, self.left):
             self.left -= len(text)
             return value, False
         return self.text(text)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and objects past ``limit`` (a stack, no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend(
+                (sub, depth + 1) for sub in (item.values() if isinstance(item, dict) else item)
+            )
+    return False
+
+
+def _duration(value: Any) -> float | None:
+    """A reported duration as a float, or None: not a number, or one past any float (JSON
+    bounds no integer: 10**400 failed the step's validation, and the test with it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _reported(raw: Message, *keys: str) -> Any:
@@ -199,13 +241,13 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
     for message, made in zip(messages[:MAX_STEPS], calls, strict=False):
         text, cut = budget.text(message.content)
         tools = []
-        for call in made:
+        for call in made[: max(0, MAX_CALLS - position)]:
             args, cut_args = budget.value(call.args)
             out, cut_out = budget.value(call.output)
             tools.append(
                 ToolStep(
                     position=position,
-                    name=budget.text(call.name)[0] or "",
+                    name=call.name[:NAME_CAP],  # outside the budget: a call keeps its name
                     args=args,
                     output=out,
                     error=call.error,
@@ -221,9 +263,7 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
                 role=message.role[:100],
                 text=text,
                 tool_calls=tools,
-                duration_ms=duration
-                if isinstance(duration, int | float) and not isinstance(duration, bool)
-                else None,
+                duration_ms=_duration(duration),
                 token_usage=_usage(usage),
                 cut=cut,
             )
@@ -231,6 +271,8 @@ def transcript_of(messages: list[Message], output: str | None) -> Transcript | N
     notes = []
     if len(messages) > MAX_STEPS:
         notes.append(f"kept the first {MAX_STEPS} of {len(messages)} messages")
+    if position == MAX_CALLS < total:
+        notes.append(f"kept the first {position:,} of {total:,} tool calls")
     if budget.cut:
         notes.append(
             f"{budget.cut} text(s) cut: at most {TEXT_CAP:,} characters each, "

@@ -18,9 +18,26 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..protocol.models import Status, TestResult, TrialRecord, Usage
+from ..files.baseline import truncate_diff
+from ..protocol.models import (
+    FileChangesNotes,
+    GraderResult,
+    Status,
+    TestResult,
+    TrialRecord,
+    Usage,
+)
 
-__all__ = ["best_of", "trial"]
+__all__ = ["TRIALS_TEXT", "best_of", "trial"]
+
+# Characters of answers a test's trials keep together, and of diffs (and of the names their
+# notes list): each run's are capped as one result's are (an answer file of 16 MiB, a diff of
+# workspace.max_diff), so ``repeat: 100`` kept 100 of each in one results line, past the 1 GiB
+# the results reader takes for a whole run. Each trial keeps its share; the test's own answer
+# and diff (the best run's) stay whole. Its graders too (each prints up to limits.output of
+# details): past its share, each keeps its verdict and the start of its evidence.
+TRIALS_TEXT = 16 << 20
+_SLIM_EVIDENCE = 1000  # characters of evidence a slimmed grader keeps
 
 # Two-tailed 95% t critical values for 1..29 degrees of freedom (AgentV's T_TABLE_95); 1.96 after.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -50,21 +67,78 @@ def earned(run: TestResult) -> float:
     return run.score
 
 
-def trial(sample: int, run: TestResult) -> TrialRecord:
+def trial(sample: int, run: TestResult, share: int = TRIALS_TEXT) -> TrialRecord:
     """One run as a trial of its test: its verdict, answer, diff and graders, as it wrote
-    them (each already capped as any result is: nothing here caps again)."""
+    them, its answer and diff each cut at ``share`` characters (a cut said in the text)."""
+    output = run.output
+    if output is not None and len(output) > share:
+        output = (
+            f"{output[:share]}\n[gradebox: trial output cut at {share:,} of "
+            f"{len(output):,} characters]"
+        )
+    diff = run.file_changes
+    if diff is not None and len(diff) > share:
+        diff = truncate_diff(diff, share)
     return TrialRecord(
         sample=sample,
         status=run.status,
         score=run.score,
         error=run.error,
-        output=run.output,
-        file_changes=run.file_changes,
+        output=output,
+        file_changes=diff,
         file_changes_bytes=run.file_changes_bytes,
-        file_changes_notes=run.file_changes_notes,
-        graders=run.graders,
+        file_changes_notes=_noted(run.file_changes_notes, share),
+        graders=_graders(run.graders, share),
         gates_failed=run.gates_failed,
     )
+
+
+def _graders(graders: list[GraderResult], share: int) -> list[GraderResult]:
+    """``graders`` whole when their JSON fits in ``share``, else each slimmed (``_slim``)."""
+    size = sum(len(g.model_dump_json()) for g in graders)
+    if size <= share:
+        return graders
+    why = (
+        f"this trial's graders wrote {size:,} characters, over its share of {share:,}: "
+        "their verdicts and the start of each one's evidence are kept"
+    )
+    return [_slim(g, why) for g in graders]
+
+
+def _slim(g: GraderResult, why: str) -> GraderResult:
+    """A grader's verdict without its bulk (checks, details, tails, raw answer)."""
+    evidence = g.evidence
+    if len(evidence) > _SLIM_EVIDENCE:
+        evidence = evidence[:_SLIM_EVIDENCE] + "…"
+    return g.model_copy(
+        update={
+            "evidence": evidence,
+            "checks": [],
+            "details": None,
+            "stdout_tail": None,
+            "stderr_tail": None,
+            "raw_response": None,
+            "warnings": [why],
+            "calls": [],
+            "children": [_slim(c, why) for c in g.children],
+        }
+    )
+
+
+def _noted(notes: FileChangesNotes | None, share: int) -> FileChangesNotes | None:
+    """``notes`` listing files up to ``share`` characters of names; the rest counted."""
+    if notes is None:
+        return None
+    kept, used = 0, 0
+    for f in notes.files:
+        used += len(f.path) + len(f.quoted or "")
+        if used > share:
+            break
+        kept += 1
+    if kept == len(notes.files):
+        return notes
+    more = notes.more + len(notes.files) - kept
+    return notes.model_copy(update={"files": notes.files[:kept], "more": more})
 
 
 def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
@@ -98,7 +172,8 @@ def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
     else:
         result.status = Status.passed if ok else Status.failed
     result.passed = result.status is Status.passed
-    result.trials = [trial(i, r) for i, r in enumerate(runs)]
+    share = TRIALS_TEXT // len(runs)
+    result.trials = [trial(i, r, share) for i, r in enumerate(runs)]
     usage, seen = Usage(), False
     for r in runs:
         if r.usage is not None:

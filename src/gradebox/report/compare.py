@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -243,6 +244,26 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} pp" if x else "±0 pp"
 
 
+# Markdown's own characters in text a run wrote (a suite name, a grader name): escaped, so a
+# pull-request comment draws no image, link, bold, HTML or table cell of theirs (`_`, whose
+# emphasis is cosmetic, stays as it is: paths and ids are full of it).
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&!])")
+
+
+def _md(text: str) -> str:
+    """Untrusted text, shown as written in Markdown (on one line)."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def _code(text: str) -> str:
+    """Untrusted text as a code span: fenced by more backticks than it holds in a row (a
+    single backtick ended the span, and what followed was Markdown)."""
+    text = " ".join(text.splitlines())
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def markdown(
     report: CompareReport,
     name_a: str = "A",
@@ -259,9 +280,9 @@ def markdown(
         else f"No significant regression (McNemar p = {r.p_value:.4f})"
     )
     lines = [
-        f"### gradebox compare: `{name_a}` → `{name_b}`",
+        f"### gradebox compare: {_code(name_a)} → {_code(name_b)}",
         "",
-        *([f"> **Warning:** {warning}", ""] if warning else []),
+        *([f"> **Warning:** {_md(warning)}", ""] if warning else []),
         verdict,
         "",
         "| | A | B | Δ | " + f"{level}% CI |",
@@ -274,13 +295,13 @@ def markdown(
         f"{r.tests} tests compared; {len(r.regressions)} pass→fail, {len(r.fixes)} fail→pass.",
     ]
     if r.regressions:
-        lines += ["", "**pass → fail:** " + ", ".join(f"`{k}`" for k in r.regressions[:50])]
+        lines += ["", "**pass → fail:** " + ", ".join(map(_code, r.regressions[:50]))]
     if r.fixes:
-        lines += ["", "**fail → pass:** " + ", ".join(f"`{k}`" for k in r.fixes[:50])]
+        lines += ["", "**fail → pass:** " + ", ".join(map(_code, r.fixes[:50]))]
     if r.graders:
         lines += ["", "| grader | tests | A | B | Δ |", "|---|---|---|---|---|"]
         lines += [
-            f"| {g.name} | {g.tests} | {g.pass_rate_a:.1%} | {g.pass_rate_b:.1%} | "
+            f"| {_md(g.name)} | {g.tests} | {g.pass_rate_a:.1%} | {g.pass_rate_b:.1%} | "
             f"{_pct(g.delta)} |"
             for g in r.graders
         ]

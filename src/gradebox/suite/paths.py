@@ -4,7 +4,8 @@
 that reaches us is expanded here (``**`` recursive, hidden folders included, as AgentV's
 fast-glob with ``dot: true``). A folder stands for the eval files under it (AgentV's names:
 ``*.eval.yaml``, ``eval.yaml``, and ``.yml``), or, holding none, for the one gradebox suite
-file in it (``suite.yaml`` or ``suite.yml``: ``gradebox run examples/quickstart``);
+file in it (``suite.yaml`` or ``suite.yml``: ``gradebox run examples/quickstart``); holding
+both a suite file and eval files below it, it is an error asking which;
 ``!pattern`` leaves files out. The result is
 sorted and without duplicates, so a run over the same arguments finds the same files in the
 same order (``--resume`` relies on it).
@@ -54,6 +55,8 @@ def expand_suite_paths(patterns: list[str], cwd: Path | None = None) -> list[Pat
             what = f"folder {pattern!r} holds no eval file ({', '.join(FOLDER_NAMES)})"
             if not matches:
                 matches, what = _suite_in(full, pattern, what)
+            else:
+                _not_beside_a_suite(full, pattern, matches)
         elif _GLOB.search(pattern) and not full.exists():
             matches = [m for m in _glob(str(full)) if m.endswith(_SUITE_SUFFIXES)]
             what = f"no suite file matches {pattern!r}"
@@ -71,6 +74,20 @@ def expand_suite_paths(patterns: list[str], cwd: Path | None = None) -> list[Pat
     if not kept:
         raise ConfigError("every suite file given was left out by a !pattern", field="SUITE_FILES")
     return kept
+
+
+def _not_beside_a_suite(folder: Path, pattern: str, matches: list[str]) -> None:
+    """Refuse a folder holding its own suite file and eval files below it: which it stands
+    for is not ours to guess (a fixture's eval file, run in the suite's place, would run its
+    commands on the host; the suite file, in place of AgentV's files, the wrong suite)."""
+    own = [n for n in SUITE_NAMES if (folder / n).is_file()]
+    if own:
+        below = Path(min(matches)).relative_to(folder)
+        raise ConfigError(
+            f"folder {pattern!r} holds {own[0]} and eval files below it ({str(below)!r}): "
+            f"name the one to run, e.g. {str(Path(pattern) / own[0])!r}",
+            field="SUITE_FILES",
+        )
 
 
 def _suite_in(folder: Path, pattern: str, what: str) -> tuple[list[str], str]:
