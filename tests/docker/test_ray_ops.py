@@ -67,11 +67,18 @@ def test_ray_job_submit_runs_gradebox_on_the_cluster_with_results_on_shared_stor
     shared = tmp_path / "shared" / "run-1"
     entry = [sys.executable, "-m", "gradebox", "run", str(suite), "--ray", "auto", "--out",
              str(shared), "--scale-up-timeout", "240s"]  # fmt: skip
-    job = subprocess.run(
-        [RAY, "job", "submit", "--address", autoscaling.dashboard_url, "--", *entry],
-        capture_output=True, text=True, timeout=600, check=False,
-        env=autoscaling._env("submit", {}),
-    )  # fmt: skip
+    # The head's job agent may still be starting (the dashboard answers first): Ray says
+    # "No available agent ... try again later" and nothing was submitted, so try again.
+    deadline = time.monotonic() + 120
+    while True:
+        job = subprocess.run(
+            [RAY, "job", "submit", "--address", autoscaling.dashboard_url, "--", *entry],
+            capture_output=True, text=True, timeout=600, check=False,
+            env=autoscaling._env("submit", {}),
+        )  # fmt: skip
+        if "No available agent" not in job.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     assert job.returncode == 0, job.stdout + job.stderr
     assert "succeeded" in job.stdout, job.stdout
     got = results(shared)
