@@ -1,0 +1,57 @@
+"""Attacks on a test's request to Ray (``cluster.sizing``): its containers' declared limits
+become ``num_cpus`` and ``memory``. A limit no engine and no Ray can hold (infinite, 1e300
+cores, more bytes than an int64) is refused where limits are read, in one line naming the
+file and field; before, it reached Ray's ``.options()`` (OverflowError: a traceback) on a
+cluster whose node sizes are not known, and the engine's int64 fields on one machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradebox.errors import ConfigError
+from gradebox.suite import load_suite
+
+
+def _suite(tmp_path, limits: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "tests:\n  - id: t\n    output: x\n"
+        f"    assert: [{{type: script, command: 'true', limits: {{{limits}}}}}]\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "limits, field",
+    [
+        ("cpus: .inf", "limits.cpus"),
+        ("cpus: 1e300", "limits.cpus"),
+        ("cpus: .nan", "limits.cpus"),
+        ("cpus: 0", "limits.cpus"),
+        ("cpus: -1", "limits.cpus"),
+        ("memory: 99999999999999999999999", "limits.memory"),
+        ("memory: 16EiB", "limits.memory"),
+    ],
+)
+def test_a_limit_no_engine_or_ray_can_hold_is_one_line_naming_the_field(tmp_path, limits, field):
+    path = _suite(tmp_path, limits)
+    with pytest.raises(ConfigError) as info:
+        load_suite(path)
+    text = str(info.value)
+    assert "\n" not in text and str(path) in text and field in text, text
+
+
+def test_the_largest_limits_still_accepted_become_rays_options_without_overflow(tmp_path):
+    import ray
+
+    from gradebox.cluster.sizing import test_need
+
+    # 2**63 - 1: the largest int64 (16 EiB, above, is refused)
+    suite = load_suite(_suite(tmp_path, "cpus: 65536, memory: 9223372036854775807"))
+    need = test_need(suite, suite.tests[0])
+
+    @ray.remote
+    def f() -> None:  # never run: only its options are checked
+        pass
+
+    f.options(**need.ray_options())  # no OverflowError
