@@ -35,3 +35,28 @@ def test_the_drivers_log_lines_reach_stderr_without_control_or_bidi_characters(c
     line = LogFormat("gradebox: %(message)s").format(record)
     assert "\x1b" not in line and "\u202e" not in line
     assert line.startswith("gradebox: t\ufffd]0;pwned\ufffd\ufffd[2J⟦U+202E⟧evil")
+
+
+def test_an_error_naming_a_hostile_test_id_is_one_inert_line_on_stderr(capsys):
+    """A test larger than every node is refused naming it (``sizing.too_large``); an
+    archive's member is named by the error that refuses it: their text reaches stderr
+    through the one door (``app.handled``), made inert there."""
+    import typer
+
+    from gradebox.cli.app import handled
+    from gradebox.cluster.sizing import Need, too_large
+    from gradebox.errors import ClusterError
+
+    line = too_large({f"test {HOSTILE[:40]}": Need(64, 1)}, [{"gradebox": 1, "CPU": 1}])[0]
+
+    @handled
+    def command() -> None:
+        raise ClusterError(f"{line}; nothing ran")
+
+    try:
+        command()
+    except typer.Exit as exc:
+        assert exc.exit_code == 4
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err and "\x07" not in err
+    assert err.startswith("gradebox: error: test t\ufffd]0;pwned") and "⟦U+202E⟧evil" in err

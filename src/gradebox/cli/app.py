@@ -43,7 +43,9 @@ _state = {"debug": False}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    sys.stderr.write(f"gradebox: error: {message}\n")
+    # Errors name tests, records, nodes and archive members (any text a suite or an archive
+    # gives): made inert here, the one door to stderr (a ConfigError escapes its own).
+    sys.stderr.write(f"gradebox: error: {clean(message)}\n")
     return typer.Exit(code)
 
 
