@@ -55,3 +55,25 @@ def test_the_largest_limits_still_accepted_become_rays_options_without_overflow(
         pass
 
     f.options(**need.ray_options())  # no OverflowError
+
+
+HOST_TARGETS = ["{provider: mock, response: hi}", "{provider: model, model: m}"]
+
+
+@pytest.mark.parametrize("target", HOST_TARGETS)
+def test_a_target_on_the_host_asks_nothing_of_a_node(tmp_path, target):
+    """A mock, replay or model target answers in the node's worker process, in no
+    container: its (default) limits are no request. Before, a suite of builtin
+    assertions asked 1 CPU and 1 GiB per test, and a node smaller than that refused the run
+    as 'too large' though it would run no container at all."""
+    from gradebox.cluster.sizing import Need, test_need, too_large
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"target: {target}\n"
+        "tests:\n  - id: t\n    output: x\n    assert: [{type: contains, value: x}]\n"
+    )
+    suite = load_suite(path)
+    need = test_need(suite, suite.tests[0])
+    assert need == Need(0.0, 0)
+    assert too_large({"test t": need}, [{"gradebox": 1, "CPU": 0.5, "memory": 256 << 20}]) == []

@@ -5,8 +5,9 @@ graders may take, and a test no node could hold is refused before anything runs.
 A test's containers run in phases: the target (alone), then its graders, up to
 ``GRADER_THREADS`` side by side (a node's worker runs a test's graders on that many threads).
 Its need is the larger phase: the sum of its largest ``GRADER_THREADS`` graders' limits (CPU
-and memory each), or its target's. Built-in and LLM assertions run in the worker itself and ask
-for nothing but the slot. Pure: nothing here imports Ray.
+and memory each), or its target's. Built-in and LLM assertions, and a target answered on the
+host (mock, replay, a model), run in the worker itself and ask for nothing but the slot.
+Pure: nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def test_need(suite: Any, test: Any) -> Need:
     ]
     target = test.target or suite.spec.target
     phases = [_phase(graders, GRADER_THREADS)]
-    if target is not None:
+    if target is not None and not target.on_host:  # a mock, replay or model one: no container
         phases.append(_phase([target.limits], 1))
     return Need(max(p.cpus for p in phases), max(p.memory for p in phases))
 
