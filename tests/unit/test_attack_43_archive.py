@@ -173,3 +173,49 @@ def test_a_second_manifest_the_engine_would_unpack_over_the_first_is_refused(sec
     with pytest.raises(ImageError, match="a.tar: tiny.tar: its member .* is not a plain, unique"):
         load_stream(engine, archive({"tiny": TINY}, {"tiny": inner}), "a.tar")  # type: ignore[arg-type]
     assert engine.loads == 0 and engine.tags["victim:latest"] == VICTIM
+
+
+def test_an_image_passes_to_the_engine_in_bounded_pieces_however_large_its_layers():
+    """A node holds one chunk of the sent archive at a time; the image's own members must
+    not be gathered whole on their way to the engine (a 1 GiB layer would be 1 GiB of RAM
+    in each loading worker)."""
+    from gradebox.images.archive import _untagged
+
+    layer = 24 << 20
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _member(tar, f"{TINY[7:]}.json", b"{}")
+        _member(tar, f"{TINY[7:]}/layer.tar", b"\0" * layer)
+        manifest = [{"Config": f"{TINY[7:]}.json", "RepoTags": None, "Layers": []}]
+        _member(tar, "manifest.json", json.dumps(manifest).encode())
+    buf.seek(0)
+    pieces = list(_untagged(buf, TINY, "a.tar: tiny.tar"))
+    assert max(len(p) for p in pieces) <= 2 << 20
+    with tarfile.open(fileobj=io.BytesIO(b"".join(pieces))) as tar:  # still a whole tar
+        sizes = {m.name: m.size for m in tar}
+    assert sizes[f"{TINY[7:]}/layer.tar"] == layer and set(sizes) == {
+        f"{TINY[7:]}.json",
+        f"{TINY[7:]}/layer.tar",
+        "manifest.json",
+    }
+
+
+def test_a_stale_extended_size_on_the_manifest_cannot_desync_what_the_engine_reads():
+    """The manifest is written anew (without tags); a pax ``size`` the archive gave it must
+    not survive into the header the engine reads, or the engine would read past it."""
+    from gradebox.images.archive import _untagged
+
+    buf = io.BytesIO()
+    manifest = json.dumps([{"Config": f"{TINY[7:]}.json", "RepoTags": ["victim:latest"]}])
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _member(tar, f"{TINY[7:]}.json", b"{}")
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(manifest)
+        info.pax_headers = {"size": str(len(manifest)), "comment": "x"}
+        tar.addfile(info, io.BytesIO(manifest.encode()))
+    buf.seek(0)
+    out = b"".join(_untagged(buf, TINY, "a.tar: tiny.tar"))
+    with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+        member = tar.getmember("manifest.json")
+        sent = json.loads(tar.extractfile(member).read())  # type: ignore[union-attr]
+    assert sent == [{"Config": f"{TINY[7:]}.json", "RepoTags": None}]

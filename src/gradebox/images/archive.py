@@ -39,6 +39,7 @@ SHORT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")  # ``qualified`` puts it 
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 MANIFEST_CAP = 1 << 20  # bytes of a ``docker save``'s manifest.json or index.json (~1 KiB)
 TAG_MEMBERS = ("repositories",)  # a legacy ``docker save``'s tags: dropped
+PIECE = 1 << 20  # bytes of an image handed to the engine at a time
 
 
 def save_images(engine: Engine, lock: Lock, archive: Path, names: list[str] | None = None) -> int:
@@ -180,29 +181,16 @@ class IterStream(io.RawIOBase):
         return n
 
 
-class _Sink:
-    """What a ``tarfile`` writes, taken out as it comes."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self.parts.append(bytes(data))
-        return len(data)
-
-    def take(self) -> bytes:
-        data, self.parts = b"".join(self.parts), []
-        return data
-
-
 def _untagged(data: IO[bytes], image_id: str, where: str) -> Iterator[bytes]:
     """One image's ``docker save`` (``data``), passed on member by member as the engine may
-    load it: without the tags it carries, and refused (``ImageError``; the engine then reads
-    a cut stream and loads nothing) unless its manifest names ``image_id`` and no other image.
-    Member names must be plain and unique: the engine unpacks ``./manifest.json`` or a second
+    load it, in pieces of at most ``PIECE`` bytes (a layer is never held whole): without the
+    tags it carries, and refused (``ImageError``; the engine then reads a cut stream and
+    loads nothing) unless its manifest names ``image_id`` and no other image. Member names
+    must be plain and unique: the engine unpacks ``./manifest.json`` or a second
     ``manifest.json`` onto the first."""
-    out, seen, manifest = _Sink(), set(), False
-    with tarfile.open(fileobj=data, mode="r|") as src, tarfile.open(fileobj=out, mode="w|") as dst:
+    seen: set[str] = set()
+    manifest = False
+    with tarfile.open(fileobj=data, mode="r|") as src:
         for member in src:
             name = member.name
             if name in seen or posixpath.normpath(name) != name or name.startswith(("/", "..")):
@@ -214,16 +202,24 @@ def _untagged(data: IO[bytes], image_id: str, where: str) -> Iterator[bytes]:
             if name in ("manifest.json", "index.json"):
                 if body is None:
                     raise ImageError(f"{where}: its {name} is not a file")
-                raw = _json_member(body, where, name, image_id)
+                body = io.BytesIO(_json_member(body, where, name, image_id))
                 manifest = manifest or name == "manifest.json"
-                member.size = len(raw)
-                dst.addfile(member, io.BytesIO(raw))
-            else:
-                dst.addfile(member, body)
-            yield out.take()
+                member.size = len(body.getvalue())
+            elif body is None:
+                member.size = 0  # a link or folder carries no data (whatever its header said)
+            # The header written anew from what is sent: a member's own extended header
+            # (a pax "size") could say otherwise; a sparse file is sent whole, as a file.
+            member.pax_headers = {}
+            if body is not None:
+                member.type = tarfile.REGTYPE
+            yield member.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            if body is not None:
+                while piece := body.read(PIECE):
+                    yield piece
+                yield bytes(-member.size % tarfile.BLOCKSIZE)
         if not manifest:
             raise ImageError(f"{where}: no manifest.json inside; was it made by images save?")
-    yield out.take()
+    yield bytes(2 * tarfile.BLOCKSIZE)  # the end of the archive
 
 
 def _json_member(body: IO[bytes], where: str, name: str, image_id: str) -> bytes:
