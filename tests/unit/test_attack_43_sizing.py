@@ -77,3 +77,25 @@ def test_a_target_on_the_host_asks_nothing_of_a_node(tmp_path, target):
     need = test_need(suite, suite.tests[0])
     assert need == Need(0.0, 0)
     assert too_large({"test t": need}, [{"gradebox": 1, "CPU": 0.5, "memory": 256 << 20}]) == []
+
+
+def test_a_trials_target_run_asks_for_the_limits_it_runs_with():
+    """``trials --target`` sends two kinds of job through one run: each record's target run
+    (``run_target_once``: the default limits) and its grading (the grader's limits). A
+    grader with small limits made every target run ask for them too: a node took more
+    1-CPU, 1-GiB target containers than it holds."""
+    from gradebox.cluster.sizing import Need
+    from gradebox.lifecycle.jobs import GradeJob, Record, TrialJob
+    from gradebox.sandbox.defaults import DEFAULT_LIMITS
+    from tests.unit.test_cluster import _executor
+
+    run = _executor(["a" * 56])
+    run.need = Need(0.25, 256 << 20)  # the grader's
+    options: dict = {}
+    run.cluster.item = type("T", (), {"options": lambda self, **kw: options.update(kw)})()
+    record = Record(id="p", input="q", output="")
+    run._task(TrialJob(0, record, "echo hi", "sha256:" + "1" * 64))
+    assert options["num_cpus"] == DEFAULT_LIMITS.cpus
+    assert options["memory"] == int(DEFAULT_LIMITS.memory)
+    run._task(GradeJob(1, record))
+    assert options["num_cpus"] == 0.25 and options["memory"] == 256 << 20

@@ -32,11 +32,11 @@ from ..errors import ClusterError, GradeboxError
 from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
-from ..lifecycle.jobs import Job, TestJob, decode
+from ..lifecycle.jobs import Job, TestJob, TrialJob, decode
 from .bundle import pack
 from .image_transfer import put_archive
 from .node import RunSpec, node_op, run_item
-from .sizing import Need, too_large
+from .sizing import TARGET_RUN, Need, too_large
 
 __all__ = ["MAX_ATTEMPTS", "RayCluster", "RayExecutor"]
 
@@ -268,6 +268,8 @@ class RayExecutor(Executor):
         return self.cluster.item.options(**options)
 
     def _need(self, item: Job) -> Need:
+        if isinstance(item, TrialJob):  # a target run, not the grader's: limits of its own
+            return TARGET_RUN
         return self.needs.get(str(item), self.need)
 
     def _preflight_nodes(self) -> tuple[list[tuple[str, str]], list[list[str]]]:

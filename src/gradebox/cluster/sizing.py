@@ -20,7 +20,7 @@ from ..core.sizes import format_bytes
 from ..graders.assertion import GraderAssertion, leaves
 from ..sandbox.defaults import DEFAULT_LIMITS, Limits
 
-__all__ = ["GRADER_THREADS", "Need", "grader_need", "test_need", "too_large"]
+__all__ = ["GRADER_THREADS", "TARGET_RUN", "Need", "grader_need", "test_need", "too_large"]
 
 GRADER_THREADS = 4  # a node's worker runs one test's graders this many at a time
 SLOT = "gradebox"  # the resource every node that runs gradebox jobs offers, one per job
@@ -70,8 +70,12 @@ def test_need(suite: Any, test: Any) -> Need:
 
 
 def grader_need(limits: Limits | None) -> Need:
-    """A record graded by one grader (``batch``), or a trial's target run (default limits)."""
+    """A record graded by one grader (``batch``, ``trials``): its limits."""
     return _phase([limits or DEFAULT_LIMITS], 1)
+
+
+# A trial's target run (``jobs.run_target_once``): the default limits, whatever the grader's.
+TARGET_RUN = grader_need(None)
 
 
 def too_large(needs: Mapping[str, Need], sizes: Iterable[Mapping[str, float]]) -> list[str]:
