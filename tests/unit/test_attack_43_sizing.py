@@ -99,3 +99,21 @@ def test_a_trials_target_run_asks_for_the_limits_it_runs_with():
     assert options["memory"] == int(DEFAULT_LIMITS.memory)
     run._task(GradeJob(1, record))
     assert options["num_cpus"] == 0.25 and options["memory"] == 256 << 20
+
+
+@pytest.mark.parametrize("hook", ["before_each", "after_each", "before_all"])
+def test_a_workspace_hook_is_a_container_the_test_asks_for(tmp_path, hook):
+    """A workspace hook runs in a container of the default limits (``run_hook``), alone,
+    before the target or after the graders: a phase of its own. A test of builtin
+    assertions with a hook asked for no CPU and no memory at all."""
+    from gradebox.cluster.sizing import Need, test_need
+    from gradebox.sandbox.defaults import DEFAULT_LIMITS
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"workspace: {{template: ws, {hook}: [sh, -c, 'true']}}\n"
+        "tests:\n  - id: t\n    output: x\n    assert: [{type: contains, value: x}]\n"
+    )
+    (tmp_path / "ws").mkdir()
+    suite = load_suite(path)
+    assert test_need(suite, suite.tests[0]) == Need(DEFAULT_LIMITS.cpus, int(DEFAULT_LIMITS.memory))

@@ -5,8 +5,9 @@ graders may take, and a test no node could hold is refused before anything runs.
 A test's containers run in phases: the target (alone), then its graders, up to
 ``GRADER_THREADS`` side by side (a node's worker runs a test's graders on that many threads).
 Its need is the larger phase: the sum of its largest ``GRADER_THREADS`` graders' limits (CPU
-and memory each), or its target's. Built-in and LLM assertions, and a target answered on the
-host (mock, replay, a model), run in the worker itself and ask for nothing but the slot.
+and memory each), its target's, or a workspace hook's (the default limits). Built-in and LLM
+assertions, and a target answered on the host (mock, replay, a model), run in the worker
+itself and ask for nothing but the slot.
 Pure: nothing here imports Ray.
 """
 
@@ -66,6 +67,9 @@ def test_need(suite: Any, test: Any) -> Need:
     phases = [_phase(graders, GRADER_THREADS)]
     if target is not None and not target.on_host:  # a mock, replay or model one: no container
         phases.append(_phase([target.limits], 1))
+    ws = test.workspace
+    if ws is not None and (ws.before_all or ws.before_each or ws.after_each):
+        phases.append(_phase([DEFAULT_LIMITS], 1))  # a hook: alone, at ``run_hook``'s limits
     return Need(max(p.cpus for p in phases), max(p.memory for p in phases))
 
 
