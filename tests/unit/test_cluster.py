@@ -325,14 +325,35 @@ class ImageEngine:
         return {"Id": iid}
 
     def save_image(self, ref: str, sink) -> None:  # type: ignore[no-untyped-def]
-        sink(self.image(ref)["Id"].encode() * 5000)  # several chunks of the test's size
+        """A ``docker save`` by id: its config, a layer of several chunks of the test's size,
+        a manifest without tags."""
+        import io
+        import json
+        import tarfile
+
+        hex_id = self.image(ref)["Id"][7:]
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, data in (
+                (f"{hex_id}.json", b"{}"),
+                (f"{hex_id}/layer.tar", hex_id.encode() * 5000),
+                ("manifest.json", json.dumps([{"Config": f"{hex_id}.json"}]).encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        sink(buf.getvalue())
 
     def load_image(self, stream) -> None:  # type: ignore[no-untyped-def]
+        import io
+        import json
+        import tarfile
         import time
 
-        data = stream.read()
+        with tarfile.open(fileobj=io.BytesIO(stream.read())) as tar:
+            manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
         time.sleep(0.2)
-        self.ids.add(data[:71].decode())
+        self.ids.update("sha256:" + e["Config"].removesuffix(".json") for e in manifest)
         self.loads += 1
 
     def tag(self, image: str, repository: str, tag: str) -> None:

@@ -23,6 +23,7 @@ import typer
 from .._version import __version__
 from ..core import settings
 from ..errors import GradeboxError
+from ..report.plain import clean
 from ..sandbox.runtime import checked
 from . import images as images_cmd
 from ._common import reflow
@@ -42,7 +43,9 @@ _state = {"debug": False}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    sys.stderr.write(f"gradebox: error: {message}\n")
+    # Errors name tests, records, nodes and archive members (any text a suite or an archive
+    # gives): made inert here, the one door to stderr (a ConfigError escapes its own).
+    sys.stderr.write(f"gradebox: error: {clean(message)}\n")
     return typer.Exit(code)
 
 
@@ -142,7 +145,18 @@ def _root(
         except ValueError as exc:
             raise _fail(f"{where}: {exc}", 2) from None
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="gradebox: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogFormat("gradebox: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class LogFormat(logging.Formatter):
+    """Log lines as a terminal may show them: they name tests, records and nodes (a test id
+    is any string a suite gives), so control and bidirectional characters are made inert
+    (``report.clean``), as every other line gradebox prints."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        return clean(super().formatMessage(record))
 
 
 def _sigterm(signum: int, frame: object) -> None:

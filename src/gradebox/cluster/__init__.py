@@ -83,8 +83,8 @@ def start_grader(
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     limits: Any = None,
 ) -> RayExecutor:
-    """Send one grader (``batch``, ``trials``) and its workspace to the cluster; each job
-    asks for the grader's ``limits`` (a trial's target run too)."""
+    """Send one grader (``batch``, ``trials``) and its workspace to the cluster; each record
+    graded asks for the grader's ``limits`` (a trial's target run for its own, ``sizing``)."""
     paths = [grader_file, *([workspace] if workspace else [])]
     root = common_root(paths)
     return cluster.start(

@@ -32,11 +32,11 @@ from ..errors import ClusterError, GradeboxError
 from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
-from ..lifecycle.jobs import Job, TestJob, decode
+from ..lifecycle.jobs import Job, TestJob, TrialJob, decode
 from .bundle import pack
 from .image_transfer import put_archive
 from .node import RunSpec, node_op, run_item
-from .sizing import Need, too_large
+from .sizing import TARGET_RUN, Need, too_large
 
 __all__ = ["MAX_ATTEMPTS", "RayCluster", "RayExecutor"]
 
@@ -50,6 +50,7 @@ SCALE_UP_TIMEOUT = 300.0  # for a node to join: a cloud machine takes minutes to
 DEFAULT_IN_FLIGHT = 64  # pending tasks beyond the slots up now: the autoscaler's demand
 DRAIN_AFTER = 3  # a node's jobs failing in a row for infrastructure reasons: set it aside
 NODE_ID_LABEL = "ray.io/node-id"  # every Ray node's label with its id
+TASK_NAME_CAP = 200  # characters of a job's name kept in its task's (Ray stores each)
 
 
 def _ray() -> Any:
@@ -261,12 +262,14 @@ class RayExecutor(Executor):
     def _task(self, item: Job) -> Any:
         """The Ray task for one job: named after it, asking for what it needs, kept off the
         nodes set aside."""
-        options: dict[str, Any] = {"name": str(item), **self._need(item).ray_options()}
+        options: dict[str, Any] = {"name": _task_name(item), **self._need(item).ray_options()}
         if self.set_aside:
             options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(self.set_aside)})"}
         return self.cluster.item.options(**options)
 
     def _need(self, item: Job) -> Need:
+        if isinstance(item, TrialJob):  # a target run, not the grader's: limits of its own
+            return TARGET_RUN
         return self.needs.get(str(item), self.need)
 
     def _preflight_nodes(self) -> tuple[list[tuple[str, str]], list[list[str]]]:
@@ -475,6 +478,14 @@ class _Wait:
         if self.since is not None:
             self.since = None
             self.on_wait(None)
+
+
+def _task_name(job: Job) -> str:
+    """A job's name as Ray stores and `ray list tasks` shows it: a test id is any string, so
+    only its printable characters (others as U+FFFD: controls, bidi overrides, newlines), and
+    at most ``TASK_NAME_CAP`` of them."""
+    text = str(job)[:TASK_NAME_CAP]
+    return text if text.isprintable() else "".join(c if c.isprintable() else "\ufffd" for c in text)
 
 
 def _label(job: Job) -> str:

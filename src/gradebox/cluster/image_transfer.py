@@ -14,13 +14,12 @@ from __future__ import annotations
 import fcntl
 import io
 import tempfile
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..images.archive import load_stream, save_images
+from ..images.archive import IterStream, load_stream, save_images
 from ..images.lock import Lock, LockEntry
 
 __all__ = ["CHUNK", "ChunkStream", "load_once", "put_archive"]
@@ -45,26 +44,12 @@ def put_archive(
     return refs, size
 
 
-class ChunkStream(io.RawIOBase):
+class ChunkStream(IterStream):
     """The chunks as one stream, each fetched (``get``) when the reader reaches it: a node
     holds one chunk at a time, never the whole archive."""
 
     def __init__(self, refs: Iterable[Any], get: Callable[[Any], bytes]) -> None:
-        self.refs, self.get = deque(refs), get
-        self.chunk = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self.chunk:
-            if not self.refs:
-                return 0
-            self.chunk = memoryview(self.get(self.refs.popleft()))
-        n = min(len(buffer), len(self.chunk))
-        buffer[:n] = self.chunk[:n]
-        self.chunk = self.chunk[n:]
-        return n
+        super().__init__(map(get, refs))
 
 
 def load_once(

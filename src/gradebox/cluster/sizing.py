@@ -5,8 +5,10 @@ graders may take, and a test no node could hold is refused before anything runs.
 A test's containers run in phases: the target (alone), then its graders, up to
 ``GRADER_THREADS`` side by side (a node's worker runs a test's graders on that many threads).
 Its need is the larger phase: the sum of its largest ``GRADER_THREADS`` graders' limits (CPU
-and memory each), or its target's. Built-in and LLM assertions run in the worker itself and ask
-for nothing but the slot. Pure: nothing here imports Ray.
+and memory each), its target's, or a workspace hook's (the default limits). Built-in and LLM
+assertions, and a target answered on the host (mock, replay, a model), run in the worker
+itself and ask for nothing but the slot.
+Pure: nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..core.sizes import format_bytes
 from ..graders.assertion import GraderAssertion, leaves
 from ..sandbox.defaults import DEFAULT_LIMITS, Limits
 
-__all__ = ["GRADER_THREADS", "Need", "grader_need", "test_need", "too_large"]
+__all__ = ["GRADER_THREADS", "TARGET_RUN", "Need", "grader_need", "test_need", "too_large"]
 
 GRADER_THREADS = 4  # a node's worker runs one test's graders this many at a time
 SLOT = "gradebox"  # the resource every node that runs gradebox jobs offers, one per job
@@ -63,14 +65,21 @@ def test_need(suite: Any, test: Any) -> Need:
     ]
     target = test.target or suite.spec.target
     phases = [_phase(graders, GRADER_THREADS)]
-    if target is not None:
+    if target is not None and not target.on_host:  # a mock, replay or model one: no container
         phases.append(_phase([target.limits], 1))
+    ws = test.workspace
+    if ws is not None and (ws.before_all or ws.before_each or ws.after_each):
+        phases.append(_phase([DEFAULT_LIMITS], 1))  # a hook: alone, at ``run_hook``'s limits
     return Need(max(p.cpus for p in phases), max(p.memory for p in phases))
 
 
 def grader_need(limits: Limits | None) -> Need:
-    """A record graded by one grader (``batch``), or a trial's target run (default limits)."""
+    """A record graded by one grader (``batch``, ``trials``): its limits."""
     return _phase([limits or DEFAULT_LIMITS], 1)
+
+
+# A trial's target run (``jobs.run_target_once``): the default limits, whatever the grader's.
+TARGET_RUN = grader_need(None)
 
 
 def too_large(needs: Mapping[str, Need], sizes: Iterable[Mapping[str, float]]) -> list[str]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, ByteSize, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, ByteSize, Field, PlainSerializer, WithJsonSchema
 
 from .duration import _DURATION, format_duration, parse_duration
 from .sizes import format_bytes
 
-__all__ = ["Bytes", "Duration", "format_bytes", "format_duration", "parse_duration"]
+__all__ = ["MAX_BYTES", "Bytes", "Duration", "format_bytes", "format_duration", "parse_duration"]
 
 
 Duration = Annotated[
@@ -20,8 +20,11 @@ Duration = Annotated[
 ]
 """Seconds, written with a unit in configuration files."""
 
+MAX_BYTES = (1 << 63) - 1  # an int64: the largest count an engine's and Ray's fields hold
+
 Bytes = Annotated[
     ByteSize,
+    Field(le=MAX_BYTES),
     PlainSerializer(lambda v: format_bytes(int(v)), return_type=str),
     WithJsonSchema(
         {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "examples": ["1GiB"]}]}

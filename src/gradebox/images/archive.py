@@ -6,25 +6,40 @@ image. Loading reads the archive once, front to back (``load_stream``: a file, o
 node's chunks from the object store), checks its lock against the local lock (and the ids
 the caller expects) before any image reaches the engine, tags each image under this
 machine's name by its locked id, and verifies each, saying which one differs.
+
+An archive names nothing on the machine but by its lock: short names (``python``) put under
+this machine's repository, each by a sha256 id. The tags a ``docker save`` inside it carries
+(its ``manifest.json``'s ``RepoTags``, ``repositories``, an OCI ``index.json``'s names) would
+move any name on the engine, a non-gradebox image's too, so they never reach it
+(``IterStream`` over ``_untagged``); nor does a member holding an image besides its locked one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import posixpath
+import re
 import tarfile
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..engine import Engine, NotFound
 from ..errors import ImageError
 from .catalog import LOCK_CAP, qualified
 from .lock import Lock, read_lock, verify
 
-__all__ = ["load_images", "load_stream", "save_images"]
+__all__ = ["IterStream", "load_images", "load_stream", "save_images"]
 
 LOCK_MEMBER = "images.lock.json"
+SHORT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")  # ``qualified`` puts it under our repo
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+MANIFEST_CAP = 1 << 20  # bytes of a ``docker save``'s manifest.json or index.json (~1 KiB)
+TAG_MEMBERS = ("repositories",)  # a legacy ``docker save``'s tags: dropped
+PIECE = 1 << 20  # bytes of an image handed to the engine at a time
 
 
 def save_images(engine: Engine, lock: Lock, archive: Path, names: list[str] | None = None) -> int:
@@ -87,7 +102,8 @@ def load_stream(
                 data = tar.extractfile(member) if member.isreg() else None
                 if name not in lock.images or name in loaded or data is None:
                     raise ImageError(f"{source}: {member.name} is not an image its lock names")
-                engine.load_image(data)
+                where = f"{source}: {member.name}"
+                engine.load_image(IterStream(_untagged(data, lock.images[name].id, where)))
                 loaded.add(name)
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise ImageError(f"{source}: not an images archive ({exc})") from None
@@ -117,6 +133,12 @@ def _archive_lock(
         lock = Lock.model_validate_json(data.read(LOCK_CAP))
     except ValueError as exc:
         raise ImageError(f"{source}: its lock does not parse ({exc})") from None
+    for name, entry in sorted(lock.images.items()):
+        if not (SHORT_NAME.fullmatch(name) and IMAGE_ID.fullmatch(entry.id)):
+            raise ImageError(
+                f"{source}: its lock names {name[:80]!r} as {entry.id[:80]!r}; an archive holds "
+                "short image names (python) by sha256 id, as `gradebox images save` writes them"
+            )
     local = read_lock()
     if local is not None:
         differ = [
@@ -134,3 +156,93 @@ def _archive_lock(
                 f"{source} holds {', '.join(differ)} with ids other than the ones asked for"
             )
     return lock
+
+
+class IterStream(io.RawIOBase):
+    """An iterable of byte strings as a stream the engine's client reads: each taken when the
+    reader reaches it (an exception from it stops the read, and so the load)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks = iter(chunks)
+        self.chunk = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.chunk:
+            nxt = next(self.chunks, None)
+            if nxt is None:
+                return 0
+            self.chunk = memoryview(nxt)
+        n = min(len(buffer), len(self.chunk))
+        buffer[:n] = self.chunk[:n]
+        self.chunk = self.chunk[n:]
+        return n
+
+
+def _untagged(data: IO[bytes], image_id: str, where: str) -> Iterator[bytes]:
+    """One image's ``docker save`` (``data``), passed on member by member as the engine may
+    load it, in pieces of at most ``PIECE`` bytes (a layer is never held whole): without the
+    tags it carries, and refused (``ImageError``; the engine then reads a cut stream and
+    loads nothing) unless its manifest names ``image_id`` and no other image. Member names
+    must be plain and unique: the engine unpacks ``./manifest.json`` or a second
+    ``manifest.json`` onto the first."""
+    seen: set[str] = set()
+    manifest = False
+    with tarfile.open(fileobj=data, mode="r|") as src:
+        for member in src:
+            name = member.name
+            if name in seen or posixpath.normpath(name) != name or name.startswith(("/", "..")):
+                raise ImageError(f"{where}: its member {name[:80]!r} is not a plain, unique name")
+            seen.add(name)
+            if name in TAG_MEMBERS:
+                continue
+            body = src.extractfile(member) if member.isreg() else None
+            if name in ("manifest.json", "index.json"):
+                if body is None:
+                    raise ImageError(f"{where}: its {name} is not a file")
+                body = io.BytesIO(_json_member(body, where, name, image_id))
+                manifest = manifest or name == "manifest.json"
+                member.size = len(body.getvalue())
+            elif body is None:
+                member.size = 0  # a link or folder carries no data (whatever its header said)
+            # The header written anew from what is sent: a member's own extended header
+            # (a pax "size") could say otherwise; a sparse file is sent whole, as a file.
+            member.pax_headers = {}
+            if body is not None:
+                member.type = tarfile.REGTYPE
+            yield member.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            if body is not None:
+                while piece := body.read(PIECE):
+                    yield piece
+                yield bytes(-member.size % tarfile.BLOCKSIZE)
+        if not manifest:
+            raise ImageError(f"{where}: no manifest.json inside; was it made by images save?")
+    yield bytes(2 * tarfile.BLOCKSIZE)  # the end of the archive
+
+
+def _json_member(body: IO[bytes], where: str, name: str, image_id: str) -> bytes:
+    """A ``docker save``'s manifest.json (it must hold ``image_id`` alone) or OCI index.json,
+    written again without the names it gives."""
+    raw = body.read(MANIFEST_CAP + 1)
+    try:
+        if len(raw) > MANIFEST_CAP:
+            raise ValueError(f"over {MANIFEST_CAP >> 20} MiB")
+        doc = json.loads(raw)
+        if name == "index.json":
+            for descriptor in doc.get("manifests") or ():
+                descriptor.pop("annotations", None)  # io.containerd.image.name, ref.name
+            return json.dumps(doc).encode()
+        configs = [entry["Config"] for entry in doc]
+        for entry in doc:
+            entry["RepoTags"] = None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ImageError(f"{where}: its {name} does not parse ({exc})") from None
+    hex_id = image_id.removeprefix("sha256:")
+    if configs not in ([f"{hex_id}.json"], [f"blobs/sha256/{hex_id}"]):
+        raise ImageError(
+            f"{where} holds {len(configs)} image(s), not image {image_id[7:19]} alone as its "
+            "lock says"
+        )
+    return json.dumps(doc).encode()

@@ -5,7 +5,7 @@ MiB``) and give the JSON Schemas their ``Limits`` and ``Security``. Nothing decl
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_core import core_schema
@@ -14,9 +14,14 @@ from ..core.types import Bytes
 
 __all__ = ["edge_model", "edge_schema"]
 
+# Cores a limit may ask for: finite, and few enough that every engine's and Ray's integer
+# form of them (NanoCpus, a CFS quota, Ray's 1/10000ths) holds (inf was an OverflowError).
+MAX_CORES = 65536
+Cores = Annotated[float, Field(allow_inf_nan=False, le=MAX_CORES)]
+
 # A unit of sandbox.defaults -> the type a configuration writes it as.
 TYPES: dict[str | None, Any] = {
-    "bytes": Bytes, "cores": float, "count": int, "on/off": bool, "names": list[str],
+    "bytes": Bytes, "cores": Cores, "count": int, "on/off": bool, "names": list[str],
     "uid[:gid]": str | None,
 }  # fmt: skip
 
