@@ -39,7 +39,10 @@ def _result(passed: bool, graders: list[GraderResult]) -> TestResult:
     calls = [ToolStep(position=0, name=EVIL, args={EVIL: [EVIL]}, output=EVIL, cut=True)]
     steps = [TranscriptStep(role=EVIL, text=EVIL, tool_calls=calls)]
     quoted = "b/" + EVIL
-    diff = f'diff --git "a/{quoted[2:]}" "{quoted}"\n--- /dev/null\n+++ "{quoted}"\n@@ -0,0 +1 @@\n+{EVIL}\n'
+    diff = (
+        f'diff --git "a/{quoted[2:]}" "{quoted}"\n--- /dev/null\n+++ "{quoted}"\n'
+        f"@@ -0,0 +1 @@\n+{EVIL}\n"
+    )
     notes = FileChangesNotes(
         size=len(diff), cap=1 << 20, paths=1, file_bytes=1, file_lines=1,
         files=[ChangedFileNote(path=EVIL, quoted=EVIL, cut="size", size=7)],

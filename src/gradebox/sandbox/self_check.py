@@ -116,7 +116,9 @@ def root_fs_is_read_only(box: Sandbox, image: str) -> None:
 @check
 def tmp_and_home_are_writable(box: Sandbox, image: str) -> None:
     # A name of this shell's own, removed after: on the host backend /tmp is the host's.
-    script = 'f=/tmp/gb-check-$$; echo a > "$f" && echo b > "$HOME/y" && cat "$f" "$HOME/y"; rm -f "$f"'
+    script = (
+        'f=/tmp/gb-check-$$; echo a > "$f" && echo b > "$HOME/y" && cat "$f" "$HOME/y"; rm -f "$f"'
+    )
     out = _sh(box, image, script)
     _expect(out.stdout == b"a\nb\n", f"got {out.stdout!r} {out.stderr!r}")
 
