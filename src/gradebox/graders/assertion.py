@@ -46,7 +46,7 @@ from ..llm.targets import (
 )
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
-from .config import GraderConfig, ScriptGrader, grader_from_data
+from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .entries import Entry, LlmJudge, check_entry, weight_ok
 from .fields import FieldAccuracy
@@ -355,8 +355,14 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
 
 
 def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
+    """The modifiers of an entry whose kind is not validated as a whole (validated here)."""
     given = {k: entry[k] for k in _MODIFIERS if k in entry}
     s = validate(Entry, given, file=ctx.file, lines=ctx.lines, prefix=loc)
+    return _scored(s, ctx, loc)
+
+
+def _scored(s: Entry, ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
+    """The modifiers of a validated entry, as the assertion keeps them."""
     gate = (
         s.required
         if s.required is not True  # false, or the gate itself
@@ -369,7 +375,7 @@ def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -
         where = "min_score" if s.required is True and s.min_score is not None else "required"
         raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
     return {
-        "name": s.name if "name" in given else s.metric,
+        "name": s.name if "name" in s.model_fields_set else s.metric,
         "weight": s.weight,
         "negate": s.negate,
         "required": None if gate is False else float(gate),
@@ -393,7 +399,8 @@ def compile_assertion(
     return compiled
 
 
-_BY_RECORD = {"field-accuracy", "assert-set", *_LLM}
+_PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
+_BY_RECORD = {"field-accuracy", "assert-set", *_LLM, *_PROGRAMS}
 """Kinds (and the built-ins) compiled from their validated entry: checked once, as they are."""
 
 
@@ -403,6 +410,8 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
         raise _fail(ctx, loc, "an assertion must be a mapping with a 'type'")
     kind = entry["type"]
+    if kind in _PROGRAMS and not (ctx.flavor == "agentv" and "transform" in entry):
+        return _grader(entry, ctx, loc)
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if ctx.flavor == "agentv" and "transform" in body:
@@ -454,8 +463,6 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if body["type"] in TRACE_TYPES:
         check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
-    if kind in ("program", "script", "code-grader", "code-judge", "code_judge"):
-        return _grader(body, score, ctx, loc)
     custom = ctx.customs.get(kind)
     if custom is None:
         known = ", ".join(sorted(ctx.customs)) or "none found"
@@ -656,7 +663,7 @@ def _composite(
             )
         # One more script grader, run in the sandbox; the children's results on its stdin.
         program = _grader(
-            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, dict(_PLAIN), ctx, aloc
+            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, ctx, aloc, dict(_PLAIN)
         )
     else:
         prompt = agg.get("prompt", _AGGREGATOR_PROMPT)
@@ -693,54 +700,85 @@ def infer_image(command: Any) -> str | None:
 
 
 def _grader(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+    entry: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
+    score: dict[str, Any] | None = None,
 ) -> GraderAssertion:
-    kind = body["type"]
-    config: dict[str, Any] | None = None
+    """A program or script grader: AgentV's spellings mapped and the suite's defaults filled
+    in, then the entry validated once by its model (``graders.entries``), whose record the
+    grader is built from. ``score``: the modifiers, when the entry is no user's (an aggregator)."""
+    data = {str(k): v for k, v in entry.items()}
     source = ctx.suite_dir
-    if kind != "program":
-        body = {**body, "type": "script"}
-        if "script" in body and "command" not in body:  # the earliest AgentV spelling
-            body["command"] = body.pop("script")
-        if "cwd" in body:  # AgentV: command paths resolve from cwd, relative to the eval file
-            cwd = body.pop("cwd")
-            if not isinstance(cwd, str):
-                raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
-            source = (ctx.suite_dir / cwd).resolve()
-            if not is_dir(source):
-                raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
-            root = project_folder(ctx.suite_dir)
-            if source != root and root not in source.parents:
-                raise _fail(
-                    ctx,
-                    (*loc, "cwd"),
-                    f"{cwd!r} leads out of the project folder "
-                    f"{root}: a grader's files must lie inside it",
-                )
+    if data["type"] != "program":
+        if "script" in data and "command" not in data:  # the earliest AgentV spelling
+            data["command"] = data.pop("script")
+        if "cwd" in data:  # AgentV: command paths resolve from cwd, relative to the eval file
+            source = _cwd(data["cwd"], ctx, loc)
         if ctx.flavor == "agentv":
-            body = _agentv_script(body, ctx, loc)
-            env = body.get("env") if isinstance(body.get("env"), dict) else {}
-            src = uv_src_layout(body.get("command"), source)
-            if src is not None and "PYTHONPATH" not in env and "files" not in body:
-                body["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
-        if ctx.flavor == "agentv" or "config" in body:
+            data = _agentv_script(data, ctx, loc)
+            env = data.get("env") if isinstance(data.get("env"), dict) else {}
+            src = uv_src_layout(data.get("command"), source)
+            if src is not None and "PYTHONPATH" not in env and "files" not in data:
+                data["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
             # AgentV hands a script's own keys (expect_edited: [...]) to it as `config`.
-            extra = {k: v for k, v in body.items() if k not in _SCRIPT_FIELDS}
-            given = body.get("config")
+            extra = {k: v for k, v in data.items() if k not in _SCRIPT_KEYS}
+            given = data.get("config")
+            data = {k: v for k, v in data.items() if k in _SCRIPT_KEYS and k != "config"}
             if isinstance(given, dict) or extra:
-                config = {**(given if isinstance(given, dict) else {}), **extra}
-            body = {k: v for k, v in body.items() if k in _SCRIPT_FIELDS and k != "config"}
-    inherited = {k: v for k, v in ctx.defaults.items() if k not in body and v is not None}
-    if "image" not in body and "image" not in inherited:
-        guess = infer_image(body.get("command") or [body.get("program"), *body.get("args", [])])
+                data["config"] = {**(given if isinstance(given, dict) else {}), **extra}
+    inherited = {k: v for k, v in ctx.defaults.items() if k not in data and v is not None}
+    if "image" not in data and "image" not in inherited:
+        args = data.get("args")
+        guess = infer_image(
+            data.get("command") or [data.get("program"), *(args if isinstance(args, list) else [])]
+        )
         if guess:
             inherited["image"] = guess
-    grader = grader_from_data(
-        {**inherited, **body}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=source
-    )
+    record = check_entry({**inherited, **data}, file=ctx.file, lines=ctx.lines, loc=loc)
+    config = getattr(record, "config", None) if ctx.flavor == "agentv" else None
+    if ctx.flavor == "gradebox" and "config" in record.model_fields_set:
+        # As it always was: the script's config is its `config`, and that again under `config`.
+        config = {**(record.config or {}), "config": record.config}
+    grader = _grader_of(record).with_source(source)
     if source != ctx.suite_dir:
         grader.with_source(source, declared_in=ctx.suite_dir)
-    return GraderAssertion(grader=grader, config=config, **score)
+    return GraderAssertion(grader=grader, config=config, **(score or _scored(record, ctx, loc)))
+
+
+_SCRIPT_KEYS = _SCRIPT_FIELDS | set(_MODIFIERS) | {"cwd"}
+"""What a script entry of an AgentV file keeps; its other keys are its ``config``."""
+
+
+def _grader_of(record: Any) -> GraderConfig:
+    """The grader a validated program or script entry describes. Its model is the grader's
+    plus the modifiers (which are the assertion's, not the grader's), so every check of the
+    grader ran as the entry was validated: nothing is validated again."""
+    cls: type[ProgramGrader] | type[ScriptGrader]
+    cls = ProgramGrader if isinstance(record, ProgramGrader) else ScriptGrader
+    values = {k: getattr(record, k) for k in cls.model_fields}
+    values.update(type=cls.model_fields["type"].default, name=None, weight=1.0)
+    grader = cls.model_construct(**values)
+    if isinstance(grader, ScriptGrader):
+        grader._dialect_given = record.dialect_given
+    return grader
+
+
+def _cwd(cwd: Any, ctx: CompileContext, loc: tuple[str, ...]) -> Path:
+    """A script's ``cwd``: a folder next to the file, inside the project folder."""
+    if not isinstance(cwd, str):
+        raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
+    source = (ctx.suite_dir / cwd).resolve()
+    if not is_dir(source):
+        raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
+    root = project_folder(ctx.suite_dir)
+    if source != root and root not in source.parents:
+        raise _fail(
+            ctx,
+            (*loc, "cwd"),
+            f"{cwd!r} leads out of the project folder {root}: a grader's files must lie inside it",
+        )
+    return source
 
 
 def _agentv_script(
