@@ -75,6 +75,8 @@ def test_every_kind_the_loader_knows_has_a_model() -> None:
         {"type": "assert-set", "assert": []},
         {"type": "llm-rubric", "value": ["polite"], "threshold": 2},
         {"type": "latency", "max_ms": "fast"},
+        {"type": "pytest", "files": "t.py", "timeout": 60},  # a duration needs its unit
+        {"type": "pytest", "files": "t.py", "image": {"bild": "."}},  # no image build
         {"type": "g-eval", "value": "x"},  # refused by name, so no custom either
         {"type": "assert-set", "assert": [{"type": "equals", "value": "x", "negate": "yes"}]},
         {"value": "x"},  # no type

@@ -400,7 +400,7 @@ def compile_assertion(
 
 
 _PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
-_BY_RECORD = {"field-accuracy", "assert-set", *_LLM, *_PROGRAMS}
+_BY_RECORD = {"field-accuracy", "assert-set", "pytest", "node-test", *_LLM, *_PROGRAMS}
 """Kinds (and the built-ins) compiled from their validated entry: checked once, as they are."""
 
 
@@ -410,8 +410,11 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
         raise _fail(ctx, loc, "an assertion must be a mapping with a 'type'")
     kind = entry["type"]
-    if kind in _PROGRAMS and not (ctx.flavor == "agentv" and "transform" in entry):
-        return _grader(entry, ctx, loc)
+    if ctx.flavor != "agentv" or "transform" not in entry:  # (AgentV's: compiled without it)
+        if kind in _PROGRAMS:
+            return _grader(entry, ctx, loc)
+        if kind in ("pytest", "node-test"):
+            return _verifier(entry, ctx, loc)
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if ctx.flavor == "agentv" and "transform" in body:
@@ -437,8 +440,6 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return _assert_set(body, score, ctx, loc, depth)
     if kind in _LLM:
         return _llm(body, score, ctx, loc)
-    if kind in ("pytest", "node-test"):
-        return _verifier(body, score, ctx, loc)
     if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
         body = _promptfoo_extras(body, score, keep={"threshold"} if not is_builtin(kind) else set())
     schema = body.get("value") not in (None, "")
@@ -1107,18 +1108,15 @@ def _judge_error(
     return _fail(ctx, where, exc.message)
 
 
-_VERIFIER_KEYS = {"type", "files", "dest", "args", "timeout", "image", "limits", "env", "name"}
-
-
-def _verifier(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
-) -> GraderAssertion:
-    unknown = set(body) - _VERIFIER_KEYS
-    if unknown:
-        key = sorted(unknown, key=str)[0]
-        raise _fail(ctx, (*loc, key), "unknown field of a verifier (check its spelling)")
+def _verifier(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> GraderAssertion:
+    """``pytest`` / ``node-test``: the entry validated once, the script grader that runs its
+    files made from that record (what it generates, with the suite's defaults, is checked as
+    a grader's configuration: only the files' existence is left, which no schema can say)."""
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    given = set(record.model_fields_set) - set(_MODIFIERS)
+    body = record.model_dump(mode="json", include=given)
     try:
-        if body["type"] == "pytest":
+        if record.type == "pytest":
             data = pytest_grader_data(body, ctx.suite_dir, ctx.template)
         else:
             data = node_test_grader_data(body, ctx.suite_dir)
@@ -1128,7 +1126,7 @@ def _verifier(
     grader = grader_from_data(
         {**inherited, **data}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=ctx.suite_dir
     )
-    return GraderAssertion(grader=grader, **score)
+    return GraderAssertion(grader=grader, **_scored(record, ctx, loc))
 
 
 def group_rubrics(entries: list[Any]) -> list[tuple[int, Any]]:

@@ -36,10 +36,12 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from ..core.types import Duration
 from ..core.yamlfile import LineMap, to_config_error
+from ..images import ImageBuild
 from ..sandbox.base import Limits
 from .builtin import BuiltinAssertion, refuse_vacuous
-from .config import ProgramGrader, ScriptGrader
+from .config import EnvKey, ProgramGrader, ScriptGrader
 from .fields import FieldAccuracy, FieldSpec
 
 __all__ = [
@@ -353,10 +355,11 @@ class VerifierEntry(Entry):
     files: str | list[str] = Field(description="test files, relative to the suite")
     dest: str | None = Field(default=None, description="where in the workspace they go")
     args: list[str | int | float] = Field(default_factory=list)
-    timeout: str | float | None = None
-    image: str | dict[str, Any] | None = None
+    # The grader's own types: the grader it runs as is built from these, checked here once.
+    timeout: Duration | None = None
+    image: str | ImageBuild | None = None
     limits: Limits | None = None
-    env: dict[str, str] | None = None
+    env: dict[EnvKey, str] | None = None
 
 
 @kind
