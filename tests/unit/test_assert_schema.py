@@ -77,6 +77,7 @@ def test_every_kind_the_loader_knows_has_a_model() -> None:
         {"type": "latency", "max_ms": "fast"},
         {"type": "pytest", "files": "t.py", "timeout": 60},  # a duration needs its unit
         {"type": "pytest", "files": "t.py", "image": {"bild": "."}},  # no image build
+        {"type": "min-words", "timeout": 60},  # a custom assertion's: the same
         {"type": "g-eval", "value": "x"},  # refused by name, so no custom either
         {"type": "assert-set", "assert": [{"type": "equals", "value": "x", "negate": "yes"}]},
         {"value": "x"},  # no type

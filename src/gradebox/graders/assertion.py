@@ -48,7 +48,7 @@ from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
-from .entries import Entry, LlmJudge, check_entry, weight_ok
+from .entries import CustomEntry, Entry, LlmJudge, check_entry, entry_model, weight_ok
 from .fields import FieldAccuracy
 from .llm import CommandJudge, LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
@@ -391,17 +391,18 @@ def compile_assertion(
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
     compiled = _compile(entry, ctx, loc, depth=depth)
     kind = entry.get("type") if isinstance(entry, dict) else "llm-rubric"
-    if ctx.flavor == "gradebox" and not (kind in _BY_RECORD or is_builtin(kind)):
-        # And its declared shape (graders.entries, schemas/suite.schema.json), checked after
-        # the loader's own checks and their reasons: a suite that loads is one the schema
-        # takes, so an editor never marks a valid suite wrong.
+    if ctx.flavor == "gradebox" and kind.removeprefix("not-") in TRACE_TYPES:
+        # Every other kind is compiled from its validated entry (graders.entries, the
+        # contract of schemas/suite.schema.json). A trace check is validated by its own
+        # model, which says more; its declared shape is checked after that and its reasons:
+        # a suite that loads is one the schema takes, so an editor never marks it wrong.
         check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
     return compiled
 
 
 _PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
-_BY_RECORD = {"field-accuracy", "assert-set", "pytest", "node-test", *_LLM, *_PROGRAMS}
-"""Kinds (and the built-ins) compiled from their validated entry: checked once, as they are."""
+_NOT_CUSTOM = {*_LATER, *_V4_CHECKS, "composite"}
+"""The types no model of ``graders.entries`` names that are no custom assertion either."""
 
 
 def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
@@ -410,19 +411,21 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
         raise _fail(ctx, loc, "an assertion must be a mapping with a 'type'")
     kind = entry["type"]
-    if ctx.flavor != "agentv" or "transform" not in entry:  # (AgentV's: compiled without it)
-        if kind in _PROGRAMS:
-            return _grader(entry, ctx, loc)
-        if kind in ("pytest", "node-test"):
-            return _verifier(entry, ctx, loc)
-    score = _scoring(entry, ctx, loc)
-    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
-    if ctx.flavor == "agentv" and "transform" in body:
-        transform = _transform(body["transform"], kind, ctx, loc)
+    if ctx.flavor == "agentv" and "transform" in entry:  # the assertion compiled without it
+        transform = _transform(entry["transform"], kind, ctx, loc)
         rest = {k: v for k, v in entry.items() if k != "transform"}
         compiled = _compile(rest, ctx, loc, depth=depth)
         compiled.transform = transform
         return compiled
+    # Validated as a whole by their model (graders.entries), then compiled from its record:
+    if kind in _PROGRAMS:
+        return _grader(entry, ctx, loc)
+    if kind in ("pytest", "node-test"):
+        return _verifier(entry, ctx, loc)
+    if entry_model(kind) is CustomEntry and kind not in _NOT_CUSTOM:
+        return _custom(entry, ctx, loc)
+    score = _scoring(entry, ctx, loc)
+    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
         raise UnsupportedFeature(
             f"assertion type {kind!r}",
@@ -464,17 +467,7 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if body["type"] in TRACE_TYPES:
         check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
         return HostAssertion(check=check, **score)
-    custom = ctx.customs.get(kind)
-    if custom is None:
-        known = ", ".join(sorted(ctx.customs)) or "none found"
-        raise _fail(
-            ctx,
-            (*loc, "type"),
-            f"unknown assertion type {kind!r}: not a built-in, not program/script, and no "
-            f".gradebox/assertions/{kind}.* (or .agentv/assertions/) above {ctx.suite_dir} "
-            f"(custom assertions found: {known})",
-        )
-    return _custom(custom, body, score, ctx, loc)
+    raise AssertionError(f"no compiler for {kind!r}")  # every other type is a custom one
 
 
 TEST_TRANSFORM = "agentv_transform"
@@ -821,15 +814,27 @@ def _found_script(arg: Any, ctx: CompileContext) -> Any:
 _SCRIPT_LIKE = re.compile(r"[/\\]|\.(?:[cm]?[jt]sx?|py|sh|bash|rb|go|rs)$", re.I)
 
 
-def _custom(
-    custom: CustomAssertion,
-    body: dict[str, Any],
-    score: dict[str, Any],
-    ctx: CompileContext,
-    loc: tuple[str, ...],
-) -> GraderAssertion:
-    own = {k: body[k] for k in ("timeout", "limits", "image", "network") if k in body}
-    config = {k: v for k, v in body.items() if k not in own and k != "type"}
+def _custom(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> GraderAssertion:
+    """A custom assertion: the entry validated once (its keys but the grader's own settings
+    are its ``config``), run as the script grader its file makes."""
+    build: dict[str, Any] = {}
+    if ctx.flavor == "agentv" and not isinstance(entry.get("image", ""), str):
+        # AgentV files have always given theirs a build ({build: ./Dockerfile}), which the
+        # schema of gradebox suites does not take: checked as the grader's, as it was.
+        build = {"image": entry["image"]}
+        entry = {k: v for k, v in entry.items() if k != "image"}
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    custom = ctx.customs.get(record.type)
+    if custom is None:
+        known = ", ".join(sorted(ctx.customs)) or "none found"
+        raise _fail(
+            ctx,
+            (*loc, "type"),
+            f"unknown assertion type {record.type!r}: not a built-in, not program/script, and "
+            f"no .gradebox/assertions/{record.type}.* (or .agentv/assertions/) above "
+            f"{ctx.suite_dir} (custom assertions found: {known})",
+        )
+    own = record.model_dump(mode="json", include=set(_CUSTOM_OWN) & record.model_fields_set)
     image = ctx.defaults.get("image") if custom.image() == "python" else custom.image()
     data = {
         "type": "script",
@@ -839,12 +844,19 @@ def _custom(
         "image": image,
         **{k: ctx.defaults[k] for k in ("timeout", "limits") if ctx.defaults.get(k) is not None},
         **own,
+        **build,
     }
     data = {k: v for k, v in data.items() if v is not None}
     grader = grader_from_data(
         data, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=custom.path.parent
     )
-    return GraderAssertion(grader=grader, config=config or None, **score)
+    return GraderAssertion(
+        grader=grader, config=record.model_extra or None, **_scored(record, ctx, loc)
+    )
+
+
+_CUSTOM_OWN = ("timeout", "limits", "image", "network")
+"""A custom assertion's keys that are its grader's settings, not its ``config``."""
 
 
 def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list[RubricItem]:

@@ -383,7 +383,7 @@ class CustomEntry(Entry):
 
     type: str = Field(min_length=1, description="the custom assertion's file name")
     image: str | None = None
-    timeout: str | float | None = None
+    timeout: Duration | None = None  # its grader's type: checked here, once
     limits: Limits | None = None
     network: Literal["none", "bridge"] | None = None
 
