@@ -48,11 +48,19 @@ from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
 from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
-from .entries import CustomEntry, Entry, LlmJudge, check_entry, entry_model, weight_ok
+from .entries import (
+    CustomEntry,
+    Entry,
+    LlmJudge,
+    TraceEntry,
+    check_entry,
+    entry_model,
+    weight_ok,
+)
 from .fields import FieldAccuracy
 from .llm import CommandJudge, LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
-from .trace import TRACE_TYPES, TraceAssertion
+from .trace import TRACE_TYPES, TraceAssertion, trace_type
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
 from .verifier import node_test_grader_data, pytest_grader_data
 
@@ -389,15 +397,7 @@ def compile_assertion(
     entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0
 ) -> Assertion:
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
-    compiled = _compile(entry, ctx, loc, depth=depth)
-    kind = entry.get("type") if isinstance(entry, dict) else "llm-rubric"
-    if ctx.flavor == "gradebox" and kind.removeprefix("not-") in TRACE_TYPES:
-        # Every other kind is compiled from its validated entry (graders.entries, the
-        # contract of schemas/suite.schema.json). A trace check is validated by its own
-        # model, which says more; its declared shape is checked after that and its reasons:
-        # a suite that loads is one the schema takes, so an editor never marks it wrong.
-        check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
-    return compiled
+    return _compile(entry, ctx, loc, depth=depth)
 
 
 _PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
@@ -424,6 +424,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return _verifier(entry, ctx, loc)
     if entry_model(kind) is CustomEntry and kind not in _NOT_CUSTOM:
         return _custom(entry, ctx, loc)
+    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
+        entry = _promptfoo_extras(entry, keep={"threshold"} if not is_builtin(kind) else set())
+    if is_builtin(kind) or kind == "field-accuracy":
+        return _host(entry, ctx, loc)
+    if ctx.flavor == "gradebox" and issubclass(entry_model(kind), TraceEntry):
+        return _host(entry, ctx, loc)
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
@@ -443,9 +449,20 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return _assert_set(body, score, ctx, loc, depth)
     if kind in _LLM:
         return _llm(body, score, ctx, loc)
-    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
-        body = _promptfoo_extras(body, score, keep={"threshold"} if not is_builtin(kind) else set())
-    schema = body.get("value") not in (None, "")
+    # AgentV's trace checks: validated by what runs, which takes keys the entries do not.
+    body["type"], flip = trace_type(kind, score["negate"])
+    score["negate"] ^= flip
+    if body["type"] in TRACE_TYPES:
+        check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
+        return HostAssertion(check=check, **score)
+    raise AssertionError(f"no compiler for {kind!r}")  # every other type is a custom one
+
+
+def _host(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> HostAssertion:
+    """A built-in, field-accuracy or (in a gradebox suite) a trace check: validated once by
+    its model, run as its record's ``check()``."""
+    kind = entry["type"]
+    schema = entry.get("value") not in (None, "")
     if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
         raise UnsupportedFeature(
             f"a JSON schema given to {kind}",
@@ -455,19 +472,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
             line=ctx.lines.get((*loc, "value")),
             field=".".join((*loc, "value")),
         )
-    if is_builtin(kind) or kind == "field-accuracy":  # its model validates, its record runs
-        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
-        return HostAssertion(check=record.check(), **score)
-    base = kind.removeprefix("not-")
-    if kind == "skill-used" and score["negate"]:
-        body["type"] = "not-skill-used"  # AgentV inverts it, then negates it again
-    elif kind not in TRACE_TYPES and base in TRACE_TYPES:
-        score["negate"] = not score["negate"]
-        body["type"] = base
-    if body["type"] in TRACE_TYPES:
-        check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
-    raise AssertionError(f"no compiler for {kind!r}")  # every other type is a custom one
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = _scored(record, ctx, loc)
+    if isinstance(record, TraceEntry):
+        score["negate"] ^= trace_type(kind, record.negate)[1]
+        return HostAssertion(check=record.check(entry), **score)
+    return HostAssertion(check=record.check(), **score)
 
 
 TEST_TRANSFORM = "agentv_transform"
@@ -518,15 +528,16 @@ def _transform(value: Any, kind: str, ctx: CompileContext, loc: tuple[str, ...])
         raise _fail(ctx, (*loc, "transform"), str(exc)) from None
 
 
-def _promptfoo_extras(
-    body: dict[str, Any], score: dict[str, Any], keep: set[str]
-) -> dict[str, Any]:
+def _promptfoo_extras(entry: dict[str, Any], keep: set[str]) -> dict[str, Any]:
     """AgentV passes promptfoo's extra keys of a built-in through (its schema is
     ``passthrough``): an ``id`` names the assertion, the rest change nothing here (``keep``:
-    those that do for this type, as a latency check's ``threshold``)."""
-    if isinstance(body.get("id"), str) and score["name"] is None:
-        score["name"] = body["id"]
-    return {k: v for k, v in body.items() if k not in _PROMPTFOO_EXTRAS - keep}
+    those that do for this type, as a latency check's ``threshold``). Mapped before the
+    entry is validated."""
+    out = {k: v for k, v in entry.items() if k not in _PROMPTFOO_EXTRAS - keep}
+    named = entry.get("name") if "name" in entry else entry.get("metric")
+    if isinstance(entry.get("id"), str) and named is None:
+        out["name"] = entry["id"]
+    return out
 
 
 def _assert_set(

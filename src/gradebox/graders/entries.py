@@ -43,12 +43,14 @@ from ..sandbox.base import Limits
 from .builtin import BuiltinAssertion, refuse_vacuous
 from .config import EnvKey, ProgramGrader, ScriptGrader
 from .fields import FieldAccuracy, FieldSpec
+from .trace import TraceAssertion, check_trace, collect_metrics, trace_type
 
 __all__ = [
     "KINDS",
     "AssertItem",
     "Entry",
     "SchemaOf",
+    "TraceEntry",
     "check_entry",
     "entry_model",
     "weight_ok",
@@ -201,12 +203,41 @@ class FieldAccuracyCheck(Entry):
 # -------------------------------------------------------------------------------------------
 # Checks over what the agent did (graders.trace).
 
+
+class TraceEntry(Entry):
+    """A trace check's entry; ``check()`` is what runs. The rules of ``graders.trace`` (a
+    limit that is a finite number, a value no run could fail) are checked first, as
+    ``TraceAssertion`` checks them, with the same reasons."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            kind_, _ = trace_type(data["type"], data.get("negate"))
+            body = {k: v for k, v in data.items() if k not in Entry.model_fields}
+            check_trace(kind_, collect_metrics({**body, "type": kind_}).get("value"))
+        return data
+
+    def check(self, written: Any) -> TraceAssertion:
+        """What runs (``written``: the entry's keys as written, the order its limits keep)."""
+        kind_, _ = trace_type(self.type, self.negate)  # type: ignore[attr-defined]
+        limits = [k for k in written if k in self.model_fields_set and k not in Entry.model_fields]
+        limits = [k for k in limits if k not in ("type", "value", "mode")]
+        # Checked as this entry was validated: constructed, not validated again.
+        return TraceAssertion.model_construct(
+            type=kind_,
+            value=getattr(self, "value", None),
+            mode=getattr(self, "mode", None),
+            metrics={k: float(getattr(self, k)) for k in limits},
+        )
+
+
 _TRAJECTORY = ("trajectory:tool-used", "trajectory:tool-sequence", "trajectory:tool-args-match",
                "trajectory:step-count")  # fmt: skip
 
 
 @kind
-class TrajectoryCheck(Entry):
+class TrajectoryCheck(TraceEntry):
     """The agent's tool calls: ``trajectory:tool-used`` and its kin."""
 
     type: Literal[_not(_TRAJECTORY)]  # type: ignore[valid-type]
@@ -215,7 +246,7 @@ class TrajectoryCheck(Entry):
 
 
 @kind
-class SkillCheck(Entry):
+class SkillCheck(TraceEntry):
     """``skill-used``: the agent used a skill (a name, names, or {name|pattern, min, max})."""
 
     type: Literal["skill-used", "not-skill-used"]
@@ -226,7 +257,7 @@ Number = Annotated[float, Field(ge=0)]
 
 
 @kind
-class ExecutionMetricsCheck(Entry):
+class ExecutionMetricsCheck(TraceEntry):
     type: Literal[_not(("execution-metrics",))]  # type: ignore[valid-type]
     max_tool_calls: Number | None = None
     max_llm_calls: Number | None = None
@@ -238,21 +269,21 @@ class ExecutionMetricsCheck(Entry):
 
 
 @kind
-class LatencyCheck(Entry):
+class LatencyCheck(TraceEntry):
     type: Literal[_not(("latency",))]  # type: ignore[valid-type]
     max_ms: Number | None = None
     threshold: Number | None = Field(default=None, description="promptfoo's name for max_ms")
 
 
 @kind
-class CostCheck(Entry):
+class CostCheck(TraceEntry):
     type: Literal[_not(("cost",))]  # type: ignore[valid-type]
     max_usd: Number | None = None
     budget: Number | None = None
 
 
 @kind
-class TokenUsageCheck(Entry):
+class TokenUsageCheck(TraceEntry):
     type: Literal[_not(("token-usage",))]  # type: ignore[valid-type]
     max_total_tokens: Number | None = None
     max_total: Number | None = None
