@@ -139,6 +139,8 @@ def test_agentv_spellings_are_mapped_before_validation(tmp_path: Path) -> None:
         {"type": "latency", "max_ms": 500},
         {"type": "contains", "value": "x", "negate": True},
         {"type": "field-accuracy", "fields": [{"path": "a", "match": "exact"}]},
+        {"type": "llm-rubric", "value": ["is polite"], "target": "m", "weight": 3},
+        {"type": "assert-set", "assert": [{"type": "equals", "value": "x"}], "weight": 0},
     ],
     ids=lambda e: e["type"],
 )
@@ -152,6 +154,9 @@ def test_an_entry_is_validated_once_and_compiled_from_its_record(
 
     write(tmp_path / "test_x.py", "def test_x():\n    pass\n")
     write(tmp_path / ".gradebox" / "assertions" / "min-words.py", "print('{}')\n")
+    write(tmp_path / ".gradebox" / "targets.yaml",
+          "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
+          "api_key_env: GB_NO_KEY}\n")  # fmt: skip
     calls: list[Any] = []
     check = entries.check_entry
     monkeypatch.setattr(assertion, "check_entry", lambda e, **kw: calls.append(e) or check(e, **kw))
@@ -160,6 +165,6 @@ def test_an_entry_is_validated_once_and_compiled_from_its_record(
         file="suite.yaml", lines={}, suite_dir=tmp_path, customs=discover(tmp_path)
     )
     compiled = assertion.compile_assertion(entry, ctx, ("tests", "0", "assert", "0"))
-    assert len(calls) == 1 and calls[0]["type"] == entry["type"]
+    assert len(calls) == 1 + len(entry.get("assert", [])) and calls[0]["type"] == entry["type"]
     assert compiled.weight == entry.get("weight", 1.0)
     assert compiled.negate == (entry.get("negate", False) ^ entry["type"].startswith("not-"))

@@ -430,6 +430,11 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return _host(entry, ctx, loc)
     if ctx.flavor == "gradebox" and issubclass(entry_model(kind), TraceEntry):
         return _host(entry, ctx, loc)
+    if kind == "assert-set":
+        return _assert_set(entry, ctx, loc, depth)
+    if kind in _LLM:
+        return _llm(entry, ctx, loc)
+    # AgentV's kinds (and the names refused): no model of graders.entries names them.
     score = _scoring(entry, ctx, loc)
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
@@ -445,10 +450,6 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return HostAssertion(check=check, **score)
     if kind == "composite":
         return _composite(body, score, ctx, loc, depth)
-    if kind == "assert-set":
-        return _assert_set(body, score, ctx, loc, depth)
-    if kind in _LLM:
-        return _llm(body, score, ctx, loc)
     # AgentV's trace checks: validated by what runs, which takes keys the entries do not.
     body["type"], flip = trace_type(kind, score["negate"])
     score["negate"] ^= flip
@@ -541,15 +542,12 @@ def _promptfoo_extras(entry: dict[str, Any], keep: set[str]) -> dict[str, Any]:
 
 
 def _assert_set(
-    body: dict[str, Any],
-    score: dict[str, Any],
-    ctx: CompileContext,
-    loc: tuple[str, ...],
-    depth: int,
+    entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...], depth: int
 ) -> AssertSet:
     if depth >= 8:
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
-    record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = _scored(record, ctx, loc)
     threshold, shared = record.threshold, record.config or {}
     if not isinstance(record.assert_, list) or not record.assert_:
         raise _fail(ctx, (*loc, "assert"), "an assert-set needs a non-empty 'assert' list")
@@ -675,7 +673,7 @@ def _composite(
         if not isinstance(prompt, str) or not prompt.strip():
             raise _fail(ctx, (*aloc, "prompt"), "prompt is text or file://...")
         # An LLM grader whose {{EVALUATOR_RESULTS_JSON}} is filled in when the results exist.
-        program = _llm({"type": "llm-grader", "prompt": prompt}, dict(_PLAIN), ctx, aloc)
+        program = _llm({"type": "llm-grader", "prompt": prompt}, ctx, aloc, dict(_PLAIN))
     return AssertSet(children=children, program=program, **score)
 
 
@@ -952,8 +950,14 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
 
 
 def _llm(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+    entry: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
+    score: dict[str, Any] | None = None,
 ) -> LlmGraderAssertion:
+    """An LLM grader, validated once by its model (with its modifiers); its rubric items are
+    read as written, in AgentV's shapes too. ``score``: as ``_grader``'s."""
+    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:  # an AgentV file's graders have theirs run (_transform)
         raise UnsupportedFeature(
@@ -970,10 +974,11 @@ def _llm(
         # rubric items take keys of their own too (`operator`): _rubric_items reads them.
         kept = set(LlmJudge.model_fields) - {"value", "rubrics", "criteria"}
         record = check_entry(
-            {k: v for k, v in body.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
+            {k: v for k, v in entry.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
         )
     else:
-        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+        record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = score or _scored(record, ctx, loc)
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":
         goal = body.get("value", {})
