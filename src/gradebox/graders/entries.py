@@ -3,9 +3,12 @@
 checks ``assert`` lists with it) and gradebox suites are checked against them as they load
 (``check_entry``), so the schema and the loader cannot disagree.
 
-They only say what is well formed; ``graders.assertion`` compiles an entry into what runs and
-does the checks a schema cannot (a file that exists, a model target that is known). AgentV's
-spellings are mapped onto these names by ``formats.agentv`` before anything sees them.
+An entry is validated once, by its kind's model (``check_entry``), and ``graders.assertion``
+compiles what runs from that record, never from the raw mapping; it does only the checks a
+schema cannot (a file that exists, a model target that is known). AgentV's spellings are
+mapped onto these names by ``formats.agentv`` (and ``graders.assertion``) before validation;
+AgentV's own kinds (``composite``, v4's checks) and its trace checks, which take keys these
+models do not, are validated by the models that run them.
 
 Adding a kind is one model here: a subclass of ``Entry`` with ``type: Literal[...]`` naming its
 types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
