@@ -759,7 +759,7 @@ def _grader_of(record: Any) -> GraderConfig:
     grader ran as the entry was validated: nothing is validated again."""
     cls: type[ProgramGrader] | type[ScriptGrader]
     cls = ProgramGrader if isinstance(record, ProgramGrader) else ScriptGrader
-    values = {k: getattr(record, k) for k in cls.model_fields}
+    values = {k: record.__dict__[k] for k in cls.model_fields}
     values.update(type=cls.model_fields["type"].default, name=None, weight=1.0)
     grader = cls.model_construct(**values)
     if isinstance(grader, ScriptGrader):
