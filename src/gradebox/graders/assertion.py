@@ -828,8 +828,8 @@ def _custom(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) ->
     are its ``config``), run as the script grader its file makes."""
     build: dict[str, Any] = {}
     if ctx.flavor == "agentv" and not isinstance(entry.get("image", ""), str):
-        # AgentV files have always given theirs a build ({build: ./Dockerfile}), which the
-        # schema of gradebox suites does not take: checked as the grader's, as it was.
+        # An AgentV file's custom assertion has been given an image build ({build: ...})
+        # as its grader is: kept so, though the schema of gradebox suites takes a name only.
         build = {"image": entry["image"]}
         entry = {k: v for k, v in entry.items() if k != "image"}
     record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
