@@ -75,6 +75,9 @@ def test_every_kind_the_loader_knows_has_a_model() -> None:
         {"type": "assert-set", "assert": []},
         {"type": "llm-rubric", "value": ["polite"], "threshold": 2},
         {"type": "latency", "max_ms": "fast"},
+        {"type": "pytest", "files": "t.py", "timeout": 60},  # a duration needs its unit
+        {"type": "pytest", "files": "t.py", "image": {"bild": "."}},  # no image build
+        {"type": "min-words", "timeout": 60},  # a custom assertion's: the same
         {"type": "g-eval", "value": "x"},  # refused by name, so no custom either
         {"type": "assert-set", "assert": [{"type": "equals", "value": "x", "negate": "yes"}]},
         {"value": "x"},  # no type
@@ -122,3 +125,46 @@ def test_agentv_spellings_are_mapped_before_validation(tmp_path: Path) -> None:
     suite = load_suite(path)
     kinds = [a.check.type for a in suite.tests[0].assertions]  # type: ignore[union-attr]
     assert kinds == ["is-json", "field-accuracy", "token-usage"]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "script", "command": ["python3", "check.py"], "weight": 0.5, "config": {"k": 1}},
+        {"type": "code-grader", "command": ["python3", "check.py"], "required": True},
+        {"type": "program", "program": "python3", "args": ["check.py"], "negate": True},
+        {"type": "pytest", "files": "test_x.py", "timeout": "30s"},
+        {"type": "min-words", "min": 3, "name": "long enough"},
+        {"type": "not-trajectory:tool-used", "value": "bash", "weight": 2},
+        {"type": "latency", "max_ms": 500},
+        {"type": "contains", "value": "x", "negate": True},
+        {"type": "field-accuracy", "fields": [{"path": "a", "match": "exact"}]},
+        {"type": "llm-rubric", "value": ["is polite"], "target": "m", "weight": 3},
+        {"type": "assert-set", "assert": [{"type": "equals", "value": "x"}], "weight": 0},
+    ],
+    ids=lambda e: e["type"],
+)
+def test_an_entry_is_validated_once_and_compiled_from_its_record(
+    entry: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One validation by the entry's model (which the schema is made from): no second pass
+    # over the same entry, nor a check of its modifiers on their own.
+    from gradebox.graders import assertion, entries
+    from gradebox.graders.custom import discover
+
+    write(tmp_path / "test_x.py", "def test_x():\n    pass\n")
+    write(tmp_path / ".gradebox" / "assertions" / "min-words.py", "print('{}')\n")
+    write(tmp_path / ".gradebox" / "targets.yaml",
+          "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
+          "api_key_env: GB_NO_KEY}\n")  # fmt: skip
+    calls: list[Any] = []
+    check = entries.check_entry
+    monkeypatch.setattr(assertion, "check_entry", lambda e, **kw: calls.append(e) or check(e, **kw))
+    monkeypatch.setattr(assertion, "validate", lambda *a, **kw: calls.append(a) or 1 / 0)
+    ctx = assertion.CompileContext(
+        file="suite.yaml", lines={}, suite_dir=tmp_path, customs=discover(tmp_path)
+    )
+    compiled = assertion.compile_assertion(entry, ctx, ("tests", "0", "assert", "0"))
+    assert len(calls) == 1 + len(entry.get("assert", [])) and calls[0]["type"] == entry["type"]
+    assert compiled.weight == entry.get("weight", 1.0)
+    assert compiled.negate == (entry.get("negate", False) ^ entry["type"].startswith("not-"))

@@ -46,13 +46,21 @@ from ..llm.targets import (
 )
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import BuiltinAssertion, is_builtin
-from .config import GraderConfig, ScriptGrader, grader_from_data
+from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
-from .entries import Entry, LlmJudge, check_entry, weight_ok
+from .entries import (
+    CustomEntry,
+    Entry,
+    LlmJudge,
+    TraceEntry,
+    check_entry,
+    entry_model,
+    weight_ok,
+)
 from .fields import FieldAccuracy
 from .llm import CommandJudge, LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
-from .trace import TRACE_TYPES, TraceAssertion
+from .trace import TRACE_TYPES, TraceAssertion, trace_type
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
 from .verifier import node_test_grader_data, pytest_grader_data
 
@@ -355,8 +363,14 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
 
 
 def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
+    """The modifiers of an entry whose kind is not validated as a whole (validated here)."""
     given = {k: entry[k] for k in _MODIFIERS if k in entry}
     s = validate(Entry, given, file=ctx.file, lines=ctx.lines, prefix=loc)
+    return _scored(s, ctx, loc)
+
+
+def _scored(s: Entry, ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
+    """The modifiers of a validated entry, as the assertion keeps them."""
     gate = (
         s.required
         if s.required is not True  # false, or the gate itself
@@ -369,7 +383,7 @@ def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -
         where = "min_score" if s.required is True and s.min_score is not None else "required"
         raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
     return {
-        "name": s.name if "name" in given else s.metric,
+        "name": s.name if "name" in s.model_fields_set else s.metric,
         "weight": s.weight,
         "negate": s.negate,
         "required": None if gate is False else float(gate),
@@ -383,18 +397,12 @@ def compile_assertion(
     entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0
 ) -> Assertion:
     """One entry of an ``assert`` list, validated, with errors naming file, line and field."""
-    compiled = _compile(entry, ctx, loc, depth=depth)
-    kind = entry.get("type") if isinstance(entry, dict) else "llm-rubric"
-    if ctx.flavor == "gradebox" and not (kind in _BY_RECORD or is_builtin(kind)):
-        # And its declared shape (graders.entries, schemas/suite.schema.json), checked after
-        # the loader's own checks and their reasons: a suite that loads is one the schema
-        # takes, so an editor never marks a valid suite wrong.
-        check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
-    return compiled
+    return _compile(entry, ctx, loc, depth=depth)
 
 
-_BY_RECORD = {"field-accuracy", "assert-set", *_LLM}
-"""Kinds (and the built-ins) compiled from their validated entry: checked once, as they are."""
+_PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
+_NOT_CUSTOM = {*_LATER, *_V4_CHECKS, "composite"}
+"""The types no model of ``graders.entries`` names that are no custom assertion either."""
 
 
 def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
@@ -403,14 +411,32 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
     if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
         raise _fail(ctx, loc, "an assertion must be a mapping with a 'type'")
     kind = entry["type"]
-    score = _scoring(entry, ctx, loc)
-    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
-    if ctx.flavor == "agentv" and "transform" in body:
-        transform = _transform(body["transform"], kind, ctx, loc)
+    if ctx.flavor == "agentv" and "transform" in entry:  # the assertion compiled without it
+        transform = _transform(entry["transform"], kind, ctx, loc)
         rest = {k: v for k, v in entry.items() if k != "transform"}
         compiled = _compile(rest, ctx, loc, depth=depth)
         compiled.transform = transform
         return compiled
+    # Validated as a whole by their model (graders.entries), then compiled from its record:
+    if kind in _PROGRAMS:
+        return _grader(entry, ctx, loc)
+    if kind in ("pytest", "node-test"):
+        return _verifier(entry, ctx, loc)
+    if entry_model(kind) is CustomEntry and kind not in _NOT_CUSTOM:
+        return _custom(entry, ctx, loc)
+    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
+        entry = _promptfoo_extras(entry, keep={"threshold"} if not is_builtin(kind) else set())
+    if is_builtin(kind) or kind == "field-accuracy":
+        return _host(entry, ctx, loc)
+    if ctx.flavor == "gradebox" and issubclass(entry_model(kind), TraceEntry):
+        return _host(entry, ctx, loc)
+    if kind == "assert-set":
+        return _assert_set(entry, ctx, loc, depth)
+    if kind in _LLM:
+        return _llm(entry, ctx, loc)
+    # AgentV's kinds (and the names refused): no model of graders.entries names them.
+    score = _scoring(entry, ctx, loc)
+    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
         raise UnsupportedFeature(
             f"assertion type {kind!r}",
@@ -424,15 +450,20 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         return HostAssertion(check=check, **score)
     if kind == "composite":
         return _composite(body, score, ctx, loc, depth)
-    if kind == "assert-set":
-        return _assert_set(body, score, ctx, loc, depth)
-    if kind in _LLM:
-        return _llm(body, score, ctx, loc)
-    if kind in ("pytest", "node-test"):
-        return _verifier(body, score, ctx, loc)
-    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
-        body = _promptfoo_extras(body, score, keep={"threshold"} if not is_builtin(kind) else set())
-    schema = body.get("value") not in (None, "")
+    # AgentV's trace checks: validated by what runs, which takes keys the entries do not.
+    body["type"], flip = trace_type(kind, score["negate"])
+    score["negate"] ^= flip
+    if body["type"] in TRACE_TYPES:
+        check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
+        return HostAssertion(check=check, **score)
+    raise AssertionError(f"no compiler for {kind!r}")  # every other type is a custom one
+
+
+def _host(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> HostAssertion:
+    """A built-in, field-accuracy or (in a gradebox suite) a trace check: validated once by
+    its model, run as its record's ``check()``."""
+    kind = entry["type"]
+    schema = entry.get("value") not in (None, "")
     if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
         raise UnsupportedFeature(
             f"a JSON schema given to {kind}",
@@ -442,31 +473,12 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
             line=ctx.lines.get((*loc, "value")),
             field=".".join((*loc, "value")),
         )
-    if is_builtin(kind) or kind == "field-accuracy":  # its model validates, its record runs
-        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
-        return HostAssertion(check=record.check(), **score)
-    base = kind.removeprefix("not-")
-    if kind == "skill-used" and score["negate"]:
-        body["type"] = "not-skill-used"  # AgentV inverts it, then negates it again
-    elif kind not in TRACE_TYPES and base in TRACE_TYPES:
-        score["negate"] = not score["negate"]
-        body["type"] = base
-    if body["type"] in TRACE_TYPES:
-        check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
-    if kind in ("program", "script", "code-grader", "code-judge", "code_judge"):
-        return _grader(body, score, ctx, loc)
-    custom = ctx.customs.get(kind)
-    if custom is None:
-        known = ", ".join(sorted(ctx.customs)) or "none found"
-        raise _fail(
-            ctx,
-            (*loc, "type"),
-            f"unknown assertion type {kind!r}: not a built-in, not program/script, and no "
-            f".gradebox/assertions/{kind}.* (or .agentv/assertions/) above {ctx.suite_dir} "
-            f"(custom assertions found: {known})",
-        )
-    return _custom(custom, body, score, ctx, loc)
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = _scored(record, ctx, loc)
+    if isinstance(record, TraceEntry):
+        score["negate"] ^= trace_type(kind, record.negate)[1]
+        return HostAssertion(check=record.check(entry), **score)
+    return HostAssertion(check=record.check(), **score)
 
 
 TEST_TRANSFORM = "agentv_transform"
@@ -517,27 +529,25 @@ def _transform(value: Any, kind: str, ctx: CompileContext, loc: tuple[str, ...])
         raise _fail(ctx, (*loc, "transform"), str(exc)) from None
 
 
-def _promptfoo_extras(
-    body: dict[str, Any], score: dict[str, Any], keep: set[str]
-) -> dict[str, Any]:
+def _promptfoo_extras(entry: dict[str, Any], keep: set[str]) -> dict[str, Any]:
     """AgentV passes promptfoo's extra keys of a built-in through (its schema is
     ``passthrough``): an ``id`` names the assertion, the rest change nothing here (``keep``:
-    those that do for this type, as a latency check's ``threshold``)."""
-    if isinstance(body.get("id"), str) and score["name"] is None:
-        score["name"] = body["id"]
-    return {k: v for k, v in body.items() if k not in _PROMPTFOO_EXTRAS - keep}
+    those that do for this type, as a latency check's ``threshold``). Mapped before the
+    entry is validated."""
+    out = {k: v for k, v in entry.items() if k not in _PROMPTFOO_EXTRAS - keep}
+    named = entry.get("name") if "name" in entry else entry.get("metric")
+    if isinstance(entry.get("id"), str) and named is None:
+        out["name"] = entry["id"]
+    return out
 
 
 def _assert_set(
-    body: dict[str, Any],
-    score: dict[str, Any],
-    ctx: CompileContext,
-    loc: tuple[str, ...],
-    depth: int,
+    entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...], depth: int
 ) -> AssertSet:
     if depth >= 8:
         raise _fail(ctx, loc, "assert-set nested deeper than 8 levels")
-    record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = _scored(record, ctx, loc)
     threshold, shared = record.threshold, record.config or {}
     if not isinstance(record.assert_, list) or not record.assert_:
         raise _fail(ctx, (*loc, "assert"), "an assert-set needs a non-empty 'assert' list")
@@ -656,14 +666,14 @@ def _composite(
             )
         # One more script grader, run in the sandbox; the children's results on its stdin.
         program = _grader(
-            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, dict(_PLAIN), ctx, aloc
+            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, ctx, aloc, dict(_PLAIN)
         )
     else:
         prompt = agg.get("prompt", _AGGREGATOR_PROMPT)
         if not isinstance(prompt, str) or not prompt.strip():
             raise _fail(ctx, (*aloc, "prompt"), "prompt is text or file://...")
         # An LLM grader whose {{EVALUATOR_RESULTS_JSON}} is filled in when the results exist.
-        program = _llm({"type": "llm-grader", "prompt": prompt}, dict(_PLAIN), ctx, aloc)
+        program = _llm({"type": "llm-grader", "prompt": prompt}, ctx, aloc, dict(_PLAIN))
     return AssertSet(children=children, program=program, **score)
 
 
@@ -693,54 +703,85 @@ def infer_image(command: Any) -> str | None:
 
 
 def _grader(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+    entry: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
+    score: dict[str, Any] | None = None,
 ) -> GraderAssertion:
-    kind = body["type"]
-    config: dict[str, Any] | None = None
+    """A program or script grader: AgentV's spellings mapped and the suite's defaults filled
+    in, then the entry validated once by its model (``graders.entries``), whose record the
+    grader is built from. ``score``: the modifiers, when the entry is no user's (an aggregator)."""
+    data = {str(k): v for k, v in entry.items()}
     source = ctx.suite_dir
-    if kind != "program":
-        body = {**body, "type": "script"}
-        if "script" in body and "command" not in body:  # the earliest AgentV spelling
-            body["command"] = body.pop("script")
-        if "cwd" in body:  # AgentV: command paths resolve from cwd, relative to the eval file
-            cwd = body.pop("cwd")
-            if not isinstance(cwd, str):
-                raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
-            source = (ctx.suite_dir / cwd).resolve()
-            if not is_dir(source):
-                raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
-            root = project_folder(ctx.suite_dir)
-            if source != root and root not in source.parents:
-                raise _fail(
-                    ctx,
-                    (*loc, "cwd"),
-                    f"{cwd!r} leads out of the project folder "
-                    f"{root}: a grader's files must lie inside it",
-                )
+    if data["type"] != "program":
+        if "script" in data and "command" not in data:  # the earliest AgentV spelling
+            data["command"] = data.pop("script")
+        if "cwd" in data:  # AgentV: command paths resolve from cwd, relative to the eval file
+            source = _cwd(data["cwd"], ctx, loc)
         if ctx.flavor == "agentv":
-            body = _agentv_script(body, ctx, loc)
-            env = body.get("env") if isinstance(body.get("env"), dict) else {}
-            src = uv_src_layout(body.get("command"), source)
-            if src is not None and "PYTHONPATH" not in env and "files" not in body:
-                body["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
-        if ctx.flavor == "agentv" or "config" in body:
+            data = _agentv_script(data, ctx, loc)
+            env = data.get("env") if isinstance(data.get("env"), dict) else {}
+            src = uv_src_layout(data.get("command"), source)
+            if src is not None and "PYTHONPATH" not in env and "files" not in data:
+                data["env"] = {**env, "PYTHONPATH": src}  # what `uv run` makes importable
             # AgentV hands a script's own keys (expect_edited: [...]) to it as `config`.
-            extra = {k: v for k, v in body.items() if k not in _SCRIPT_FIELDS}
-            given = body.get("config")
+            extra = {k: v for k, v in data.items() if k not in _SCRIPT_KEYS}
+            given = data.get("config")
+            data = {k: v for k, v in data.items() if k in _SCRIPT_KEYS and k != "config"}
             if isinstance(given, dict) or extra:
-                config = {**(given if isinstance(given, dict) else {}), **extra}
-            body = {k: v for k, v in body.items() if k in _SCRIPT_FIELDS and k != "config"}
-    inherited = {k: v for k, v in ctx.defaults.items() if k not in body and v is not None}
-    if "image" not in body and "image" not in inherited:
-        guess = infer_image(body.get("command") or [body.get("program"), *body.get("args", [])])
+                data["config"] = {**(given if isinstance(given, dict) else {}), **extra}
+    inherited = {k: v for k, v in ctx.defaults.items() if k not in data and v is not None}
+    if "image" not in data and "image" not in inherited:
+        args = data.get("args")
+        guess = infer_image(
+            data.get("command") or [data.get("program"), *(args if isinstance(args, list) else [])]
+        )
         if guess:
             inherited["image"] = guess
-    grader = grader_from_data(
-        {**inherited, **body}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=source
-    )
+    record = check_entry({**inherited, **data}, file=ctx.file, lines=ctx.lines, loc=loc)
+    config = getattr(record, "config", None) if ctx.flavor == "agentv" else None
+    if ctx.flavor == "gradebox" and "config" in record.model_fields_set:
+        # As it always was: the script's config is its `config`, and that again under `config`.
+        config = {**(record.config or {}), "config": record.config}
+    grader = _grader_of(record).with_source(source)
     if source != ctx.suite_dir:
         grader.with_source(source, declared_in=ctx.suite_dir)
-    return GraderAssertion(grader=grader, config=config, **score)
+    return GraderAssertion(grader=grader, config=config, **(score or _scored(record, ctx, loc)))
+
+
+_SCRIPT_KEYS = _SCRIPT_FIELDS | set(_MODIFIERS) | {"cwd"}
+"""What a script entry of an AgentV file keeps; its other keys are its ``config``."""
+
+
+def _grader_of(record: Any) -> GraderConfig:
+    """The grader a validated program or script entry describes. Its model is the grader's
+    plus the modifiers (which are the assertion's, not the grader's), so every check of the
+    grader ran as the entry was validated: nothing is validated again."""
+    cls: type[ProgramGrader] | type[ScriptGrader]
+    cls = ProgramGrader if isinstance(record, ProgramGrader) else ScriptGrader
+    values = {k: record.__dict__[k] for k in cls.model_fields}
+    values.update(type=cls.model_fields["type"].default, name=None, weight=1.0)
+    grader = cls.model_construct(**values)
+    if isinstance(grader, ScriptGrader):
+        grader._dialect_given = record.dialect_given
+    return grader
+
+
+def _cwd(cwd: Any, ctx: CompileContext, loc: tuple[str, ...]) -> Path:
+    """A script's ``cwd``: a folder next to the file, inside the project folder."""
+    if not isinstance(cwd, str):
+        raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
+    source = (ctx.suite_dir / cwd).resolve()
+    if not is_dir(source):
+        raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
+    root = project_folder(ctx.suite_dir)
+    if source != root and root not in source.parents:
+        raise _fail(
+            ctx,
+            (*loc, "cwd"),
+            f"{cwd!r} leads out of the project folder {root}: a grader's files must lie inside it",
+        )
+    return source
 
 
 def _agentv_script(
@@ -782,15 +823,27 @@ def _found_script(arg: Any, ctx: CompileContext) -> Any:
 _SCRIPT_LIKE = re.compile(r"[/\\]|\.(?:[cm]?[jt]sx?|py|sh|bash|rb|go|rs)$", re.I)
 
 
-def _custom(
-    custom: CustomAssertion,
-    body: dict[str, Any],
-    score: dict[str, Any],
-    ctx: CompileContext,
-    loc: tuple[str, ...],
-) -> GraderAssertion:
-    own = {k: body[k] for k in ("timeout", "limits", "image", "network") if k in body}
-    config = {k: v for k, v in body.items() if k not in own and k != "type"}
+def _custom(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> GraderAssertion:
+    """A custom assertion: the entry validated once (its keys but the grader's own settings
+    are its ``config``), run as the script grader its file makes."""
+    build: dict[str, Any] = {}
+    if ctx.flavor == "agentv" and not isinstance(entry.get("image", ""), str):
+        # An AgentV file's custom assertion has been given an image build ({build: ...})
+        # as its grader is: kept so, though the schema of gradebox suites takes a name only.
+        build = {"image": entry["image"]}
+        entry = {k: v for k, v in entry.items() if k != "image"}
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    custom = ctx.customs.get(record.type)
+    if custom is None:
+        known = ", ".join(sorted(ctx.customs)) or "none found"
+        raise _fail(
+            ctx,
+            (*loc, "type"),
+            f"unknown assertion type {record.type!r}: not a built-in, not program/script, and "
+            f"no .gradebox/assertions/{record.type}.* (or .agentv/assertions/) above "
+            f"{ctx.suite_dir} (custom assertions found: {known})",
+        )
+    own = record.model_dump(mode="json", include=set(_CUSTOM_OWN) & record.model_fields_set)
     image = ctx.defaults.get("image") if custom.image() == "python" else custom.image()
     data = {
         "type": "script",
@@ -800,12 +853,19 @@ def _custom(
         "image": image,
         **{k: ctx.defaults[k] for k in ("timeout", "limits") if ctx.defaults.get(k) is not None},
         **own,
+        **build,
     }
     data = {k: v for k, v in data.items() if v is not None}
     grader = grader_from_data(
         data, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=custom.path.parent
     )
-    return GraderAssertion(grader=grader, config=config or None, **score)
+    return GraderAssertion(
+        grader=grader, config=record.model_extra or None, **_scored(record, ctx, loc)
+    )
+
+
+_CUSTOM_OWN = ("timeout", "limits", "image", "network")
+"""A custom assertion's keys that are its grader's settings, not its ``config``."""
 
 
 def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list[RubricItem]:
@@ -890,8 +950,14 @@ def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | 
 
 
 def _llm(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
+    entry: dict[str, Any],
+    ctx: CompileContext,
+    loc: tuple[str, ...],
+    score: dict[str, Any] | None = None,
 ) -> LlmGraderAssertion:
+    """An LLM grader, validated once by its model (with its modifiers); its rubric items are
+    read as written, in AgentV's shapes too. ``score``: as ``_grader``'s."""
+    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:  # an AgentV file's graders have theirs run (_transform)
         raise UnsupportedFeature(
@@ -908,10 +974,11 @@ def _llm(
         # rubric items take keys of their own too (`operator`): _rubric_items reads them.
         kept = set(LlmJudge.model_fields) - {"value", "rubrics", "criteria"}
         record = check_entry(
-            {k: v for k, v in body.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
+            {k: v for k, v in entry.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
         )
     else:
-        record = check_entry(body, file=ctx.file, lines=ctx.lines, loc=loc)
+        record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = score or _scored(record, ctx, loc)
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":
         goal = body.get("value", {})
@@ -1069,18 +1136,15 @@ def _judge_error(
     return _fail(ctx, where, exc.message)
 
 
-_VERIFIER_KEYS = {"type", "files", "dest", "args", "timeout", "image", "limits", "env", "name"}
-
-
-def _verifier(
-    body: dict[str, Any], score: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]
-) -> GraderAssertion:
-    unknown = set(body) - _VERIFIER_KEYS
-    if unknown:
-        key = sorted(unknown, key=str)[0]
-        raise _fail(ctx, (*loc, key), "unknown field of a verifier (check its spelling)")
+def _verifier(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> GraderAssertion:
+    """``pytest`` / ``node-test``: the entry validated once, the script grader that runs its
+    files made from that record (what it generates, with the suite's defaults, is checked as
+    a grader's configuration: only the files' existence is left, which no schema can say)."""
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    given = set(record.model_fields_set) - set(_MODIFIERS)
+    body = record.model_dump(mode="json", include=given)
     try:
-        if body["type"] == "pytest":
+        if record.type == "pytest":
             data = pytest_grader_data(body, ctx.suite_dir, ctx.template)
         else:
             data = node_test_grader_data(body, ctx.suite_dir)
@@ -1090,7 +1154,7 @@ def _verifier(
     grader = grader_from_data(
         {**inherited, **data}, file=ctx.file, lines=ctx.lines, prefix=loc, source_dir=ctx.suite_dir
     )
-    return GraderAssertion(grader=grader, **score)
+    return GraderAssertion(grader=grader, **_scored(record, ctx, loc))
 
 
 def group_rubrics(entries: list[Any]) -> list[tuple[int, Any]]:

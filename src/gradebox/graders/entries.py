@@ -3,9 +3,12 @@
 checks ``assert`` lists with it) and gradebox suites are checked against them as they load
 (``check_entry``), so the schema and the loader cannot disagree.
 
-They only say what is well formed; ``graders.assertion`` compiles an entry into what runs and
-does the checks a schema cannot (a file that exists, a model target that is known). AgentV's
-spellings are mapped onto these names by ``formats.agentv`` before anything sees them.
+An entry is validated once, by its kind's model (``check_entry``), and ``graders.assertion``
+compiles what runs from that record, never from the raw mapping; it does only the checks a
+schema cannot (a file that exists, a model target that is known). AgentV's spellings are
+mapped onto these names by ``formats.agentv`` (and ``graders.assertion``) before validation;
+AgentV's own kinds (``composite``, v4's checks) and its trace checks, which take keys these
+models do not, are validated by the models that run them.
 
 Adding a kind is one model here: a subclass of ``Entry`` with ``type: Literal[...]`` naming its
 types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
@@ -36,17 +39,21 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from ..core.types import Duration
 from ..core.yamlfile import LineMap, to_config_error
+from ..images import ImageBuild
 from ..sandbox.base import Limits
 from .builtin import BuiltinAssertion, refuse_vacuous
-from .config import ProgramGrader, ScriptGrader
+from .config import EnvKey, ProgramGrader, ScriptGrader
 from .fields import FieldAccuracy, FieldSpec
+from .trace import TraceAssertion, check_trace, collect_metrics, trace_type
 
 __all__ = [
     "KINDS",
     "AssertItem",
     "Entry",
     "SchemaOf",
+    "TraceEntry",
     "check_entry",
     "entry_model",
     "weight_ok",
@@ -199,12 +206,41 @@ class FieldAccuracyCheck(Entry):
 # -------------------------------------------------------------------------------------------
 # Checks over what the agent did (graders.trace).
 
+
+class TraceEntry(Entry):
+    """A trace check's entry; ``check()`` is what runs. The rules of ``graders.trace`` (a
+    limit that is a finite number, a value no run could fail) are checked first, as
+    ``TraceAssertion`` checks them, with the same reasons."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("type"), str):
+            kind_, _ = trace_type(data["type"], data.get("negate"))
+            body = {k: v for k, v in data.items() if k not in Entry.model_fields}
+            check_trace(kind_, collect_metrics({**body, "type": kind_}).get("value"))
+        return data
+
+    def check(self, written: Any) -> TraceAssertion:
+        """What runs (``written``: the entry's keys as written, the order its limits keep)."""
+        kind_, _ = trace_type(self.type, self.negate)  # type: ignore[attr-defined]
+        limits = [k for k in written if k in self.model_fields_set and k not in Entry.model_fields]
+        limits = [k for k in limits if k not in ("type", "value", "mode")]
+        # Checked as this entry was validated: constructed, not validated again.
+        return TraceAssertion.model_construct(
+            type=kind_,
+            value=getattr(self, "value", None),
+            mode=getattr(self, "mode", None),
+            metrics={k: float(getattr(self, k)) for k in limits},
+        )
+
+
 _TRAJECTORY = ("trajectory:tool-used", "trajectory:tool-sequence", "trajectory:tool-args-match",
                "trajectory:step-count")  # fmt: skip
 
 
 @kind
-class TrajectoryCheck(Entry):
+class TrajectoryCheck(TraceEntry):
     """The agent's tool calls: ``trajectory:tool-used`` and its kin."""
 
     type: Literal[_not(_TRAJECTORY)]  # type: ignore[valid-type]
@@ -213,7 +249,7 @@ class TrajectoryCheck(Entry):
 
 
 @kind
-class SkillCheck(Entry):
+class SkillCheck(TraceEntry):
     """``skill-used``: the agent used a skill (a name, names, or {name|pattern, min, max})."""
 
     type: Literal["skill-used", "not-skill-used"]
@@ -224,7 +260,7 @@ Number = Annotated[float, Field(ge=0)]
 
 
 @kind
-class ExecutionMetricsCheck(Entry):
+class ExecutionMetricsCheck(TraceEntry):
     type: Literal[_not(("execution-metrics",))]  # type: ignore[valid-type]
     max_tool_calls: Number | None = None
     max_llm_calls: Number | None = None
@@ -236,21 +272,21 @@ class ExecutionMetricsCheck(Entry):
 
 
 @kind
-class LatencyCheck(Entry):
+class LatencyCheck(TraceEntry):
     type: Literal[_not(("latency",))]  # type: ignore[valid-type]
     max_ms: Number | None = None
     threshold: Number | None = Field(default=None, description="promptfoo's name for max_ms")
 
 
 @kind
-class CostCheck(Entry):
+class CostCheck(TraceEntry):
     type: Literal[_not(("cost",))]  # type: ignore[valid-type]
     max_usd: Number | None = None
     budget: Number | None = None
 
 
 @kind
-class TokenUsageCheck(Entry):
+class TokenUsageCheck(TraceEntry):
     type: Literal[_not(("token-usage",))]  # type: ignore[valid-type]
     max_total_tokens: Number | None = None
     max_total: Number | None = None
@@ -353,10 +389,11 @@ class VerifierEntry(Entry):
     files: str | list[str] = Field(description="test files, relative to the suite")
     dest: str | None = Field(default=None, description="where in the workspace they go")
     args: list[str | int | float] = Field(default_factory=list)
-    timeout: str | float | None = None
-    image: str | dict[str, Any] | None = None
+    # The grader's own types: the grader it runs as is built from these, checked here once.
+    timeout: Duration | None = None
+    image: str | ImageBuild | None = None
     limits: Limits | None = None
-    env: dict[str, str] | None = None
+    env: dict[EnvKey, str] | None = None
 
 
 @kind
@@ -380,7 +417,7 @@ class CustomEntry(Entry):
 
     type: str = Field(min_length=1, description="the custom assertion's file name")
     image: str | None = None
-    timeout: str | float | None = None
+    timeout: Duration | None = None  # its grader's type: checked here, once
     limits: Limits | None = None
     network: Literal["none", "bridge"] | None = None
 

@@ -67,6 +67,78 @@ _METRIC_KEYS = {
 _READ_ONLY = re.compile(r"read|search|grep|glob|list|find|view|fetch|get|ls|cat", re.I)
 
 
+def collect_metrics(data: Any) -> Any:
+    """A metric check's limits (``max_ms: 500``) gathered under ``metrics``, each refused
+    unless it is a finite number >= 0 (the rule of ``TraceAssertion`` and of its entries)."""
+    if isinstance(data, dict) and data.get("type") in _METRIC_KEYS:
+        allowed = _METRIC_KEYS[data["type"]]
+        metrics = {k: v for k, v in data.items() if k in allowed}
+        rest = {k: v for k, v in data.items() if k not in allowed}
+        if not metrics:
+            raise ValueError(f"{data['type']} needs one of: {', '.join(sorted(allowed))}")
+        for key, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{key} must be a number")
+            if not math.isfinite(value) or value < 0:
+                # `.inf` holds for every run, a negative limit for none.
+                raise ValueError(f"{key} must be a finite number >= 0")
+        if data["type"] == "execution-metrics" and set(metrics) == {"exploration_tolerance"}:
+            raise ValueError(
+                "exploration_tolerance needs target_exploration_ratio: with "
+                "no limit, execution-metrics holds for every run"
+            )
+        return {**rest, "metrics": metrics}
+    return data
+
+
+def check_trace(kind: str, value: Any) -> None:
+    """A ValueError when a trace check of type ``kind`` (a type of ``TRACE_TYPES``, negation
+    resolved) cannot be run as given, or no run could fail it."""
+    if kind.startswith("trajectory:") and value is None:
+        raise ValueError(f"{kind} needs a 'value'")
+    if kind.endswith("skill-used"):
+        _check_skill_value(kind, value)
+    if kind == "trajectory:tool-sequence":
+        steps = value.get("steps") if isinstance(value, dict) else value
+        if not isinstance(steps, list) or not steps:
+            raise ValueError("trajectory:tool-sequence needs value.steps, a list of tools")
+        if any(_blank(s.get("tool") if isinstance(s, dict) else s) for s in steps):
+            raise ValueError(f"trajectory:tool-sequence: {_BLANK_TOOL}")
+    if kind == "trajectory:tool-used":
+        _check_tool_used(value)
+    if kind == "trajectory:step-count":
+        spec = value if isinstance(value, dict) else {"max": value}
+        low, high = spec.get("min"), spec.get("max")
+        for key, bound in (("min", low), ("max", high)):
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+            ):
+                raise ValueError(f"trajectory:step-count: {key} must be a whole number >= 0")
+        if not low and high is None:
+            raise ValueError(
+                "trajectory:step-count needs a max or a min above 0: without "
+                "one it holds for every run"
+            )
+    if kind == "trajectory:tool-args-match" and not (
+        isinstance(value, dict) and isinstance(value.get("name"), str)
+    ):
+        raise ValueError("trajectory:tool-args-match needs value.name and value.args")
+    if kind == "trajectory:tool-args-match" and _blank(value["name"]):
+        raise ValueError(f"trajectory:tool-args-match: {_BLANK_TOOL}")
+
+
+def trace_type(kind: str, negate: Any) -> tuple[str, bool]:
+    """The trace check an entry of type ``kind`` runs, and whether its result is negated once
+    more: ``not-X`` is ``X`` negated; AgentV's ``skill-used`` with ``negate: true`` is
+    ``not-skill-used`` (AgentV inverts it, then negates it again)."""
+    if kind == "skill-used" and negate is True:
+        return "not-skill-used", False
+    base = kind.removeprefix("not-")
+    if kind not in TRACE_TYPES and base in TRACE_TYPES:
+        return base, True
+    return kind, False
+
+
 class TraceAssertion(BaseModel):
     """A check over the trace and the reported metrics, evaluated on the host.
 
@@ -85,61 +157,13 @@ class TraceAssertion(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _collect_metrics(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("type") in _METRIC_KEYS:
-            allowed = _METRIC_KEYS[data["type"]]
-            metrics = {k: v for k, v in data.items() if k in allowed}
-            rest = {k: v for k, v in data.items() if k not in allowed}
-            if not metrics:
-                raise ValueError(f"{data['type']} needs one of: {', '.join(sorted(allowed))}")
-            for key, value in metrics.items():
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ValueError(f"{key} must be a number")
-                if not math.isfinite(value) or value < 0:
-                    # `.inf` holds for every run, a negative limit for none.
-                    raise ValueError(f"{key} must be a finite number >= 0")
-            if data["type"] == "execution-metrics" and set(metrics) == {"exploration_tolerance"}:
-                raise ValueError(
-                    "exploration_tolerance needs target_exploration_ratio: with "
-                    "no limit, execution-metrics holds for every run"
-                )
-            return {**rest, "metrics": metrics}
-        return data
+        return collect_metrics(data)
 
     @model_validator(mode="after")
     def _check(self) -> TraceAssertion:
         if self.type not in TRACE_TYPES:
             raise ValueError(f"unknown trace assertion {self.type!r}")
-        if self.type.startswith("trajectory:") and self.value is None:
-            raise ValueError(f"{self.type} needs a 'value'")
-        if self.type.endswith("skill-used"):
-            _check_skill_value(self.type, self.value)
-        if self.type == "trajectory:tool-sequence":
-            steps = self.value.get("steps") if isinstance(self.value, dict) else self.value
-            if not isinstance(steps, list) or not steps:
-                raise ValueError("trajectory:tool-sequence needs value.steps, a list of tools")
-            if any(_blank(s.get("tool") if isinstance(s, dict) else s) for s in steps):
-                raise ValueError(f"trajectory:tool-sequence: {_BLANK_TOOL}")
-        if self.type == "trajectory:tool-used":
-            _check_tool_used(self.value)
-        if self.type == "trajectory:step-count":
-            spec = self.value if isinstance(self.value, dict) else {"max": self.value}
-            low, high = spec.get("min"), spec.get("max")
-            for key, bound in (("min", low), ("max", high)):
-                if bound is not None and (
-                    isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
-                ):
-                    raise ValueError(f"trajectory:step-count: {key} must be a whole number >= 0")
-            if not low and high is None:
-                raise ValueError(
-                    "trajectory:step-count needs a max or a min above 0: without "
-                    "one it holds for every run"
-                )
-        if self.type == "trajectory:tool-args-match" and not (
-            isinstance(self.value, dict) and isinstance(self.value.get("name"), str)
-        ):
-            raise ValueError("trajectory:tool-args-match needs value.name and value.args")
-        if self.type == "trajectory:tool-args-match" and _blank(self.value["name"]):
-            raise ValueError(f"trajectory:tool-args-match: {_BLANK_TOOL}")
+        check_trace(self.type, self.value)
         return self
 
     def display_name(self) -> str:
