@@ -59,3 +59,10 @@ def test_bidi_controls_in_an_id_are_shown_as_marks():
 def test_one_test_is_one_test():
     assert _table([_failed("t", "no")])[0].strip() == "s: 1 test"
     assert _table([_failed("t", "no"), _failed("u", "no")])[0].strip() == "s: 2 tests"
+
+
+def test_an_id_of_20_characters_stays_whole_and_the_table_fits_80_columns():
+    lines = _table([_failed("purposeful-failures", "equals 'A precise answer.': not met " * 3)])
+    assert any("│ purposeful-failures │" in line for line in lines), "\n".join(lines)
+    rows = [line for line in lines if line.startswith(("│", "┃", "┏", "└"))]
+    assert all(len(line) <= 80 and line[-1] in "│┃┓┘" for line in rows), "\n".join(lines)

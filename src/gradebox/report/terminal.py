@@ -80,18 +80,22 @@ def print_run(
     """The table at the end of a suite run, then one line of totals."""
     tests = f"{summary.total} test{'' if summary.total == 1 else 's'}"
     table = Table(title=f"{escape(summary.suite)}: {tests}", show_lines=False)
-    # At 80 columns every column keeps room: a long id folds (a no_wrap id once took the whole
-    # width, and the verdicts with it), the grader is cut, the reason is a few lines.
-    table.add_column("test", overflow="fold", min_width=10)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("score", justify="right", no_wrap=True)
-    table.add_column("slowest grader", max_width=18, no_wrap=True, overflow="ellipsis")
-    table.add_column("reason", min_width=16, max_width=70)
     order = {Status.error: 0, Status.failed: 1, Status.passed: 2}
     ranked = sorted(results, key=lambda r: (order[r.status], r.id))
     # Every test that did not pass is shown; passes fill the table up to `max_rows`.
     shown = [r for r in ranked if r.status is not Status.passed]
     shown += [r for r in ranked if r.status is Status.passed][: max(0, max_rows - len(shown))]
+    # At 80 columns every column keeps room: ids of up to 20 characters stay whole (one can
+    # copy them into --filter), longer ones fold (a no_wrap id once took the whole width, and
+    # the verdicts with it), the grader is cut, the reason is a few lines.
+    if max((len(clean(r.id)) for r in shown), default=0) <= 20:
+        table.add_column("test", no_wrap=True)
+    else:
+        table.add_column("test", overflow="fold", min_width=10)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("slowest grader", max_width=16, no_wrap=True, overflow="ellipsis")
+    table.add_column("reason", min_width=14, max_width=70)
     for r in shown:
         table.add_row(
             escape(r.id),
