@@ -9,6 +9,7 @@ fails the test that asked for a cluster, it never skips it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -37,6 +38,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_turn: dict[str, int] = {"held": 0, "fd": -1}
+
+
+def _take_turn() -> None:
+    """One process's Ray clusters at a time on this machine: the suite runs its files on
+    several workers, and two clusters started at once on two cores turn the kill-mid-run
+    tests' timing into chance. Held by this process until its last cluster stops."""
+    if _turn["held"] == 0:
+        path = Path(tempfile.gettempdir()) / f"gradebox-tests-ray-{os.getuid()}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _turn["fd"] = fd
+    _turn["held"] += 1
+
+
+def _give_turn() -> None:
+    _turn["held"] -= 1
+    if _turn["held"] == 0:
+        os.close(_turn["fd"])  # the lock goes with it
+
+
 class LocalRay:
     """``with LocalRay(workers=2) as cluster: ... cluster.address``."""
 
@@ -53,6 +75,7 @@ class LocalRay:
         # is told apart from what other runs on this machine hold.
         self.oci_state = self.base / "oci"
         self.left_at_stop: list[str] | None = None  # containers still there once gc ran
+        self.holding = False  # this cluster holds the machine's turn (``_take_turn``)
 
     def _env(self, name: str, extra: dict[str, str]) -> dict[str, str]:
         tmp = self.base / f"{name}-tmp"
@@ -63,7 +86,14 @@ class LocalRay:
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:
         cpus = [] if "--num-cpus" in args else ["--num-cpus", "1"]
-        cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", *cpus,
+        # Each node's agents on free ports of their own: Ray's fixed defaults (52365 for the
+        # dashboard agent, the job API's) would be taken by another cluster on this machine
+        # (another test's, another user's), and the head's job agent would never come up.
+        agents = [flag for option in ("--dashboard-agent-listen-port",
+                                      "--dashboard-agent-grpc-port", "--metrics-export-port",
+                                      "--runtime-env-agent-port")
+                  for flag in (option, str(_free_port()))]  # fmt: skip
+        cmd = [RAY, "start", "--node-ip-address", "127.0.0.1", *cpus, *agents,
                "--temp-dir", str(self.base / name), "--disable-usage-stats", *args]  # fmt: skip
         # A session of its own: every process of this node (Ray renames some, and overwrites
         # their environment) keeps this session id, so the node can be found and killed whole.
@@ -77,6 +107,7 @@ class LocalRay:
             raise RuntimeError(f"ray start {name} failed:\n{output}")
 
     def start(self) -> LocalRay:
+        self._hold()
         self._start("head", ["--head", "--port", str(self.port), "--include-dashboard=false",
                              "--resources", json.dumps({"gradebox": 0})], HEAD_ENV)  # fmt: skip
         for i in range(self.workers):
@@ -137,7 +168,20 @@ class LocalRay:
                 os.kill(pid, sig)
         return len(pids)
 
+    def _hold(self) -> None:
+        if not self.holding:
+            _take_turn()
+            self.holding = True
+
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            if self.holding:
+                self.holding = False
+                _give_turn()
+
+    def _stop(self) -> None:
         self.kill(None, signal.SIGTERM)
         # Ray's GCS server and raylets do not end on SIGTERM within 15 s (measured: they wait
         # for peers): a short grace, then SIGKILL, and the nodes' gc below does the rest.
@@ -212,6 +256,7 @@ class AutoscalingRay(LocalRay):
         }  # fmt: skip
 
     def start(self) -> AutoscalingRay:
+        self._hold()
         path = self.base / "autoscaling.json"
         path.write_text(json.dumps(self.config()))
         dash = (["--include-dashboard=true", "--dashboard-host", "127.0.0.1",
