@@ -66,3 +66,9 @@ def test_an_id_of_20_characters_stays_whole_and_the_table_fits_80_columns():
     assert any("│ purposeful-failures │" in line for line in lines), "\n".join(lines)
     rows = [line for line in lines if line.startswith(("│", "┃", "┏", "└"))]
     assert all(len(line) <= 80 and line[-1] in "│┃┓┘" for line in rows), "\n".join(lines)
+
+
+def test_an_id_holding_a_line_break_stays_on_its_row():
+    lines = "\n".join(_table([_failed("evil\n✔ PASS", "no")], width=200))
+    assert "evil⟦U+000A⟧✔ PASS" in lines, lines
+    assert "✔ PASS" not in lines.replace("evil⟦U+000A⟧✔ PASS", ""), lines

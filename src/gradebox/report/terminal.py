@@ -25,6 +25,12 @@ def escape(text: str) -> str:
     return _markup_escape(clean(text))
 
 
+def one_line(text: str) -> str:
+    """An untrusted name (a test id, a target), ``escape``d, on one line: a line break in it
+    is a mark, so no name can draw a second line (a "✔ PASS") into its row."""
+    return escape(text).replace("\n", "⟦U+000A⟧")  # (other controls: escape's U+FFFD)
+
+
 def xml_text(text: str) -> str:
     """Untrusted text, safe inside XML: characters XML cannot hold become U+FFFD."""
     return _NOT_XML.sub("\ufffd", text)
@@ -98,7 +104,7 @@ def print_run(
     table.add_column("reason", min_width=14, max_width=70)
     for r in shown:
         table.add_row(
-            escape(r.id),
+            one_line(r.id),
             f"[{STYLE[r.status]}]{MARK[r.status]}[/]",
             f"{r.score:.2f}",
             escape(slowest(r)),
@@ -126,7 +132,7 @@ def print_targets(summary: RunSummary, console: Console) -> None:
         table.add_column(name, justify="right")
     for name, t in (summary.targets or {}).items():
         table.add_row(
-            escape(name),  # the eval file's text: no markup, no control sequences
+            one_line(name),  # the eval file's text: no markup, no control sequences
             str(t.passed),
             str(t.failed),
             str(t.errored),
