@@ -133,10 +133,12 @@ class LocalRay:
             time.sleep(0.5)
         raise RuntimeError(f"{alive} Ray nodes did not come up in {timeout} s")
 
-    def alive_nodes(self) -> int:
+    def alive_nodes(self, gradebox_only: bool = False) -> int:
+        """Live nodes (``gradebox_only``: those offering a ``gradebox`` resource)."""
+        offers = " and n['Resources'].get('gradebox', 0) > 0" if gradebox_only else ""
         code = (
             "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
-            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
+            f"log_to_driver=False); print(sum(n['Alive']{offers} for n in ray.nodes()))"
         )
         proc = subprocess.run(
             [sys.executable, "-c", code, self.address], capture_output=True, text=True,

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,10 +91,13 @@ def open_page(browser: object) -> Iterator[object]:
     """``open_page(url, allowed_prefixes, dark=False)`` -> a ``Watched`` page."""
     contexts = []
 
-    def opener(url: str, allowed: tuple[str, ...], dark: bool = False) -> Watched:
-        ctx = browser.new_context(
-            viewport={"width": 1280, "height": 860}, color_scheme="dark" if dark else "light"
-        )
+    def opener(url: str, allowed: tuple[str, ...], dark: bool = False, **context: Any) -> Watched:
+        # ``context``: Playwright's context options over the desktop defaults (a phone's).
+        ctx = browser.new_context(**{
+            "viewport": {"width": 1280, "height": 860},
+            "color_scheme": "dark" if dark else "light",
+            **context,
+        })  # fmt: skip
         contexts.append(ctx)
         watched = Watched(ctx.new_page(), allowed)
         watched.page.goto(url)

@@ -6,7 +6,7 @@ results model (no engine needed), shaped as a run of the quickstart's graders is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,22 +70,14 @@ def _write(folder: Path, results: list[TestResult], plan: list[str] | None = Non
 
 
 @pytest.fixture
-def phone(browser: object) -> Iterator[object]:
-    """``phone(url)`` -> a ``Watched`` page in a 390 px wide phone."""
-    contexts = []
+def phone(open_page) -> Callable[[str], Watched]:  # type: ignore[no-untyped-def]
+    """``phone(url)`` -> a ``Watched`` page in a 390 px wide phone (``open_page``'s)."""
 
     def opener(url: str) -> Watched:
-        ctx = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True,
-                                  device_scale_factor=2)  # fmt: skip
-        contexts.append(ctx)
-        watched = Watched(ctx.new_page(), ("file://",))
-        watched.page.goto(url)
-        watched.page.wait_for_selector("#h-tests")
-        return watched
+        return open_page(url, ("file://",), viewport=PHONE, is_mobile=True, has_touch=True,
+                         device_scale_factor=2)  # fmt: skip
 
-    yield opener
-    for ctx in contexts:
-        ctx.close()
+    return opener
 
 
 def _sideways(page: object) -> int:

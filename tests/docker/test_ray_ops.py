@@ -25,23 +25,10 @@ def autoscaling():  # type: ignore[no-untyped-def]
         yield c
 
 
-def live_gradebox_nodes(cluster: AutoscalingRay) -> int:
-    code = (
-        "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
-        "log_to_driver=False); print(sum(n['Alive'] and n['Resources'].get('gradebox', 0) > 0 "
-        "for n in ray.nodes()))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, cluster.address], capture_output=True, text=True,
-        timeout=60, check=False, env=cluster._env("probe", {}),
-    )  # fmt: skip
-    return int(proc.stdout.strip() or 0)
-
-
 def test_a_cluster_of_zero_workers_is_scaled_up_by_the_tests_and_runs_each_once(
     tmp_path, autoscaling, engine
 ):
-    assert live_gradebox_nodes(autoscaling) == 0  # min_workers: 0, nothing asked yet
+    assert autoscaling.alive_nodes(gradebox_only=True) == 0  # min_workers: 0, nothing asked yet
     suite = make_suite(tmp_path / "suite", 10, sleep=1, bad=(4,))
     out = tmp_path / "out"
     p = gradebox("run", suite, "--ray", autoscaling.address, "--out", out,
@@ -53,7 +40,7 @@ def test_a_cluster_of_zero_workers_is_scaled_up_by_the_tests_and_runs_each_once(
     assert Counter(r["id"] for r in got) == Counter(f"t-{i:02d}" for i in range(10))
     assert {r["id"] for r in got if r["status"] != "passed"} == {"t-04"}
     assert all(r["node"] and r["attempts"] == 1 for r in got)
-    assert live_gradebox_nodes(autoscaling) >= 1  # what the demand started
+    assert autoscaling.alive_nodes(gradebox_only=True) >= 1  # what the demand started
     assert containers_left(autoscaling, engine) == [] and scratch_left(autoscaling) == []
 
 
