@@ -672,3 +672,22 @@ def test_a_node_whose_jobs_fail_three_times_in_a_row_for_infrastructure_is_drain
     assert drained == [
         f"node {name} is drained and is set aside: 3 jobs in a row failed there (last: engine gone)"
     ]
+
+
+def test_a_run_folder_another_user_could_write_is_refused_before_anything_is_put_in_it(
+    monkeypatch, tmp_path
+):
+    """The node's run folder sits in the shared temp folder: one made ahead under the run's
+    name (here world-writable, as another local user's would be to us) is refused, and
+    neither the bundle nor the images' lock goes into it."""
+    from gradebox.cluster import node
+
+    monkeypatch.setattr(node.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(node, "_watched", lambda: None)
+    spec = RunSpec(run_id="r-shared", kind="suite", bundle=None, entry="suite.yaml", images={})
+    planted = node.run_dir(spec.run_id)
+    planted.mkdir()
+    planted.chmod(0o777)
+    with pytest.raises(node.NodeRefused, match="not its own: .* may be written by others"):
+        node._Context(spec)
+    assert list(planted.iterdir()) == []

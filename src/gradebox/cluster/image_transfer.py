@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -63,7 +64,9 @@ def load_once(
     lock every process of the node takes (``lacking``), so the first one loads and the ones
     that waited find them. What ``load_stream`` verified; None when nothing was loaded."""
     lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(lock_file, "w") as held:
+    # Never through a link (the folder is the node's own, checked by its context).
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(lock_file, flags, 0o600), "rb+", buffering=0) as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not lacking():
             return None

@@ -26,6 +26,7 @@ from typing import Any
 
 from .._version import __version__
 from ..core.scratch import collect_scratch
+from ..core.untrusted import unshared
 from ..drivers.batch import load_grader_ref
 from ..errors import GradeboxError, ImageError
 from ..files.workspace import remove_tree, unmount_below
@@ -123,6 +124,13 @@ class _Context:
                 f"runs gradebox {__version__}, the driver {spec.version}: install the same "
                 "version on every node"
             )
+        # The node's folder for this run, in the shared temp folder: made 0700 and checked
+        # through the door before anything (the bundle, the images' lock) is put in it, so a
+        # folder another local user made (or linked) under this name is refused, not used.
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        why = unshared(self.dir)
+        if why is not None:
+            raise NodeRefused(f"its run folder {self.dir} is not its own: {why}")
         # Only the first process of a node fetches the files from the object store.
         self.root = unpack(lambda: ray.get(spec.bundle), self.dir / "bundle")
         self.worker: Worker | None = None
