@@ -24,6 +24,12 @@ from gradebox.files.workspace import remove_tree, unmount_below
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
+# These clusters run without Ray's token auth, said outright: with RAY_AUTH_MODE unset, Ray
+# turns token auth on in any process that finds a ~/.ray/auth_token (one left in this user's
+# home by some other Ray use), and its nodes and drivers then refuse each other's calls.
+# Drivers the tests start inherit it from here.
+os.environ["RAY_AUTH_MODE"] = "disabled"
+
 # Node loss is noticed in about 3 s instead of Ray's default 30 s.
 HEAD_ENV = {
     "RAY_health_check_period_ms": "1000",
@@ -81,7 +87,8 @@ class LocalRay:
         tmp = self.base / f"{name}-tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        return {**env, "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(tmp),
+        return {**env, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                "TMPDIR": str(tmp),
                 "GRADEBOX_OCI_STATE": str(self.oci_state), **extra}  # fmt: skip
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> None:
