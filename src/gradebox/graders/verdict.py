@@ -218,22 +218,10 @@ def _json_problem(text: str) -> str:
     return "not a JSON object"
 
 
-def judge(
-    dialect: Dialect,
-    name: str,
-    outcome: RunOutcome,
-    *,
-    timeout: float,
-    limits: Limits,
-    named: bool = True,
-    pass_score: float = 0.5,
-) -> GraderResult:
-    """Normalise one run into a result (image and duration are filled in by the caller);
-    see ``verdict`` for the arguments."""
-    fields = verdict(
-        dialect, name, outcome, timeout=timeout, limits=limits, named=named, pass_score=pass_score
-    )
-    return result_of(fields)
+def judge(*args: Any, **kwargs: Any) -> GraderResult:
+    """``verdict`` (its arguments) as the protocol's ``GraderResult``; image and duration are
+    filled in by the caller."""
+    return result_of(verdict(*args, **kwargs))
 
 
 def result_of(fields: dict[str, Any]) -> GraderResult:
@@ -278,15 +266,7 @@ def verdict(
     )
 
     def error(evidence: str) -> dict[str, Any]:
-        return dict(
-            name=name,
-            type=kind,
-            status="error",
-            passed=False,
-            score=0.0,
-            evidence=evidence,
-            **common,
-        )
+        return _fields(name, kind, "error", 0.0, evidence, common)
 
     if outcome.timed_out:
         return error(f"Grader timed out after {format_duration(timeout)}")
@@ -354,20 +334,10 @@ def verdict(
                 score = 0.0
                 evidence = f"{evidence} (but the grader exited with code {code})".strip()
             passed = False
-        status = "passed" if passed else "failed"
         if not named and isinstance(parsed.get("name"), str) and parsed["name"].strip():
             name = parsed["name"].strip()[:200]
-        return dict(
-            name=name,
-            type=kind,
-            status=status,
-            passed=passed,
-            score=score,
-            evidence=evidence,
-            checks=checks,
-            details=details,
-            **{**common, **_tails_if(status, common)},
-        )
+        status = "passed" if passed else "failed"
+        return _fields(name, kind, status, score, evidence, common, checks=checks, details=details)
 
     if dialect == "inline":
         return error("Grader printed no JSON result on stdout (the inline dialect requires one)")
@@ -534,25 +504,18 @@ def _exit_mode(
 ) -> dict[str, Any]:
     """Exit-code mode: 0 passes, anything else fails; a script's stdout is its check text."""
     passed = code == 0
-    status = "passed" if passed else "failed"
     text = text.strip()
     as_text = dialect in ("script", "assertion") and bool(text)
-    checks = [_check(text[:10_000], passed)] if as_text else []
     if as_text:
         evidence = text[:10_000]
-    elif passed:
-        evidence = "Grader exited successfully"
     else:
-        evidence = f"Grader exited with exit code {code}"
-    result = dict(
-        name=name,
-        type=dialect,
-        status=status,
-        passed=passed,
-        score=1.0 if passed else 0.0,
-        evidence=evidence,
-        checks=checks,
-        **{**common, **_tails_if(status, common)},
+        evidence = (
+            "Grader exited successfully" if passed else f"Grader exited with exit code {code}"
+        )
+    checks = [{"text": evidence, "passed": passed, "score": None, "evidence": None}]
+    status = "passed" if passed else "failed"
+    result = _fields(
+        name, dialect, status, float(passed), evidence, common, checks=checks if as_text else []
     )
     # A crash (a traceback, exit 1) ends exactly like a fail by exit code, on whichever stream
     # it was sent to: a wrapper's `2>&1` puts it on stdout, where a script's check text goes
@@ -564,13 +527,25 @@ def _exit_mode(
     return result
 
 
-def _check(text: str, passed: bool) -> dict[str, Any]:
-    """A ``protocol.Check`` as its fields."""
-    return {"text": text, "passed": passed, "score": None, "evidence": None}
-
-
-def _tails_if(status: str, common: dict[str, object]) -> dict[str, object]:
-    """Tails help explain failures; on a pass they are noise in the result file."""
-    if status == "passed":
-        return {"stdout_tail": None, "stderr_tail": None}
-    return {"stdout_tail": common["stdout_tail"], "stderr_tail": common["stderr_tail"]}
+def _fields(
+    name: str,
+    kind: Any,
+    status: str,
+    score: float,
+    evidence: str,
+    common: dict[str, Any],
+    **more: Any,
+) -> dict[str, Any]:
+    """``GraderResult``'s fields. The tails help explain a failure; on a pass they are noise
+    in the result file."""
+    tails = {"stdout_tail": None, "stderr_tail": None} if status == "passed" else {}
+    return dict(
+        name=name,
+        type=kind,
+        status=status,
+        passed=status == "passed",
+        score=score,
+        evidence=evidence,
+        **more,
+        **{**common, **tails},
+    )

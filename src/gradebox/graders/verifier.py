@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,30 +125,64 @@ def node_test_grader_data(body: dict[str, Any], suite_dir: Path) -> dict[str, An
     }
 
 
-def _error(name: str, kind: str, evidence: str, **common: Any) -> GraderResult:
-    return GraderResult(
-        name=name,
-        type=kind,
-        status=Status.error,
-        passed=False,
-        score=0.0,
-        evidence=evidence,
-        **common,
-    )
+_TOOLS = {"pytest": "pytest", "node-test": "node --test"}
 
 
-def _runner_line(stdout: str) -> dict[str, Any] | str:
+class _NoVerdict(Exception):
+    """Why the runner's report gives no verdict: the result is an ``error`` saying so."""
+
+
+def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
+    """The runner's line for pytest: JUnit XML parsed here (``_junit``)."""
+    return _judged(name, "pytest", stdout, common, _junit)
+
+
+def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
+    """The runner's line for ``node --test`` (``_node``)."""
+    return _judged(name, "node-test", stdout, common, _node)
+
+
+def _judged(
+    name: str,
+    kind: str,
+    stdout: str,
+    common: dict[str, Any],
+    read: Callable[[dict[str, Any]], tuple[list[Check], int, list[str]]],
+) -> GraderResult:
+    """The runner's report read (``read``: its checks, failures and the declared tests it
+    lacks) into the verdict; an ``error`` that says why when it gives none."""
+    try:
+        data = _runner_line(stdout, kind)
+        return _finish(name, kind, *read(data), data, common)
+    except _NoVerdict as exc:
+        return GraderResult(
+            name=name,
+            type=kind,
+            status=Status.error,
+            passed=False,
+            score=0.0,
+            evidence=str(exc),
+            **common,
+        )
+
+
+def _runner_line(stdout: str, kind: str) -> dict[str, Any]:
     """The runner's report: the last line of stdout (it prints it last, after a newline of its
-    own, once every other process in the container is dead). Why there is none, else."""
+    own, once every other process in the container is dead), whole and not empty."""
     last = stdout.rstrip().rpartition("\n")[2].strip()
     try:
         data = json.loads(last) if last else None
     except (ValueError, RecursionError) as exc:
-        return f"the verifier runner's last line is not its report ({exc})"
+        raise _NoVerdict(f"the verifier runner's last line is not its report ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("report"), str):
-        return "the verifier runner gave no report (its last line is not its report)"
-    if not isinstance(data.get("exit_code"), int) or isinstance(data["exit_code"], bool):
-        return "the verifier runner's report has no exit code"
+        raise _NoVerdict("the verifier runner gave no report (its last line is not its report)")
+    code = data.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise _NoVerdict("the verifier runner's report has no exit code")
+    if data.get("truncated"):
+        raise _NoVerdict("the test report exceeded its size cap")
+    if not data["report"].strip():
+        raise _NoVerdict(f"{_TOOLS[kind]} wrote no report (exit {code}): {_tail(data)}")
     return data
 
 
@@ -165,48 +200,36 @@ def _finish(
     name: str,
     kind: str,
     checks: list[Check],
-    data: dict[str, Any],
-    common: dict[str, Any],
-    *,
     failures: int,
     missing: list[str],
+    data: dict[str, Any],
+    common: dict[str, Any],
 ) -> GraderResult:
     """The verdict over the reported tests, held against the runner's exit code and against
     the tests the verifier declares: an inconsistent or incomplete report is never a pass."""
-    code = data["exit_code"]
-    tool = "pytest" if kind == "pytest" else "node --test"
+    code, tool = data["exit_code"], _TOOLS[kind]
     warnings = _strings(data, "tampered")[:100]
     if code not in (0, 1):
         if kind == "pytest" and code == 5 and not checks:
-            return _error(name, kind, "the verifier collected no tests", **common)
-        return _error(name, kind, f"{tool} ended with exit code {code}: {_tail(data)}", **common)
-    if code == 1 and not failures:
-        return _error(
-            name,
-            kind,
-            f"{tool} exited with code 1, yet its report shows no failed "
-            "test: the report is not trusted",
-            **common,
-        )
-    if code == 0 and failures:
-        return _error(
-            name,
-            kind,
-            f"{tool} exited with code 0, yet its report shows {failures} "
-            "failed test(s): the report is not trusted",
-            **common,
+            raise _NoVerdict("the verifier collected no tests")
+        raise _NoVerdict(f"{tool} ended with exit code {code}: {_tail(data)}")
+    if (code == 1) != bool(failures):
+        shows = f"{failures} failed test(s)" if failures else "no failed test"
+        raise _NoVerdict(
+            f"{tool} exited with code {code}, yet its report shows {shows}: the report is not "
+            "trusted"
         )
     if missing and all(c.passed for c in checks):
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         why = f"the report lacks {len(missing)} test(s) the verifier declares ({shown})"
-        return _error(name, kind, f"{why}: the run ended early or was changed", **common)
+        raise _NoVerdict(f"{why}: the run ended early or was changed")
     checks = checks + [
         Check(text=m[:500], passed=False, evidence="declared by the verifier, never reported")
         for m in missing
     ]
     total = len(checks)
     if total == 0:
-        return _error(name, kind, "the verifier collected no tests", **common)
+        raise _NoVerdict("the verifier collected no tests")
     passed_n = sum(c.passed for c in checks)
     ok = passed_n == total
     failed = [c for c in checks if not c.passed]
@@ -230,33 +253,15 @@ def _finish(
     )
 
 
-def _report_problem(name: str, kind: str, data: dict[str, Any] | str, common: dict[str, Any]):
-    """An error result when the runner's line is missing, truncated or empty; else None."""
-    if isinstance(data, str):
-        return _error(name, kind, data, **common)
-    if data.get("truncated"):
-        return _error(name, kind, "the test report exceeded its size cap", **common)
-    if not data["report"].strip():
-        tool = "pytest" if kind == "pytest" else "node --test"
-        code = data["exit_code"]
-        return _error(name, kind, f"{tool} wrote no report (exit {code}): {_tail(data)}", **common)
-    return None
-
-
-def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
-    """The runner's line for pytest: JUnit XML parsed here. Untrusted: no DTD accepted."""
-    data = _runner_line(stdout)
-    problem = _report_problem(name, "pytest", data, common)
-    if problem is not None:
-        return problem
-    assert isinstance(data, dict)
+def _junit(data: dict[str, Any]) -> tuple[list[Check], int, list[str]]:
+    """pytest's JUnit XML report. Untrusted: no DTD accepted."""
     xml = data["report"]
     if re.search(r"<!DOCTYPE|<!ENTITY", xml, re.I):
-        return _error(name, "pytest", "the JUnit report declares a DTD: refused", **common)
+        raise _NoVerdict("the JUnit report declares a DTD: refused")
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as exc:
-        return _error(name, "pytest", f"the JUnit report does not parse: {exc}", **common)
+        raise _NoVerdict(f"the JUnit report does not parse: {exc}") from None
     checks, cases, failures = [], [], 0
     for case in root.iter("testcase"):
         classname, test = case.get("classname", ""), case.get("name", "")
@@ -269,9 +274,7 @@ def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
         if bad is not None:
             message = (bad.get("message") or "").strip() or (bad.text or "").strip()
             if "collection failure" in message or test == "":
-                return _error(
-                    name, "pytest", f"collection error: {label}: {message[:500]}", **common
-                )
+                raise _NoVerdict(f"collection error: {label}: {message[:500]}")
             failures += 1
             checks.append(Check(text=label[:500], passed=False, evidence=message[:2000]))
         elif skipped is not None:
@@ -279,8 +282,7 @@ def judge_junit(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
             checks.append(Check(text=label[:500], passed=False, evidence=f"skipped: {reason}"))
         else:
             checks.append(Check(text=label[:500], passed=True))
-    missing = _missing_pytest(_strings(data, "declared"), cases)
-    return _finish(name, "pytest", checks, data, common, failures=failures, missing=missing)
+    return checks, failures, _missing_pytest(_strings(data, "declared"), cases)
 
 
 def _missing_pytest(declared: list[str], cases: list[tuple[str, str]]) -> list[str]:
@@ -297,35 +299,27 @@ def _missing_pytest(declared: list[str], cases: list[tuple[str, str]]) -> list[s
     return missing
 
 
-def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
-    """The runner's line for ``node --test``: one JSON object per finished test or suite,
-    from our reporter. A suite is a check only when it failed by itself (a hook, its body) or
-    was skipped; a test file that reports itself as passing ran no test at all."""
-    data = _runner_line(stdout)
-    problem = _report_problem(name, "node-test", data, common)
-    if problem is not None:
-        return problem
-    assert isinstance(data, dict)
+def _node(data: dict[str, Any]) -> tuple[list[Check], int, list[str]]:
+    """Our ``node --test`` reporter's report: one JSON object per finished test or suite. A
+    suite is a check only when it failed by itself (a hook, its body) or was skipped; a test
+    file that reports itself as passing ran no test at all."""
     files = set(_strings(data, "files"))
     checks, seen, failures = [], set(), 0
     for line in data["report"].splitlines()[:100_000]:
         try:
             event = json.loads(line)
         except (ValueError, RecursionError):
-            return _error(name, "node-test", "the test report does not parse", **common)
+            event = None
         if not isinstance(event, dict):
-            return _error(name, "node-test", "the test report does not parse", **common)
+            raise _NoVerdict("the test report does not parse")
         label = str(event.get("name") or "")[:500]
         seen.add(label)
         passed, skipped = event.get("passed") is True, bool(event.get("skip") or event.get("todo"))
         error = str(event.get("error") or "")[:2000] or None
         if label in files and not event.get("suite") and event.get("nesting") == 0:
             if passed:
-                return _error(
-                    name,
-                    "node-test",
-                    f"the test file {label} ran no test (it ended before its tests ran)",
-                    **common,
+                raise _NoVerdict(
+                    f"the test file {label} ran no test (it ended before its tests ran)"
                 )
             failures += 1
             checks.append(Check(text=label, passed=False, evidence=error))
@@ -339,4 +333,4 @@ def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
             failures += 0 if passed else 1
             checks.append(Check(text=label, passed=passed, evidence=None if passed else error))
     missing = [n for n in dict.fromkeys(_strings(data, "declared")) if n not in seen]
-    return _finish(name, "node-test", checks, data, common, failures=failures, missing=missing)
+    return checks, failures, missing
