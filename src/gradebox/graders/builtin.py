@@ -22,11 +22,11 @@ import regex
 
 from ..protocol.models import GraderResult, Status, json_objects_in, parses_as_json
 
-__all__ = ["BUILTINS", "BuiltinAssertion", "is_builtin", "quoted", "refuse_vacuous"]
+__all__ = ["BUILTINS", "LIST_VALUED", "BuiltinAssertion", "is_builtin", "quoted", "refuse_vacuous"]
 
-_NEEDS_LIST = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
+LIST_VALUED = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
 _NO_VALUE = {"is-json", "contains-json"}
-_HOLDS_FOR_ANY = {"contains", "icontains", "starts-with", "ends-with"} | _NEEDS_LIST
+_HOLDS_FOR_ANY = {"contains", "icontains", "starts-with", "ends-with"} | LIST_VALUED
 
 
 def _empty(value: Any, strip: bool = False) -> bool:
@@ -113,7 +113,7 @@ def refuse_vacuous(kind: str, value: Any, flags: Any) -> None:
     """Refuse (``ValueError``) a built-in check no answer can fail or one that cannot run: run
     by every built-in kind's model (``graders.entries``) before it checks the fields' types."""
     base = kind.removeprefix("not-")
-    if base not in _NO_VALUE and base not in _NEEDS_LIST and value is None:
+    if base not in _NO_VALUE and base not in LIST_VALUED and value is None:
         raise ValueError(f"{kind} needs a 'value'")
     if base in _HOLDS_FOR_ANY and _empty(value, base.endswith("-with")):
         # Held by every answer (or, negated, by none): a var that rendered to nothing, a
@@ -166,11 +166,8 @@ class BuiltinAssertion:
     def display_name(self) -> str:
         if self.value is None:
             return self.type
-        return (
-            f"{self.type} {quoted(_text(self.value)[:40])}"
-            if isinstance(self.value, str)
-            else (f"{self.type} {_text(self.value)[:40]}")
-        )
+        shown = _text(self.value)[:40]
+        return f"{self.type} {quoted(shown) if isinstance(self.value, str) else shown}"
 
     def evaluate(self, output: str | None) -> GraderResult:
         negate = self.type.startswith("not-")
@@ -181,22 +178,18 @@ class BuiltinAssertion:
             else:
                 hit = bool(BUILTINS[base](output or "", self.value))
         except _TooSlow as exc:
-            return GraderResult(
-                name=self.display_name(),
-                type="builtin",
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence=str(exc),
-            )
-        passed = hit != negate
-        answer = (output or "").strip()
-        shown = repr(answer if len(answer) <= 80 else answer[:79] + "…")
+            status, passed, evidence = Status.error, False, str(exc)
+        else:
+            passed = hit != negate
+            status = Status.passed if passed else Status.failed
+            answer = (output or "").strip()
+            shown = repr(answer if len(answer) <= 80 else answer[:79] + "…")
+            evidence = ("holds" if passed else "not satisfied") + f" by the answer {shown}"
         return GraderResult(
             name=self.display_name(),
             type="builtin",
-            status=Status.passed if passed else Status.failed,
+            status=status,
             passed=passed,
             score=1.0 if passed else 0.0,
-            evidence=("holds" if passed else "not satisfied") + f" by the answer {shown}",
+            evidence=evidence,
         )

@@ -67,20 +67,12 @@ def check_grader(
     check_runtime(grader, file=file, field=field, line=line)
 
 
-def check_build(
-    image: Any,
-    allowed: set[str],
-    *,
-    what: str,
-    file: str | None,
-    field: str | None,
-    line: int | None = None,
-) -> None:
+def check_build(image: Any, allowed: set[str], *, field: str | None, **at: Any) -> None:
     """A Dockerfile build (``image: {build: ...}``) runs its RUN steps as root with
-    capabilities on the engine: refused, naming ``image.build``, unless ``build`` is allowed."""
-    asked = [p for p in privileges_of(None, image=image) if p == "build"]
-    where = f"{field}.image.build" if field else "image.build"
-    check_privileges(asked, allowed, what=what, file=file, field=where, line=line)
+    capabilities on the engine: refused, naming ``image.build``, unless ``build`` is allowed.
+    ``at``: ``check_privileges``'s ``what``, ``file`` and ``line``."""
+    asked = privileges_of(None, image=image)  # a default configuration asks for nothing else
+    check_privileges(asked, allowed, field=f"{field}.image.build" if field else "image.build", **at)
 
 
 _TS = (".ts", ".mts", ".cts", ".tsx")

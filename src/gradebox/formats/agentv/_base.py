@@ -44,26 +44,26 @@ class Where:
         self.path, self.lines = path, lines
 
     def error(self, loc: tuple[str, ...], message: str) -> ConfigError:
-        loc = _keys(loc)
-        return ConfigError(
-            message, file=str(self.path), line=self.lines.get(loc), field=".".join(loc) or None
-        )
+        return ConfigError(message, **self._at(loc))
 
     def refuse(self, loc: tuple[str, ...], feature: str, message: str) -> UnsupportedFeature:
         """A feature gradebox does not run, named, with what to do instead."""
-        loc = _keys(loc)
-        return UnsupportedFeature(
-            feature,
-            message,
-            file=str(self.path),
-            line=self.lines.get(loc),
-            field=".".join(loc) or None,
-        )
+        return UnsupportedFeature(feature, message, **self._at(loc))
 
+    def unknown(self, item: Any, known: Any, loc: tuple[str, ...], message: str) -> None:
+        """Refuse the first field of the mapping ``item`` (by name) that is not in ``known``."""
+        extra = sorted(set(item) - set(known), key=str)
+        if extra:
+            raise self.error((*loc, extra[0]), message)
 
-def _keys(loc: tuple[Any, ...]) -> tuple[str, ...]:
-    # A key the user wrote as a number, null or bool (``1: x``, ``~: 1``) is no string.
-    return tuple(str(part) for part in loc)
+    def _at(self, loc: tuple[Any, ...]) -> dict[str, Any]:
+        # A key the user wrote as a number, null or bool (``1: x``, ``~: 1``) is no string.
+        keys = tuple(str(part) for part in loc)
+        return {
+            "file": str(self.path),
+            "line": self.lines.get(keys),
+            "field": ".".join(keys) or None,
+        }
 
 
 class Lines1(dict):  # type: ignore[type-arg]

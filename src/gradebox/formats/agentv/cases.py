@@ -53,6 +53,11 @@ TEST_KEYS = {
     "input_messages", "expected_output", "expected_messages", "expected_outcome", "assertions",
     "rubrics", "note", "evaluators",
 }  # fmt: skip
+_INCLUDE_FIELDS = {"include", "type", "select", "run"}
+_SCENARIO_FIELDS = {"description", "config", "tests"}
+_RUN_FIELDS = {"threshold", "repeat", "timeout_seconds", "budget_usd"}
+_REPEAT_FIELDS = {"count", "strategy", "early_exit", "cost_limit_usd"}
+_TURN_FIELDS = {"input", "expected_output", "assert", "assertions"}
 _GLOB = re.compile(r"[*?{\[]")
 
 
@@ -146,9 +151,7 @@ def gather_cases(ctx: Context, key: str) -> list[Case]:
 
 
 def _include(item: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path) -> list[Case]:
-    unknown = set(item) - {"include", "type", "select", "run"}
-    if unknown:
-        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of an include entry")
+    where.unknown(item, _INCLUDE_FIELDS, loc, "unknown field of an include entry")
     kind = item.get("type", "tests")
     if kind == "suite":
         raise where.refuse(
@@ -246,9 +249,7 @@ def _scenario_cases(raw: Any, where: Where, base: Path, env: dict[str, str]) -> 
             or not isinstance(scenario.get("tests"), list)
         ):
             raise swhere.error(sloc, "a scenario is {config: [...], tests: [...]}")
-        unknown = set(scenario) - {"description", "config", "tests"}
-        if unknown:
-            raise swhere.error((*sloc, sorted(unknown, key=str)[0]), "unknown scenario field")
+        swhere.unknown(scenario, _SCENARIO_FIELDS, sloc, "unknown scenario field")
         tests = scenario["tests"]
         for c, config in enumerate(scenario["config"]):
             for t, test in enumerate(tests):
@@ -426,72 +427,47 @@ def _merge_metadata(case: dict[str, Any], suite: dict[str, Any]) -> dict[str, An
     return out
 
 
-def _content_parts(
-    content: Any,
-    ctx: Context,
-    cwhere: Where,
-    roots: list[Path],
-    files: list[str],
-    loc: tuple[str, ...],
-) -> Any:
-    """Message content: text parts stay, ``{type: file, value: path}`` parts become input files
-    (found where AgentV looks) and stay in the message as a reference."""
-    if not isinstance(content, list):
-        return content
-    out = []
-    for i, part in enumerate(content):
-        if isinstance(part, dict) and part.get("type") in ("file", "image"):
-            rel = str(part.get("value") or part.get("path") or "")
-            path = resolve_path(rel, roots) if rel else None
-            if path is None or not path.is_file():
-                raise cwhere.error(
-                    (*loc, str(i), "value"),
-                    f"input file {rel!r} not found "
-                    f"(looked from {roots[0]} up, then in {roots[-1]})",
-                )
-            files.append(str(path))
-            out.append({"type": "file", "value": rel})
-        elif isinstance(part, dict) and part.get("type") == "text":
-            out.append({"type": "text", "text": part.get("value", part.get("text", ""))})
-        else:
-            out.append(part)
-    return out
-
-
 def _messages(
-    value: Any,
-    role: str,
-    ctx: Context,
-    cwhere: Where,
-    roots: list[Path],
-    files: list[str],
-    loc: tuple[str, ...],
+    value: Any, role: str, where: Where, roots: list[Path], files: list[str], loc: tuple[str, ...]
 ) -> Any:
+    """Text, or chat messages. In their content, text parts stay and ``{type: file, value:
+    path}`` parts become input files (found where AgentV looks, added to ``files``) and stay in
+    the message as a reference."""
+
+    def parts(content: Any, loc: tuple[str, ...]) -> Any:
+        if not isinstance(content, list):
+            return content
+        out = []
+        for i, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in ("file", "image"):
+                rel = str(part.get("value") or part.get("path") or "")
+                path = resolve_path(rel, roots) if rel else None
+                if path is None or not path.is_file():
+                    raise where.error(
+                        (*loc, str(i), "value"),
+                        f"input file {rel!r} not found "
+                        f"(looked from {roots[0]} up, then in {roots[-1]})",
+                    )
+                files.append(str(path))
+                out.append({"type": "file", "value": rel})
+            elif isinstance(part, dict) and part.get("type") == "text":
+                out.append({"type": "text", "text": part.get("value", part.get("text", ""))})
+            else:
+                out.append(part)
+        return out
+
     if isinstance(value, dict) and "role" in value:
         value = [value]
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(m, dict) and "role" in m for m in value)
-    ):
+    if not isinstance(value, list) or not value:
+        return [{"role": role, "content": value}] if isinstance(value, dict | list) else value
+    if all(isinstance(m, dict) and "role" in m for m in value):
         return [
-            {
-                **m,
-                "content": _content_parts(
-                    m.get("content"), ctx, cwhere, roots, files, (*loc, str(i), "content")
-                ),
-            }
+            {**m, "content": parts(m.get("content"), (*loc, str(i), "content"))}
             for i, m in enumerate(value)
         ]
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(p, dict) and "type" in p for p in value)
-    ):
-        return [{"role": role, "content": _content_parts(value, ctx, cwhere, roots, files, loc)}]
-    if isinstance(value, dict | list):
-        return [{"role": role, "content": value}]
-    return value
+    if all(isinstance(p, dict) and "type" in p for p in value):
+        return [{"role": role, "content": parts(value, loc)}]
+    return [{"role": role, "content": value}]
 
 
 def _as_expected(value: Any) -> Any:
@@ -521,11 +497,7 @@ def check_shapes(item: dict[str, Any], where: Where, loc: tuple[str, ...]) -> No
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise where.error((*loc, key), f"{key} is {what}")
     run = item.get("run") or {}
-    unknown = set(run) - {"threshold", "repeat", "timeout_seconds", "budget_usd"}
-    if unknown:
-        raise where.error(
-            (*loc, "run", sorted(unknown, key=str)[0]), "not a run field AgentV knows"
-        )
+    where.unknown(run, _RUN_FIELDS, (*loc, "run"), "not a run field AgentV knows")
     for at, value in (
         (("run", "threshold"), run.get("threshold")),
         (("threshold",), item.get("threshold")),
@@ -546,9 +518,7 @@ _STRATEGIES = ("pass_any", "pass_all", "mean", "confidence_interval")
 def check_repeat(value: Any, where: Where, loc: tuple[str, ...]) -> None:
     """A count from 1 to 100, or the earlier ``{count, strategy}`` (AgentV's strategies)."""
     if isinstance(value, dict):
-        unknown = set(value) - {"count", "strategy", "early_exit", "cost_limit_usd"}
-        if unknown:
-            raise where.error((*loc, sorted(unknown, key=str)[0]), "not a repeat field")
+        where.unknown(value, _REPEAT_FIELDS, loc, "not a repeat field")
         if value.get("strategy", "pass_any") not in _STRATEGIES:
             raise where.error((*loc, "strategy"), f"strategy is one of {', '.join(_STRATEGIES)}")
         value, loc = value.get("count"), (*loc, "count")
@@ -622,6 +592,17 @@ def _test_transform(
         raise cwhere.error((*loc, "options", "transform"), str(exc)) from None
 
 
+_ONE_TARGET = (
+    "a test-level provider: gradebox runs one target per run; move it to the file's providers"
+)
+_REFUSED_TEST_FIELDS = {
+    "depends_on": "tests run independently here; put the dependency's steps in a before_each hook "
+    "or the workspace template",
+    "provider": _ONE_TARGET,
+    "providers": _ONE_TARGET,
+}
+
+
 def build_test(
     item: Any,
     cwhere: Where,
@@ -633,30 +614,9 @@ def build_test(
     """One test in our ``TestCase`` form, and the step settings its environment asks for."""
     if not isinstance(item, dict):
         raise cwhere.error(loc, "a test must be a mapping")
-    unknown = set(item) - TEST_KEYS
-    if unknown:
-        raise cwhere.error(
-            (*loc, sorted(unknown, key=str)[0]),
-            "not a test field AgentV knows (check its spelling)",
-        )
+    cwhere.unknown(item, TEST_KEYS, loc, "not a test field AgentV knows (check its spelling)")
     check_shapes(item, cwhere, loc)
-    for key, why in (
-        (
-            "depends_on",
-            "tests run independently here; put the dependency's "
-            "steps in a before_each hook or the workspace template",
-        ),
-        (
-            "provider",
-            "a test-level provider: gradebox runs one target per run; "
-            "move it to the file's providers",
-        ),
-        (
-            "providers",
-            "a test-level provider: gradebox runs one target per run; "
-            "move it to the file's providers",
-        ),
-    ):
+    for key, why in _REFUSED_TEST_FIELDS.items():
         if item.get(key):
             raise cwhere.refuse((*loc, key), f"tests[].{key}", why)
     options = item.get("options") if isinstance(item.get("options"), dict) else {}
@@ -678,7 +638,7 @@ def build_test(
         raw_input = item.get("input_messages", item.get("input", variables.get("input")))
         raw_input = render(raw_input, variables)
         ikey = "input_messages" if "input_messages" in item else "input"
-    message_input = _messages(raw_input, "user", ctx, cwhere, roots, files, (*loc, ikey))
+    message_input = _messages(raw_input, "user", cwhere, roots, files, (*loc, ikey))
     execution = item.get("execution") if isinstance(item.get("execution"), dict) else {}
     skip_defaults = bool(execution.get("skip_defaults", False))
     if ctx.data.get("input") is not None and prompt is None and not skip_defaults:
@@ -687,7 +647,7 @@ def build_test(
         "expected_messages", item.get("expected_output", variables.get("expected_output"))
     )
     expected = _messages(
-        render(expected, variables), "assistant", ctx, cwhere, roots, [], (*loc, "expected_output")
+        render(expected, variables), "assistant", cwhere, roots, [], (*loc, "expected_output")
     )
     for i, rel in enumerate(render(item.get("input_files") or [], variables)):
         path = resolve_path(str(rel), roots)
@@ -726,6 +686,8 @@ def build_test(
     metadata.pop(TEST_TRANSFORM, None)  # only the test's options.transform runs
     if transform is not None:
         metadata[TEST_TRANSFORM] = transform
+    checks = _render_checks(asserts, variables, cwhere, (*loc, "assert"))
+    repeat, strategy = _repeat(item, ctx)  # the checks' mistakes are named first
     test: dict[str, Any] = {
         "id": test_id.strip(),
         "input": message_input,
@@ -733,11 +695,11 @@ def build_test(
         "criteria": criteria if isinstance(criteria, str) else None,
         "metadata": metadata,
         "input_files": files,
-        "assert": _render_checks(asserts, variables, cwhere, (*loc, "assert")),
+        "assert": checks,
         "skip_defaults": skip_defaults,
         "threshold": _threshold(item, execution, ctx),
-        "repeat": _repeat(item, ctx)[0],
-        "repeat_strategy": _repeat(item, ctx)[1],
+        "repeat": repeat,
+        "repeat_strategy": strategy,
         "workspace": workspace,
     }
     if item.get("mode") == "conversation" or item.get("turns"):
@@ -813,7 +775,7 @@ def _suite_input(
     Its files are found from the eval file's folder."""
     suite_roots = [ctx.base, *[r for r in roots if r != ctx.base]]
     first = _messages(
-        render(ctx.data["input"], variables), "user", ctx, ctx.where, suite_roots, files, ("input",)
+        render(ctx.data["input"], variables), "user", ctx.where, suite_roots, files, ("input",)
     )
     if isinstance(first, str):
         first = [{"role": "user", "content": first}]
@@ -840,15 +802,13 @@ def _conversation(
         tloc = (*loc, "turns", str(i))
         if not isinstance(turn, dict) or "input" not in turn:
             raise cwhere.error(tloc, "a turn is {input, expected_output?, assert?}")
-        unknown = set(turn) - {"input", "expected_output", "assert", "assertions"}
-        if unknown:
-            raise cwhere.error((*tloc, sorted(unknown, key=str)[0]), "unknown field of a turn")
+        cwhere.unknown(turn, _TURN_FIELDS, tloc, "unknown field of a turn")
         text = render(turn["input"], variables)
         out.append(
             {
                 "input": text
                 if isinstance(text, str)
-                else _messages(text, "user", ctx, cwhere, roots, [], (*tloc, "input")),
+                else _messages(text, "user", cwhere, roots, [], (*tloc, "input")),
                 "expected_output": _as_expected(render(turn.get("expected_output"), variables)),
                 "assert": _render_checks(
                     list(turn.get("assert", turn.get("assertions")) or []),
@@ -858,11 +818,8 @@ def _conversation(
                 ),
             }
         )
-    conversation: dict[str, Any] = {"turns": out}
-    for key in ("aggregation", "on_turn_failure", "window_size"):
-        if item.get(key) is not None:
-            conversation[key] = item[key]
-    return conversation
+    settings = ("aggregation", "on_turn_failure", "window_size")
+    return {"turns": out, **{k: item[k] for k in settings if item.get(k) is not None}}
 
 
 def build_tests(

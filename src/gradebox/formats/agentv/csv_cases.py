@@ -17,16 +17,15 @@ from typing import Any
 
 from ...core.yamlfile import MAX_DEPTH
 from ...errors import ConfigError
+from ...graders.builtin import BUILTINS, LIST_VALUED
 from ._base import Case, Lines1, Where, csv_rows
 
 __all__ = ["csv_cases", "expected_assertion"]
 
-_LIST_TYPES = {"contains-any", "contains-all", "icontains-any", "icontains-all"}
-_SUPPORTED = {
-    "contains", "icontains", "contains-any", "contains-all", "icontains-any", "icontains-all",
-    "starts-with", "ends-with", "equals", "regex", "is-json", "contains-json", "latency",
-    "cost", "llm-rubric", "skill-used",
-}  # fmt: skip
+# Every built-in check, and the others a cell may name.
+_SUPPORTED = {*BUILTINS, "latency", "cost", "llm-rubric", "skill-used"}
+# Columns that are a test's own field.
+_COLUMNS = {"id": "id", "input": "input", "__description": "criteria"}
 _SHAPE = re.compile(r"^((?:not-)?[a-z][a-z0-9-]*)(?:\((\d+(?:\.\d+)?)\))?(?::([\s\S]*))?$")
 
 
@@ -61,7 +60,7 @@ def expected_assertion(text: str, source: Path, where: Where) -> dict[str, Any]:
     if raw_type.startswith("not-"):
         entry["negate"] = True
     value = value.strip() if value is not None else None
-    if kind in _LIST_TYPES:
+    if kind in LIST_VALUED:
         entry["value"] = [v.strip() for v in value.split(",")] if value else []
     elif value is not None:
         entry["value"] = value
@@ -101,24 +100,14 @@ def csv_cases(path: Path) -> list[Case]:
         metadata: dict[str, Any] = {}
         asserts: list[dict[str, Any]] = []
         configs: dict[int, float] = {}
-        prefix = suffix = ""
-        metric = None
         for key, value in row.items():
-            if key == "id":
-                case["id"] = value
-            elif key == "input":
-                case["input"] = value
+            if key in _COLUMNS:
+                case[_COLUMNS[key]] = value
             elif key.startswith("__expected"):
                 if value.strip():
                     asserts.append(expected_assertion(value.strip(), path, where))
-            elif key == "__prefix":
-                prefix = value
-            elif key == "__suffix":
-                suffix = value
-            elif key == "__description":
-                case["criteria"] = value
-            elif key == "__metric":
-                metric = value or None
+            elif key in ("__prefix", "__suffix", "__metric"):
+                continue  # read below
             elif key == "__threshold":
                 with contextlib.suppress(ValueError):
                     case["threshold"] = float(value)
@@ -149,21 +138,18 @@ def csv_cases(path: Path) -> list[Case]:
                     )
                 _set_var(variables, key, value)
         if "input" in case:
-            case["input"] = f"{prefix}{case['input']}{suffix}"
+            case["input"] = f"{row.get('__prefix', '')}{case['input']}{row.get('__suffix', '')}"
+        metric = row.get("__metric")
         for i, entry in enumerate(asserts):
             if metric:
                 entry["metric"] = metric if len(asserts) == 1 else f"{metric}-{i + 1}"
             if i in configs:
                 entry["min_score"] = configs[i]
-        case.setdefault("id", "")
-        if not str(case["id"]).strip():
+        if not case.setdefault("id", "").strip():
             case["id"] = f"row-{index + 1}"
-        if asserts:
-            case["assert"] = asserts
-        if variables:
-            case["vars"] = variables
-        if metadata:
-            case["metadata"] = metadata
+        for key, found in (("assert", asserts), ("vars", variables), ("metadata", metadata)):
+            if found:
+                case[key] = found
         out.append((case, where, ()))
     return out
 

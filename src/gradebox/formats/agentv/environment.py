@@ -31,14 +31,26 @@ from ._base import Where, interpolate_env, is_dir, is_file
 
 __all__ = ["map_environment", "map_workspace", "workspace_docker"]
 
+_HOOK_FIELDS = {"command", "script", "timeout_ms", "timeoutMs", "cwd", "reset"}
+_WORKSPACE_FIELDS = {
+    "template",
+    "repos",
+    "hooks",
+    "isolation",
+    "env",
+    "scope",
+    "mode",
+    "path",
+    "docker",
+}
+_DOCKER_FIELDS = {"image", "timeout", "memory", "cpus"}
+
 
 def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
     if hook is None:
         return None
     if isinstance(hook, dict):
-        unknown = set(hook) - {"command", "script", "timeout_ms", "timeoutMs", "cwd", "reset"}
-        if unknown:
-            raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown field of a hook")
+        where.unknown(hook, _HOOK_FIELDS, loc, "unknown field of a hook")
         command = hook.get("command", hook.get("script"))
         if command is None:
             return None  # `reset: fast` and the like: every test gets a fresh workspace anyway
@@ -66,19 +78,7 @@ def map_workspace(
         return map_workspace(data, inner, (), folder, env)
     if not isinstance(ws, dict):
         raise where.error(loc, "workspace must be a mapping or a workspace file's path")
-    unknown = set(ws) - {
-        "template",
-        "repos",
-        "hooks",
-        "isolation",
-        "env",
-        "scope",
-        "mode",
-        "path",
-        "docker",
-    }
-    if unknown:
-        raise where.error((*loc, sorted(unknown, key=str)[0]), "unknown workspace field")
+    where.unknown(ws, _WORKSPACE_FIELDS, loc, "unknown workspace field")
     mode = ws.get("mode")
     if mode is not None and mode not in ("pooled", "temp", "static"):
         raise where.error((*loc, "mode"), "mode is pooled, temp or static")
@@ -145,9 +145,7 @@ def workspace_docker(
     at = (*loc, "docker")
     if not isinstance(spec, dict) or not isinstance(spec.get("image"), str):
         raise where.error(at, "docker is {image, timeout?, memory?, cpus?}")
-    unknown = set(spec) - {"image", "timeout", "memory", "cpus"}
-    if unknown:
-        raise where.error((*at, sorted(unknown)[0]), "not a field of workspace.docker")
+    where.unknown(spec, _DOCKER_FIELDS, at, "not a field of workspace.docker")
     image = spec["image"].strip()
     ours = _our_image(image)
     if ours is None:
@@ -264,11 +262,7 @@ def map_environment(
         allowed |= {"image", "context", "dockerfile", "resources", "mounts", "secrets"}
     elif kind != "host":
         raise where.error((*loc, "type"), f"environment type {kind!r}: host or docker")
-    unknown = set(spec) - allowed
-    if unknown:
-        raise where.error(
-            (*loc, sorted(unknown, key=str)[0]), f"not a field of a {kind} environment"
-        )
+    where.unknown(spec, allowed, loc, f"not a field of a {kind} environment")
     if kind == "docker":
         return {}, _docker(spec, where, loc, base)
     out: dict[str, Any] = {}
