@@ -49,7 +49,6 @@ __all__ = [
     "CODING_AGENTS",
     "MatrixTarget",
     "command_judge",
-    "resolve_target",
     "resolve_targets",
 ]
 
@@ -185,26 +184,6 @@ def resolve_targets(
     return out
 
 
-def resolve_target(
-    data: dict[str, Any],
-    where: Where,
-    base: Path,
-    env: dict[str, str],
-    roots: list[Path],
-    sources: TargetSources | None = None,
-) -> dict[str, Any] | None:
-    """The target of an eval file, in our suite's ``target`` form (None: no target, the tests
-    carry their answers); a matrix is refused here (``resolve_targets`` runs it)."""
-    picked = resolve_targets(data, where, base, env, roots, sources)
-    if len(picked) > 1:
-        raise where.refuse(
-            picked[0].loc[:-1],
-            "several targets",
-            "pick one with --target NAME",
-        )
-    return picked[0].target
-
-
 def _resolve(
     found: Found | None,
     label: str | None,
@@ -315,8 +294,6 @@ def _target(
     kind = agentv_kind(entry)
     label = agentv_label(entry) or kind
     at = (*loc, "provider" if "provider" in entry else "id")
-    if kind == "cli":
-        return _cli(config, where, loc, base, timeout, suite_env, label)
     if kind in MODEL_KINDS:
         return {"provider": "model", "model": label, "label": label}
     if kind == "mock":
@@ -328,8 +305,6 @@ def _target(
         }
     if kind == "replay":
         return _replay(config, where, loc, label, roots, found)
-    if kind in CODING_AGENTS:
-        return _coding_agent(kind, config, where, loc, label, base, timeout)
     if kind in IN_PROCESS:
         raise where.refuse(
             at,
@@ -345,13 +320,26 @@ def _target(
             "no agent ran under gradebox; record the session as a replay provider's "
             "transcripts file (agentv import) or run the agent as a target",
         )
-    discovered = _discovered(kind, config, base)
-    if discovered is not None:
-        return _cli({**config, "command": discovered}, where, loc, base, timeout, suite_env, label)
-    raise where.error(
-        at,
-        f"unknown provider {kind!r} (cli, a model provider, mock, replay, or a coding-agent CLI)",
-    )
+    if kind in CODING_AGENTS:
+        fields = _coding_agent(CODING_AGENTS[kind], config, where, loc)
+    else:
+        if kind != "cli":  # v4's provider discovered by its name: a cli command
+            discovered = _discovered(kind, config, base)
+            if discovered is None:
+                raise where.error(
+                    at,
+                    f"unknown provider {kind!r} (cli, a model provider, mock, replay, or a "
+                    "coding-agent CLI)",
+                )
+            config = {**config, "command": discovered}
+        fields = _cli(config, where, loc, base, suite_env)
+    # Every command target: the provider's healthcheck and timeout.
+    healthcheck = _healthcheck(config, where, loc, base)
+    target = {"provider": "cli", "label": label, **fields, "healthcheck": healthcheck}
+    t = config.get("timeout_seconds", timeout)
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        target["timeout"] = f"{float(t)}s"
+    return target
 
 
 def _discovered(kind: str, config: dict[str, Any], base: Path) -> str | None:
@@ -405,14 +393,9 @@ def _healthcheck(
 
 
 def _cli(
-    config: dict[str, Any],
-    where: Where,
-    loc: tuple[str, ...],
-    base: Path,
-    timeout: Any,
-    suite_env: Any,
-    label: str,
+    config: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path, suite_env: Any
 ) -> dict[str, Any]:
+    """A ``cli`` provider's own fields of its target."""
     command = next(
         (config[k] for k in ("command", "command_template", "commandTemplate") if k in config),
         None,
@@ -424,34 +407,20 @@ def _cli(
     cwd = config.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise where.error((*loc, "cwd"), "cwd is a path")
-    target: dict[str, Any] = {
-        "provider": "cli",
-        "label": label,
+    return {
         "command": command,
         # AgentV resolves a provider's cwd from the eval file's folder (its default).
         "cwd": str((base / cwd).resolve()) if isinstance(cwd, str) else None,
         "files_format": config.get("files_format", "{path}"),
         "env": {k: str(v) for k, v in (suite_env or {}).items()},
-        "healthcheck": _healthcheck(config, where, loc, base),
+        **({"image": "node"} if infer_image(command) == "node" else {}),
     }
-    if infer_image(command) == "node":
-        target["image"] = "node"
-    t = config.get("timeout_seconds", timeout)
-    if isinstance(t, int | float) and not isinstance(t, bool):
-        target["timeout"] = f"{float(t)}s"
-    return target
 
 
 def _coding_agent(
-    kind: str,
-    config: dict[str, Any],
-    where: Where,
-    loc: tuple[str, ...],
-    label: str,
-    base: Path,
-    timeout: Any,
+    agent: CodingAgent, config: dict[str, Any], where: Where, loc: tuple[str, ...]
 ) -> dict[str, Any]:
-    agent = CODING_AGENTS[kind]
+    """A coding agent's own fields of its ``cli`` target."""
     argv = config.get("command") or config.get("executable") or [agent.program]
     if isinstance(argv, str):
         argv = shlex.split(argv)
@@ -465,21 +434,13 @@ def _coding_agent(
         PROMPT="{PROMPT}",
         OUTPUT_FILE="{OUTPUT_FILE}",
     )
-    target: dict[str, Any] = {
-        "provider": "cli",
-        "label": label,
+    image = config.get("image")
+    return {
         "command": command,
         "program": argv[0],
         "answer_format": agent.answer_format,
-        "healthcheck": _healthcheck(config, where, loc, base),
+        **({"image": image.strip()} if isinstance(image, str) and image.strip() else {}),
     }
-    image = config.get("image")
-    if isinstance(image, str) and image.strip():
-        target["image"] = image.strip()
-    t = config.get("timeout_seconds", timeout)
-    if isinstance(t, int | float) and not isinstance(t, bool):
-        target["timeout"] = f"{float(t)}s"
-    return target
 
 
 def _replay(
