@@ -30,21 +30,14 @@ NOT_OURS = (
     "only code of ours or root's found above the suite runs"
 )
 GRADER_DIRS = (".gradebox/graders", ".agentv/graders")
+MODULE_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".mts", ".cts")
 # extension -> (interpreter argv, image). Anything else must be executable (a shebang).
+# TypeScript runs under bun, which the node image carries (an unofficial build, pinned).
 RUNNERS: dict[str, tuple[list[str], str]] = {
     ".py": (["python3"], "python"),
     ".sh": (["bash"], "python"),
-    ".js": (["node"], "node"),
-    ".mjs": (["node"], "node"),
-    ".cjs": (["node"], "node"),
-    # TypeScript runs under bun, which the node image carries (an unofficial build, pinned).
-    ".ts": (["bun"], "node"),
-    ".mts": (["bun"], "node"),
-    ".cts": (["bun"], "node"),
+    **{s: (["bun" if s.endswith("ts") else "node"], "node") for s in MODULE_SUFFIXES},
 }
-
-
-MODULE_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".mts", ".cts")
 MODULE_RUNNER = "/usr/local/lib/gradebox/grade-module.mjs"
 """In the node image: imports a grader module and calls its ``grade`` (images/node)."""
 

@@ -33,23 +33,22 @@ __all__ = ["FieldAccuracy"]
 
 PASS_SCORE = 0.8  # AgentV's scoreToVerdict default
 _MAX_ANSWER = 1 << 20
-_ABBREVIATED = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
-                "dec")  # fmt: skip
-_MONTHS = {m: i + 1 for i, m in enumerate(_ABBREVIATED)}
-_MONTHS |= {
-    "sept": 9,
-    "january": 1,
-    "february": 2,
-    "march": 3,
-    "april": 4,
-    "june": 6,
-    "july": 7,
-    "august": 8,
-    "september": 9,
-    "october": 10,
-    "november": 11,
-    "december": 12,
-}
+_MONTH_NAMES = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+# A month by its name or its first three letters (and "sept").
+_MONTHS = {n: i for i, name in enumerate(_MONTH_NAMES, 1) for n in (name, name[:3])} | {"sept": 9}
 _NUMERIC_DATE = re.compile(r"^(\d{1,2})[/-](\d{1,2})[/-](\d{4})$")
 _NAMED_DATE = re.compile(r"^(\d{1,2})-([A-Za-z]{3,9})-(\d{4})$")
 _FENCE = re.compile(r"```(?:json)?")

@@ -345,20 +345,17 @@ def masked_secrets(
     except TooMany:
         return None
     mounts = []
-    if held.masked:
-        empty = scratch / "empty"
-        if not empty.exists():
-            empty.touch(mode=0o444)
-            empty.chmod(0o444)
-        mounts += [Mount(empty, f"{target}/{n}", read_only=True) for n in sorted(held.masked)]
-    if held.masked_folders:  # a folder named .env: hidden whole
-        void = scratch / "void"
-        if not void.exists():
-            void.mkdir(mode=0o555)
-            void.chmod(0o555)
-        mounts += [
-            Mount(void, f"{target}/{n}", read_only=True) for n in sorted(held.masked_folders)
-        ]
+    # Empty stand-ins, made once per run: a file over each file kept out, a folder over a
+    # folder named .env (hidden whole).
+    for names, name, make, mode in (
+        (held.masked, "empty", Path.touch, 0o444),
+        (held.masked_folders, "void", Path.mkdir, 0o555),
+    ):
+        cover = scratch / name
+        if names and not cover.exists():
+            make(cover, mode=mode)
+            cover.chmod(mode)
+        mounts += [Mount(cover, f"{target}/{n}", read_only=True) for n in sorted(names)]
     return mounts
 
 
@@ -402,15 +399,9 @@ def resolve_sub_path(workspace: Path, sub_path: str | None, *, file: str | None 
     root = workspace.resolve()
     target = (root / sub_path).resolve()
     if target != root and root not in target.parents:
-        raise ConfigError(
-            f"{sub_path!r} resolves outside the workspace (through a symlink)",
-            file=file,
-            field="sub_path",
-        )
-    if not target.is_dir():
-        raise ConfigError(
-            f"{sub_path!r} is not a directory in the workspace {workspace}",
-            file=file,
-            field="sub_path",
-        )
-    return target.relative_to(root).as_posix()
+        why = "resolves outside the workspace (through a symlink)"
+    elif not target.is_dir():
+        why = f"is not a directory in the workspace {workspace}"
+    else:
+        return target.relative_to(root).as_posix()
+    raise ConfigError(f"{sub_path!r} {why}", file=file, field="sub_path")

@@ -27,8 +27,13 @@ from .grader_run import (
     masked_secrets,
     resolve_sub_path,
 )
-from .spec import CONTAINER_GRADER_DIR, CONTAINER_INPUT_DIR, CONTAINER_WORKSPACE, workdir_in
-from .spec import enterable as _enterable
+from .spec import (
+    CONTAINER_GRADER_DIR,
+    CONTAINER_INPUT_DIR,
+    CONTAINER_WORKSPACE,
+    enterable,
+    workdir_in,
+)
 
 # Nothing here needs pydantic at import: `gradebox grade`'s lean path runs a grader through
 # this module with a record from the cache (``graders.compiled.GraderRecord``).
@@ -82,9 +87,6 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-_secret = secret_name  # keys: never mounted
-
-
 def _in_git(*paths: Path) -> bool:
     """A path in a repository's ``.git``: its ``config`` holds what a clone was given (CI's
     checkout keeps its token there), never a grader's to read."""
@@ -107,7 +109,7 @@ def grader_file(arg: str, source_dir: Path | None, root: Path | None = None) -> 
         rel = os.path.normpath(text)
         candidate = (source_dir / rel).resolve()
         lexical = Path(os.path.normpath(source_dir / rel))
-        if not candidate.is_file() or _secret(candidate.name) or _secret(lexical.name):
+        if not candidate.is_file() or secret_name(candidate.name) or secret_name(lexical.name):
             return None
         if _in_git(candidate, lexical):
             return None
@@ -366,7 +368,7 @@ def checked_helper(grader: GraderConfig, rel: str) -> tuple[str, Path]:
                 f"{rel!r} is the grader file's folder or one above it (the suite "
                 "and its answers): name the folder it reads"
             )
-    if _secret(lexical.name) or _secret(resolved.name):
+    if secret_name(lexical.name) or secret_name(resolved.name):
         raise ValueError(f"{rel!r} is a .env file: keys are never mounted")
     if _in_git(lexical, resolved):
         raise ValueError(
@@ -411,7 +413,7 @@ def helper_mounts(
             for m in [*taken, *mounts]
         ):
             continue
-        if host.is_dir() and not _enterable(host, user):
+        if host.is_dir() and not enterable(host, user):
             # By descriptor, links as links (checked_helper refused every other kind), the
             # copy the container user's: it may be as closed as the original.
             copy = scratch / "helpers" / name.replace("../", "_up_/")
@@ -552,7 +554,7 @@ def source_mounts(
             key=lambda f: (f.count("/"), f),
         ):
             host = (source_dir / folder).resolve()
-            if any(folder.startswith(f"{c}/") for c in covered) or not _enterable(host, user):
+            if any(folder.startswith(f"{c}/") for c in covered) or not enterable(host, user):
                 continue
             # As exec's current folder: a .env or a repository's config anywhere below is
             # masked, and a folder too big to look through is not mounted whole.
@@ -584,7 +586,7 @@ def _own_folder(source_dir: Path, rel: str, keep_out: Path | None) -> str | None
         if kept is not None and (host == kept or host in kept.parents):
             return None
     try:
-        if any(_secret(e.name) for e in os.scandir(host)):
+        if any(secret_name(e.name) for e in os.scandir(host)):
             return None
     except OSError:
         return None
@@ -671,14 +673,12 @@ def run_grader(
     workspace: Path | str,
     sandbox: Sandbox,
     *,
-    image_id: str | None = None,
-    images: ImageSource | None = None,
-    labels: dict[str, str] | None = None,
     file: str | None = None,
-    models: ModelHub | None = None,
-    mask_workspace: bool = False,
+    **options: Any,
 ) -> GraderResult:
-    """Run ``grader`` once on ``payload`` with ``workspace`` mounted at $EVALUATE_WORKSPACE.
+    """Run ``grader`` once on ``payload`` with ``workspace`` mounted at $EVALUATE_WORKSPACE;
+    ``options``: ``prepare_grader``'s (``images``, ``image_id``, ``labels``, ``models``,
+    ``mask_workspace``).
 
     Example::
 
@@ -687,16 +687,5 @@ def run_grader(
             print(result.status, result.score)
     """
     resolve_sub_path(Path(workspace), grader.sub_path, file=file)  # before any container
-    prepared = prepare_grader(
-        grader.to_record(),
-        workspace,
-        sandbox,
-        images=images,
-        image_id=image_id,
-        labels=labels,
-        file=file,
-        warm=False,
-        models=models,
-        mask_workspace=mask_workspace,
-    )
-    return prepared.run(payload)
+    ready = prepare_grader(grader.to_record(), workspace, sandbox, file=file, warm=False, **options)
+    return ready.run(payload)

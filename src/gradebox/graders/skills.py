@@ -23,6 +23,7 @@ __all__ = ["SkillCall", "check_skills", "skill_calls"]
 
 _MAX_TEXT = 100_000  # characters of one command or output scanned for skill paths
 _PATH = re.compile(r"(?:^|/)(?:\.agents/)?skills/([A-Za-z0-9._:-]+)/SKILL\.md$")
+_READ_PATH = ("file_path", "path", "filePath")  # a Read call's argument naming the file
 _STRIP = re.compile(r"^[`\"'(\[{<]+|[`\"',;:)\]}>]+$")
 
 
@@ -69,14 +70,7 @@ def skill_calls(trace: Trace) -> list[SkillCall]:
                 add(SkillCall(skill.strip()))
             continue
         if name == "read":
-            path = next(
-                (
-                    args[k]
-                    for k in ("file_path", "path", "filePath")
-                    if isinstance(args.get(k), str)
-                ),
-                None,
-            )
+            path = next((args[k] for k in _READ_PATH if isinstance(args.get(k), str)), None)
             m = _PATH.search(path.strip().replace("\\", "/")) if path else None
             if m:
                 add(SkillCall(m.group(1), path.strip(), "heuristic"))
@@ -106,20 +100,14 @@ def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str]
         wanted = [value] if isinstance(value, str) else [str(v) for v in value]
         wanted = [w.strip() for w in wanted if w.strip()]
         used = [w for w in wanted if any(_matches(c, w, None) for c in calls)]
+        missing = [w for w in wanted if w not in used]
+        if inverse and used:
+            return False, f"forbidden skill(s) used: {', '.join(used)}; actual: {actual}"
         if inverse:
-            ok = not used
-            why = f"forbidden skill(s) not used: {', '.join(wanted)}"
-            if not ok:
-                why = f"forbidden skill(s) used: {', '.join(used)}; actual: {actual}"
-        else:
-            missing = [w for w in wanted if w not in used]
-            ok = not missing
-            why = (
-                f"required skill(s) used: {', '.join(wanted)}; actual: {actual}"
-                if ok
-                else f"missing skill(s): {', '.join(missing)}; actual: {actual}"
-            )
-        return ok, why
+            return True, f"forbidden skill(s) not used: {', '.join(wanted)}"
+        if missing:
+            return False, f"missing skill(s): {', '.join(missing)}; actual: {actual}"
+        return True, f"required skill(s) used: {', '.join(wanted)}; actual: {actual}"
     spec = value if isinstance(value, dict) else {}
     name, pattern = spec.get("name"), spec.get("pattern")
     label = pattern or name or "*"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,12 +119,9 @@ def trace_of(messages: list[Message], events: list[Any] | None = None) -> Trace:
 
 def summary_of(trace: Trace) -> dict[str, Any]:
     """The reference's ``trace_summary``: event count, calls per tool, errors, LLM calls."""
-    counts: dict[str, int] = {}
-    for call in trace.tool_calls:
-        counts[call.name] = counts.get(call.name, 0) + 1
     return {
         "event_count": len(trace.tool_calls),
-        "tool_calls": counts,
+        "tool_calls": dict(Counter(call.name for call in trace.tool_calls)),
         "error_count": sum(c.error for c in trace.tool_calls),
         "llm_call_count": trace.assistant_messages,
     }

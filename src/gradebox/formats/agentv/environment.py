@@ -51,10 +51,8 @@ def _hook_command(hook: Any, where: Where, loc: tuple[str, ...]) -> Any:
         return None
     if isinstance(hook, dict):
         where.unknown(hook, _HOOK_FIELDS, loc, "unknown field of a hook")
-        command = hook.get("command", hook.get("script"))
-        if command is None:
-            return None  # `reset: fast` and the like: every test gets a fresh workspace anyway
-        return command
+        # None for `reset: fast` and the like: every test gets a fresh workspace anyway
+        return hook.get("command", hook.get("script"))
     return hook
 
 
@@ -159,12 +157,9 @@ def workspace_docker(
     # v4's memory and cpus cap the container: here a cap below our defaults is kept, and one
     # above them changes nothing (raising a limit is a privilege only --allow grants).
     limits: dict[str, Any] = {}
-    if spec.get("memory") is not None:
-        size = _docker_bytes(spec["memory"])
-        if size is None:
-            raise where.error((*at, "memory"), f"{spec['memory']!r} is not a size (2g)")
-        if size < DEFAULT_LIMITS.memory:
-            limits["memory"] = size
+    size = _docker_bytes(spec.get("memory"), where, (*at, "memory"))
+    if size is not None and size < DEFAULT_LIMITS.memory:
+        limits["memory"] = size
     cpus = spec.get("cpus")
     if isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus < DEFAULT_LIMITS.cpus:
         limits["cpus"] = float(cpus)
@@ -343,11 +338,8 @@ def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
             "steps run without devices; drop gpu",
         )
     limits: dict[str, Any] = {}
-    memory = resources.get("memory")
-    if memory is not None:
-        size = _docker_bytes(memory)
-        if size is None:
-            raise where.error((*loc, "resources", "memory"), f"{memory!r} is not a size (2g)")
+    size = _docker_bytes(resources.get("memory"), where, (*loc, "resources", "memory"))
+    if size is not None:
         limits["memory"] = size
     if isinstance(resources.get("cpus"), int | float):
         limits["cpus"] = float(resources["cpus"])
@@ -356,9 +348,10 @@ def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
     return settings
 
 
-def _docker_bytes(value: Any) -> int | None:
-    """Docker's sizes: a number of bytes, or with b, k, m or g (powers of 1024)."""
-    if isinstance(value, int) and not isinstance(value, bool):
+def _docker_bytes(value: Any, where: Where, loc: tuple[str, ...]) -> int | None:
+    """Docker's sizes: a number of bytes, or with b, k, m or g (powers of 1024); None for
+    none given."""
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value).strip().lower().removesuffix("b") or "0"
     scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1], 1)
@@ -366,4 +359,4 @@ def _docker_bytes(value: Any) -> int | None:
     try:
         return int(float(number) * scale)
     except ValueError:
-        return None
+        raise where.error(loc, f"{value!r} is not a size (2g)") from None
