@@ -209,6 +209,12 @@ def _entry(cache: PrivateCache) -> Path:
     return entry
 
 
+def test_the_cache_key_names_modules_that_exist():
+    # A module renamed away from the list would no longer change the key when it changes.
+    package = Path(compiled.__file__).resolve().parent.parent
+    assert [m for m in compiled.LOADER_MODULES if not (package / m).is_file()] == []
+
+
 def test_a_tampered_entry_is_a_miss(grader_file, cache):
     raw = _stored(grader_file, cache)
     entry = _entry(cache)

@@ -49,9 +49,9 @@ SUFFIXES = (".yaml", ".yml", ".json")
 
 # What validating a grader file runs, relative to the package: a change to any is a new key.
 LOADER_MODULES = (
-    "_version.py", "_yaml.py", "_types.py", "_duration.py", "_bytes.py", "fstree.py",
-    "graders/config.py", "graders/compiled.py", "sandbox/models.py", "sandbox/defaults.py",
-    "images/build.py",
+    "_version.py", "core/yamlfile.py", "core/types.py", "core/duration.py", "core/sizes.py",
+    "core/fstree.py", "graders/config.py", "graders/compiled.py", "sandbox/models.py",
+    "sandbox/defaults.py", "images/build.py",
 )  # fmt: skip
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -77,9 +77,10 @@ def cache_key(path: Path, raw: bytes, dialect: str) -> str:
     return h.hexdigest()
 
 
-_FIELDS = ("type", "name", "image", "timeout", "env", "sub_path", "files", "limits", "security",
-           "network", "workspace", "weight", "dialect", "program", "args", "shell", "command",
-           "target", "max_calls", "pass_score", "source_dir", "declared_in")  # fmt: skip
+_FIELDS = (
+    "type name image timeout env sub_path files limits security network workspace weight "
+    "dialect program args shell command target max_calls pass_score source_dir declared_in"
+)
 
 
 class GraderRecord(namedtuple("GraderRecord", _FIELDS)):
@@ -202,7 +203,7 @@ def _grader(values: dict[str, Any], source_dir: Path) -> GraderRecord | None:
         return None
     return GraderRecord(
         **{
-            **dict.fromkeys(_FIELDS),
+            **dict.fromkeys(GraderRecord._fields),
             **values,
             "limits": Limits(**limits),
             "security": Security(**{**security, "capabilities": tuple(caps)}),
