@@ -673,12 +673,14 @@ def run_grader(
     workspace: Path | str,
     sandbox: Sandbox,
     *,
+    image_id: str | None = None,
+    images: ImageSource | None = None,
+    labels: dict[str, str] | None = None,
     file: str | None = None,
-    **options: Any,
+    models: ModelHub | None = None,
+    mask_workspace: bool = False,
 ) -> GraderResult:
-    """Run ``grader`` once on ``payload`` with ``workspace`` mounted at $EVALUATE_WORKSPACE;
-    ``options``: ``prepare_grader``'s (``images``, ``image_id``, ``labels``, ``models``,
-    ``mask_workspace``).
+    """Run ``grader`` once on ``payload`` with ``workspace`` mounted at $EVALUATE_WORKSPACE.
 
     Example::
 
@@ -687,5 +689,17 @@ def run_grader(
             print(result.status, result.score)
     """
     resolve_sub_path(Path(workspace), grader.sub_path, file=file)  # before any container
-    ready = prepare_grader(grader.to_record(), workspace, sandbox, file=file, warm=False, **options)
+    # The public signature is spelt out (typed, documented); the run is prepare_grader's.
+    ready = prepare_grader(
+        grader.to_record(),
+        workspace,
+        sandbox,
+        images=images,
+        image_id=image_id,
+        labels=labels,
+        file=file,
+        warm=False,
+        models=models,
+        mask_workspace=mask_workspace,
+    )
     return ready.run(payload)

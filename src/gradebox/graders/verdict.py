@@ -218,10 +218,29 @@ def _json_problem(text: str) -> str:
     return "not a JSON object"
 
 
-def judge(*args: Any, **kwargs: Any) -> GraderResult:
-    """``verdict`` (its arguments) as the protocol's ``GraderResult``; image and duration are
-    filled in by the caller."""
-    return result_of(verdict(*args, **kwargs))
+def judge(
+    dialect: Dialect,
+    name: str,
+    outcome: RunOutcome,
+    *,
+    timeout: float,
+    limits: Limits,
+    named: bool = True,
+    pass_score: float = 0.5,
+) -> GraderResult:
+    """``verdict`` as the protocol's ``GraderResult`` (image and duration are filled in by the
+    caller): typed here as it is public (``gradebox.graders.judge``)."""
+    return result_of(
+        verdict(
+            dialect,
+            name,
+            outcome,
+            timeout=timeout,
+            limits=limits,
+            named=named,
+            pass_score=pass_score,
+        )
+    )
 
 
 def result_of(fields: dict[str, Any]) -> GraderResult:
