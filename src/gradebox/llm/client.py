@@ -102,8 +102,6 @@ def _missing(target: ModelTarget, what: str) -> MalformedReply:
 
 
 def _sdks() -> tuple[Any, Any]:
-    """The SDKs, imported on first use: they take over a second to import, and most commands
-    never call a model."""
     # lazy: the SDKs take over a second to import, and most commands never call a model
     import anthropic
     import openai
@@ -662,9 +660,8 @@ def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) ->
 
 
 def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "choices")
-    choices = getattr(reply, "choices", None)
-    if not isinstance(choices, list) or not choices:
+    choices = _listed(target, reply, "choices")
+    if not choices:
         raise _missing(target, "has no 'choices'")
     message = getattr(choices[0], "message", None)
     if message is None:
@@ -673,24 +670,15 @@ def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completi
         refusal = getattr(message, "refusal", None)
         why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
         raise _missing(target, f"has no text: 'choices[0].message.content' is null{why}")
-    usage = getattr(reply, "usage", None)
-    return Completion(
-        text=message.content,
-        input_tokens=_count(usage, "prompt_tokens"),
-        output_tokens=_count(usage, "completion_tokens"),
-        structured=structured,
-    )
+    tokens = _tokens(reply, "prompt_tokens", "completion_tokens")
+    return Completion(text=message.content, structured=structured, **tokens)
 
 
 def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "output")
-    output = getattr(reply, "output", None)
-    if not isinstance(output, list):
-        raise _missing(target, "has no 'output'")
     # The SDK's `output_text`, with every step checked: the text parts of its messages.
     texts = [
         part.text
-        for item in output
+        for item in _listed(target, reply, "output")
         if getattr(item, "type", None) == "message"
         for part in (getattr(item, "content", None) or [])
         if getattr(part, "type", None) == "output_text"
@@ -698,25 +686,13 @@ def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completio
     ]
     if not texts:
         raise _missing(target, "has no text: 'output' holds no message with output_text")
-    usage = getattr(reply, "usage", None)
-    return Completion(
-        text="".join(texts),
-        input_tokens=_count(usage, "input_tokens"),
-        output_tokens=_count(usage, "output_tokens"),
-        structured=structured,
-    )
+    tokens = _tokens(reply, "input_tokens", "output_tokens")
+    return Completion(text="".join(texts), structured=structured, **tokens)
 
 
 def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "content")
-    content = getattr(reply, "content", None)
-    if not isinstance(content, list):
-        raise _missing(target, "has no 'content'")
-    usage = getattr(reply, "usage", None)
-    tokens = {
-        "input_tokens": _count(usage, "input_tokens"),
-        "output_tokens": _count(usage, "output_tokens"),
-    }
+    content = _listed(target, reply, "content")
+    tokens = _tokens(reply, "input_tokens", "output_tokens")
     if structured:
         calls = [
             b
@@ -736,13 +712,23 @@ def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Compl
     return Completion(text="".join(texts), **tokens)
 
 
-def _expect_object(target: ModelTarget, reply: Any, field: str) -> None:
-    """The SDK returns the body as a string when it is not JSON (an HTML error page with 200,
-    a proxy's banner): that is no reply."""
+def _listed(target: ModelTarget, reply: Any, field: str) -> list[Any]:
+    """The reply's list ``field``. The SDK returns the body as a string when it is not JSON
+    (an HTML error page with 200, a proxy's banner): that is no reply."""
     if isinstance(reply, str | bytes) or reply is None:
         text = (reply or "")[:80] if isinstance(reply, str) else ""
         first = text.strip().splitlines()[0] if text.strip() else "empty"
         raise _missing(target, f"is not JSON (no {field!r}): {first!r}")
+    value = getattr(reply, field, None)
+    if not isinstance(value, list):
+        raise _missing(target, f"has no {field!r}")
+    return value
+
+
+def _tokens(reply: Any, sent: str, received: str) -> dict[str, int]:
+    """The reply's token counts, by the provider's names for them; 0 where not a count."""
+    usage = getattr(reply, "usage", None)
+    return {"input_tokens": _count(usage, sent), "output_tokens": _count(usage, received)}
 
 
 def _sdk_params(target: ModelTarget) -> dict[str, Any]:
