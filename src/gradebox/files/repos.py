@@ -328,40 +328,40 @@ class _locked:
 def _git_env() -> dict[str, str]:
     """What git runs with when it fetches: the operator's own settings (credentials, ssh,
     proxies, global config), only the protocols we allow, and never a prompt."""
-    env = {name: value for name in _PASSED if (value := os.environ.get(name))}
+    env: dict[str, str] = {}
+    for name, value in (
+        ("PATH", os.environ.get("PATH")),
+        ("HOME", os.environ.get("HOME")),
+        ("USER", os.environ.get("USER")),
+        ("LANG", "C"),
+        ("XDG_CONFIG_HOME", os.environ.get("XDG_CONFIG_HOME")),
+        ("GIT_CONFIG_GLOBAL", os.environ.get("GIT_CONFIG_GLOBAL")),
+        ("GIT_SSH_COMMAND", os.environ.get("GIT_SSH_COMMAND")),
+        ("GIT_ASKPASS", os.environ.get("GIT_ASKPASS")),
+        ("SSH_AUTH_SOCK", os.environ.get("SSH_AUTH_SOCK")),
+        ("http_proxy", os.environ.get("http_proxy")),
+        ("https_proxy", os.environ.get("https_proxy")),
+        ("HTTP_PROXY", os.environ.get("HTTP_PROXY")),
+        ("HTTPS_PROXY", os.environ.get("HTTPS_PROXY")),
+        ("no_proxy", os.environ.get("no_proxy")),
+        ("NO_PROXY", os.environ.get("NO_PROXY")),
+        ("ALL_PROXY", os.environ.get("ALL_PROXY")),
+        ("SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE")),
+        ("GIT_SSL_CAINFO", os.environ.get("GIT_SSL_CAINFO")),
+    ):
+        if value:
+            env[name] = value
     env.setdefault("PATH", "/usr/bin:/bin")
     env.update(
-        LANG="C",
         GIT_ALLOW_PROTOCOL=PROTOCOLS,
         GIT_TERMINAL_PROMPT="0",
         GCM_INTERACTIVE="never",
         GIT_CONFIG_NOSYSTEM="1",
         GIT_LFS_SKIP_SMUDGE="1",
     )
-    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    if "GIT_SSH_COMMAND" not in env:
+        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
     return env
-
-
-# The operator's settings a fetch may use: who they are, their git and ssh, their proxies.
-_PASSED = [
-    "PATH",
-    "HOME",
-    "USER",
-    "XDG_CONFIG_HOME",
-    "GIT_CONFIG_GLOBAL",
-    "GIT_SSH_COMMAND",
-    "GIT_ASKPASS",
-    "SSH_AUTH_SOCK",
-    "http_proxy",
-    "https_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "no_proxy",
-    "NO_PROXY",
-    "ALL_PROXY",
-    "SSL_CERT_FILE",
-    "GIT_SSL_CAINFO",
-]
 
 
 # Every fetch: no submodules followed, no hooks, no protocol but ours, and a redirect only

@@ -441,14 +441,11 @@ class ModelHub:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"model target {target.name!r}: cancelled")  # never retried
             sent = True
-            call = {"anthropic": self._anthropic, "azure": self._azure}.get(
-                target.provider, self._openai
-            )
             # `params: {structured_output: false}`: a server without structured output (an
             # older OpenAI-compatible one) is asked in prose; its reply is judged as prose.
             asked = schema if target.params.get("structured_output", True) is not False else None
             try:
-                return call(target, messages, system, asked)
+                return self._ask(target, messages, system, asked)
             except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
                 raise _missing(target, "is not JSON") from None
             except RecursionError:  # nested deeper than json's decoder recurses
@@ -515,74 +512,50 @@ class ModelHub:
                 self._clients[ident] = client
             return client
 
-    def _openai(
+    def _ask(
         self,
         target: ModelTarget,
         messages: list[dict[str, Any]],
         system: str | None,
-        schema: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None,
     ) -> Completion:
+        """One request in the provider's own API, and its reply read (``_read_reply``)."""
+        client = self._client(target)
+        if target.provider == "azure":
+            # Azure OpenAI through its Responses API (as AgentV calls it): the deployment is
+            # the model, ``api-key`` the header, ``api-version`` the query.
+            params: dict[str, Any] = {}
+            if schema is not None:
+                params["text"] = {"format": {"type": "json_schema", **_answer_schema(schema)}}
+            if "temperature" in target.params:
+                params["temperature"] = target.params["temperature"]
+            if "max_tokens" in target.params:
+                params["max_output_tokens"] = target.params["max_tokens"]
+            if system:
+                params["instructions"] = system
+            reply = client.responses.create(model=target.model, input=messages, **params)
+            return _read_reply(_azure_reply, target, reply, schema is not None)
+        if target.provider == "anthropic":
+            params = {"max_tokens": 1024, **_sdk_params(target)}
+            if system:
+                params["system"] = system
+            if schema is not None:
+                # Anthropic's structured output: one tool whose input is the answer, and a
+                # call of it forced. Its input, not the text blocks, is the answer.
+                tool = {"name": ANSWER_TOOL, "description": "Record your answer."}
+                params["tools"] = [{**tool, "input_schema": schema}]
+                params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
+            reply = client.messages.create(model=target.model, messages=messages, **params)
+            return _read_reply(_anthropic_reply, target, reply, schema is not None)
         sent = ([{"role": "system", "content": system}] if system else []) + messages
         params = _sdk_params(target)
         if schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "answer", "strict": True, "schema": schema},
+                "json_schema": _answer_schema(schema),
             }
-        reply = self._client(target).chat.completions.create(
-            model=target.model, messages=sent, **params
-        )
+        reply = client.chat.completions.create(model=target.model, messages=sent, **params)
         return _read_reply(_openai_reply, target, reply, schema is not None)
-
-    def _azure(
-        self,
-        target: ModelTarget,
-        messages: list[dict[str, Any]],
-        system: str | None,
-        schema: dict[str, Any] | None = None,
-    ) -> Completion:
-        """Azure OpenAI through its Responses API (as AgentV calls it): the deployment is the
-        model, ``api-key`` the header, ``api-version`` the query."""
-        params: dict[str, Any] = {}
-        if schema is not None:
-            params["text"] = {
-                "format": {
-                    "type": "json_schema",
-                    "name": "answer",
-                    "strict": True,
-                    "schema": schema,
-                }
-            }
-        if "temperature" in target.params:
-            params["temperature"] = target.params["temperature"]
-        if "max_tokens" in target.params:
-            params["max_output_tokens"] = target.params["max_tokens"]
-        if system:
-            params["instructions"] = system
-        reply = self._client(target).responses.create(model=target.model, input=messages, **params)
-        return _read_reply(_azure_reply, target, reply, schema is not None)
-
-    def _anthropic(
-        self,
-        target: ModelTarget,
-        messages: list[dict[str, Any]],
-        system: str | None,
-        schema: dict[str, Any] | None = None,
-    ) -> Completion:
-        params = {"max_tokens": 1024, **_sdk_params(target)}
-        if system:
-            params["system"] = system
-        if schema is not None:
-            # Anthropic's structured output: one tool whose input is the answer, and a call
-            # of it forced. Its input, not the text blocks, is the answer.
-            params["tools"] = [
-                {"name": ANSWER_TOOL, "description": "Record your answer.", "input_schema": schema}
-            ]
-            params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
-        reply = self._client(target).messages.create(
-            model=target.model, messages=messages, **params
-        )
-        return _read_reply(_anthropic_reply, target, reply, schema is not None)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -646,6 +619,11 @@ class ModelHub:
 
 
 ANSWER_TOOL = "record_answer"
+
+
+def _answer_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's and Azure's structured output: the answer, one object of ``schema``."""
+    return {"name": "answer", "strict": True, "schema": schema}
 
 
 def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) -> Completion:
