@@ -197,15 +197,20 @@ class _BoundedComposer(Composer):
             self.anchors[anchor] = node
         return node
 
-    def _sequence(self, anchor: str | None) -> Node:
+    def _opened(self, kind: type[SequenceNode | MappingNode], anchor: str | None) -> Any:
+        """The start event of a sequence or mapping, and its node (still empty)."""
         start = self.get_event()
         self._count(start)
         tag = start.tag
         if tag is None or tag == "!":
-            tag = self.resolve(SequenceNode, None, start.implicit)
-        node = SequenceNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+            tag = self.resolve(kind, None, start.implicit)
+        node = kind(tag, [], start.start_mark, None, flow_style=start.flow_style)
         if anchor is not None:
             self.anchors[anchor] = node
+        return start, node
+
+    def _sequence(self, anchor: str | None) -> Node:
+        start, node = self._opened(SequenceNode, anchor)
         items: list[_Entry] = []
         size = 1
         while type(self.peek_event()) is not SequenceEndEvent:
@@ -218,14 +223,7 @@ class _BoundedComposer(Composer):
         return node
 
     def _mapping(self, anchor: str | None) -> Node:
-        start = self.get_event()
-        self._count(start)
-        tag = start.tag
-        if tag is None or tag == "!":
-            tag = self.resolve(MappingNode, None, start.implicit)
-        node = MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
-        if anchor is not None:
-            self.anchors[anchor] = node
+        start, node = self._opened(MappingNode, anchor)
         keys: dict[str, _Entry] = {}
         size = 1
         while type(self.peek_event()) is not MappingEndEvent:

@@ -72,7 +72,6 @@ from ..errors import WorkspaceError
 __all__ = ["DEFAULT_DIFF_CAP", "Baseline", "ChangedFile", "FileChanges", "truncate_diff"]
 
 DEFAULT_DIFF_CAP = 1 << 20
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Past this many bytes of path below the workspace, or this many folders down, a folder is
 # flattened (see above): git itself walks trees no deeper than 2,048 (core.maxTreeDepth).
 DEEP_PATH = 4096

@@ -52,9 +52,11 @@ __all__ = [
     "FETCH_TIMEOUT",
     "Fetched",
     "checkout",
+    "clone_into",
     "is_remote",
     "offline",
     "refuse_url",
+    "repo_folder",
     "resolve",
 ]
 
@@ -197,50 +199,69 @@ def checkout(
 ) -> None:
     """Place ``fetched`` at ``stage/where``: a clone of its mirror (objects copied: nothing of
     the cache is linked into the workspace), detached at its commit, ``origin`` its URL."""
-    try:
-        rel = normalise_sub_path(where)
-    except ValueError as exc:
-        raise WorkspaceError(f"repository path: {exc}") from None
-    try:
-        dest = real_folder_below(stage, rel)  # no link of an earlier repository's followed
-    except ValueError as exc:
-        raise WorkspaceError(f"repository path: {exc}") from None
-    if any(dest.iterdir()):
-        raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
-    # The checkout reads only our mirror: none of the operator's settings are needed.
-    env = checkout_env()
-    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
+    dest = repo_folder(stage, where)
     # Under the mirror's lock: another run's fetch may be removing a mirror past its cap.
     with _locked(fetched.mirror.with_name(fetched.mirror.name + ".lock"), fetched.url):
-        _clone_out(fetched, dest, base, env, stage)
+        clone_into(
+            dest,
+            str(fetched.mirror),
+            ["--detach", fetched.commit],
+            where=where,
+            what=fetched.describe(),
+            origin=fetched.url,
+            cwd=stage,
+            timeout=FETCH_TIMEOUT,
+        )
     if owner is not None:
         chown_tree(dest, owner)
 
 
-def _clone_out(
-    fetched: Fetched, dest: Path, base: list[str], env: dict[str, str], stage: Path
+def repo_folder(stage: Path, where: str) -> Path:
+    """The folder at ``where`` in ``stage`` that a repository goes into (made; no link
+    followed, an earlier repository's included)."""
+    try:
+        return real_folder_below(stage, normalise_sub_path(where))
+    except ValueError as exc:
+        raise WorkspaceError(f"repository path: {exc}") from None
+
+
+def clone_into(
+    dest: Path,
+    source: str,
+    checkout: list[str],
+    *,
+    where: str,
+    what: str,
+    origin: str | None = None,
+    cwd: Path | None = None,
+    timeout: float,
 ) -> None:
-    for args in (
-        ["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", str(fetched.mirror),
-         str(dest)],
-        ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach",
-         fetched.commit],
-        ["-C", str(dest), "remote", "set-url", "origin", fetched.url],
-    ):  # fmt: skip
+    """A clone of the local repository ``source`` into the empty folder ``dest`` (objects
+    copied, none linked), checked out with ``checkout``'s arguments, its ``origin`` set to
+    ``origin``: no hook run, no config read but the clone's own (``checkout_env``)."""
+    if any(dest.iterdir()):
+        raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
+    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
+    into = str(dest)
+    steps = [
+        ["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", source, into],
+        ["-C", into, "-c", "advice.detachedHead=false", "checkout", "--quiet", *checkout],
+    ]
+    if origin is not None:
+        steps.append(["-C", into, "remote", "set-url", "origin", origin])
+    for args in steps:
         proc = subprocess.run(
             [*base, *args],
             capture_output=True,
             text=True,
-            env=env,
-            cwd=stage,
-            timeout=FETCH_TIMEOUT,
+            env=checkout_env(),
+            cwd=cwd,
+            timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
         )
         if proc.returncode != 0:
-            raise WorkspaceError(
-                f"repository {fetched.describe()}: git {args[0]} failed: {_tail(proc.stderr)}"
-            )
+            raise WorkspaceError(f"repository {what}: git {args[0]} failed: {_tail(proc.stderr)}")
 
 
 def cached(url: str, ref: str | None, root: Path | None = None) -> bool:
@@ -358,13 +379,14 @@ _SAFE = [
 ]  # fmt: skip
 
 
+def _git_argv(mirror: Path | None, args: list[str] | tuple[str, ...]) -> list[str]:
+    return ["git", *_SAFE, *(["--git-dir", str(mirror)] if mirror is not None else []), *args]
+
+
 def _git(mirror: Path | None, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    cmd = ["git", *_SAFE]
-    if mirror is not None:
-        cmd += ["--git-dir", str(mirror)]
     cwd = mirror if mirror is not None and mirror.is_dir() else None
     return subprocess.run(
-        [*cmd, *args],
+        _git_argv(mirror, args),
         capture_output=True,
         text=True,
         env=_git_env(),
@@ -431,15 +453,9 @@ def _fetch(
     url: str, mirror: Path, max_bytes: int | None, refspecs: tuple[str, ...], quiet_fail=False
 ) -> None:
     try:
-        _bounded(
-            url,
-            mirror,
-            ["fetch", "--quiet", "--prune", "--no-recurse-submodules", "--", url, *refspecs]
-            if refspecs
-            else ["fetch", "--quiet", "--prune", "--no-recurse-submodules", "origin"],
-            max_bytes,
-            mirror,
-        )
+        where = ["--", url, *refspecs] if refspecs else ["origin"]
+        args = ["fetch", "--quiet", "--prune", "--no-recurse-submodules", *where]
+        _bounded(url, mirror, args, max_bytes, mirror)
     except ConfigError:
         if not quiet_fail:
             raise
@@ -449,11 +465,8 @@ def _bounded(
     url: str, folder: Path, args: list[str], max_bytes: int | None, mirror: Path | None
 ) -> None:
     """Run git, stopping it past ``FETCH_TIMEOUT`` or once ``folder`` passes ``max_bytes``."""
-    cmd = ["git", *_SAFE]
-    if mirror is not None:
-        cmd += ["--git-dir", str(mirror)]
     proc = subprocess.Popen(
-        [*cmd, *args],
+        _git_argv(mirror, args),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -466,15 +479,16 @@ def _bounded(
     reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
     reader.start()
     deadline = time.monotonic() + FETCH_TIMEOUT
+    too_large = (
+        f"is larger than the {format_bytes(max_bytes or 0)} a fetched repository may take: "
+        "run with --allow limits to lift the cap"
+    )
     why = None
     while proc.poll() is None:
         if time.monotonic() > deadline:
             why = f"took longer than {FETCH_TIMEOUT:.0f} s"
         elif max_bytes is not None and _size(folder) > max_bytes:
-            why = (
-                f"is larger than the {format_bytes(max_bytes)} a fetched repository may take: "
-                "run with --allow limits to lift the cap"
-            )
+            why = too_large
         if why:
             os.killpg(proc.pid, 9)
             proc.wait()
@@ -482,10 +496,7 @@ def _bounded(
         time.sleep(0.2)
     reader.join(5)
     if why is None and max_bytes is not None and _size(folder) > max_bytes:
-        why = (
-            f"is larger than the {format_bytes(max_bytes)} a fetched repository may take: "
-            "run with --allow limits to lift the cap"
-        )
+        why = too_large
     if why is not None:
         if mirror is not None:  # a half-fetched mirror: made again next time
             shutil.rmtree(mirror, ignore_errors=True)

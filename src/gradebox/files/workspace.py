@@ -14,7 +14,6 @@ import ctypes.util
 import logging
 import os
 import stat
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,6 @@ from ..core.fstree import (
     chown_tree,
     copy_tree,
     libc,
-    normalise_sub_path,
-    real_folder_below,
     remove_tree,
     tree_usage,
     unmount,
@@ -35,7 +32,7 @@ from ..core.fstree import (
 from ..core.sizes import format_bytes
 from ..errors import WorkspaceError
 from .baseline import DEFAULT_DIFF_CAP, Baseline, truncate_diff
-from .repos import checkout_env
+from .repos import clone_into, repo_folder
 
 __all__ = [
     "DEFAULT_DIFF_CAP",
@@ -118,42 +115,17 @@ def materialise_repo(
 ) -> None:
     """Place a local repository (the suite author's, next to the suite) at ``stage/where``:
     a clone checked out at ``ref`` when one is given, else a copy that follows no link."""
-
-    try:
-        rel = normalise_sub_path(where)
-    except ValueError as exc:
-        raise WorkspaceError(f"repository path: {exc}") from None
     src = (root / source).resolve()
     if not src.is_dir():
         raise WorkspaceError(f"repository source {src} is not a directory")
-    try:
-        # The template or an earlier repository may hold a link out: none followed here.
-        dest = real_folder_below(stage, rel)
-    except ValueError as exc:
-        raise WorkspaceError(f"repository path: {exc}") from None
+    # The template or an earlier repository may hold a link out: none followed here.
+    dest = repo_folder(stage, where)
     if ref is None:
         safe_copy(src, dest, owner)
         return
     if ref.startswith("-"):  # git would read it as an option (--pathspec-from-file=...)
         raise WorkspaceError(f"repository {source}: {ref!r} is not a commit, branch or tag name")
-    if any(dest.iterdir()):
-        raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
-    env = checkout_env()  # no config but the clone's own, never the stage's
-    for args in (
-        ["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(src), str(dest)],
-        ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "--quiet", ref],
-    ):
-        proc = subprocess.run(
-            ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise WorkspaceError(f"repository {source} at {ref}: git {args[0]} failed: {tail}")
+    clone_into(dest, str(src), [ref], where=where, what=f"{source} at {ref}", timeout=300)
     if owner is not None:
         chown_tree(dest, owner)
 

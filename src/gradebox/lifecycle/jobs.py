@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from ..core.scratch import new_scratch
 from ..files.workspace import Workspace, remove_tree
 from ..graders.config import GraderConfig
-from ..protocol.models import GraderResult, InlinePayload, Status, TestResult, Usage
+from ..protocol.models import GraderResult, InlinePayload, TestResult, Usage
 from ..sandbox.base import ImageSource, RunOutcome, Sandbox
 from ..sandbox.hardening import run_as_ids
 from ..suite import Suite
@@ -173,14 +173,8 @@ class Worker:
             # As plaited's trials: a target that did not finish gave no answer to grade (what
             # it printed before a timeout could pass a grader it never earned).
             assert self.grader is not None
-            return GraderResult(
-                name=self.grader.display_name(),
-                type=self.grader.type,
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence=f"no answer to grade: {record.target_error}",
-            )
+            why = f"no answer to grade: {record.target_error}"
+            return GraderResult.errored(self.grader.display_name(), self.grader.type, why)
         with self._lock:
             warm = self._spare.pop() if self._spare else None
             if self._started < self._coming:

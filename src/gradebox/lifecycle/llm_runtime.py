@@ -6,23 +6,19 @@ graders see only this."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.scratch import new_scratch
 from ..errors import ConfigError, GradeboxError
-from ..files.workspace import remove_tree
 from ..graders.assertion import TEST_TRANSFORM, infer_image
 from ..graders.llm import CommandJudge, candidate_from_files
 from ..graders.run import CONTAINER_WORKSPACE
 from ..llm.proxy import TargetProxy
-from ..protocol.models import GraderResult, Message, Payload, Status
+from ..protocol.models import GraderResult, Message, Payload
 from ..sandbox.base import Limits, Mount
-from ..sandbox.hardening import run_as_ids
 from ..suite import TargetConfig
-from .steps import HOOK_TIMEOUT, judge_step, run_cli_command, run_in_workspace
+from .steps import HOOK_TIMEOUT, judge_step, own_folder, run_cli_command, run_in_workspace
 
 if TYPE_CHECKING:
     from ..llm.client import ModelHub
@@ -111,10 +107,7 @@ class LlmRuntime:
             return seen
         shown = getattr(assertion, "display_name", None)
         name = shown() if callable(shown) else "grader"
-        return GraderResult(
-            name=str(name), type="assertion", status=Status.error, passed=False, score=0.0,
-            evidence=seen,
-        )  # fmt: skip
+        return GraderResult.errored(str(name), "assertion", seen)
 
     def _through(self, chain: tuple[str, ...], payload: Payload) -> Payload | str:
         if chain not in self._seen:
@@ -157,12 +150,7 @@ class LlmRuntime:
         # bunfig.toml (its preload) and .env from where it starts, even for `bun -e`, and
         # would run the agent's code as the transform. The runner then moves into the
         # workspace (read-only), where a file block's relative path is found.
-        scratch = new_scratch()
-        try:
-            home = scratch / "transform"
-            home.mkdir(mode=0o700)
-            if os.geteuid() == 0:
-                os.chown(home, *run_as_ids())
+        with own_folder("transform") as home:
             outcome = run_in_workspace(
                 argv,
                 self.workspace,
@@ -177,8 +165,6 @@ class LlmRuntime:
                 extra_mounts=(Mount(home, TRANSFORM_HOME, read_only=True),),
                 workdir=TRANSFORM_HOME,
             )
-        finally:
-            remove_tree(scratch)
         failure = judge_step("the transform", outcome, TRANSFORM_TIMEOUT, Limits())[1]
         if failure:
             raise GradeboxError(failure)
@@ -249,32 +235,27 @@ class LlmRuntime:
         image = self.image_for(target.image, self.root)
         proxy = self._judge_proxy()
         env = {**target.env, **(proxy.env() if proxy is not None else {})}
-        scratch = new_scratch()
         try:
-            folder = scratch / "judge"
-            folder.mkdir(mode=0o700)
-            if os.geteuid() == 0:
-                os.chown(folder, *run_as_ids())
-            outcome, answer = run_cli_command(
-                target,
-                prompt,
-                folder,
-                self.box,
-                test_id=self.labels.get("gradebox.test", "judge"),
-                input_files=[],
-                image_id=image,
-                env=env,
-                labels=self.labels,
-                source_dir=self.root,
-                name="llm-judge",
-                network="none",
-                read_only=True,
-                on_start=proxy.start_in if proxy is not None else None,
-            )
+            with own_folder("judge") as folder:
+                outcome, answer = run_cli_command(
+                    target,
+                    prompt,
+                    folder,
+                    self.box,
+                    test_id=self.labels.get("gradebox.test", "judge"),
+                    input_files=[],
+                    image_id=image,
+                    env=env,
+                    labels=self.labels,
+                    source_dir=self.root,
+                    name="llm-judge",
+                    network="none",
+                    read_only=True,
+                    on_start=proxy.start_in if proxy is not None else None,
+                )
         finally:
             if proxy is not None:
                 proxy.close()  # waits for calls in flight, lets none outlive the judge
-            remove_tree(scratch)
         failure = judge_step(f"the {judge.kind} judge", outcome, target.timeout, target.limits)[1]
         if failure:
             raise GradeboxError(failure)

@@ -13,16 +13,16 @@ import os
 import re
 import shlex
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..core.scratch import new_scratch
+from ..core.scratch import scratch_folder
 from ..core.untrusted import read_regular
 from ..errors import GradeboxError
-from ..files.workspace import remove_tree
 from ..graders.run import CONTAINER_WORKSPACE, container_path, source_mounts, translate_args
 from ..graders.run import grader_file as _named_file
 from ..graders.verdict import judge, tail_text
@@ -50,6 +50,7 @@ __all__ = [
     "judge_step",
     "read_batch_answers",
     "PROMPT_ENV",
+    "own_folder",
     "render_cli_command",
     "run_cli_command",
     "run_cli_target",
@@ -58,6 +59,18 @@ __all__ = [
 ]
 
 HOOK_TIMEOUT = 300.0  # before_each / after_each
+
+
+@contextmanager
+def own_folder(name: str) -> Iterator[Path]:
+    """An empty folder ``name`` (0700, the sandbox user's) in a scratch folder of its own,
+    removed with it after: where a command starts that must not start in the workspace."""
+    with scratch_folder() as scratch:
+        folder = scratch / name
+        folder.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(folder, *run_as_ids())
+        yield folder
 
 
 def run_in_workspace(
@@ -90,8 +103,7 @@ def run_in_workspace(
     named_files = list(named_files or [])
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     mounts = [Mount(workspace.resolve(), CONTAINER_WORKSPACE, read_only=read_only), *extra_mounts]
-    scratch = new_scratch()
-    try:
+    with scratch_folder() as scratch:
         if source_dir is not None and not isinstance(command, str):
             argv, used = translate_args(argv, source_dir)
             used += named_files
@@ -115,8 +127,6 @@ def run_in_workspace(
             on_start=on_start,
         )
         return sandbox.run(spec)
-    finally:
-        remove_tree(scratch)
 
 
 def input_text(payload: Payload) -> bytes:
@@ -348,15 +358,10 @@ def run_cli_command(
     ``read_only``); what it wrote to ``{OUTPUT_FILE}``, or why there is nothing (a string).
     ``read``: how {OUTPUT_FILE} is read (a batch's JSONL: ``read_batch_answers``);
     ``on_start``: given the started container (a judge's model proxy opens in it)."""
-    scratch = new_scratch()
-    try:
-        owner = run_as_ids()
-        io = scratch / "io"
-        io.mkdir(mode=0o700)
+    with own_folder("io") as io:
         (io / "prompt.txt").write_text(prompt_text, encoding="utf-8")
         if os.geteuid() == 0:
-            for p in (io, io / "prompt.txt"):
-                os.chown(p, *owner)
+            os.chown(io / "prompt.txt", *run_as_ids())
         mounts = [Mount(io, CLI_IO, read_only=False)]
         files = []
         for i, host in enumerate(input_files):
@@ -394,8 +399,6 @@ def run_cli_command(
         if read is not None:
             return outcome, read(io / "output")
         return outcome, read_cli_answer(io / "output", target.answer_format)
-    finally:
-        remove_tree(scratch)
 
 
 def run_healthcheck(
@@ -409,12 +412,7 @@ def run_healthcheck(
 ) -> str | None:
     """A cli target's healthcheck, run in an empty folder like the target (its files named
     from its cwd, no network unless the target has it); why it failed, or None."""
-    scratch = new_scratch()
-    try:
-        folder = scratch / "healthcheck"
-        folder.mkdir(mode=0o700)
-        if os.geteuid() == 0:
-            os.chown(folder, *run_as_ids())
+    with own_folder("healthcheck") as folder:
         cwd = Path(check.cwd or target.cwd or source_dir)
         command = check.command
         named: list[str] = []
@@ -441,10 +439,7 @@ def run_healthcheck(
             source_dir=cwd,
             named_files=named,
         )
-        failure = judge_step("target healthcheck", outcome, target.timeout, target.limits)[1]
-        return failure
-    finally:
-        remove_tree(scratch)
+        return judge_step("target healthcheck", outcome, target.timeout, target.limits)[1]
 
 
 def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] | str:

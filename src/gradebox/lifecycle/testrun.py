@@ -261,22 +261,18 @@ class SuiteContext:
                 continue
             materialise_repo(self.suite.root, repo.source, stage, repo.path, repo.ref, run_as_ids())
         if cfg.before_all:
-            failure = self.hook("before_all", cfg.before_all, stage, self.labels)
+            failure = run_hook(
+                self.suite,
+                self.box,
+                self.images,
+                self.run_id,
+                "before_all",
+                cfg.before_all,
+                stage,
+                self.labels,
+            )
             if failure:
                 raise GradeboxError(failure)
-
-    def hook(
-        self,
-        name: str,
-        command: list[str] | str,
-        folder: Path,
-        labels: dict[str, str],
-        test: Test | None = None,
-    ) -> str | None:
-        """Run one workspace hook in a container; why it failed, or None."""
-        return run_hook(
-            self.suite, self.box, self.images, self.run_id, name, command, folder, labels, test
-        )
 
     def image_for(self, ref: object, source: Path | None) -> str:
         return image_for(self.suite, self.images, ref, source)
@@ -461,7 +457,10 @@ class TestRun:
             workspace.close()
 
     def _hook(self, name: str, command: list[str] | str, ws: Path) -> str | None:
-        return self.run_.hook(name, command, ws, self.labels, self.test)
+        run = self.run_
+        return run_hook(
+            run.suite, run.box, run.images, run.run_id, name, command, ws, self.labels, self.test
+        )
 
     def _target(self, workspace: Workspace) -> bool:
         """Run the agent, if the suite has one; False when the test ends here (an error)."""
@@ -711,14 +710,8 @@ class TestRun:
         if any(r.status is Status.error for r in children):
             if started is not None:
                 started.discard()
-            return GraderResult(
-                name=group.display_name(),
-                type="assert-set",
-                status=Status.error,
-                passed=False,
-                score=0.0,
-                evidence="a child assertion gave no verdict",
-            )
+            why = "a child assertion gave no verdict"
+            return GraderResult.errored(group.display_name(), "assert-set", why)
         results = {r.name: _v4_score(r) for r in children}
         if isinstance(program, LlmGraderAssertion):
             # The members' evidence quotes the answer: it reaches the judge fenced as the

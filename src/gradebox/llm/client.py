@@ -102,8 +102,6 @@ def _missing(target: ModelTarget, what: str) -> MalformedReply:
 
 
 def _sdks() -> tuple[Any, Any]:
-    """The SDKs, imported on first use: they take over a second to import, and most commands
-    never call a model."""
     # lazy: the SDKs take over a second to import, and most commands never call a model
     import anthropic
     import openai
@@ -443,14 +441,11 @@ class ModelHub:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"model target {target.name!r}: cancelled")  # never retried
             sent = True
-            call = {"anthropic": self._anthropic, "azure": self._azure}.get(
-                target.provider, self._openai
-            )
             # `params: {structured_output: false}`: a server without structured output (an
             # older OpenAI-compatible one) is asked in prose; its reply is judged as prose.
             asked = schema if target.params.get("structured_output", True) is not False else None
             try:
-                return call(target, messages, system, asked)
+                return self._ask(target, messages, system, asked)
             except json.JSONDecodeError:  # a body the SDK took for JSON (its content type)
                 raise _missing(target, "is not JSON") from None
             except RecursionError:  # nested deeper than json's decoder recurses
@@ -517,74 +512,50 @@ class ModelHub:
                 self._clients[ident] = client
             return client
 
-    def _openai(
+    def _ask(
         self,
         target: ModelTarget,
         messages: list[dict[str, Any]],
         system: str | None,
-        schema: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None,
     ) -> Completion:
+        """One request in the provider's own API, and its reply read (``_read_reply``)."""
+        client = self._client(target)
+        if target.provider == "azure":
+            # Azure OpenAI through its Responses API (as AgentV calls it): the deployment is
+            # the model, ``api-key`` the header, ``api-version`` the query.
+            params: dict[str, Any] = {}
+            if schema is not None:
+                params["text"] = {"format": {"type": "json_schema", **_answer_schema(schema)}}
+            if "temperature" in target.params:
+                params["temperature"] = target.params["temperature"]
+            if "max_tokens" in target.params:
+                params["max_output_tokens"] = target.params["max_tokens"]
+            if system:
+                params["instructions"] = system
+            reply = client.responses.create(model=target.model, input=messages, **params)
+            return _read_reply(_azure_reply, target, reply, schema is not None)
+        if target.provider == "anthropic":
+            params = {"max_tokens": 1024, **_sdk_params(target)}
+            if system:
+                params["system"] = system
+            if schema is not None:
+                # Anthropic's structured output: one tool whose input is the answer, and a
+                # call of it forced. Its input, not the text blocks, is the answer.
+                tool = {"name": ANSWER_TOOL, "description": "Record your answer."}
+                params["tools"] = [{**tool, "input_schema": schema}]
+                params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
+            reply = client.messages.create(model=target.model, messages=messages, **params)
+            return _read_reply(_anthropic_reply, target, reply, schema is not None)
         sent = ([{"role": "system", "content": system}] if system else []) + messages
         params = _sdk_params(target)
         if schema is not None:
             params["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "answer", "strict": True, "schema": schema},
+                "json_schema": _answer_schema(schema),
             }
-        reply = self._client(target).chat.completions.create(
-            model=target.model, messages=sent, **params
-        )
+        reply = client.chat.completions.create(model=target.model, messages=sent, **params)
         return _read_reply(_openai_reply, target, reply, schema is not None)
-
-    def _azure(
-        self,
-        target: ModelTarget,
-        messages: list[dict[str, Any]],
-        system: str | None,
-        schema: dict[str, Any] | None = None,
-    ) -> Completion:
-        """Azure OpenAI through its Responses API (as AgentV calls it): the deployment is the
-        model, ``api-key`` the header, ``api-version`` the query."""
-        params: dict[str, Any] = {}
-        if schema is not None:
-            params["text"] = {
-                "format": {
-                    "type": "json_schema",
-                    "name": "answer",
-                    "strict": True,
-                    "schema": schema,
-                }
-            }
-        if "temperature" in target.params:
-            params["temperature"] = target.params["temperature"]
-        if "max_tokens" in target.params:
-            params["max_output_tokens"] = target.params["max_tokens"]
-        if system:
-            params["instructions"] = system
-        reply = self._client(target).responses.create(model=target.model, input=messages, **params)
-        return _read_reply(_azure_reply, target, reply, schema is not None)
-
-    def _anthropic(
-        self,
-        target: ModelTarget,
-        messages: list[dict[str, Any]],
-        system: str | None,
-        schema: dict[str, Any] | None = None,
-    ) -> Completion:
-        params = {"max_tokens": 1024, **_sdk_params(target)}
-        if system:
-            params["system"] = system
-        if schema is not None:
-            # Anthropic's structured output: one tool whose input is the answer, and a call
-            # of it forced. Its input, not the text blocks, is the answer.
-            params["tools"] = [
-                {"name": ANSWER_TOOL, "description": "Record your answer.", "input_schema": schema}
-            ]
-            params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
-        reply = self._client(target).messages.create(
-            model=target.model, messages=messages, **params
-        )
-        return _read_reply(_anthropic_reply, target, reply, schema is not None)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -650,6 +621,11 @@ class ModelHub:
 ANSWER_TOOL = "record_answer"
 
 
+def _answer_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's and Azure's structured output: the answer, one object of ``schema``."""
+    return {"name": "answer", "strict": True, "schema": schema}
+
+
 def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) -> Completion:
     """A reply read by ``read``, every step checked there; a shape it did not foresee is
     still one line naming the provider, never a traceback."""
@@ -662,9 +638,8 @@ def _read_reply(read: Any, target: ModelTarget, reply: Any, structured: bool) ->
 
 
 def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "choices")
-    choices = getattr(reply, "choices", None)
-    if not isinstance(choices, list) or not choices:
+    choices = _listed(target, reply, "choices")
+    if not choices:
         raise _missing(target, "has no 'choices'")
     message = getattr(choices[0], "message", None)
     if message is None:
@@ -673,24 +648,15 @@ def _openai_reply(target: ModelTarget, reply: Any, structured: bool) -> Completi
         refusal = getattr(message, "refusal", None)
         why = f" (refusal: {str(refusal)[:200]})" if refusal else ""
         raise _missing(target, f"has no text: 'choices[0].message.content' is null{why}")
-    usage = getattr(reply, "usage", None)
-    return Completion(
-        text=message.content,
-        input_tokens=_count(usage, "prompt_tokens"),
-        output_tokens=_count(usage, "completion_tokens"),
-        structured=structured,
-    )
+    tokens = _tokens(reply, "prompt_tokens", "completion_tokens")
+    return Completion(text=message.content, structured=structured, **tokens)
 
 
 def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "output")
-    output = getattr(reply, "output", None)
-    if not isinstance(output, list):
-        raise _missing(target, "has no 'output'")
     # The SDK's `output_text`, with every step checked: the text parts of its messages.
     texts = [
         part.text
-        for item in output
+        for item in _listed(target, reply, "output")
         if getattr(item, "type", None) == "message"
         for part in (getattr(item, "content", None) or [])
         if getattr(part, "type", None) == "output_text"
@@ -698,25 +664,13 @@ def _azure_reply(target: ModelTarget, reply: Any, structured: bool) -> Completio
     ]
     if not texts:
         raise _missing(target, "has no text: 'output' holds no message with output_text")
-    usage = getattr(reply, "usage", None)
-    return Completion(
-        text="".join(texts),
-        input_tokens=_count(usage, "input_tokens"),
-        output_tokens=_count(usage, "output_tokens"),
-        structured=structured,
-    )
+    tokens = _tokens(reply, "input_tokens", "output_tokens")
+    return Completion(text="".join(texts), structured=structured, **tokens)
 
 
 def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Completion:
-    _expect_object(target, reply, "content")
-    content = getattr(reply, "content", None)
-    if not isinstance(content, list):
-        raise _missing(target, "has no 'content'")
-    usage = getattr(reply, "usage", None)
-    tokens = {
-        "input_tokens": _count(usage, "input_tokens"),
-        "output_tokens": _count(usage, "output_tokens"),
-    }
+    content = _listed(target, reply, "content")
+    tokens = _tokens(reply, "input_tokens", "output_tokens")
     if structured:
         calls = [
             b
@@ -736,13 +690,23 @@ def _anthropic_reply(target: ModelTarget, reply: Any, structured: bool) -> Compl
     return Completion(text="".join(texts), **tokens)
 
 
-def _expect_object(target: ModelTarget, reply: Any, field: str) -> None:
-    """The SDK returns the body as a string when it is not JSON (an HTML error page with 200,
-    a proxy's banner): that is no reply."""
+def _listed(target: ModelTarget, reply: Any, field: str) -> list[Any]:
+    """The reply's list ``field``. The SDK returns the body as a string when it is not JSON
+    (an HTML error page with 200, a proxy's banner): that is no reply."""
     if isinstance(reply, str | bytes) or reply is None:
         text = (reply or "")[:80] if isinstance(reply, str) else ""
         first = text.strip().splitlines()[0] if text.strip() else "empty"
         raise _missing(target, f"is not JSON (no {field!r}): {first!r}")
+    value = getattr(reply, field, None)
+    if not isinstance(value, list):
+        raise _missing(target, f"has no {field!r}")
+    return value
+
+
+def _tokens(reply: Any, sent: str, received: str) -> dict[str, int]:
+    """The reply's token counts, by the provider's names for them; 0 where not a count."""
+    usage = getattr(reply, "usage", None)
+    return {"input_tokens": _count(usage, sent), "output_tokens": _count(usage, received)}
 
 
 def _sdk_params(target: ModelTarget) -> dict[str, Any]:

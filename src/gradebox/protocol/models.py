@@ -391,6 +391,22 @@ class ImageRef(BaseModel):
     id: str
 
 
+GraderType = Literal[
+    "program",
+    "script",
+    "builtin",
+    "assertion",
+    "inline",
+    "trace",
+    "assert-set",
+    "llm",
+    "pytest",
+    "node-test",
+    "field-accuracy",
+    "turn",
+]
+
+
 class GraderResult(BaseModel):
     """The normalised result of one grader run, whatever dialect the grader spoke.
 
@@ -401,20 +417,7 @@ class GraderResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    type: Literal[
-        "program",
-        "script",
-        "builtin",
-        "assertion",
-        "inline",
-        "trace",
-        "assert-set",
-        "llm",
-        "pytest",
-        "node-test",
-        "field-accuracy",
-        "turn",
-    ] = "program"
+    type: GraderType = "program"
     status: Status
     passed: bool
     score: float
@@ -457,6 +460,13 @@ class GraderResult(BaseModel):
     # Not on the wire: why a `failed` status is no verdict the grader gave (a non-zero exit
     # that cannot be told from a crash), so `negate` turns it into an error, never a pass.
     _no_verdict: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def errored(cls, name: str, type: GraderType, evidence: str) -> GraderResult:
+        """A grader with no verdict: an ``error`` that says why, never a pass."""
+        return cls(
+            name=name, type=type, status=Status.error, passed=False, score=0.0, evidence=evidence
+        )
 
     @property
     def no_verdict(self) -> str | None:
