@@ -17,7 +17,7 @@ May import: core, protocol, sandbox, graders.
 from __future__ import annotations
 
 from ._version import __version__
-from .core.lazy import lazy_exports
+from .core import lazy  # a module: not one of the public names
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # The public names, each imported on first use: `gradebox --version` and other short commands
 # must not pay for pydantic, docker and the rest.
-__getattr__ = lazy_exports(
+__getattr__ = lazy.lazy_exports(
     __name__,
     {
         "errors": (
