@@ -57,8 +57,9 @@ def compare(
     if markdown_out is not None:
         write_atomic(markdown_out, markdown(report, str(run_a), str(run_b), alpha, warning))
     if as_json:
-        out.document({**report.to_json(), "significantly_worse": worse, "alpha": alpha,
-                      "unrelated": warning})  # fmt: skip
+        out.document(
+            report.to_json() | {"significantly_worse": worse, "alpha": alpha, "unrelated": warning}
+        )
     else:
         table = Table(title=f"{run_a} -> {run_b} ({report.tests} tests)")
         for col in ("", "A", "B", "delta", f"{int((1 - alpha) * 100)}% CI"):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..core import settings
 from ..core.duration import parse_duration
+from ..core.record import Record
 from ..core.untrusted import Refused
 from ..core.untrusted import read_regular as _read_regular
 from ..errors import GradeboxError
@@ -65,31 +66,23 @@ engine; one line on stderr); 130 interrupted.
 """
 
 
-class Options:
+class Options(Record):
     """What the command line asked for (see ``HELP``)."""
 
-    __slots__ = ("command", "image", "workspace", "timeout", "sandbox", "runtime", "allow",
-                 "env", "target", "targets", "max_calls", "locked")  # fmt: skip
-
-    def __init__(
-        self,
-        command: list[str],
-        image: str | None = None,
-        workspace: str | None = None,
-        timeout: float = 60.0,
-        sandbox: str | None = None,
-        runtime: str | None = None,
-        allow: list[str] | None = None,
-        env: list[str] | None = None,
-        target: str | None = None,
-        targets: str | None = None,
-        max_calls: int = 50,
-        locked: bool | None = None,
-    ) -> None:
-        self.command, self.image, self.workspace, self.timeout = command, image, workspace, timeout
-        self.sandbox, self.runtime, self.target, self.targets = sandbox, runtime, target, targets
-        self.allow, self.env = list(allow or ()), list(env or ())
-        self.max_calls, self.locked = max_calls, locked
+    __slots__ = _fields = (
+        "command",
+        "image",
+        "workspace",
+        "timeout",
+        "sandbox",
+        "runtime",
+        "allow",
+        "env",
+        "target",
+        "targets",
+        "max_calls",
+        "locked",
+    )
 
 
 class _Namespace:
@@ -279,20 +272,8 @@ def parse(argv: list[str]) -> Options:
             raise ExecError(f"{where}: {exc}") from None
     if ns.max_calls < 1:
         raise ExecError("--max-calls: must be at least 1")
-    return Options(
-        command=list(command),
-        image=ns.image,
-        workspace=ns.workspace,
-        timeout=timeout,
-        sandbox=ns.sandbox,
-        runtime=ns.runtime,
-        allow=ns.allow,
-        env=ns.env,
-        target=ns.target,
-        targets=ns.targets,
-        max_calls=ns.max_calls,
-        locked=ns.locked,
-    )
+    ns.command, ns.timeout = list(command), timeout
+    return Options(**{name: getattr(ns, name) for name in Options._fields})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -307,28 +307,14 @@ def trials(
         return
     ks = [str(j) for j in range(1, k + 1)]
     table = Table(title=f"trials: {report.overall.prompts} prompts, {report.overall.trials} runs")
-    for col in [
-        "prompt",
-        "n",
-        "c",
-        "pass rate",
-        *[f"pass@{j}" for j in ks],
-        *[f"pass^{j}" for j in ks],
-    ]:
+    for col in ["prompt", "n", "c", "pass rate", *(f"pass{s}{j}" for s in "@^" for j in ks)]:
         table.add_column(col, justify="right")
 
     def row(
         name: str, n: str, c: str, rate: float, at: dict[str, float], hat: dict[str, float]
     ) -> list[str]:
-        fmt = [f"{at[j]:.3f}" if j in at else "-" for j in ks]
-        return [
-            name,
-            n,
-            c,
-            f"{rate:.3f}",
-            *fmt,
-            *[f"{hat[j]:.3f}" if j in hat else "-" for j in ks],
-        ]
+        rates = [f"{by_k[j]:.3f}" if j in by_k else "-" for by_k in (at, hat) for j in ks]
+        return [name, n, c, f"{rate:.3f}", *rates]
 
     for p in report.prompts:
         table.add_row(

@@ -5,35 +5,30 @@ May import: core, protocol, engine, images, files, sandbox, llm.
 
 from __future__ import annotations
 
-import importlib
+from ..core.lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
-    from typing import Any
-
     from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data, load_grader
     from .run import run_grader
     from .verdict import judge
 
 # Each name is imported on first use: `gradebox exec` reads a name or two from a light module
 # of this package and must not pay for pydantic and the Docker SDK that the others load.
-_WHERE = {
-    "GraderConfig": "config",
-    "ProgramGrader": "config",
-    "ScriptGrader": "config",
-    "grader_from_data": "config",
-    "load_grader": "config",
-    "run_grader": "run",
-    "judge": "verdict",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "config": (
+            "GraderConfig",
+            "ProgramGrader",
+            "ScriptGrader",
+            "grader_from_data",
+            "load_grader",
+        ),
+        "run": ("run_grader",),
+        "verdict": ("judge",),
+    },
+)
 
 
 __all__ = [

@@ -18,12 +18,10 @@ May import: core, engine.
 
 from __future__ import annotations
 
-import importlib
+from ..core.lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
-    from typing import Any
-
     from .apt import BASE_PACKAGES, Mirror, apt_mirror
     from .build import ImageStatus, bootstrap_base, build_image, build_images, status
     from .catalog import (
@@ -45,44 +43,29 @@ if TYPE_CHECKING:
 
 # Each name is imported on first use: `gradebox exec` reads a name or two from a light module
 # of this package and must not pay for pydantic and the Docker SDK that the others load.
-_WHERE = {
-    "BASE_PACKAGES": "apt",
-    "Mirror": "apt",
-    "apt_mirror": "apt",
-    "ImageStatus": "build",
-    "bootstrap_base": "build",
-    "build_image": "build",
-    "build_images": "build",
-    "status": "build",
-    "BASE": "catalog",
-    "DEFAULT_IMAGE": "catalog",
-    "LABEL_IMAGE": "catalog",
-    "LABEL_INPUTS": "catalog",
-    "REPO": "catalog",
-    "TAG": "catalog",
-    "image_names": "catalog",
-    "images_dir": "catalog",
-    "input_hash": "catalog",
-    "lock_dir": "catalog",
-    "qualified": "catalog",
-    "repo": "catalog",
-    "Lock": "lock",
-    "LockEntry": "lock",
-    "lock_path": "lock",
-    "read_lock": "lock",
-    "verify": "lock",
-    "write_lock": "lock",
-    "ImageBuild": "resolve",
-    "ImageResolver": "resolve",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "apt": ("BASE_PACKAGES", "Mirror", "apt_mirror"),
+        "build": ("ImageStatus", "bootstrap_base", "build_image", "build_images", "status"),
+        "catalog": (
+            "BASE",
+            "DEFAULT_IMAGE",
+            "LABEL_IMAGE",
+            "LABEL_INPUTS",
+            "REPO",
+            "TAG",
+            "image_names",
+            "images_dir",
+            "input_hash",
+            "lock_dir",
+            "qualified",
+            "repo",
+        ),
+        "lock": ("Lock", "LockEntry", "lock_path", "read_lock", "verify", "write_lock"),
+        "resolve": ("ImageBuild", "ImageResolver"),
+    },
+)
 
 
 __all__ = [

@@ -79,36 +79,49 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
     """Bootstrap a minimal Debian from the machine's mirror and import it as ``gradebox/base``:
     debootstrap as root (as ever), else mmdebstrap in its ``unshare`` mode, which builds as
     root of a user namespace of the user's subordinate ids: no root needed."""
-    if os.geteuid() != 0:
-        return _bootstrap_unshared(engine, say)
     mirror = apt_mirror()
+    root = os.geteuid() == 0
     unusable = bootstrap_unusable()
     if unusable:
         why, fix = unusable
-        raise ImageError(f"{why}: {fix} (or run `make images`, which installs it)")
-    tool = _debootstrap()
+        if root:
+            raise ImageError(f"{why}: {fix} (or run `make images`, which installs it)")
+        raise ImageError(f"{why}; once, as root: {fix}")
     with scratch_folder("rootfs") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
-        cmd = [
-            tool,
-            "--variant=minbase",
-            f"--include={','.join(BASE_PACKAGES)}",
-            mirror.suite,
-            str(rootfs),
-            mirror.uri,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
-            raise ImageError(f"debootstrap failed (exit {proc.returncode}):\n{tail}")
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for item in (rootfs / junk).glob("*"):
-                if item.is_file():
-                    item.unlink()
         tar_path = Path(tmp) / "rootfs.tar"
-        with tarfile.open(tar_path, "w") as tar:
-            tar.add(rootfs, arcname=".")
+        if root:
+            say(f"bootstrapping Debian {mirror.suite} from {mirror.uri}")
+            rootfs = Path(tmp) / "rootfs"
+            _bootstrap_tool(
+                _debootstrap(),
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                mirror.suite,
+                str(rootfs),
+                mirror.uri,
+            )
+            for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+                for item in (rootfs / junk).glob("*"):
+                    if item.is_file():
+                        item.unlink()
+            with tarfile.open(tar_path, "w") as tar:
+                tar.add(rootfs, arcname=".")
+        else:
+            say(f"bootstrapping Debian {mirror.suite} from {mirror.uri} (mmdebstrap, unshare)")
+            tool = shutil.which("mmdebstrap")
+            assert tool is not None
+            _bootstrap_tool(
+                tool,
+                "--mode=unshare",
+                "--variant=minbase",
+                "--quiet",
+                f"--include={','.join(BASE_PACKAGES)}",
+                # As debootstrap leaves it: no package lists, no downloaded packages.
+                "--customize-hook=rm -rf $1/var/lib/apt/lists/* $1/var/cache/apt/archives/*.deb",
+                mirror.suite,
+                str(tar_path),
+                mirror.uri,
+            )
         changes = [
             f"LABEL {LABEL_INPUTS}={_base_inputs(mirror)}",
             f"LABEL {LABEL_IMAGE}={BASE}",
@@ -117,6 +130,14 @@ def bootstrap_base(engine: Engine, say: Callable[[str], None] = log.info) -> str
         ]
         engine.import_image(str(tar_path), f"{repo()}/{BASE}", TAG, changes)
     return str(engine.image(qualified(BASE))["Id"])
+
+
+def _bootstrap_tool(*cmd: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        name = Path(cmd[0]).name
+        raise ImageError(f"{name} failed (exit {proc.returncode}):\n{tail}")
 
 
 def _debootstrap() -> str:
@@ -139,47 +160,6 @@ def bootstrap_unusable() -> tuple[str, str] | None:
             userns.prerequisite(),
         )
     return None
-
-
-def _base_changes(mirror: object) -> list[str]:
-    return [
-        f"LABEL {LABEL_INPUTS}={_base_inputs(mirror)}",  # type: ignore[arg-type]
-        f"LABEL {LABEL_IMAGE}={BASE}",
-        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        'CMD ["/bin/bash"]',
-    ]
-
-
-def _bootstrap_unshared(engine: Engine, say: Callable[[str], None]) -> str:
-    """``bootstrap_base`` for a non-root user: mmdebstrap --mode=unshare writes the tarball."""
-    mirror = apt_mirror()
-    unusable = bootstrap_unusable()
-    if unusable:
-        why, fix = unusable
-        raise ImageError(f"{why}; once, as root: {fix}")
-    tool = shutil.which("mmdebstrap")
-    assert tool is not None
-    with scratch_folder("rootfs") as tmp:
-        tar_path = Path(tmp) / "rootfs.tar"
-        say(f"bootstrapping Debian {mirror.suite} from {mirror.uri} (mmdebstrap, unshare)")
-        cmd = [
-            tool,
-            "--mode=unshare",
-            "--variant=minbase",
-            "--quiet",
-            f"--include={','.join(BASE_PACKAGES)}",
-            # As debootstrap leaves it: no package lists, no downloaded packages.
-            "--customize-hook=rm -rf $1/var/lib/apt/lists/* $1/var/cache/apt/archives/*.deb",
-            mirror.suite,
-            str(tar_path),
-            mirror.uri,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
-            raise ImageError(f"mmdebstrap failed (exit {proc.returncode}):\n{tail}")
-        engine.import_image(str(tar_path), f"{repo()}/{BASE}", TAG, _base_changes(mirror))
-    return str(engine.image(qualified(BASE))["Id"])
 
 
 PYPI_LOCK = "pypi.lock"

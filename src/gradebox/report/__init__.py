@@ -9,23 +9,21 @@ lifecycle, drivers.
 
 from __future__ import annotations
 
-import importlib
+from ..core.lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path imports report.plain
 if TYPE_CHECKING:
-    from typing import Any
-
     from .plain import print_result
     from .terminal import STYLE, escape, junit_xml, print_run, xml_text
 
 __all__ = ["STYLE", "escape", "junit_xml", "print_result", "print_run", "xml_text"]
 
 
-def __getattr__(name: str) -> Any:
-    # Each name is imported on first use: `report.plain` must not load rich and pydantic.
-    if name in __all__:
-        module = ".plain" if name == "print_result" else ".terminal"
-        value = getattr(importlib.import_module(module, __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Each name is imported on first use: `report.plain` must not load rich and pydantic.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "plain": ("print_result",),
+        "terminal": ("STYLE", "escape", "junit_xml", "print_run", "xml_text"),
+    },
+)

@@ -1,4 +1,4 @@
-"""What the engine-backed backends (docker, oci) share: images from the engine's store, and
+"""What the engine-backed backends (docker, oci) share: the engine connected on first use, and
 removal taken off the critical path."""
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable
 
 from ..core.log import LazyLogger
-from .base import ImageSource
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["BackgroundRemover", "EngineImages", "LazyEngine"]
+__all__ = ["BackgroundRemover", "LazyEngine"]
 
 
 class LazyEngine:
@@ -37,48 +36,6 @@ class LazyEngine:
 
                 self._engine = Engine.connect()
         return getattr(self._engine, name)
-
-
-class EngineImages:
-    """``resolve_image`` and ``images()`` for backends whose images live in the Docker engine
-    (the OCI backend unpacks the very same ids). Expects ``engine`` and ``_lock``."""
-
-    engine: object
-    _lock: threading.Lock
-    _resolver: ImageSource | None = None
-
-    def resolve_image(self, ref: str) -> str:
-        if ref.startswith("sha256:") and len(ref) == 71:
-            return ref
-        return self._default_images().resolve(ref)
-
-    def images(
-        self,
-        *,
-        locked: bool = False,
-        build_network: bool = False,
-        lock: Any = None,
-        build: bool = False,
-    ) -> ImageSource:
-        from ..images import ImageResolver  # lazy: the engine's images, not on exec's path
-
-        if not locked and not build_network and lock is None and not build:
-            return self._default_images()
-        return ImageResolver(
-            self.engine,
-            locked=locked,
-            build_network=build_network,
-            lock=lock,  # type: ignore[arg-type]
-            build=build,
-        )
-
-    def _default_images(self) -> ImageSource:
-        with self._lock:
-            if self._resolver is None:
-                from ..images import ImageResolver  # lazy: the engine's images, off exec's path
-
-                self._resolver = ImageResolver(self.engine)  # type: ignore[arg-type]
-            return self._resolver
 
 
 log = LazyLogger("gradebox.sandbox")

@@ -30,7 +30,7 @@ from .._version import __version__
 from ..core.scratch import left_by, new_scratch
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from . import _engine
-from ._shared import BackgroundRemover, EngineImages
+from ._shared import BackgroundRemover
 from ._streams import CappedOutput
 from .base import Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns, listen_via_engine
@@ -84,7 +84,7 @@ class _Streams(CappedOutput):
 
 
 @register_sandbox("docker")
-class DockerSandbox(EngineImages, Sandbox):
+class DockerSandbox(Sandbox):
     """Runs each spec in its own hardened container on the local Docker engine.
 
     Example::

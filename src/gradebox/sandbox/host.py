@@ -31,20 +31,10 @@ class HostSandbox(Sandbox):
 
     isolated = False
 
-    def __init__(self) -> None:
-        self.engine = None  # no images: every spec runs on this machine as it is
-
     def resolve_image(self, ref: str) -> str:
         return "host"
 
-    def images(
-        self,
-        *,
-        locked: bool = False,
-        build_network: bool = False,
-        lock: Any = None,
-        build: bool = False,
-    ) -> ImageSource:
+    def images(self, **options: Any) -> ImageSource:
         return _HostImages()
 
     def run(self, spec: SandboxSpec) -> RunOutcome:

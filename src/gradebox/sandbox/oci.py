@@ -52,7 +52,7 @@ from ..core.scratch import left_by, pid_in
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..images.catalog import BASE, qualified
 from . import cgroups, seccomp_bpf, userns
-from ._shared import BackgroundRemover, EngineImages
+from ._shared import BackgroundRemover
 from ._streams import CappedOutput
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns
@@ -234,7 +234,7 @@ def rootless_cgroups(engine: _engine.Engine | None = None) -> str | None:
 
 
 @register_sandbox("oci")
-class OciSandbox(EngineImages, Sandbox):
+class OciSandbox(Sandbox):
     """Runs each spec as a container of the OCI runtime, on an image's unpacked root filesystem.
 
     Example::

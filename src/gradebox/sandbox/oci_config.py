@@ -107,85 +107,39 @@ def runtime_config(
     args = (direct_command if direct else entry_command)(spec.command, init=init)
     caps = _caps(security.capabilities)
     tmpfs = [*SCRATCH_FLAGS, f"size={int(limits.tmpfs)}", "mode=1777"]  # Docker's, noexec
-    mounts: list[dict[str, Any]] = [
-        {
-            "destination": "/proc",
-            "type": "proc",
-            "source": "proc",
-            "options": ["nosuid", "noexec", "nodev"],
-        },
-        {
-            "destination": "/dev",
-            "type": "tmpfs",
-            "source": "tmpfs",
-            "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
-        },
-        {
-            "destination": "/dev/pts",
-            "type": "devpts",
-            "source": "devpts",
-            "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
-        },
-        {
-            "destination": "/dev/shm",
-            "type": "tmpfs",
-            "source": "shm",
-            "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
-        },
-        {
-            "destination": "/dev/mqueue",
-            "type": "mqueue",
-            "source": "mqueue",
-            "options": ["nosuid", "noexec", "nodev"],
-        },
-        {
-            "destination": "/sys",
-            "type": "sysfs",
-            "source": "sysfs",
-            "options": ["nosuid", "noexec", "nodev", "ro"],
-        },
-        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
-        {"destination": HOME, "type": "tmpfs", "source": "tmpfs", "options": tmpfs},
+    mounts = [
+        _mount("/proc", "proc", "proc", ["nosuid", "noexec", "nodev"]),
+        _mount("/dev", "tmpfs", "tmpfs", ["nosuid", "strictatime", "mode=755", "size=65536k"]),
+        _mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+        ),
+        _mount(
+            "/dev/shm", "tmpfs", "shm", ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]
+        ),
+        _mount("/dev/mqueue", "mqueue", "mqueue", ["nosuid", "noexec", "nodev"]),
+        _mount("/sys", "sysfs", "sysfs", ["nosuid", "noexec", "nodev", "ro"]),
+        _mount("/tmp", "tmpfs", "tmpfs", tmpfs),
+        _mount(HOME, "tmpfs", "tmpfs", tmpfs),
     ]
     if init:
-        mounts.append(
-            {
-                "destination": INIT_PATH,
-                "type": "bind",
-                "source": str(init_source),
-                "options": ["bind", "ro", "nosuid", "nodev"],
-            }
-        )
+        mounts.append(_mount(INIT_PATH, "bind", init_source, ["bind", "ro", "nosuid", "nodev"]))
     if report is not None and not direct:
         mounts.append(
-            {
-                "destination": REPORT_PATH,
-                "type": "bind",
-                "source": str(report),
-                "options": ["bind", "ro", "nosuid", "nodev", "noexec"],
-            }
+            _mount(REPORT_PATH, "bind", report, ["bind", "ro", "nosuid", "nodev", "noexec"])
         )
     nested = [m for m in spec.mounts if m.target.startswith("/grader/")]
     if nested and not any(m.target == "/grader" for m in spec.mounts):
         # Single files under /grader: their mount points are made in a small tmpfs, never in
         # the shared root filesystem.
         mounts.append(
-            {
-                "destination": "/grader",
-                "type": "tmpfs",
-                "source": "tmpfs",
-                "options": ["nosuid", "nodev", "size=1m", "mode=755"],
-            }
+            _mount("/grader", "tmpfs", "tmpfs", ["nosuid", "nodev", "size=1m", "mode=755"])
         )
     for m in sorted(spec.mounts, key=lambda m: m.target.count("/")):
-        mounts.append(
-            {
-                "destination": m.target,
-                "type": "bind",
-                "source": str(m.source),
-                "options": ["rbind", "ro" if m.read_only else "rw", "nosuid", "nodev", "rprivate"],
-            }
-        )
+        options = ["rbind", "ro" if m.read_only else "rw", "nosuid", "nodev", "rprivate"]
+        mounts.append(_mount(m.target, "bind", m.source, options))
     resources = {
         "devices": [{"allow": False, "access": "rwm"}],
         "pids": {"limit": limits.pids},
@@ -225,3 +179,8 @@ def runtime_config(
             "seccomp": seccomp_profile(),
         },
     }
+
+
+def _mount(destination: str, kind: str, source: object, options: list[str]) -> dict[str, Any]:
+    """One entry of the config's ``mounts``."""
+    return {"destination": destination, "type": kind, "source": str(source), "options": options}

@@ -30,7 +30,7 @@ from . import userns
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from ._engine import Engine
 
@@ -123,13 +123,9 @@ class RootfsCache:
                 init.parent.mkdir(parents=True, exist_ok=True)
                 init.touch()
             (tmp / ".gradebox-complete").write_text(image_id + "\n")
-            if final.is_symlink():  # not ours (_complete): the link goes, not what it names
-                final.unlink()
-            elif final.exists():  # a half-made leftover of a killed unpacker, or not ours
-                import shutil  # here: it loads bz2 and lzma (~2 ms)
+            import shutil  # here: it loads bz2 and lzma (~2 ms)
 
-                shutil.rmtree(final)
-            os.rename(tmp, final)
+            _install(tmp, final, shutil.rmtree)
         except BaseException:
             import shutil  # here: it loads bz2 and lzma (~2 ms)
 
@@ -181,11 +177,7 @@ class RootfsCache:
             if proc.returncode != 0:
                 err = proc.stderr.decode(errors="replace")[-300:]
                 raise EngineError(f"unpacking {image_id[:19]} failed: {err}")
-            if final.is_symlink():  # not ours (_complete): the link goes, not what it names
-                final.unlink()
-            elif final.exists():  # a half-made leftover of a killed unpacker, or not ours
-                self._rmtree(final)
-            os.rename(tmp, final)
+            _install(tmp, final, self._rmtree)
         except BaseException:
             self._rmtree(tmp)
             raise
@@ -250,3 +242,12 @@ def _du(path: Path) -> int:
         return int(proc.stdout.split()[0])
     except (IndexError, ValueError):
         return 0
+
+
+def _install(tmp: Path, final: Path, rmtree: Callable[[Path], object]) -> None:
+    """Put the unpacked ``tmp`` in place as ``final``, whatever was there."""
+    if final.is_symlink():  # not ours (_complete): the link goes, not what it names
+        final.unlink()
+    elif final.exists():  # a half-made leftover of a killed unpacker, or not ours
+        rmtree(final)
+    os.rename(tmp, final)

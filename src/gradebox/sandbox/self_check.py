@@ -29,9 +29,12 @@ def check(fn: Check) -> Check:
     return fn
 
 
+def _run(box: Sandbox, image: str, command: list[str], **kw: object) -> RunOutcome:
+    return box.run(SandboxSpec(image=image, command=command, name="self-check", **kw))
+
+
 def _sh(box: Sandbox, image: str, script: str, **kw: object) -> RunOutcome:
-    spec = SandboxSpec(image=image, command=["/bin/sh", "-c", script], name="self-check", **kw)
-    return box.run(spec)
+    return _run(box, image, ["/bin/sh", "-c", script], **kw)
 
 
 def _expect(cond: bool, why: str) -> None:
@@ -80,7 +83,7 @@ def signals_and_failed_starts_are_the_sandboxs_to_report(box: Sandbox, image: st
     _expect((killed.exit_code, killed.signal) == (137, 9), f"{killed.exit_code} {killed.signal}")
     chose = _sh(box, image, "exit 137")  # an exit code of its own, not a signal
     _expect((chose.exit_code, chose.signal) == (137, None), f"{chose.exit_code} {chose.signal}")
-    missing = box.run(SandboxSpec(image=image, command=["no-such-program"], name="self-check"))
+    missing = _run(box, image, ["no-such-program"])
     _expect(bool(missing.start_error), f"no start error: {missing}")
     faked = _sh(box, image, "echo 'no-such-program: command not found' >&2; exit 127")
     _expect(faked.start_error is None, f"a printed failure taken for a failed start: {faked}")
@@ -171,7 +174,7 @@ def loopback_works(box: Sandbox, image: str) -> None:
         "c = socket.create_connection(('127.0.0.1', port), timeout=5)\n"
         "print(c.recv(4).decode())\n"
     )
-    out = box.run(SandboxSpec(image=image, command=["python3", "-c", script], name="self-check"))
+    out = _run(box, image, ["python3", "-c", script])
     _expect(out.stdout.strip() == b"pong", f"got {out.stdout!r} {out.stderr!r}")
 
 
@@ -183,7 +186,7 @@ def no_docker_socket(box: Sandbox, image: str) -> None:
 
 def _python(box: Sandbox, image: str, code: str) -> dict[str, object]:
     """Run ``code`` with python3 in the sandbox; it prints one JSON object."""
-    out = box.run(SandboxSpec(image=image, command=["python3", "-c", code], name="self-check"))
+    out = _run(box, image, ["python3", "-c", code])
     try:
         seen = json.loads(out.stdout or b"{}")
     except ValueError:
@@ -304,15 +307,8 @@ def timeout_kills_every_process(box: Sandbox, image: str) -> None:
 
 @check
 def memory_limit_kills(box: Sandbox, image: str) -> None:
-    out = box.run(
-        SandboxSpec(
-            image=image,
-            command=["python3", "-c", "x = bytearray(3 << 30); print('survived')"],
-            limits=Limits(memory=256 << 20),
-            timeout=60,
-            name="self-check",
-        )
-    )
+    code = "x = bytearray(3 << 30); print('survived')"
+    out = _run(box, image, ["python3", "-c", code], limits=Limits(memory=256 << 20), timeout=60)
     _expect(b"survived" not in out.stdout, "allocated 3 GiB under a 256 MiB limit")
     _expect(out.oom_killed or out.exit_code not in (0, None), f"exit {out.exit_code}")
 
