@@ -894,11 +894,9 @@ def _llm(
         and not isinstance(temperature, bool)
     ):
         target = target.model_copy(update={"params": {**target.params, "temperature": temperature}})
-    pre = body.get("preprocessors", ctx.preprocessors)
-    if not isinstance(pre, list) or not all(
-        isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in pre
-    ):
-        raise _fail(ctx, (*loc, "preprocessors"), "preprocessors are [{type, command}]")
+    pre = ctx.preprocessors  # the file's, checked as it was read (formats.agentv)
+    if record.preprocessors is not None:
+        pre = [p.model_dump() for p in record.preprocessors]
     label = "rubric" if kind in ("llm-rubric", "rubric", "rubrics") and prompt is None else kind
     llm = LlmAssertion(
         target=target,

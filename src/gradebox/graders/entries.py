@@ -465,7 +465,11 @@ class Preprocessor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     type: str = Field(min_length=1, description="the kind of file it turns into text")
-    command: str | list[str]
+    command: _by_shape(  # type: ignore[valid-type]
+        "a preprocessor's command is a string or a list of args",
+        text=Annotated[str, Field(min_length=1)],
+        items=Annotated[list[str], Field(min_length=1)],
+    )
 
 
 @kind
