@@ -141,16 +141,25 @@ def test_agentv_spellings_are_mapped_before_validation(tmp_path: Path) -> None:
         {"type": "field-accuracy", "fields": [{"path": "a", "match": "exact"}]},
         {"type": "llm-rubric", "value": ["is polite"], "target": "m", "weight": 3},
         {"type": "assert-set", "assert": [{"type": "equals", "value": "x"}], "weight": 0},
+        {"type": "skill-used", "value": "pdf", "negate": True},
+        {"type": "tool-trajectory", "mode": "any_order", "minimums": {"search": 1}},
+        {"type": "skill-trigger", "skill": "pdf", "should_trigger": False, "weight": 2},
+        {"type": "composite", "name": "c", "aggregator": {"type": "threshold", "threshold": 1},
+         "assertions": [{"name": "x", "type": "contains", "value": "x"}]},
     ],
     ids=lambda e: e["type"],
-)
+)  # fmt: skip
+@pytest.mark.parametrize("flavor", ["gradebox", "agentv"])
 def test_an_entry_is_validated_once_and_compiled_from_its_record(
-    entry: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    entry: dict[str, Any], flavor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One validation by the entry's model (which the schema is made from): no second pass
-    # over the same entry, nor a check of its modifiers on their own.
+    # One validation by the entry's model (which the schema is made from), whichever format
+    # the entry came in: no second pass over the same entry, nor a check of its modifiers on
+    # their own, nor what runs validated on its own (AgentV's trace checks once were).
     from gradebox.graders import assertion, entries
     from gradebox.graders.custom import discover
+    from gradebox.graders.trace import TraceAssertion
+    from gradebox.graders.trajectory import SkillTrigger, ToolTrajectory
 
     write(tmp_path / "test_x.py", "def test_x():\n    pass\n")
     write(tmp_path / ".gradebox" / "assertions" / "min-words.py", "print('{}')\n")
@@ -160,11 +169,97 @@ def test_an_entry_is_validated_once_and_compiled_from_its_record(
     calls: list[Any] = []
     check = entries.check_entry
     monkeypatch.setattr(assertion, "check_entry", lambda e, **kw: calls.append(e) or check(e, **kw))
-    monkeypatch.setattr(assertion, "validate", lambda *a, **kw: calls.append(a) or 1 / 0)
+    for runs in (entries.Entry, TraceAssertion, ToolTrajectory, SkillTrigger):
+        monkeypatch.setattr(runs, "model_validate", classmethod(lambda *a, **kw: 1 / 0))
     ctx = assertion.CompileContext(
-        file="suite.yaml", lines={}, suite_dir=tmp_path, customs=discover(tmp_path)
+        file="suite.yaml",
+        lines={},
+        suite_dir=tmp_path,
+        customs=discover(tmp_path),
+        flavor=flavor,  # type: ignore[arg-type]
     )
     compiled = assertion.compile_assertion(entry, ctx, ("tests", "0", "assert", "0"))
-    assert len(calls) == 1 + len(entry.get("assert", [])) and calls[0]["type"] == entry["type"]
+    members = entry.get("assert", entry.get("assertions", []))
+    assert len(calls) == 1 + len(members) and calls[0]["type"] == entry["type"]
     assert compiled.weight == entry.get("weight", 1.0)
     assert compiled.negate == (entry.get("negate", False) ^ entry["type"].startswith("not-"))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{type: skill-used, value: pdf, mode: exact}",  # what runs took `mode`: it checks nothing
+        "{type: latency, max_ms: 5, value: 3}",
+        "{type: trajectory:tool-used, value: search, metrics: {calls: 1}}",
+        "{type: not-trajectory:tool-sequence, value: {steps: []}}",
+        "{type: llm-rubric, value: [{outcome: polite, weight: -1}]}",
+        "{type: llm-rubric, rubrics: [{outcome: polite, operatr: correctness}]}",
+        "{type: llm-rubric, value: [{score_ranges: [{score_range: [a], outcome: bad}]}]}",
+        "{type: tool-trajectory, mode: in_order}",
+        "{type: composite, aggregator: {type: threshold, threshold: 0},"
+        " assertions: [{name: a, type: contains, value: x}]}",
+        "{type: composite, aggregator: {type: code-grader, path: 'a \"b'},"
+        " assertions: [{name: a, type: contains, value: x}]}",
+    ],
+)
+def test_an_agentv_entry_is_refused_as_the_same_entry_of_a_gradebox_suite(
+    entry: str, tmp_path: Path
+) -> None:
+    # One model per kind: the same mistake, the same one-line error at the same place.
+    body = f"    assert:\n      - {entry}\n"
+    ours = write(tmp_path / "suite.yaml", "tests:\n  - id: a\n    output: x\n" + body)
+    agentv = write(tmp_path / "evals" / "x.eval.yaml", "tests:\n  - id: a\n    vars: {}\n" + body)
+    errors = []
+    for path in (ours, agentv):
+        with pytest.raises(ConfigError) as caught:
+            load_suite(path)
+        errors.append(caught.value)
+    ours_error, agentv_error = ((e.line, e.field, e.message) for e in errors)
+    assert ours_error == agentv_error and ours_error[0] == 5, (ours_error, agentv_error)
+    assert ours_error[1].startswith("tests.0.assert.0") and "\n" not in str(errors[1])
+
+
+def test_agentv_v4_kinds_are_kinds_of_the_suite(tmp_path: Path) -> None:
+    # v4's checks and composite: in the schema, spelt as v4 spells them (tool_trajectory).
+    assert errors({"type": "tool-trajectory", "mode": "any_order", "minimums": {"a": 1}}) == []
+    members = [{"name": "a", "type": "contains", "value": "x"}]
+    composite = {"aggregator": {"type": "threshold", "threshold": 1}, "assertions": members}
+    assert errors({"type": "composite", **composite}) == []
+    assert errors({"type": "skill-trigger", "skil": "pdf"})
+    path = write(
+        tmp_path / "evals" / "x.eval.yaml",
+        "tests:\n  - id: a\n    input: hi\n    criteria: c\n    assertions:\n"
+        "      - {type: tool_trajectory, mode: exact, expected: [{tool: search}]}\n"
+        "      - {type: skill_trigger, skill: pdf}\n",
+    )
+    checks = [a.check for a in load_suite(path).tests[0].assertions]  # type: ignore[union-attr]
+    assert [type(c).__name__ for c in checks] == ["ToolTrajectory", "SkillTrigger"]
+
+
+def test_rubric_items_are_validated_once_by_their_model(tmp_path: Path) -> None:
+    # AgentV's item keys (operator, score_ranges as a list or a map, min_score) in either
+    # format; the judge's items compiled from the record.
+    write(tmp_path / ".gradebox" / "targets.yaml",
+          "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
+          "api_key_env: GB_NO_KEY}\n")  # fmt: skip
+    path = write(
+        tmp_path / "suite.yaml",
+        "tests:\n  - id: a\n    output: x\n    assert:\n"
+        "      - type: llm-rubric\n        target: m\n        rubrics:\n"
+        "          - {id: r1, outcome: ' polite ', operator: correctness, weight: 2}\n"
+        "          - {id: r2, score_ranges: {0: bad, 8-10: good}, min_score: 0.8}\n"
+        "          - {score_ranges: [{score_range: [8, 10], outcome: good}]}\n",
+    )
+    (judge,) = load_suite(path).tests[0].assertions
+    items = judge.llm.rubrics  # type: ignore[union-attr]
+    assert [(i.text.splitlines()[0], i.weight, i.required, i.id) for i in items] == [
+        ("polite", 2.0, False, "r1"),
+        ("r2: the answer reaches a score of 8 or more on this 0-10 scale:", 1.0, True, "r2"),
+        (
+            "criterion: the answer reaches a score of 8 or more on this 0-10 scale:",
+            1.0,
+            False,
+            None,
+        ),
+    ]
+    assert items[1].text.splitlines()[1:] == ["  0: bad", "  8: good"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from pydantic_core import to_jsonable_python
 from ..core import untrusted
 from ..core.pathnames import exists, is_dir, is_file
 from ..core.types import format_duration
-from ..core.yamlfile import LineMap, validate
+from ..core.yamlfile import LineMap
 from ..errors import ConfigError, UnsupportedFeature
 from ..llm.targets import (
     ModelTarget,
@@ -45,22 +44,31 @@ from ..llm.targets import (
     load_targets,
 )
 from ..protocol.models import GraderResult, Payload, Status
-from .builtin import BuiltinAssertion, is_builtin
+from .builtin import BuiltinAssertion
 from .config import GraderConfig, ProgramGrader, ScriptGrader, grader_from_data
 from .custom import CustomAssertion
 from .entries import (
+    AssertSetEntry,
+    Builtin,
+    CodeAggregator,
+    CompositeEntry,
     CustomEntry,
     Entry,
     LlmJudge,
+    ProgramEntry,
+    ScriptEntry,
+    ThresholdAggregator,
     TraceEntry,
+    VerifierEntry,
+    WeightedAverage,
     check_entry,
     entry_model,
-    weight_ok,
+    type_names,
 )
 from .fields import FieldAccuracy
 from .llm import CommandJudge, LlmAssertion, RubricItem
 from .run import project_folder, uv_src_layout
-from .trace import TRACE_TYPES, TraceAssertion, trace_type
+from .trace import TraceAssertion, trace_type
 from .trajectory import V4_PASS, SkillTrigger, ToolTrajectory
 from .verifier import node_test_grader_data, pytest_grader_data
 
@@ -89,10 +97,10 @@ GRADER_TARGET: ContextVar[str | None] = ContextVar("agentv_grader_target", defau
 """AgentV's ``--grader-target NAME``: the judge of every LLM grader of the AgentV files loaded
 meanwhile, whatever they name (``formats.agentv.chosen_target`` sets it)."""
 
+LLM_TYPES = frozenset(type_names(LlmJudge))
+
 # Names other harnesses use that need what this release does not have: a clear refusal
 # naming the line beats a silently dropped check.
-LLM_TYPES = _LLM = {"llm-grader", "llm-rubric", "llm-judge", "llm_judge", "rubric", "rubrics",
-        "trajectory:goal-success"}  # fmt: skip
 _LATER = {
     "agent-rubric": "a coding agent as the judge; use llm-rubric with a model provider",
     "agent-judge": "a coding agent as the judge; use llm-rubric with a model provider",
@@ -102,9 +110,6 @@ _LATER = {
     "python": "inline Python runs in AgentV's own process; use a script grader",
     "webhook": "graders have no network; use a script grader",
 }
-# AgentV v4's kinds (5.x replaced them: skill-used, trajectory:*, assert-set), run with v4's
-# semantics whichever release wrote the file.
-_V4_CHECKS = {"tool-trajectory": ToolTrajectory, "skill-trigger": SkillTrigger}
 
 
 def refused_types() -> set[str]:
@@ -362,13 +367,6 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
-def _scoring(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
-    """The modifiers of an entry whose kind is not validated as a whole (validated here)."""
-    given = {k: entry[k] for k in _MODIFIERS if k in entry}
-    s = validate(Entry, given, file=ctx.file, lines=ctx.lines, prefix=loc)
-    return _scored(s, ctx, loc)
-
-
 def _scored(s: Entry, ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
     """The modifiers of a validated entry, as the assertion keeps them."""
     gate = (
@@ -400,11 +398,6 @@ def compile_assertion(
     return _compile(entry, ctx, loc, depth=depth)
 
 
-_PROGRAMS = {"program", "script", "code-grader", "code-judge", "code_judge"}
-_NOT_CUSTOM = {*_LATER, *_V4_CHECKS, "composite"}
-"""The types no model of ``graders.entries`` names that are no custom assertion either."""
-
-
 def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: int = 0) -> Assertion:
     if isinstance(entry, str):
         entry = {"type": "llm-rubric", "value": [entry]}  # a rubric of one item
@@ -417,26 +410,6 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         compiled = _compile(rest, ctx, loc, depth=depth)
         compiled.transform = transform
         return compiled
-    # Validated as a whole by their model (graders.entries), then compiled from its record:
-    if kind in _PROGRAMS:
-        return _grader(entry, ctx, loc)
-    if kind in ("pytest", "node-test"):
-        return _verifier(entry, ctx, loc)
-    if entry_model(kind) is CustomEntry and kind not in _NOT_CUSTOM:
-        return _custom(entry, ctx, loc)
-    if ctx.flavor == "agentv" and (is_builtin(kind) or kind.removeprefix("not-") in TRACE_TYPES):
-        entry = _promptfoo_extras(entry, keep={"threshold"} if not is_builtin(kind) else set())
-    if is_builtin(kind) or kind == "field-accuracy":
-        return _host(entry, ctx, loc)
-    if ctx.flavor == "gradebox" and issubclass(entry_model(kind), TraceEntry):
-        return _host(entry, ctx, loc)
-    if kind == "assert-set":
-        return _assert_set(entry, ctx, loc, depth)
-    if kind in _LLM:
-        return _llm(entry, ctx, loc)
-    # AgentV's kinds (and the names refused): no model of graders.entries names them.
-    score = _scoring(entry, ctx, loc)
-    body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     if kind in _LATER:
         raise UnsupportedFeature(
             f"assertion type {kind!r}",
@@ -445,23 +418,30 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
             line=ctx.lines.get((*loc, "type")),
             field=".".join((*loc, "type")),
         )
-    if kind in _V4_CHECKS:
-        check = validate(_V4_CHECKS[kind], body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
-    if kind == "composite":
-        return _composite(body, score, ctx, loc, depth)
-    # AgentV's trace checks: validated by what runs, which takes keys the entries do not.
-    body["type"], flip = trace_type(kind, score["negate"])
-    score["negate"] ^= flip
-    if body["type"] in TRACE_TYPES:
-        check = validate(TraceAssertion, body, file=ctx.file, lines=ctx.lines, prefix=loc)
-        return HostAssertion(check=check, **score)
-    raise AssertionError(f"no compiler for {kind!r}")  # every other type is a custom one
+    # Validated as a whole by its kind's model (graders.entries), then compiled from its record:
+    model = entry_model(kind)
+    if ctx.flavor == "agentv" and issubclass(model, Builtin | TraceEntry):
+        entry = _promptfoo_extras(
+            entry, keep=set() if issubclass(model, Builtin) else {"threshold"}
+        )
+    if model is CustomEntry:
+        return _custom(entry, ctx, loc)
+    if model in (ProgramEntry, ScriptEntry):
+        return _grader(entry, ctx, loc)
+    if model is VerifierEntry:
+        return _verifier(entry, ctx, loc)
+    if model is AssertSetEntry:
+        return _assert_set(entry, ctx, loc, depth)
+    if model is CompositeEntry:
+        return _composite(entry, ctx, loc, depth)
+    if model is LlmJudge:
+        return _llm(entry, ctx, loc)
+    return _host(entry, ctx, loc)  # a check on the host: its record's check() runs
 
 
 def _host(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> HostAssertion:
-    """A built-in, field-accuracy or (in a gradebox suite) a trace check: validated once by
-    its model, run as its record's ``check()``."""
+    """A built-in, field-accuracy, a trace check or one of AgentV v4's: validated once by its
+    model, run as its record's ``check()``."""
     kind = entry["type"]
     schema = entry.get("value") not in (None, "")
     if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
@@ -572,117 +552,42 @@ def _assert_set(
     return AssertSet(children=compiled, threshold=threshold, **score)
 
 
-_AGGREGATORS = ("weighted_average", "threshold", "code-grader", "llm-grader")
 _PLAIN = {"name": None, "weight": 1.0, "negate": False, "required": None}
 
 
 def _composite(
-    body: dict[str, Any],
-    score: dict[str, Any],
-    ctx: CompileContext,
-    loc: tuple[str, ...],
-    depth: int,
+    entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...], depth: int
 ) -> AssertSet:
     """AgentV v4's ``composite`` (``loaders/grader-parser.ts``, ``graders/composite.ts``)."""
     if depth >= 8:
         raise _fail(ctx, loc, "composite nested deeper than 8 levels")
-    key = next((k for k in ("assertions", "assert", "evaluators") if k in body), "assertions")
-    unknown = set(body) - {"type", "aggregator", key}
-    if unknown:
-        raise _fail(
-            ctx, (*loc, sorted(unknown)[0]), "unknown field of a composite (check its spelling)"
-        )
-    members = body.get(key)
-    if not isinstance(members, list) or not members:
-        raise _fail(
-            ctx,
-            (*loc, key) if key in body else loc,
-            "a composite needs a non-empty 'assertions' list",
-        )
-    agg = body.get("aggregator")
-    kind = agg.get("type") if isinstance(agg, dict) else None
-    if isinstance(kind, str) and kind not in ("weighted_average", "threshold"):
-        kind = kind.replace("_", "-")
-    if kind not in _AGGREGATORS:
-        raise _fail(
-            ctx,
-            (*loc, "aggregator") if "aggregator" in body else loc,
-            "a composite needs aggregator: {type: "
-            "weighted_average | threshold | code-grader | llm-grader}",
-        )
-    assert isinstance(agg, dict)
-    aloc = (*loc, "aggregator")
-    for i, member in enumerate(members):
-        name = member.get("name", member.get("metric")) if isinstance(member, dict) else None
-        if not isinstance(name, str) or not name.strip():
-            # v4 skips a member without a name (its results are keyed by name): it would
-            # silently grade nothing.
-            raise _fail(
-                ctx,
-                (*loc, key, str(i)),
-                "a composite's member needs a name (AgentV v4 skips one without)",
-            )
-        if isinstance(member, dict) and member.get("negate") is True:
-            # v4 negates a grader in its orchestrator, never a composite's member: honouring
-            # it would give verdicts v4 does not, ignoring it a check the user did not write.
-            raise _fail(
-                ctx,
-                (*loc, key, str(i), "negate"),
-                "AgentV v4 ignores negate on "
-                "a composite's member; negate the composite, or move the member "
-                "out",
-            )
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+    score = _scored(record, ctx, loc)
+    key = next(k for k in ("assertions", "assert", "evaluators") if k in entry)  # as written
     children = [
         compile_assertion(m, ctx, (*loc, key, str(i)), depth=depth + 1)
-        for i, m in enumerate(members)
+        for i, m in enumerate(record.assertions)
     ]
-    if kind == "weighted_average":
-        weights = agg.get("weights") or {}
-        if not isinstance(weights, dict) or not all(weight_ok(w) for w in weights.values()):
-            raise _fail(ctx, (*aloc, "weights"), "weights maps a member's name to a number >= 0")
+    agg, aloc = record.aggregator, (*loc, "aggregator")
+    if isinstance(agg, WeightedAverage):
         for child in children:  # v4 weighs a member by the aggregator's weights alone
-            child.weight = float(weights.get(child.name, 1.0))
+            child.weight = float((agg.weights or {}).get(child.name, 1.0))
         return AssertSet(children=children, threshold=V4_PASS, **score)
-    if kind == "threshold":
-        value = agg.get("threshold")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise _fail(ctx, (*aloc, "threshold"), "threshold must be a number from 0 to 1")
-        if value <= 0:  # the share of members that passed always reaches 0
-            raise _fail(
-                ctx,
-                (*aloc, "threshold"),
-                "threshold 0 holds for every answer (no member needs to pass): give one above 0",
-            )
-        return AssertSet(children=children, threshold=float(value), aggregator="count", **score)
+    if isinstance(agg, ThresholdAggregator):
+        return AssertSet(children=children, threshold=agg.threshold, aggregator="count", **score)
     program: GraderAssertion | LlmGraderAssertion
-    if kind == "code-grader":
-        path = agg.get("path", agg.get("command"))
-        argv = shlex.split(path) if isinstance(path, str) else path
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise _fail(
-                ctx,
-                (*aloc, "path"),
-                "a code-grader aggregator needs path: the command that runs it",
-            )
+    if isinstance(agg, CodeAggregator):
         # One more script grader, run in the sandbox; the children's results on its stdin.
         program = _grader(
-            {"type": "code-grader", "command": argv, "pass_score": V4_PASS}, ctx, aloc, dict(_PLAIN)
+            {"type": "code-grader", "command": agg.path, "pass_score": V4_PASS},
+            ctx,
+            aloc,
+            dict(_PLAIN),
         )
     else:
-        prompt = agg.get("prompt", _AGGREGATOR_PROMPT)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise _fail(ctx, (*aloc, "prompt"), "prompt is text or file://...")
         # An LLM grader whose {{EVALUATOR_RESULTS_JSON}} is filled in when the results exist.
-        program = _llm({"type": "llm-grader", "prompt": prompt}, ctx, aloc, dict(_PLAIN))
+        program = _llm({"type": "llm-grader", "prompt": agg.prompt}, ctx, aloc, dict(_PLAIN))
     return AssertSet(children=children, program=program, **score)
-
-
-_AGGREGATOR_PROMPT = """Review the following evaluation results:
-{{EVALUATOR_RESULTS_JSON}}
-
-Decide the final score and verdict based on all grader results.
-Return a JSON object with: score (0.0-1.0), verdict (pass/fail), and reasoning."""
-"""v4's ``DEFAULT_COMPOSITE_AGGREGATOR_PROMPT``."""
 
 
 _SCRIPT_FIELDS = set(ScriptGrader.model_fields) - {"weight"}
@@ -868,68 +773,19 @@ _CUSTOM_OWN = ("timeout", "limits", "image", "network")
 """A custom assertion's keys that are its grader's settings, not its ``config``."""
 
 
-def _rubric_items(value: Any, ctx: CompileContext, loc: tuple[str, ...]) -> list[RubricItem]:
-    items = value if isinstance(value, list) else [value]
-    out = []
-    for i, item in enumerate(items):
-        here = (*loc, str(i)) if isinstance(value, list) else loc
-        if isinstance(item, str) and item.strip():
-            out.append(RubricItem(text=item.strip()))
-        elif isinstance(item, dict):
-            text = item.get("outcome", item.get("criteria", item.get("text")))
-            if text is None and item.get("score_ranges"):
-                text = _score_ranges_text(item, ctx, here)
-            weight = item.get("weight", 1.0)
-            if not isinstance(text, str) or not text.strip():
-                raise _fail(
-                    ctx, here, "a rubric item needs its text in 'outcome' (or score_ranges)"
-                )
-            if not weight_ok(weight):
-                raise _fail(ctx, (*here, "weight"), "weight must be a finite number >= 0")
-            out.append(
-                RubricItem(
-                    text=text.strip(),
-                    weight=float(weight),
-                    required=bool(item.get("required") or item.get("min_score")),
-                    id=str(item["id"]) if "id" in item else None,
-                )
-            )
-        else:
-            raise _fail(ctx, here, "a rubric item is a string or {outcome, weight, required}")
-    return out
-
-
-def _score_ranges_text(item: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> str:
-    """An analytic rubric item (AgentV's ``score_ranges``: 0-10 bands, as a list of
-    ``{score_range: [lo, hi], outcome}`` or a map ``{"0": text, "8": text}``) as one item the
-    judge passes when the answer reaches the top bands (8 and above, AgentV's 0.8)."""
-    ranges = item["score_ranges"]
-    bands: list[tuple[int, str]] = []
-    if isinstance(ranges, dict):
-        for key, text in ranges.items():
-            try:
-                bands.append((int(str(key).split("-")[0]), str(text)))
-            except ValueError:
-                raise _fail(
-                    ctx, (*loc, "score_ranges", str(key)), "score_ranges keys are scores 0..10"
-                ) from None
-    elif isinstance(ranges, list):
-        for i, band in enumerate(ranges):
-            span = band.get("score_range") if isinstance(band, dict) else None
-            if not isinstance(span, list) or not span or not isinstance(band.get("outcome"), str):
-                raise _fail(
-                    ctx,
-                    (*loc, "score_ranges", str(i)),
-                    "a band is {score_range: [lo, hi], outcome}",
-                )
-            bands.append((int(span[0]), band["outcome"]))
-    else:
-        raise _fail(ctx, (*loc, "score_ranges"), "score_ranges is a list or a mapping")
-    bands.sort()
-    title = str(item.get("id") or "criterion")
-    lines = [f"{title}: the answer reaches a score of 8 or more on this 0-10 scale:"]
-    lines += [f"  {score}: {text.strip()}" for score, text in bands]
-    return "\n".join(lines)
+def _rubric_items(value: Any) -> list[RubricItem]:
+    """Rubric items as validated (``entries.RubricItem``, or a string): what the judge reads."""
+    return [
+        RubricItem(text=item.strip())
+        if isinstance(item, str)
+        else RubricItem(
+            text=item.text_of(),
+            weight=item.weight,
+            required=bool(item.required or item.min_score),
+            id=None if item.id is None else str(item.id),
+        )
+        for item in (value if isinstance(value, list) else [value])
+    ]
 
 
 def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | None:
@@ -955,8 +811,8 @@ def _llm(
     loc: tuple[str, ...],
     score: dict[str, Any] | None = None,
 ) -> LlmGraderAssertion:
-    """An LLM grader, validated once by its model (with its modifiers); its rubric items are
-    read as written, in AgentV's shapes too. ``score``: as ``_grader``'s."""
+    """An LLM grader, validated once by its model (with its modifiers and its rubric items, in
+    AgentV's shapes too). ``score``: as ``_grader``'s."""
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:  # an AgentV file's graders have theirs run (_transform)
@@ -970,9 +826,8 @@ def _llm(
         )
     if ctx.flavor == "agentv":
         # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
-        # agentic judge's max_steps): the single-shot judge here reads temperature. Its
-        # rubric items take keys of their own too (`operator`): _rubric_items reads them.
-        kept = set(LlmJudge.model_fields) - {"value", "rubrics", "criteria"}
+        # agentic judge's max_steps): the single-shot judge here reads temperature.
+        kept = set(LlmJudge.model_fields)
         record = check_entry(
             {k: v for k, v in entry.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
         )
@@ -981,17 +836,17 @@ def _llm(
     score = score or _scored(record, ctx, loc)
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":
-        goal = body.get("value", {})
+        goal = record.value
         goal = goal.get("goal") if isinstance(goal, dict) else goal
         if not isinstance(goal, str) or not goal.strip():
             raise _fail(ctx, (*loc, "value"), "trajectory:goal-success needs value.goal")
         rubrics = [RubricItem(text=f"The agent's tool calls and answer achieve the goal: {goal}")]
-    elif "value" in body and not isinstance(body["value"], dict):
-        rubrics = _rubric_items(body["value"], ctx, (*loc, "value"))
-    if "rubrics" in body:
-        rubrics += _rubric_items(body["rubrics"], ctx, (*loc, "rubrics"))
-    if "criteria" in body:  # AgentV's `type: rubrics` writes its items (or one) here
-        rubrics += _rubric_items(body["criteria"], ctx, (*loc, "criteria"))
+    elif record.value is not None and not isinstance(record.value, dict):
+        rubrics = _rubric_items(record.value)
+    if record.rubrics is not None:
+        rubrics += _rubric_items(record.rubrics)
+    if record.criteria is not None:  # AgentV's `type: rubrics` writes its items (or one) here
+        rubrics += _rubric_items(record.criteria)
     prompt, command, config = None, None, {}
     if isinstance(record.prompt, str):
         prompt = _prompt_file(record.prompt, ctx, (*loc, "prompt")) or record.prompt
@@ -1039,11 +894,9 @@ def _llm(
         and not isinstance(temperature, bool)
     ):
         target = target.model_copy(update={"params": {**target.params, "temperature": temperature}})
-    pre = body.get("preprocessors", ctx.preprocessors)
-    if not isinstance(pre, list) or not all(
-        isinstance(p, dict) and isinstance(p.get("type"), str) and p.get("command") for p in pre
-    ):
-        raise _fail(ctx, (*loc, "preprocessors"), "preprocessors are [{type, command}]")
+    pre = ctx.preprocessors  # the file's, checked as it was read (formats.agentv)
+    if record.preprocessors is not None:
+        pre = [p.model_dump() for p in record.preprocessors]
     label = "rubric" if kind in ("llm-rubric", "rubric", "rubrics") and prompt is None else kind
     llm = LlmAssertion(
         target=target,

@@ -6,9 +6,9 @@ checks ``assert`` lists with it) and gradebox suites are checked against them as
 An entry is validated once, by its kind's model (``check_entry``), and ``graders.assertion``
 compiles what runs from that record, never from the raw mapping; it does only the checks a
 schema cannot (a file that exists, a model target that is known). AgentV's spellings are
-mapped onto these names by ``formats.agentv`` (and ``graders.assertion``) before validation;
-AgentV's own kinds (``composite``, v4's checks) and its trace checks, which take keys these
-models do not, are validated by the models that run them.
+mapped onto these names by ``formats.agentv`` (and ``graders.assertion``) before validation,
+so an AgentV file's entry is validated by the same model as a gradebox suite's; AgentV's own
+kinds (v4's ``composite``, ``tool-trajectory``, ``skill-trigger``) have their models here too.
 
 Adding a kind is one model here: a subclass of ``Entry`` with ``type: Literal[...]`` naming its
 types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
@@ -20,9 +20,13 @@ types, decorated with ``@kind``. A ``type`` no model names is a custom assertion
 # command that loads a suite).
 import functools
 import math
+import shlex
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
+    AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -38,6 +42,7 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
+from typing_extensions import TypedDict
 
 from ..core.types import Duration
 from ..core.yamlfile import LineMap, to_config_error
@@ -47,6 +52,7 @@ from .builtin import BuiltinAssertion, refuse_vacuous
 from .config import EnvKey, ProgramGrader, ScriptGrader
 from .fields import FieldAccuracy, FieldSpec
 from .trace import TraceAssertion, check_trace, collect_metrics, trace_type
+from .trajectory import SkillTrigger, ToolTrajectory
 
 __all__ = [
     "KINDS",
@@ -80,12 +86,18 @@ def _finite(weight: Any) -> Any:
     return weight
 
 
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False), BeforeValidator(_finite)]
+
+
 def _gate(required: Any) -> Any:
     if required is None:
         return False
     if isinstance(required, bool) or isinstance(required, int | float) and 0 <= required <= 1:
         return required
     raise ValueError("required must be true, false or a score 0..1")
+
+
+Gate = Annotated[bool | Score, BeforeValidator(_gate)]
 
 
 class Entry(BaseModel):
@@ -96,14 +108,12 @@ class Entry(BaseModel):
 
     name: str | None = Field(default=None, description="shown in results")
     metric: str | None = Field(default=None, description="AgentV's name for `name`")
-    weight: Annotated[float, BeforeValidator(_finite)] = Field(
-        default=1.0, ge=0, allow_inf_nan=False, description="its share of the test's score"
-    )
+    weight: Weight = Field(default=1.0, description="its share of the test's score")
     # Strict: `negate: "yes"` or `min_score: true` is a mistake, not a spelling of true or 1.
     negate: bool = Field(
         default=False, description="pass and fail swap (an error stays one)", strict=True
     )
-    required: Annotated[bool | Score, BeforeValidator(_gate)] = Field(
+    required: Gate = Field(
         default=False,
         description="the test fails when this scores below its gate: true (min_score, else "
         "0.8) or the gate itself",
@@ -111,6 +121,16 @@ class Entry(BaseModel):
     min_score: Score | None = Field(
         default=None, description="the gate of required: true", strict=True
     )
+
+
+def _union(members: dict[str, Any], tag: Callable[[Any], str | None], error: str) -> Any:
+    """A union whose member is the one ``tag(value)`` names (``error`` when it names none),
+    so that a mistake is one error, in that member's terms. Tags begin with ``<``: the
+    locations of errors leave them out (``core.yamlfile``)."""
+    return Annotated[
+        Union[tuple(Annotated[t, Tag(name)] for name, t in members.items())],  # noqa: UP007
+        Discriminator(tag, custom_error_type="shape", custom_error_message=error),
+    ]
 
 
 KINDS: list[type[BaseModel]] = []
@@ -294,26 +314,144 @@ class TokenUsageCheck(TraceEntry):
     max_output: Number | None = None
 
 
+def _base(model: type[BaseModel], record: BaseModel) -> Any:
+    """``record`` as its base ``model`` (what runs): constructed, not validated again, for its
+    model's rules ran as ``record`` was validated."""
+    values = {k: getattr(record, k) for k in model.model_fields}
+    return model.model_construct(_fields_set=record.model_fields_set & set(values), **values)
+
+
+@kind
+class ToolTrajectoryCheck(Entry, ToolTrajectory):  # type: ignore[misc]
+    """``tool-trajectory`` (AgentV v4, with v4's semantics): the agent's tool calls against
+    ``expected`` (by ``mode``) or, ``any_order``, against ``minimums``."""
+
+    type: Literal["tool-trajectory"]  # type: ignore[assignment]
+
+    def check(self) -> ToolTrajectory:
+        return _base(ToolTrajectory, self)
+
+
+@kind
+class SkillTriggerCheck(Entry, SkillTrigger):  # type: ignore[misc]
+    """``skill-trigger`` (AgentV v4, with v4's semantics): the agent invoked ``skill`` (with
+    ``should_trigger: false``, it did not)."""
+
+    type: Literal["skill-trigger"]  # type: ignore[assignment]
+
+    def check(self) -> SkillTrigger:
+        return _base(SkillTrigger, self)
+
+
 # -------------------------------------------------------------------------------------------
 # Judges: LLM graders, run from the host (llm.grader).
 
 
+def _shape(value: Any) -> str | None:
+    return (
+        "<text>" if isinstance(value, str)
+        else "<item>" if isinstance(value, dict)
+        else "<items>" if isinstance(value, list)
+        else None
+    )  # fmt: skip
+
+
+def _by_shape(error: str, **members: Any) -> Any:
+    """A union told apart by what was written: ``text`` (a string), ``item`` (a mapping),
+    ``items`` (a list)."""
+    return _union({f"<{shape}>": t for shape, t in members.items()}, _shape, error)
+
+
+_NOT_AN_ITEM = "a rubric item is a string or {outcome, weight, required}"
+
+
+def _written(text: str) -> str:
+    if not text.strip():
+        raise ValueError(_NOT_AN_ITEM)
+    return text
+
+
+ItemText = Annotated[str, AfterValidator(_written)]
+
+
+def _band_start(key: Any) -> int:
+    """The score a band of ``score_ranges`` written as a mapping starts at (``8``, ``"8-10"``)."""
+    try:
+        return int(str(key).split("-")[0])
+    except ValueError:
+        raise ValueError("score_ranges keys are scores 0..10") from None
+
+
+def _band_key(key: Any) -> Any:
+    _band_start(key)  # refused unless it names a score
+    return key
+
+
+BandKey = Annotated[Any, AfterValidator(_band_key)]
+
+
+class ScoreBand(BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    score_range: list[int] = Field(min_length=1, description="[lo, hi], of 0..10")
+    outcome: str = Field(description="what an answer in this band does")
+
+
+ScoreRanges = _by_shape(
+    "score_ranges is a list or a mapping", item=dict[BandKey, str], items=list[ScoreBand]
+)
+
+
 class RubricItem(BaseModel):
+    """One item the judge checks: its text, its share of the score, whether it must hold."""
+
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     outcome: str | None = Field(default=None, description="what the answer must do")
     criteria: str | None = None
     text: str | None = None
     id: str | int | None = None
-    weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    required: bool | Score = False
-    min_score: Score | None = None
-    score_ranges: list[dict[str, Any]] | dict[str, str] | None = Field(
-        default=None, description="AgentV's analytic bands: [{score_range: [lo, hi], outcome}]"
+    weight: Weight = 1.0
+    required: Gate = False
+    min_score: Score | None = Field(default=None, strict=True, description="makes it required")
+    score_ranges: ScoreRanges | None = Field(
+        default=None,
+        description="AgentV's analytic bands (scores 0..10): [{score_range: [lo, hi], outcome}] "
+        "or {score: text}; the item holds when the answer reaches 8",
+    )
+    operator: Literal["correctness", "contradiction"] | None = Field(
+        default=None, description="AgentV's; not given to the judge"
     )
 
+    @model_validator(mode="after")
+    def _has_text(self) -> "RubricItem":
+        if not self.text_of():
+            raise ValueError("a rubric item needs its text in 'outcome' (or score_ranges)")
+        return self
 
-Rubric = str | list[str | RubricItem]
+    def text_of(self) -> str:
+        """Its text: ``outcome`` (or ``criteria``, ``text``), else its bands as one item the
+        judge passes when the answer reaches 8 or more (AgentV's 0.8); blank: ``""``."""
+        given = next((k for k in ("outcome", "criteria", "text") if k in self.model_fields_set), "")
+        text = getattr(self, given) if given else None
+        if text is None and self.score_ranges:
+            ranges = self.score_ranges
+            bands = sorted(
+                [(b.score_range[0], b.outcome) for b in ranges]
+                if isinstance(ranges, list)
+                else [(_band_start(k), v) for k, v in ranges.items()]
+            )
+            title = f"{self.id or 'criterion'}: the answer reaches a score of 8 or more"
+            lines = [f"{title} on this 0-10 scale:"] + [f"  {n}: {t.strip()}" for n, t in bands]
+            return "\n".join(lines)
+        return (text or "").strip()
+
+
+Items = list[_by_shape(_NOT_AN_ITEM, text=ItemText, item=RubricItem)]  # type: ignore[misc]
+Rubric = _by_shape(_NOT_AN_ITEM, text=ItemText, item=RubricItem, items=Items)
+"""Rubric items: one (a string, a mapping) or a list of them."""
+RubricOrGoal = _by_shape(_NOT_AN_ITEM, text=ItemText, item=dict[str, Any], items=Items)
+"""An LLM grader's ``value``: its rubric items, or trajectory:goal-success's ``{goal}``."""
 
 
 class PromptCommand(BaseModel):
@@ -327,7 +465,11 @@ class Preprocessor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     type: str = Field(min_length=1, description="the kind of file it turns into text")
-    command: str | list[str]
+    command: _by_shape(  # type: ignore[valid-type]
+        "a preprocessor's command is a string or a list of args",
+        text=Annotated[str, Field(min_length=1)],
+        items=Annotated[list[str], Field(min_length=1)],
+    )
 
 
 @kind
@@ -343,7 +485,7 @@ class LlmJudge(Entry):
         "rubrics",
         "trajectory:goal-success",
     ]
-    value: Rubric | dict[str, Any] | None = Field(
+    value: RubricOrGoal | None = Field(
         default=None, description="rubric items ({goal} for trajectory:goal-success)"
     )
     rubrics: Rubric | None = None
@@ -408,6 +550,146 @@ class AssertSetEntry(Entry):
     config: dict[str, Any] | None = Field(default=None, description="given to every child")
 
 
+def _v4_named(member: Any) -> Any:
+    name = member.get("name", member.get("metric")) if isinstance(member, dict) else None
+    if not isinstance(name, str) or not name.strip():
+        # v4 skips a member without a name (its results are keyed by name): it would
+        # silently grade nothing.
+        raise ValueError("a composite's member needs a name (AgentV v4 skips one without)")
+    return member
+
+
+def _v4_not_negated(negate: Any) -> Any:
+    if negate is True:
+        # v4 negates a grader in its orchestrator, never a composite's member: honouring it
+        # would give verdicts v4 does not, ignoring it a check the user did not write.
+        raise ValueError(
+            "AgentV v4 ignores negate on a composite's member; negate the composite, or move "
+            "the member out"
+        )
+    return negate
+
+
+class CompositeMember(TypedDict, total=False):
+    """What v4 asks of a composite's member (which is validated as it compiles, as any
+    entry is): a name, and no negate."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    negate: Annotated[Any, AfterValidator(_v4_not_negated)]
+
+
+class _Aggregator(BaseModel):
+    # v4 reads the keys of its aggregator's type and ignores the others (`target:` is none).
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+
+class WeightedAverage(_Aggregator):
+    """The members' weighted score, passing at 0.8 (v4 weighs a member by ``weights`` alone,
+    1 when it is not named there, never by its own ``weight``)."""
+
+    type: Literal["weighted_average"]
+    weights: dict[str, Weight] | None = Field(default=None, description="a member's name: weight")
+
+
+def _above_zero(threshold: float) -> float:
+    if threshold == 0:  # the share of members that passed always reaches 0
+        raise ValueError(
+            "threshold 0 holds for every answer (no member needs to pass): give one above 0"
+        )
+    return threshold
+
+
+class ThresholdAggregator(_Aggregator):
+    """Passes when the share of members that passed reaches ``threshold``."""
+
+    type: Literal["threshold"]
+    threshold: Annotated[float, AfterValidator(_above_zero)] = Field(
+        ge=0, le=1, strict=True, allow_inf_nan=False
+    )
+
+
+def _argv(command: Any) -> Any:
+    argv = shlex.split(command) if isinstance(command, str) else command
+    if not isinstance(argv, list) or not argv:
+        raise ValueError("a code-grader aggregator needs path: the command that runs it")
+    return argv
+
+
+class CodeAggregator(_Aggregator):
+    """A script grader given the members' results on its stdin: its result is the set's."""
+
+    type: Literal["code-grader", "code_grader"]
+    path: Annotated[list[str], BeforeValidator(_argv)] = Field(
+        validation_alias=AliasChoices("path", "command"), description="the command that runs it"
+    )
+
+
+AGGREGATOR_PROMPT = """Review the following evaluation results:
+{{EVALUATOR_RESULTS_JSON}}
+
+Decide the final score and verdict based on all grader results.
+Return a JSON object with: score (0.0-1.0), verdict (pass/fail), and reasoning."""
+"""v4's ``DEFAULT_COMPOSITE_AGGREGATOR_PROMPT``."""
+
+
+def _prompt(text: str) -> str:
+    if not text.strip():
+        raise ValueError("prompt is text or file://...")
+    return text
+
+
+class LlmAggregator(_Aggregator):
+    """An LLM grader given the members' results (``{{EVALUATOR_RESULTS_JSON}}``): its verdict
+    is the set's."""
+
+    type: Literal["llm-grader", "llm_grader"]
+    prompt: Annotated[str, AfterValidator(_prompt)] = Field(
+        default=AGGREGATOR_PROMPT, description="text or file://..."
+    )
+
+
+_AGGREGATORS = {
+    name: model
+    for model in (WeightedAverage, ThresholdAggregator, CodeAggregator, LlmAggregator)
+    for name in get_args(model.model_fields["type"].annotation)
+}
+
+
+def _aggregator(value: Any) -> str | None:
+    kind_ = value.get("type") if isinstance(value, dict) else None
+    model = _AGGREGATORS.get(kind_) if isinstance(kind_, str) else None
+    return None if model is None else f"<{model.__name__}>"
+
+
+Aggregator = _union(
+    {f"<{m.__name__}>": m for m in _AGGREGATORS.values()},
+    _aggregator,
+    "a composite needs aggregator: {type: weighted_average | threshold | code-grader | llm-grader}",
+)
+
+
+@kind
+class CompositeEntry(Entry):
+    """``composite`` (AgentV v4): one verdict over named members, by its ``aggregator``."""
+
+    type: Literal["composite"]
+    # Their own kinds are not checked here: each member is, once, as it compiles.
+    assertions: list[Annotated[CompositeMember, BeforeValidator(_v4_named)]] = Field(
+        min_length=1,
+        validation_alias=AliasChoices("assertions", "assert", "evaluators"),
+        description="its members, each named (v4 reads `assert` and `evaluators` too)",
+    )
+    aggregator: Aggregator
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_members(cls, data: Any) -> Any:
+        # A composite with no members is that one error, whatever else it lacks.
+        if isinstance(data, dict) and not {"assertions", "assert", "evaluators"} & set(data):
+            raise ValueError("a composite needs a non-empty 'assertions' list")
+        return data
+
+
 class CustomEntry(Entry):
     """A custom assertion: ``.gradebox/assertions/NAME.*`` (or ``.agentv/assertions/``) above
     the suite, run in a container; its other keys are its ``config``."""
@@ -446,19 +728,11 @@ def _tag(value: Any) -> str | None:
     return _TAGS[entry_model(kind_)] if isinstance(kind_, str) else None
 
 
-AssertItem = Annotated[
-    Union[  # noqa: UP007  (a Union of a built list: the | operator cannot spread it)
-        tuple(
-            [Annotated[str, Tag("<rubric>")]]
-            + [Annotated[m, Tag(_TAGS[m])] for m in [*KINDS, CustomEntry]]
-        )
-    ],
-    Discriminator(
-        _tag,
-        custom_error_type="assertion",
-        custom_error_message="an assertion is a rubric string or a mapping with a 'type'",
-    ),
-]
+AssertItem = _union(
+    {"<rubric>": str, **{_TAGS[m]: m for m in [*KINDS, CustomEntry]}},
+    _tag,
+    "an assertion is a rubric string or a mapping with a 'type'",
+)
 """One entry of an ``assert`` list: a rubric item (a plain string) or an assertion."""
 
 
