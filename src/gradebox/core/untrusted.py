@@ -58,19 +58,10 @@ def read_regular(path: Path | str, cap: int, *, follow: bool = True) -> bytes | 
     """At most ``cap + 1`` bytes of ``path`` if it is a regular file, else None (missing, a
     folder, a FIFO, a device, a socket; with ``follow=False``, also a link). Anything that is
     not a regular file is never opened for reading."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    if not follow:
-        flags |= os.O_NOFOLLOW
-    try:
-        st = os.stat(path) if follow else os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        fd = os.open(path, flags)
-    except OSError:
+    fd = open_regular(path, follow=follow)
+    if fd is None:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(cap + 1)
     except OSError:
@@ -420,17 +411,10 @@ def hash_regular(
     """Feed the bytes of ``name`` (relative to ``dir_fd``) to ``h`` (a ``hashlib`` object)
     if it is a regular file; False, and nothing read, for anything else (a link unless
     ``follow``; a FIFO or a device is never opened for reading: no hang, no device acting)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
-        if not stat.S_ISREG(st.st_mode):
-            return False
-        fd = os.open(name, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
-    except OSError:
+    fd = open_regular(name, follow=follow, dir_fd=dir_fd)
+    if fd is None:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            return False
         while chunk := os.read(fd, 1 << 20):
             h.update(chunk)  # type: ignore[attr-defined]
         return True
@@ -440,18 +424,20 @@ def hash_regular(
         os.close(fd)
 
 
-def open_regular(path: Path | str, *, follow: bool = True) -> int | None:
-    """A descriptor to read ``path`` (``O_RDONLY``, close-on-exec) if it is a regular file,
-    else None: missing, a folder, a FIFO (which would block the open), a device (whose open
-    can act, and which reads without end), a socket; with ``follow=False``, a link. For a
-    reader that seeks or reads in pieces (``read_regular`` reads from the start); the caller
-    closes it."""
+def open_regular(
+    path: Path | str | bytes, *, follow: bool = True, dir_fd: int | None = None
+) -> int | None:
+    """A descriptor to read ``path`` (``O_RDONLY``, close-on-exec; relative to ``dir_fd``)
+    if it is a regular file, else None: missing, a folder, a FIFO (which would block the
+    open), a device (whose open can act, and which reads without end), a socket; with
+    ``follow=False``, a link. The file is checked again on the descriptor (it may have been
+    swapped since the first look). The caller closes it."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        st = os.stat(path) if follow else os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
         if not stat.S_ISREG(st.st_mode):  # never opened: a device's open can act
             return None
-        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return None
     try:

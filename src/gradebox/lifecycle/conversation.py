@@ -84,8 +84,7 @@ def _graded(
     expected: Any = None,
 ) -> GraderResult:
     """One part of the conversation graded as a test of its own."""
-    shown = ([{"role": "system", "content": system}] if system else []) + history
-    messages = [Message.model_validate(m) for m in shown]
+    messages = _messages(system, history)
     answer = [Message(role="assistant", content=output)]
     payload = test_run.payload.model_copy(
         update={
@@ -98,9 +97,7 @@ def _graded(
             "trace_summary": TraceSummary.model_validate(summary_of(trace_of(answer))),
         }
     )
-    threshold = (
-        test_run.test.threshold if test_run.test.threshold is not None else (DEFAULT_REQUIRED)
-    )
+    threshold = _threshold(test_run.test)
     results = test_run.grade_with(payload, assertions, ws)
     status, score, _gates = aggregate(
         results, threshold, agentv=test_run.test.semantics == "agentv"
@@ -108,6 +105,15 @@ def _graded(
     return _turn_result(
         name, status, score, f"score {score:.3f} (threshold {threshold:g})", results
     )
+
+
+def _threshold(test: Test) -> float:
+    return test.threshold if test.threshold is not None else DEFAULT_REQUIRED
+
+
+def _messages(system: str | None, history: list[dict[str, Any]]) -> list[Message]:
+    shown = ([{"role": "system", "content": system}] if system else []) + history
+    return [Message.model_validate(m) for m in shown]
 
 
 def _expected(value: Any) -> list[dict[str, Any]]:
@@ -129,7 +135,7 @@ def run_conversation(test_run: _TestRun, ws: Path) -> None:
     if target is None or not target.on_host:
         test_run.result.error = "a conversation needs a model, mock or replay target"
         return
-    threshold = test.threshold if test.threshold is not None else DEFAULT_REQUIRED
+    threshold = _threshold(test)
     files = list(test.case.input_files)
     system, history = chat_messages(test_run.payload.input, files)
     if history == [{"role": "user", "content": ""}]:
@@ -211,21 +217,13 @@ def _finish(
 ) -> None:
     result = test_run.result
     aggregation = test_run.test.case.conversation.aggregation  # type: ignore[union-attr]
-    scores = [p.score for p in parts]
-    if not scores:
-        score = 0.0
-    elif aggregation == "min":
-        score = min(scores)
-    elif aggregation == "max":
-        score = max(scores)
-    else:
-        score = sum(scores) / len(scores)
+    scores = [p.score for p in parts] or [0.0]
+    score = {"min": min(scores), "max": max(scores)}.get(aggregation, sum(scores) / len(scores))
     if any(p.status is Status.error for p in parts):
         status = Status.error
     else:
         status = Status.passed if score >= threshold - 1e-9 else Status.failed
-    shown = ([{"role": "system", "content": system}] if system else []) + history
-    test_run.payload.messages = [Message.model_validate(m) for m in shown]
+    test_run.payload.messages = _messages(system, history)
     result.output = last
     result.graders = parts
     test_run.finish(status, round(score, 6), [])

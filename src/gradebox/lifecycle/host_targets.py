@@ -132,16 +132,24 @@ def answer_on_host(
     sample: int = 0,
 ) -> HostAnswer | str:
     """The answer of a model, mock or replay target to one test."""
-    if target.provider == "mock":
-        return _answered([{"role": "assistant", "content": target.response or ""}])
-    if target.provider == "replay":
-        assert target.replay is not None
-        return replay_answer(target.replay, test.id, suite, sample)
+    canned = _canned(target, test.id, suite, sample)
+    if canned is not None:
+        return canned
     files = list(test.case.input_files)
     named = _named_files(payload.input)
     extra = [f for f in files if not any(f.endswith(n) for n in named if n)]
     system, chat = chat_messages(payload.input, files, extra)
     return _ask(target, suite, hub, system, chat, sample)
+
+
+def _canned(target: TargetConfig, key: str, suite: Suite, sample: int) -> HostAnswer | str | None:
+    """A mock's answer, or a replay's recorded one under ``key``; None for a model target."""
+    if target.provider == "mock":
+        return _answered([{"role": "assistant", "content": target.response or ""}])
+    if target.provider == "replay":
+        assert target.replay is not None
+        return replay_answer(target.replay, key, suite, sample)
+    return None
 
 
 def _ask(
@@ -196,11 +204,9 @@ def converse(
     sample: int = 0,
 ) -> HostAnswer | str:
     """One turn of a conversation: the answer to the history so far."""
-    if target.provider == "mock":
-        return _answered([{"role": "assistant", "content": target.response or ""}])
-    if target.provider == "replay":
-        assert target.replay is not None
-        return replay_answer(target.replay, f"{test.id}/turn-{turn}", suite, sample)
+    canned = _canned(target, f"{test.id}/turn-{turn}", suite, sample)
+    if canned is not None:
+        return canned
     return _ask(target, suite, hub, system, history, sample)
 
 

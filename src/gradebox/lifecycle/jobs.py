@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..core.scratch import new_scratch
-from ..files.workspace import Workspace, remove_tree
+from ..core.scratch import scratch_folder
+from ..files.workspace import Workspace
 from ..graders.config import GraderConfig
 from ..protocol.models import GraderResult, InlinePayload, TestResult, Usage
 from ..sandbox.base import ImageSource, RunOutcome, Sandbox
@@ -223,11 +223,10 @@ def run_target_once(
 ) -> Record:
     """One trial: ``command`` with the prompt on stdin, in a fresh, empty, size-limited
     workspace; the record with its answer, or with why it has none (``target_error``)."""
-    scratch = new_scratch()
-    try:
+    text = record.input if isinstance(record.input, str) else json.dumps(record.input)
+    with scratch_folder() as scratch:
         ws = Workspace.create(scratch / "workspace", owner=run_as_ids())
         try:
-            text = record.input if isinstance(record.input, str) else json.dumps(record.input)
             outcome = run_in_workspace(
                 command,
                 ws.path,
@@ -239,8 +238,6 @@ def run_target_once(
             )
         finally:
             ws.close()
-    finally:
-        remove_tree(scratch)
     answer = outcome.stdout.decode("utf-8", errors="replace")
     return record.model_copy(update={"output": answer, "target_error": _failure(outcome)})
 

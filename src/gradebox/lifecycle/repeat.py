@@ -157,16 +157,12 @@ def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
     statuses = [r.status for r in runs]
     result.score = round(_score(scores, strategy), 6)
     threshold = result.threshold
-    if strategy == "pass_any":
-        errored = all(s is Status.error for s in statuses)
-        ok = Status.passed in statuses if threshold is None else result.score >= threshold - 1e-9
+    some = any if strategy == "pass_any" else all
+    errored = (all if strategy == "pass_any" else any)(s is Status.error for s in statuses)
+    if threshold is None:
+        ok = some(s is Status.passed for s in statuses)
     else:
-        errored = Status.error in statuses
-        ok = (
-            all(s is Status.passed for s in statuses)
-            if threshold is None
-            else (result.score >= threshold - 1e-9)
-        )
+        ok = result.score >= threshold - 1e-9
     if errored:
         result.status = Status.error
     else:

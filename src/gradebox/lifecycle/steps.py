@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -444,24 +443,12 @@ def run_healthcheck(
 
 def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] | str:
     """Parse what a cli target wrote: JSON with ``output`` (messages) or ``text`` and its
-    metrics, else the whole file as the answer. Written by the agent, so read as hostile:
-    no link followed, a regular file only, bounded in size. ``claude-json``: Claude Code's
-    ``--output-format json`` (``result``, ``usage``, ``total_cost_usd``, ``duration_ms``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return "target: the cli command wrote nothing to {OUTPUT_FILE}"
-    except OSError as exc:
-        return f"target: cannot read {{OUTPUT_FILE}}: {exc.strerror}"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "target: {OUTPUT_FILE} is not a regular file"
-        if st.st_size > MAX_CLI_OUTPUT:
-            return f"target: {{OUTPUT_FILE}} is over {MAX_CLI_OUTPUT >> 20} MiB"
-        data = os.read(fd, MAX_CLI_OUTPUT + 1)
-    finally:
-        os.close(fd)
+    metrics, else the whole file as the answer (``_agent_output``: read as hostile).
+    ``claude-json``: Claude Code's ``--output-format json`` (``result``, ``usage``,
+    ``total_cost_usd``, ``duration_ms``)."""
+    data = _agent_output(path, MAX_CLI_OUTPUT, "the cli command")
+    if isinstance(data, str):
+        return data
     text = data.decode("utf-8", errors="replace")
     try:
         parsed = load_untrusted_json(text)
@@ -478,6 +465,20 @@ def read_cli_answer(path: Path, answer_format: str = "auto") -> dict[str, Any] |
         return f"target: {{OUTPUT_FILE}} has fields of the wrong shape: {str(exc).splitlines()[0]}"
 
 
+def _agent_output(path: Path, cap: int, writer: str) -> bytes | str:
+    """What a cli target wrote to {OUTPUT_FILE}, or why there is nothing to read (a string).
+    Written by the agent, so read as hostile: no link followed, a regular file only, bounded
+    in size."""
+    data = read_regular(path, cap, follow=False)
+    if data is None:
+        if os.path.lexists(path):
+            return "target: {OUTPUT_FILE} is not a regular file"
+        return f"target: {writer} wrote nothing to {{OUTPUT_FILE}}"
+    if len(data) > cap:
+        return f"target: {{OUTPUT_FILE}} is over {cap >> 20} MiB"
+    return data
+
+
 MAX_BATCH_OUTPUT = 64 << 20
 """The most a batching cli target may write to {OUTPUT_FILE} (every test's answer at once)."""
 
@@ -488,18 +489,10 @@ def read_batch_answers(path: Path, ids: list[str]) -> dict[str, dict[str, Any] |
     (``CliJsonlRecordSchema``); each of ``ids`` gets its line's answer fields, or why it has
     none (a string: the test is an ``error``): no line for it, two lines for it, a line of
     the wrong shape. A line that is not a JSON object with a string ``id`` cannot be told
-    apart from a lost answer: as in AgentV, the whole batch fails (a string for every test).
-    Written by the agent: read as hostile (a regular file, no link, bounded)."""
-    data = read_regular(path, MAX_BATCH_OUTPUT, follow=False)
-    if data is None:
-        exists = os.path.lexists(path)
-        return (
-            "target: {OUTPUT_FILE} is not a regular file"
-            if exists
-            else "target: the batching cli command wrote nothing to {OUTPUT_FILE}"
-        )
-    if len(data) > MAX_BATCH_OUTPUT:
-        return f"target: the batch's {{OUTPUT_FILE}} is over {MAX_BATCH_OUTPUT >> 20} MiB"
+    apart from a lost answer: as in AgentV, the whole batch fails (a string for every test)."""
+    data = _agent_output(path, MAX_BATCH_OUTPUT, "the batching cli command")
+    if isinstance(data, str):
+        return data
     records: dict[str, dict[str, Any] | str] = {}
     twice: set[str] = set()
     wanted = set(ids)

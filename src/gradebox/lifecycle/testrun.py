@@ -287,14 +287,13 @@ class SuiteContext:
         """A target's healthcheck (the suite's by default), run once (the first test that
         needs it runs it); why it failed, or None."""
         target = target or self.target
-        check = target.healthcheck if target is not None else None
-        if target is None or check is None:
+        if target is None or target.healthcheck is None:
             return None
         with self._health_lock:
             if id(target) not in self._health:
                 self._health[id(target)] = (
                     run_healthcheck(
-                        check,
+                        target.healthcheck,
                         target,
                         self.box,
                         image_id=self.image_for(target.image, self.suite.root),
@@ -594,7 +593,8 @@ class TestRun:
                 changes, from_attributes=True
             )
         t = time.monotonic()
-        graded = self._grade(workspace.path)
+        self._complete_payload()
+        graded = self.grade_with(self.payload, self.test.assertions, workspace.path, warm=True)
         self.timings["graders"] = int((time.monotonic() - t) * 1000)
         result.graders = graded
         for g in graded:
@@ -632,10 +632,6 @@ class TestRun:
             payload.trace_summary = TraceSummary.model_validate(summary_of(trace))
         vally = vally_input(payload, trace, CONTAINER_WORKSPACE)
         payload.trajectory, payload.stimulus = vally["trajectory"], vally["stimulus"]
-
-    def _grade(self, ws: Path) -> list[GraderResult]:
-        self._complete_payload()
-        return self.grade_with(self.payload, self.test.assertions, ws, warm=True)
 
     def grade_with(
         self, payload: Payload, assertions: list[Assertion], ws: Path, *, warm: bool = False

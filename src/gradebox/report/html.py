@@ -55,6 +55,7 @@ __all__ = [
     "page_data",
     "read_summary",
     "real_folder",
+    "relabelled",
     "result_detail",
     "result_row",
     "Run",
@@ -445,7 +446,7 @@ def read_summary(path: Path) -> RunSummary | None:
         return None
 
 
-def _relabelled(label: str | None, results: list[TestResult]) -> list[TestResult]:
+def relabelled(label: str | None, results: list[TestResult]) -> list[TestResult]:
     if label is None:
         return results
     return [r.model_copy(update={"id": f"{label}: {r.id}"}) for r in results]
@@ -462,7 +463,7 @@ def load_run(path: Path) -> Run:
         results: list[TestResult] = []
         for label, file in found.parts:
             if real_folder(file.parent) and file.is_file():
-                results += _relabelled(label, list(read_results(file).values()))
+                results += relabelled(label, list(read_results(file).values()))
         return Run(found.name, path, read_summary(path), results, found.plan)
     if found is not None and real_folder(path) and not found.parts[0][1].is_file():
         # Stopped before its first result: its plan still says what it did not run.

@@ -42,6 +42,7 @@ from .html import (
     page_data,
     read_summary,
     real_folder,
+    relabelled,
 )
 
 __all__ = ["ViewServer", "lock_held"]
@@ -195,9 +196,8 @@ class ViewServer:
         if held:
             return {"state": "running", "note": "running"}
         if summary is not None:
-            if summary.interrupted:
-                return {"state": "interrupted", "note": "interrupted"}
-            return {"state": "finished", "note": "finished"}
+            state = "interrupted" if summary.interrupted else "finished"
+            return {"state": state, "note": state}
         if held is None:
             return {"state": "running", "note": "running (whether its process lives is unknown)"}
         return {
@@ -212,9 +212,7 @@ class ViewServer:
         for i, (label, file) in enumerate(found.parts if found else []):
             start = offsets[i] if offsets else 0
             rows, end = read_results_from(file, start) if real_folder(file.parent) else ([], 0)
-            if label is not None:
-                rows = [r.model_copy(update={"id": f"{label}: {r.id}"}) for r in rows]
-            results += rows
+            results += relabelled(label, rows)
             ends.append(end)
             idents.append(_identity(file, end))
         return results, ends, idents

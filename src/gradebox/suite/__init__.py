@@ -393,8 +393,8 @@ class Suite:
             test.case.model_dump(mode="json", by_alias=True),
             test.metadata,
             test.threshold,
+            test.semantics,
         ]
-        parts.append(test.semantics)
         if test.target is not None:  # a matrix's: its own target, in place of the suite's
             parts += [test.target_name, test.target.model_dump(mode="json"), test.target._batch]
         elif self.spec.target is not None and self.spec.target._batch:
@@ -542,12 +542,16 @@ def build_suite(
         ctx._targets = loaded
     errors: list[ConfigError] = []  # all of them, so `validate` lists every one
 
-    def compiled(entry: Any, c: CompileContext, loc: tuple[str, ...]) -> list[Assertion]:
-        try:
-            return [compile_assertion(entry, c, loc)]
-        except ConfigError as exc:
-            errors.append(exc)
-            return []
+    def compiled(entries: list[Any], c: CompileContext, *loc: str) -> list[Assertion]:
+        """``entries`` compiled (rubrics grouped), each located at ``(*loc, index)``; what does
+        not compile is kept in ``errors``."""
+        out = []
+        for j, entry in group_rubrics(entries):
+            try:
+                out.append(compile_assertion(entry, c, (*loc, str(j))))
+            except ConfigError as exc:
+                errors.append(exc)
+        return out
 
     agentv = flavor == "agentv"
     shared_key = _assert_key(top_lines, ())
@@ -560,45 +564,34 @@ def build_suite(
     def shared(gate: float) -> list[Assertion]:
         if gate not in shared_by_gate:  # compiled once per gate, shared by its tests
             sctx = replace(ctx, required_default=gate)
-            shared_by_gate[gate] = [
-                a
-                for j, e in group_rubrics(spec.assert_)
-                for a in compiled(e, sctx, (shared_key, str(j)))
-            ]
+            shared_by_gate[gate] = compiled(spec.assert_, sctx, shared_key)
         return shared_by_gate[gate]
+
+    def origin(i: int) -> tuple[str, LineMap, tuple[str, ...]]:
+        return origins[i] if origins else (str(path), lines, ("tests", str(i)))
 
     shared(gate_of(d.threshold))  # its errors are reported even when no test inherits it
     tests = []
     for i, case in enumerate(spec.tests):
-        file, file_lines, where = origins[i] if origins else (str(path), lines, ("tests", str(i)))
+        file, file_lines, where = origin(i)
         tctx = ctx if (file, file_lines) == (top_file, top_lines) else context(file, file_lines)
         ws_cfg = case.workspace or spec.workspace
         if ws_cfg is not None and ws_cfg.template:
             tctx = replace(tctx, template=(suite_dir / ws_cfg.template).resolve())
         threshold = case.threshold if case.threshold is not None else d.threshold
         tctx = replace(tctx, required_default=gate_of(threshold))
-        key = _assert_key(file_lines, where)
-        assertions = [
-            a
-            for j, e in group_rubrics(case.assert_)
-            for a in compiled(e, tctx, (*where, key, str(j)))
-        ]
+        assertions = compiled(case.assert_, tctx, *where, _assert_key(file_lines, where))
         if not case.skip_defaults:
             assertions += shared(gate_of(threshold))
         turns = [
-            [
-                a
-                for j, e in group_rubrics(turn.assert_)
-                for a in compiled(e, tctx, (*where, "turns", str(t), "assert", str(j)))
-            ]
+            compiled(turn.assert_, tctx, *where, "turns", str(t), "assert")
             for t, turn in enumerate(case.conversation.turns if case.conversation else [])
         ]
-        ws = case.workspace or spec.workspace
         tests.append(
             Test(
                 case,
                 assertions,
-                ws,
+                ws_cfg,
                 {**spec.metadata, **case.metadata},
                 threshold,
                 turns,
@@ -609,16 +602,10 @@ def build_suite(
     for i, test in enumerate(tests):
         template = suite.template_dir(test.workspace)
         if template is not None and not is_dir(template):
-            file, file_lines, where = (
-                origins[i] if origins else (str(path), lines, ("tests", str(i)))
-            )
-            at = (
-                (*where, "workspace", "template")
-                if test.case.workspace
-                else ("workspace", "template")
-            )
-            if not test.case.workspace:
-                file, file_lines = top_file, top_lines
+            file, file_lines, where = origin(i)
+            at: tuple[str, ...] = (*where, "workspace", "template")
+            if not test.case.workspace:  # the suite's
+                file, file_lines, at = top_file, top_lines, ("workspace", "template")
             errors.append(
                 ConfigError(
                     f"template directory {template} does not exist",

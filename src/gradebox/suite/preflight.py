@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, collect
 from ..files.repos import DEFAULT_MAX_BYTES, cached, is_remote, resolve
 from ..files.repos import offline as offline_default
-from ..graders.assertion import GraderAssertion, LlmGraderAssertion, leaves
+from ..graders.assertion import Assertion, GraderAssertion, LlmGraderAssertion, leaves
 from ..llm.client import missing_env_message
 
 if TYPE_CHECKING:
@@ -60,30 +60,32 @@ def models_used(suite: Suite) -> Iterator[ModelUse]:
         except ConfigError as exc:
             found, problem = None, exc.message
         yield ModelUse("the target", found, problem, undefined=undefined)
+    for a in _assertions(suite):
+        if isinstance(a, LlmGraderAssertion):
+            if a.llm.command_judge is not None:
+                continue  # a command, not a model: see _command_judges
+            yield ModelUse(
+                a.field or "an LLM grader", a.llm.target, a.llm.unresolved, a.llm.undefined
+            )
+        elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
+            name = a.grader.target.name  # type: ignore[union-attr]
+            user = f"{a.field or 'a script grader'} (model proxy)"
+            try:
+                if targets is None:
+                    raise ConfigError("no model targets")
+                yield ModelUse(user, targets.get(name, file=None, field=None))
+            except ConfigError as exc:
+                yield ModelUse(user, None, exc.message)
+
+
+def _assertions(suite: Suite) -> Iterator[Assertion]:
+    """Every assertion of the suite that runs (sets' members), each once."""
     seen: set[int] = set()
     for test in suite.tests:
         for a in leaves(test.every_assertion()):
-            if id(a) in seen:
-                continue
-            seen.add(id(a))
-            if isinstance(a, LlmGraderAssertion):
-                if a.llm.command_judge is not None:
-                    continue  # a command, not a model: see _programs
-                yield ModelUse(
-                    a.field or "an LLM grader",
-                    a.llm.target,
-                    a.llm.unresolved,
-                    undefined=a.llm.undefined,
-                )
-            elif isinstance(a, GraderAssertion) and getattr(a.grader, "target", None):
-                name = a.grader.target.name  # type: ignore[union-attr]
-                user = f"{a.field or 'a script grader'} (model proxy)"
-                try:
-                    if targets is None:
-                        raise ConfigError("no model targets")
-                    yield ModelUse(user, targets.get(name, file=None, field=None))
-                except ConfigError as exc:
-                    yield ModelUse(user, None, exc.message)
+            if id(a) not in seen:
+                seen.add(id(a))
+                yield a
 
 
 def preflight(
@@ -106,31 +108,27 @@ def preflight(
     for key, problem in _repos(suite, fetch, offline, lift_cap):
         errors.setdefault(key, ConfigError(problem, file=file))
     warned: set[str] = set()
+
+    def lacking(key: str, why: str, until: str) -> None:
+        """What this machine lacks (not a mistake of the file): a warning once for
+        ``validate``, else an error."""
+        if warn is None:
+            errors.setdefault(key, ConfigError(why, file=file))
+        elif key not in warned:
+            warned.add(key)
+            warn(f"{file}: {why} (`run` refuses this until it is {until})")
+
     for use in models_used(suite):
         if use.target is None and use.undefined is not None:
-            # A label `agentv init` (or the operator's --targets) would define: like an unset
-            # key, what this machine lacks, not a mistake of the file.
+            # A label `agentv init` (or the operator's --targets) would define.
             why = f"{use.user}: {_unresolved(suite, use.undefined)}"
-            if warn is not None:
-                if f"label:{use.undefined}" not in warned:
-                    warned.add(f"label:{use.undefined}")
-                    warn(f"{file}: {why} (`run` refuses this until it is defined)")
-                continue
-            errors.setdefault(f"label:{use.undefined}", ConfigError(why, file=file))
-            continue
-        if use.target is None:
+            lacking(f"label:{use.undefined}", why, "defined")
+        elif use.target is None:
             why = f"{use.user}: {use.problem or 'no model target'}"
             errors.setdefault(use.problem or why, ConfigError(why, file=file))
-            continue
-        missing = use.target.missing_env()
-        if missing:
+        elif missing := use.target.missing_env():
             why = f"{missing_env_message(use.target, missing)}, for {use.user}"
-            if warn is not None:
-                if use.target.name not in warned:
-                    warned.add(use.target.name)
-                    warn(f"{file}: {why} (`run` refuses this until it is set)")
-                continue
-            errors.setdefault(f"env:{use.target.name}", ConfigError(why, file=file))
+            lacking(f"env:{use.target.name}", why, "set")
     target = suite.spec.target
     commands = [("the target", target, " unless you allow them")] if target is not None else []
     commands += [(f"the judge of {user}", judge, "") for user, judge in _command_judges(suite)]
@@ -153,12 +151,9 @@ def preflight(
 
 def _command_judges(suite: Suite) -> Iterator[tuple[str, TargetConfig]]:
     """The LLM graders whose judge is a command (an AgentV cli provider or coding agent)."""
-    seen: set[int] = set()
-    for test in suite.tests:
-        for a in leaves(test.every_assertion()):
-            if id(a) not in seen and isinstance(a, LlmGraderAssertion) and a.llm.command_judge:
-                seen.add(id(a))
-                yield a.field or "an LLM grader", a.llm.command_judge.target
+    for a in _assertions(suite):
+        if isinstance(a, LlmGraderAssertion) and a.llm.command_judge:
+            yield a.field or "an LLM grader", a.llm.command_judge.target
 
 
 def remote_repos(suite: Suite) -> Iterator[RepoConfig]:
