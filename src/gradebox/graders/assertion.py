@@ -841,7 +841,16 @@ def _llm(
         if not isinstance(goal, str) or not goal.strip():
             raise _fail(ctx, (*loc, "value"), "trajectory:goal-success needs value.goal")
         rubrics = [RubricItem(text=f"The agent's tool calls and answer achieve the goal: {goal}")]
-    elif record.value is not None and not isinstance(record.value, dict):
+    elif isinstance(record.value, dict):
+        # Only trajectory:goal-success's value is a mapping: read as no rubric, the item
+        # written here would check nothing (the judge grades the criteria by default).
+        raise _fail(
+            ctx,
+            (*loc, "value"),
+            "a mapping is trajectory:goal-success's value ({goal}); give rubric items as a "
+            "list (value: [{outcome: ...}]) or under rubrics",
+        )
+    elif record.value is not None:
         rubrics = _rubric_items(record.value)
     if record.rubrics is not None:
         rubrics += _rubric_items(record.rubrics)

@@ -358,5 +358,5 @@ def _docker_bytes(value: Any, where: Where, loc: tuple[str, ...]) -> int | None:
     number = text[:-1] if text[-1] in "kmg" else text
     try:
         return int(float(number) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: inf, 1e400
         raise where.error(loc, f"{value!r} is not a size (2g)") from None

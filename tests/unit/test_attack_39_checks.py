@@ -1,0 +1,69 @@
+"""Red team (issue 39): checks that were written and silently graded nothing, and bad config
+that ended in a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gradebox.errors import ConfigError
+from gradebox.graders import assertion
+from gradebox.graders.custom import discover
+from gradebox.suite import load_suite
+from tests.conftest import write
+
+
+def _compile(tmp_path: Path, src: str, flavor: str = "agentv") -> assertion.Assertion:
+    write(tmp_path / ".gradebox" / "targets.yaml",
+          "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
+          "api_key_env: GB_NO_KEY}\ndefault_grader: m\n")  # fmt: skip
+    ctx = assertion.CompileContext(
+        file="suite.yaml",
+        lines={},
+        suite_dir=tmp_path,
+        customs=discover(tmp_path),
+        flavor=flavor,  # type: ignore[arg-type]
+    )
+    return assertion.compile_assertion(yaml.safe_load(src), ctx, ("tests", "0", "assert", "0"))
+
+
+@pytest.mark.parametrize("flavor", ["agentv", "gradebox"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{type: llm-rubric, value: {outcome: cites the source, required: true}}",
+        "{type: llm-grader, value: {criteria: cites the source}}",
+        "{type: rubrics, value: {goal: cite the source}}",
+    ],
+)
+def test_an_llm_graders_mapping_value_is_not_dropped(tmp_path, entry, flavor):
+    """A mapping is trajectory:goal-success's ``value`` ({goal}); any other LLM grader's
+    mapping was read as no rubric at all, and the judge graded the test's criteria by the
+    default prompt: the item written (here a required one) checked nothing."""
+    with pytest.raises(ConfigError) as info:
+        _compile(tmp_path, entry, flavor)
+    assert info.value.field == "tests.0.assert.0.value", info.value
+
+
+def test_control_a_goal_and_rubric_items_still_compile(tmp_path):
+    goal = _compile(tmp_path, "{type: trajectory:goal-success, value: {goal: book a flight}}")
+    assert "book a flight" in goal.llm.rubrics[0].text
+    items = _compile(tmp_path, "{type: llm-rubric, value: [{outcome: cites the source}]}")
+    assert [r.text for r in items.llm.rubrics] == ["cites the source"]
+    one = _compile(tmp_path, "{type: llm-rubric, rubrics: {outcome: cites the source}}")
+    assert [r.text for r in one.llm.rubrics] == ["cites the source"]
+
+
+@pytest.mark.parametrize("memory", ["inf", "1e400", "-inf"])
+def test_a_docker_size_past_any_number_is_one_line(tmp_path, memory):
+    """``memory: inf`` was an OverflowError's traceback, not the file's error."""
+    path = write(
+        tmp_path / "evals" / "e.eval.yaml",
+        f"workspace:\n  docker: {{image: python:3.11-slim, memory: {memory}}}\n"
+        "tests:\n  - id: a\n    input: hi\n    criteria: says hi\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_suite(path)
+    assert info.value.field == "workspace.docker.memory" and info.value.line == 2, info.value
