@@ -67,3 +67,63 @@ def test_a_docker_size_past_any_number_is_one_line(tmp_path, memory):
     with pytest.raises(ConfigError) as info:
         load_suite(path)
     assert info.value.field == "workspace.docker.memory" and info.value.line == 2, info.value
+
+
+# A threshold every score reaches passes every answer. Scores are compared within
+# core.scores.TOLERANCE, so 1e-10 was such a threshold though only 0 was refused: a composite
+# whose members all failed, or an assert-set, passed. One rule now, in every model that takes
+# a threshold.
+_TINY = "0.0000000001"
+
+
+@pytest.mark.parametrize("flavor", ["agentv", "gradebox"])
+@pytest.mark.parametrize(
+    "entry, field",
+    [
+        (f"{{type: assert-set, threshold: {_TINY}, assert: [{{type: contains, value: x}}]}}",
+         "threshold"),
+        (f"{{type: llm-rubric, threshold: {_TINY}, value: [cites the source]}}", "threshold"),
+    ],
+)  # fmt: skip
+def test_a_threshold_every_score_reaches_is_refused(tmp_path, entry, field, flavor):
+    with pytest.raises(ConfigError) as info:
+        _compile(tmp_path, entry, flavor)
+    assert info.value.field == f"tests.0.assert.0.{field}", info.value
+    assert "holds for every answer" in info.value.message
+
+
+def test_a_composite_threshold_every_score_reaches_is_refused(tmp_path):
+    entry = (
+        "{type: composite, aggregator: {type: threshold, threshold: " + _TINY + "}, "
+        "assertions: [{name: a, type: contains, value: x}]}"
+    )
+    with pytest.raises(ConfigError) as info:
+        _compile(tmp_path, entry)
+    assert info.value.field.startswith("tests.0.assert.0.aggregator"), info.value
+    assert "holds for every answer" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "suite",
+    [
+        f"threshold: {_TINY}\ntests:\n  - id: t\n    assert: [{{type: contains, value: x}}]\n",
+        f"tests:\n  - id: t\n    threshold: {_TINY}\n    assert: [{{type: contains, value: x}}]\n",
+        "tests:\n  - id: t\n    assert:\n      - {type: script, command: [python3, g.py], "
+        f"pass_score: {_TINY}}}\n",
+    ],
+)
+def test_a_suite_or_script_threshold_every_score_reaches_is_refused(tmp_path, suite):
+    write(tmp_path / "g.py", "print('{}')\n")
+    write(tmp_path / "suite.yaml", suite)
+    with pytest.raises(ConfigError) as info:
+        load_suite(tmp_path / "suite.yaml")
+    assert "holds for every answer" in info.value.message, info.value
+
+
+def test_the_tolerance_is_the_one_the_verdicts_compare_within():
+    from gradebox.core.scores import TOLERANCE, passing_threshold, reaches
+
+    assert reaches(0.7999999999999999, 0.8) and not reaches(0.79, 0.8)
+    assert passing_threshold(2 * TOLERANCE) == 2 * TOLERANCE
+    with pytest.raises(ValueError):
+        passing_threshold(TOLERANCE)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..core.atomic import lock_folder, writable_folder, write_atomic
+from ..core.scores import reaches
 from ..core.scratch import scratch_folder
 from ..drivers.runner import (
     PLAN,
@@ -314,7 +315,7 @@ def run(
     code = exit_code(r.status for r in results)
     for s in summaries:
         gate = s.min_mean_score
-        if code == 0 and gate is not None and s.mean_score < gate - 1e-9:
+        if code == 0 and gate is not None and not reaches(s.mean_score, gate):
             output.info(
                 f"{s.suite}: mean score {s.mean_score:.3f} is below the suite's threshold {gate:g}"
             )

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, ByteSize, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ByteSize,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
 
 from .duration import _DURATION, format_duration, parse_duration
+from .scores import passing_threshold
 from .sizes import format_bytes
 
-__all__ = ["MAX_BYTES", "Bytes", "Duration", "format_bytes", "format_duration", "parse_duration"]
+__all__ = [
+    "MAX_BYTES",
+    "Bytes",
+    "Duration",
+    "Threshold",
+    "format_bytes",
+    "format_duration",
+    "parse_duration",
+]
 
 
 Duration = Annotated[
@@ -31,3 +47,9 @@ Bytes = Annotated[
     ),
 ]
 """A byte count: an integer or a string such as ``512MiB`` / ``1GB``."""
+
+Threshold = Annotated[
+    float, Field(ge=0, le=1, allow_inf_nan=False), AfterValidator(passing_threshold)
+]
+"""A score from 0 to 1 that passes an answer; one every score reaches is refused
+(``core.scores``: it would pass every answer)."""

@@ -31,6 +31,7 @@ from pydantic_core import to_jsonable_python
 
 from ..core import untrusted
 from ..core.pathnames import exists, is_dir, is_file
+from ..core.scores import reaches
 from ..core.types import format_duration
 from ..core.yamlfile import LineMap
 from ..errors import ConfigError, UnsupportedFeature
@@ -267,13 +268,13 @@ def fold(a: Assertion, results: dict[int, GraderResult]) -> GraderResult:
     if any(r.status is Status.error for r in children):
         status, evidence = Status.error, "a child assertion gave no verdict"
     elif a.aggregator == "count":
-        ok = score >= (a.threshold or 0.0) - 1e-9
+        ok = reaches(score, a.threshold or 0.0)
         status = Status.passed if ok else Status.failed
         evidence = (
             f"{sum(r.passed for r in children)}/{len(children)} passed (threshold {a.threshold:g})"
         )
     elif a.threshold is not None:
-        ok = score >= a.threshold - 1e-9
+        ok = reaches(score, a.threshold)
         status = Status.passed if ok else Status.failed
         evidence = f"weighted score {score:.3f} {'>=' if ok else '<'} threshold {a.threshold:g}"
     else:
@@ -320,13 +321,14 @@ def aggregate(
     gates = [
         f"{r.name} scored {r.score:.2f} < required {r.required:g}"
         for r in results
-        if r.required is not None and (r.score < r.required - 1e-9 or (not r.passed and not agentv))
+        if r.required is not None
+        and (not reaches(r.score, r.required) or (not r.passed and not agentv))
     ]
     if any(r.status is Status.error for r in results):
         return Status.error, score, gates
     if gates:
         return Status.failed, 0.0 if agentv else score, gates
-    ok = score >= threshold - 1e-9 if threshold is not None else all(r.passed for r in results)
+    ok = reaches(score, threshold) if threshold is not None else all(r.passed for r in results)
     return (Status.passed if ok else Status.failed), score, gates
 
 
@@ -531,12 +533,6 @@ def _assert_set(
     threshold, shared = record.threshold, record.config or {}
     if not isinstance(record.assert_, list) or not record.assert_:
         raise _fail(ctx, (*loc, "assert"), "an assert-set needs a non-empty 'assert' list")
-    if threshold is not None and threshold <= 0:
-        raise _fail(
-            ctx,
-            (*loc, "threshold"),
-            "threshold 0 holds for every answer (any weighted score reaches it): give one above 0",
-        )
     compiled = []
     for i, child in enumerate(record.assert_):
         if shared and isinstance(child, dict):  # the parent's config, child keys winning
@@ -867,13 +863,6 @@ def _llm(
     if prompt is None and command is None and not rubrics and kind not in _DEFAULT_PROMPTED:
         raise _fail(ctx, loc, "an LLM grader needs a prompt or rubric items")
     threshold = record.threshold
-    if threshold <= 0:
-        raise _fail(
-            ctx,
-            (*loc, "threshold"),
-            "threshold 0 holds for every answer (any score "
-            "the judge gives reaches it): give one above 0",
-        )
     name = body.get("target", body.get("provider"))
     if ctx.flavor == "agentv" and GRADER_TARGET.get():
         name = GRADER_TARGET.get()

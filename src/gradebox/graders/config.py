@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from ..core.fstree import normalise_sub_path
-from ..core.types import Duration
+from ..core.types import Duration, Threshold
 from ..core.yamlfile import LineMap, load_yaml_file, validate
 from ..errors import ConfigError
 from ..images import ImageBuild
@@ -228,10 +228,8 @@ class ScriptGrader(_GraderBase):
     target: ModelAccess | None = Field(
         default=None, description="a model proxy for this grader, reached on its loopback"
     )
-    pass_score: float | None = Field(
+    pass_score: Threshold | None = Field(
         default=None,
-        gt=0,
-        le=1,  # 0: any score would pass
         description="a result with a score and no pass passes at this score (default 0.5; "
         "script graders of AgentV eval files: 0.8, AgentV's scoreToVerdict)",
     )

@@ -44,7 +44,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from typing_extensions import TypedDict
 
-from ..core.types import Duration
+from ..core.types import Duration, Threshold
 from ..core.yamlfile import LineMap, to_config_error
 from ..images import ImageBuild
 from ..sandbox.base import Limits
@@ -497,7 +497,9 @@ class LlmJudge(Entry):
     provider: str | None = Field(default=None, description="AgentV's name for target")
     preprocessors: list[Preprocessor] | None = None
     config: dict[str, Any] | None = None
-    threshold: Score = Field(default=0.8, description="the judge's score that passes", strict=True)
+    threshold: Threshold = Field(
+        default=0.8, description="the judge's score that passes", strict=True
+    )
     transform: Annotated[Any, WithJsonSchema(_REFUSED)] = Field(
         default=None, description="refused: output transforms run code in AgentV's process"
     )
@@ -546,7 +548,7 @@ class AssertSetEntry(Entry):
     type: Literal["assert-set"]
     # Not checked here (nor their count): each child is, once, as it compiles (graders.assertion).
     assert_: SkipValidation[list["AssertItem"]] = Field(alias="assert", min_length=1)  # noqa: UP037
-    threshold: Score | None = Field(default=None, strict=True)
+    threshold: Threshold | None = Field(default=None, strict=True)
     config: dict[str, Any] | None = Field(default=None, description="given to every child")
 
 
@@ -591,21 +593,11 @@ class WeightedAverage(_Aggregator):
     weights: dict[str, Weight] | None = Field(default=None, description="a member's name: weight")
 
 
-def _above_zero(threshold: float) -> float:
-    if threshold == 0:  # the share of members that passed always reaches 0
-        raise ValueError(
-            "threshold 0 holds for every answer (no member needs to pass): give one above 0"
-        )
-    return threshold
-
-
 class ThresholdAggregator(_Aggregator):
     """Passes when the share of members that passed reaches ``threshold``."""
 
     type: Literal["threshold"]
-    threshold: Annotated[float, AfterValidator(_above_zero)] = Field(
-        ge=0, le=1, strict=True, allow_inf_nan=False
-    )
+    threshold: Threshold = Field(strict=True)
 
 
 def _argv(command: Any) -> Any:

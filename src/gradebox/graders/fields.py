@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.scores import reaches
 from ..protocol.models import (
     Check,
     GraderResult,
@@ -105,7 +106,7 @@ class FieldAccuracy:
             score = sum(s * w for s, w, _, _ in scored) / total if total else 0.0
         hits = sum(hit for _, _, hit, _ in scored)
         return result(
-            score >= PASS_SCORE - 1e-9,
+            reaches(score, PASS_SCORE),
             score,
             f"{hits} of {len(scored)} fields match (score {score:.3f})",
             checks,

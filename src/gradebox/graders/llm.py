@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.jsonl import digest
+from ..core.scores import reaches
 from ..errors import GradeboxError
 from ..llm.client import ModelError, ModelHub
 from ..llm.targets import ModelTarget
@@ -477,7 +478,7 @@ class LlmAssertion:
                 update={"usage": usage, "raw_response": text[:MAX_RAW]}
             )
         score, checks, reasoning, failed_required = parsed
-        passed = score >= self.pass_score - 1e-9 and not failed_required
+        passed = reaches(score, self.pass_score) and not failed_required
         evidence = reasoning
         if failed_required:
             evidence = f"required rubric item failed: {failed_required[0]}. {reasoning}"

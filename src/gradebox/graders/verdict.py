@@ -48,6 +48,7 @@ import signal
 from ..core.duration import format_duration
 from ..core.json_bounds import MAX_OUTPUT_DEPTH as MAX_JSON_DEPTH
 from ..core.json_bounds import OutputShapeError, load_untrusted_json
+from ..core.scores import reaches
 from ..core.sizes import format_bytes
 
 TYPE_CHECKING = False  # not typing's: `gradebox grade`'s lean path judges with `verdict`
@@ -432,7 +433,7 @@ def read_result(
         c_score = _clamp(c_score)
         ok = c_pass if c_pass is not None else c_passed
         if ok is None:
-            ok = c_score is not None and c_score >= pass_score - 1e-9
+            ok = c_score is not None and reaches(c_score, pass_score)
         checks.append({"text": name, "passed": ok, "score": c_score, "evidence": evidence})
     if verdict_ is None:
         verdict_ = passed
@@ -442,7 +443,7 @@ def read_result(
     if score is None:
         score = 1.0 if verdict_ else 0.0
     if verdict_ is None:
-        verdict_ = score >= pass_score - 1e-9
+        verdict_ = reaches(score, pass_score)
     evidence = text["evidence"] or text["reason"] or text["reasoning"] or ""
     return verdict_, score, evidence, checks, details
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.scores import reaches
 from ..graders.assertion import DEFAULT_REQUIRED, Assertion, aggregate
 from ..graders.transcript import summary_of, trace_of
 from ..protocol.models import GraderResult, Message, Payload, Status, TestResult, TraceSummary
@@ -189,7 +190,7 @@ def run_conversation(test_run: _TestRun, ws: Path) -> None:
             expected=turn.expected_output,
         )
         parts.append(part)
-        if conversation.on_turn_failure == "stop" and part.score < threshold - 1e-9:
+        if conversation.on_turn_failure == "stop" and not reaches(part.score, threshold):
             stopped = True
     if test.assertions:
         transcript = "\n\n".join(f"{m['role']}: {m['content']}" for m in history)
@@ -222,7 +223,7 @@ def _finish(
     if any(p.status is Status.error for p in parts):
         status = Status.error
     else:
-        status = Status.passed if score >= threshold - 1e-9 else Status.failed
+        status = Status.passed if reaches(score, threshold) else Status.failed
     test_run.payload.messages = _messages(system, history)
     result.output = last
     result.graders = parts

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..core.scores import reaches
 from ..files.baseline import truncate_diff
 from ..protocol.models import (
     FileChangesNotes,
@@ -162,7 +163,7 @@ def best_of(runs: list[TestResult], strategy: str = "pass_any") -> TestResult:
     if threshold is None:
         ok = some(s is Status.passed for s in statuses)
     else:
-        ok = result.score >= threshold - 1e-9
+        ok = reaches(result.score, threshold)
     if errored:
         result.status = Status.error
     else:

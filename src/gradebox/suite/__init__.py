@@ -29,7 +29,7 @@ from pydantic import (
 
 from ..core.jsonl import digest
 from ..core.pathnames import is_dir
-from ..core.types import Bytes, Duration
+from ..core.types import Bytes, Duration, Threshold
 from ..core.yamlfile import LineMap, load_yaml_file, validate
 from ..errors import ConfigError, collect
 from ..files.workspace import DEFAULT_DIFF_CAP, DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, Quota
@@ -209,10 +209,8 @@ class Defaults(_Strict):
     grader: str | None = Field(
         default=None, description="the model target of LLM graders that name none"
     )
-    threshold: float | None = Field(
+    threshold: Threshold | None = Field(
         default=None,
-        gt=0,  # 0: every weighted score reaches it, so every answer would pass
-        le=1,
         description="a test passes when its weighted score reaches this (default: all pass)",
     )
 
@@ -246,7 +244,7 @@ class TestCase(_Strict):
     input_files: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     workspace: WorkspaceConfig | None = None
-    threshold: float | None = Field(default=None, gt=0, le=1)  # 0: every answer passes
+    threshold: Threshold | None = None
     skip_defaults: bool = Field(default=False, description="leave out the suite's `assert`")
     reference_workspace: str | None = Field(
         default=None, description="validate-refs: a folder laid over the workspace"
