@@ -1,8 +1,20 @@
-"""Output caps shared by every backend: stdout keeps its head, stderr its tail."""
+"""What every backend does with a command's streams: output caps (stdout keeps its head,
+stderr its tail) and the one loop that feeds stdin and drains the output."""
 
 from __future__ import annotations
 
-__all__ = ["CappedOutput"]
+import contextlib
+import os
+import selectors
+import time
+
+TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .gate import ReportChannel
+
+__all__ = ["CappedOutput", "pump"]
 
 
 class CappedOutput:
@@ -28,3 +40,89 @@ class CappedOutput:
             over = len(self.stderr) - self.cap
             del self.stderr[:over]
             self.stderr_dropped += over
+
+
+def pump(
+    stdin: int,
+    data: bytes,
+    close_stdin: Callable[[], object],
+    readers: dict[int, Callable[[bytes], object]],
+    out: CappedOutput,
+    channel: ReportChannel,
+    deadline: float,
+    stop: Callable[[], bool] = lambda: False,
+    watch: dict[int, Callable[[], object]] | None = None,
+    send: Callable[[int, memoryview], int] = os.write,
+    recv: Callable[[int, int], bytes] = os.read,
+) -> tuple[bool, bool]:
+    """Write ``data`` into the fd ``stdin`` (then ``close_stdin()``) and pass what each fd of
+    ``readers`` gives to its call, concurrently and without threads, until every reader is
+    closed, the deadline, ``out``'s stdout overflows, or ``stop()`` (the sandbox is closing).
+    (timed out, overflowed). ``stdin`` may be a reader too (a socket, with its own ``send``
+    and ``recv``). ``watch``: fds whose call is made once they can be read.
+
+    Writing all of stdin before reading would deadlock against a command that fills its
+    stdout before it reads its input. The report channel is drained as it fills, so no
+    report ever blocks the init."""
+    sel = selectors.DefaultSelector()
+    events = dict.fromkeys(readers, selectors.EVENT_READ)
+    events[stdin] = events.get(stdin, 0) | selectors.EVENT_WRITE
+    for fd, mask in events.items():
+        os.set_blocking(fd, False)
+        sel.register(fd, mask)
+    watch = watch or {}
+    for fd in (channel.fd, *watch):
+        sel.register(fd, selectors.EVENT_READ)
+    pending = memoryview(data)
+    open_reads = len(readers)
+    try:
+        while open_reads and not stop():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True, False
+            for key, mask in sel.select(timeout=min(left, 0.5)):
+                fd = key.fd
+                if fd == channel.fd:
+                    channel.read()
+                    continue
+                if fd in watch:
+                    sel.unregister(fd)
+                    watch[fd]()
+                    continue
+                if mask & selectors.EVENT_WRITE:
+                    try:
+                        pending = pending[send(fd, pending[: 1 << 16]) :]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    except OSError:  # the command exited without reading its stdin
+                        pending = memoryview(b"")
+                    if not pending:
+                        _forget(sel, fd, selectors.EVENT_WRITE)
+                        with contextlib.suppress(OSError):
+                            close_stdin()
+                if mask & selectors.EVENT_READ:
+                    try:
+                        chunk = recv(fd, 1 << 18)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        _forget(sel, fd, selectors.EVENT_READ)
+                        open_reads -= 1
+                        continue
+                    readers[fd](chunk)
+                    if out.stdout_dropped:
+                        return False, True
+        return False, False
+    finally:
+        sel.close()
+
+
+def _forget(sel: selectors.BaseSelector, fd: int, event: int) -> None:
+    """Stop waiting for ``event`` on ``fd`` (and for ``fd`` at all, if that was the last)."""
+    left = sel.get_key(fd).events & ~event
+    if left:
+        sel.modify(fd, left)
+    else:
+        sel.unregister(fd)

@@ -36,13 +36,11 @@ import atexit
 import contextlib
 import json
 import os
-import selectors
 import signal
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..core import settings
@@ -53,7 +51,7 @@ from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..images.catalog import BASE, qualified
 from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover
-from ._streams import CappedOutput
+from ._streams import CappedOutput, pump
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns
 from .gate import ReportChannel, never_released, signal_of
@@ -597,13 +595,20 @@ class OciPrepared(Prepared):
         started = time.monotonic()
         token = os.urandom(16).hex()  # secrets.token_hex itself, minus importing secrets
         out = CappedOutput(int(spec.limits.output))
-        timed_out, overflow = _pump(
-            proc,
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # A slot's server gone (the OOM killer, a kill) ends the run: none is left to say how.
+        # Else a word on its socket is the runtime's exit, read by wait().
+        lost = {proc.slot.sock.fileno(): self._slot_gone} if isinstance(proc, SlotProcess) else {}
+        timed_out, overflow = pump(
+            proc.stdin.fileno(),
             f"{token}\n".encode() + stdin,
+            proc.stdin.close,
+            {proc.stdout.fileno(): out.head, proc.stderr.fileno(): out.tail},
             out,
             channel,
             started + spec.timeout,
             lambda: self.box._closed,
+            lost,
         )
         if self.box._closed:
             self.kill()
@@ -650,6 +655,11 @@ class OciPrepared(Prepared):
             duration_ms=duration_ms,
         )
 
+    def _slot_gone(self) -> None:
+        assert isinstance(self.proc, SlotProcess)
+        if self.proc.slot.server_gone():
+            self.proc.poll()  # marks it lost and kills what is in the slot
+
     def _hang_up(self) -> None:
         """Close our ends of the pipes: a gate still waiting reads EOF and exits, and the
         runtime stops copying output nobody reads."""
@@ -689,79 +699,6 @@ class OciPrepared(Prepared):
         else:
             with self.box._lock:
                 self.box._live.pop(self.cid, None)
-
-
-def _pump(
-    proc: subprocess.Popen[bytes],
-    data: bytes,
-    out: CappedOutput,
-    channel: ReportChannel,
-    deadline: float,
-    stop: Callable[[], bool],
-) -> tuple[bool, bool]:
-    """Feed stdin and drain stdout/stderr (and the report channel, so no report blocks the
-    init) together until both close, the deadline, or ``stop()`` (the sandbox is closing)."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    sel = selectors.DefaultSelector()
-    pending = memoryview(data)
-    fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-    for fd in fds:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    sel.register(channel.fd, selectors.EVENT_READ)
-    server = proc.slot.sock if isinstance(proc, SlotProcess) else None
-    if server is not None:  # its end (the OOM killer, a kill) ends the run: none is left
-        sel.register(server.fileno(), selectors.EVENT_READ)
-    win = proc.stdin.fileno()
-    os.set_blocking(win, False)
-    sel.register(win, selectors.EVENT_WRITE)
-    open_reads = 2
-    try:
-        while open_reads and not stop():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return True, False
-            for key, _mask in sel.select(timeout=min(left, 0.5)):
-                fd = key.fd
-                if fd == win:
-                    try:
-                        sent = os.write(win, pending[: 1 << 16])
-                    except BlockingIOError:
-                        sent = 0
-                    except OSError:  # the command exited without reading its stdin
-                        pending = memoryview(b"")
-                        sent = 0
-                    pending = pending[sent:]
-                    if not pending:
-                        sel.unregister(win)
-                        with contextlib.suppress(OSError):
-                            proc.stdin.close()
-                    continue
-                if fd == channel.fd:
-                    channel.read()
-                    continue
-                if server is not None and fd == server.fileno():
-                    sel.unregister(fd)  # a word (the runtime's exit) is read by wait()
-                    if proc.slot.server_gone():
-                        proc.poll()  # marks it lost and kills what is in the slot
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 18)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    sel.unregister(fd)
-                    open_reads -= 1
-                    continue
-                if fds[fd] == "out":
-                    out.head(chunk)
-                    if out.stdout_dropped:
-                        return False, True
-                else:
-                    out.tail(chunk)
-        return False, False
-    finally:
-        sel.close()
 
 
 def _remove_bundle(bundle: Path) -> None:
@@ -818,7 +755,7 @@ def _oom_killed(cid: str, parent_cg: Path | None, parent: str = f"/{CGROUP_PAREN
         return cgroups.oom_killed(parent_cg)
     v1 = cgroups.MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
     v2 = Path("/sys/fs/cgroup") / parent.lstrip("/") / cid / "memory.events"
-    return any(cgroups._counter(path, "oom_kill") > 0 for path in (v1, v2))
+    return any(cgroups.counter(path, "oom_kill") > 0 for path in (v1, v2))
 
 
 def _runtime_call(
