@@ -38,8 +38,7 @@ from .gate import (
     INIT_ENV,
     ReportChannel,
     entry_command,
-    never_released,
-    signal_of,
+    outcome,
 )
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init
@@ -331,20 +330,12 @@ class DockerPrepared(Prepared):
             if exit_code == 137 and not timed_out:
                 # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
                 oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
-            report = channel.report(token)
-            start_error = report.start_error
-            if start_error is None and exit_code and not report.started:
-                start_error = never_released(exit_code)
-            return RunOutcome(
-                exit_code=None if timed_out else exit_code,
-                stdout=bytes(streams.stdout),
-                stderr=bytes(streams.stderr),
-                start_error=start_error,
-                signal=signal_of(exit_code, report),
-                stdout_dropped=streams.stdout_dropped,
-                stderr_dropped=streams.stderr_dropped,
+            return outcome(
+                streams,
+                channel.report(token),
+                exit_code,
                 timed_out=timed_out,
-                oom_killed=oom,
+                oom=oom,
                 duration_ms=duration_ms,
             )
         finally:

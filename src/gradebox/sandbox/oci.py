@@ -54,7 +54,7 @@ from ._shared import BackgroundRemover
 from ._streams import CappedOutput, pump
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns
-from .gate import ReportChannel, never_released, signal_of
+from .gate import ReportChannel, outcome
 from .hardening import HOME
 from .init import init_binary, sealed_init
 from .labels import slug
@@ -634,25 +634,19 @@ class OciPrepared(Prepared):
                 start_error=SLOT_LOST,
             )
         report = channel.report(token)
-        start_error = report.start_error
-        if start_error is None and code and not report.started:
-            start_error = _runtime_error(self.bundle / "runtime.log") or never_released(code)
         oom = code == 137 and bool(report.signalled) and not timed_out
         if self.slot is not None:
             oom = oom and self.slot.oom_killed()
         else:
             oom = oom and _oom_killed(self.cid, self.cg, self.box.cgroup_parent)
-        return RunOutcome(
-            exit_code=None if timed_out else code,
-            stdout=bytes(out.stdout),
-            stderr=bytes(out.stderr),
-            stdout_dropped=out.stdout_dropped,
-            stderr_dropped=out.stderr_dropped,
+        return outcome(
+            out,
+            report,
+            code,
             timed_out=timed_out,
-            oom_killed=oom,
-            start_error=start_error,
-            signal=signal_of(code, report),
+            oom=oom,
             duration_ms=duration_ms,
+            failed=lambda: _runtime_error(self.bundle / "runtime.log"),
         )
 
     def _slot_gone(self) -> None:
