@@ -28,9 +28,9 @@ from ..core.programs import which
 from ..errors import GradeboxError
 
 __all__ = [
-    "counter", "delegate_v1", "enter_user_scope", "make_parent", "oom_killed", "parent_name",
-    "read", "read_int", "remove", "remove_parent", "unified", "v1_delegated", "v1_hierarchies",
-    "v2_delegated", "write",
+    "counter", "delegate_v1", "enter_user_scope", "kill_all", "make_parent", "mounts",
+    "oom_killed", "parent_name", "read", "read_int", "remove", "remove_parent", "unified",
+    "v1_delegated", "v1_hierarchies", "v2_delegated", "write",
 ]  # fmt: skip
 
 log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
@@ -55,16 +55,17 @@ def parent_name(uid: int | None = None) -> str:
 def v1_hierarchies() -> list[Path]:
     """Every mounted cgroup v1 hierarchy (``memory``, ``pids``, ``name=systemd``...): rootless
     runc makes the container's cgroup in each one, so each one must be ours."""
-    found = []
+    return sorted(Path(point) for point, kind in mounts() if kind == "cgroup")
+
+
+def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of each mount this process sees ([] if unreadable)."""
     try:
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, _, right = line.partition(" - ")
-            fields = right.split()
-            if fields and fields[0] == "cgroup":
-                found.append(Path(left.split()[4]))
+        with open(mountinfo) as f:
+            rows = [line.split(" - ", 1) for line in f]
     except OSError:
         return []
-    return sorted(found)
+    return [(left.split()[4], right.split()[0]) for left, right in (r for r in rows if len(r) == 2)]
 
 
 def v1_delegated(uid: int | None = None) -> str | None:

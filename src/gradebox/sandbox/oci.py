@@ -126,18 +126,12 @@ def _state_candidates() -> tuple[Path | None, Path, Path]:
 
 def _in_memory(path: Path, mountinfo: str = "/proc/self/mountinfo") -> bool:
     """Is ``path`` on a tmpfs (the mount that holds it, by ``mountinfo``)?"""
-    try:
-        real = os.path.realpath(path)
-        with open(mountinfo) as f:
-            mounts = [line.split(" - ", 1) for line in f]
-    except OSError:
-        return False
+    real = os.path.realpath(path)
     best, kind = "", ""
-    for left, right in (m for m in mounts if len(m) == 2):
-        point = left.split()[4]
+    for point, fstype in cgroups.mounts(mountinfo):
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
-            best, kind = point, right.split()[0]
+            best, kind = point, fstype
     return kind == "tmpfs"
 
 
@@ -400,11 +394,7 @@ class OciSandbox(Sandbox):
 
     def leftovers(self) -> list[str]:
         self.drain()
-        mine = f"{ID_PREFIX}{os.getpid()}-{self.session}-"
-        found = set()
-        for folder in (self.state, self.bundles):
-            if folder.is_dir():
-                found |= {p.name for p in folder.iterdir() if p.name.startswith(mine)}
+        found = _named((self.state, self.bundles), f"{ID_PREFIX}{os.getpid()}-{self.session}-")
         if self._docker is not None:
             found |= set(self._docker.leftovers())
         return sorted(found)
@@ -503,23 +493,17 @@ class OciPrepared(Prepared):
         with box._lock:
             if box._closed or self._disposed:
                 raise SandboxClosed()
+            sees = tuple(str(m.source) for m in self.spec.mounts)
+            pipe = subprocess.PIPE
+            io = dict(stdin=pipe, stdout=pipe, stderr=pipe, start_new_session=True)
             try:
-                io = dict(
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    close_fds=True,
-                )
                 if self.slot is not None and self.channel is not None:
-                    sees = tuple(str(m.source) for m in self.spec.mounts)
                     report = self.channel.writer()
                     try:
                         self.proc = self.slot.popen(argv, sees, report)
                     finally:
                         os.close(report)
                 elif box.holder is not None:
-                    sees = tuple(str(m.source) for m in self.spec.mounts)
                     self.proc = box.holder.popen(argv, sees=sees, **io)
                 else:
                     self.proc = subprocess.Popen(argv, **io)
@@ -820,25 +804,27 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
     states = [(rt, Path(rt.state_dir(root))) for root in roots for rt in _runtimes()]
     bundles = [root / "bundles" for root in roots]
     mapping = userns.id_map() if os.geteuid() != 0 else None
-    names: set[str] = set()
     cgs = cgroups.parents(_cgroup_parent())
-    for folder in (*(state for _, state in states), *bundles, *cgs):
-        if folder.is_dir():
-            names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
-    removed = []
-    for cid in sorted(names):
-        if left_by(_owner_pid(cid), everything, owner):
-            for runtime, state in states:
-                if (state / cid).exists():
-                    delete_container(runtime, state, cid, mapping)
-            for folder in bundles:
-                _remove_bundle(folder / cid)
-            for folder in cgs:
-                cgroups.remove_parent(folder / cid)
-            for runtime, state in states:
-                # Once more, now that its processes are killed: rootless crun cannot signal
-                # a container's from a user namespace other than the one it ran in.
-                if (state / cid).exists():
-                    delete_container(runtime, state, cid, mapping)
-            removed.append(cid)
+
+    def delete(cid: str) -> None:
+        for runtime, state in states:
+            if (state / cid).exists():
+                delete_container(runtime, state, cid, mapping)
+
+    names = _named((*(state for _, state in states), *bundles, *cgs), ID_PREFIX)
+    removed = [cid for cid in sorted(names) if left_by(_owner_pid(cid), everything, owner)]
+    for cid in removed:
+        delete(cid)
+        for folder in bundles:
+            _remove_bundle(folder / cid)
+        for folder in cgs:
+            cgroups.remove_parent(folder / cid)
+        # Once more, now that its processes are killed: rootless crun cannot signal a
+        # container's from a user namespace other than the one it ran in.
+        delete(cid)
     return removed
+
+
+def _named(folders: tuple[Path, ...], prefix: str) -> set[str]:
+    """The names in ``folders`` (those that exist) that start with ``prefix``."""
+    return {p.name for f in folders if f.is_dir() for p in f.iterdir() if p.name.startswith(prefix)}
