@@ -1,5 +1,5 @@
 """What every backend does with a command's streams: output caps (stdout keeps its head,
-stderr its tail) and the one loop that feeds stdin and drains the output."""
+stderr its tail), the one loop that feeds stdin and drains the output, and the outcome."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import os
 import selectors
 import time
 
+from .base import RunOutcome
+
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .gate import ReportChannel
+    from .gate import Report, ReportChannel
 
-__all__ = ["CappedOutput", "pump"]
+__all__ = ["CappedOutput", "outcome", "pump"]
 
 
 class CappedOutput:
@@ -126,3 +128,36 @@ def _forget(sel: selectors.BaseSelector, fd: int, event: int) -> None:
         sel.modify(fd, left)
     else:
         sel.unregister(fd)
+
+
+def outcome(
+    out: CappedOutput,
+    report: Report,
+    code: int | None,
+    *,
+    timed_out: bool,
+    oom: bool,
+    duration_ms: int,
+    failed: Callable[[], str | None] = lambda: None,
+) -> RunOutcome:
+    """What a run came to, from the runtime's exit ``code``, the output kept and what the gate
+    and the init said (``report``). A container that exited before its gate released the
+    command failed to start: why, ``failed()`` says where the backend knows."""
+    start_error = report.start_error
+    if start_error is None and code and not report.started:
+        start_error = failed() or (
+            f"the sandbox never released the command (its container exited with code {code})"
+        )
+    return RunOutcome(
+        exit_code=None if timed_out else code,
+        stdout=bytes(out.stdout),
+        stderr=bytes(out.stderr),
+        stdout_dropped=out.stdout_dropped,
+        stderr_dropped=out.stderr_dropped,
+        timed_out=timed_out,
+        oom_killed=oom,
+        start_error=start_error,
+        # The signal that killed the command, when the init saw one (tini exits 128 + it).
+        signal=code - 128 if report.signalled and code is not None and code > 128 else None,
+        duration_ms=duration_ms,
+    )

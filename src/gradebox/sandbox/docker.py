@@ -30,7 +30,7 @@ from ..core.scratch import left_by, new_scratch
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from . import _engine
 from ._shared import BackgroundRemover
-from ._streams import CappedOutput, pump
+from ._streams import CappedOutput, outcome, pump
 from .base import Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns, listen_via_engine
 from .gate import (
@@ -38,7 +38,6 @@ from .gate import (
     INIT_ENV,
     ReportChannel,
     entry_command,
-    outcome,
 )
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init

@@ -33,14 +33,8 @@ import re
 from pathlib import Path
 
 from ..core.record import Record
-from .base import Mount, RunOutcome
+from .base import Mount
 from .init import INIT_PATH, init_binary
-
-TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ._streams import CappedOutput
 
 __all__ = [
     "INIT_ENV",
@@ -51,7 +45,6 @@ __all__ = [
     "direct_command",
     "entry_command",
     "init_binary",
-    "outcome",
     "read_report",
 ]
 
@@ -127,39 +120,6 @@ def read_report(data: bytes, token: str, dropped: bool = False) -> Report:
         exits += [m.group(1) == b"with signal" for m in _TINI_EXIT.finditer(line)]
     signalled = True if dropped or len(exits) > 1 else exits[0] if exits else None
     return Report(started and start_error is None, start_error, signalled)
-
-
-def outcome(
-    out: CappedOutput,
-    report: Report,
-    code: int | None,
-    *,
-    timed_out: bool,
-    oom: bool,
-    duration_ms: int,
-    failed: Callable[[], str | None] = lambda: None,
-) -> RunOutcome:
-    """What a run came to, from the runtime's exit ``code``, the output kept and what the gate
-    and the init said (``report``). A container that exited before its gate released the
-    command failed to start: why, ``failed()`` says where the backend knows."""
-    start_error = report.start_error
-    if start_error is None and code and not report.started:
-        start_error = failed() or (
-            f"the sandbox never released the command (its container exited with code {code})"
-        )
-    return RunOutcome(
-        exit_code=None if timed_out else code,
-        stdout=bytes(out.stdout),
-        stderr=bytes(out.stderr),
-        stdout_dropped=out.stdout_dropped,
-        stderr_dropped=out.stderr_dropped,
-        timed_out=timed_out,
-        oom_killed=oom,
-        start_error=start_error,
-        # The signal that killed the command, when the init saw one (tini exits 128 + it).
-        signal=code - 128 if report.signalled and code is not None and code > 128 else None,
-        duration_ms=duration_ms,
-    )
 
 
 class ReportChannel:

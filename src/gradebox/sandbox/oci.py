@@ -51,10 +51,10 @@ from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..images.catalog import BASE, qualified
 from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover
-from ._streams import CappedOutput, pump
+from ._streams import CappedOutput, outcome, pump
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns
-from .gate import ReportChannel, outcome
+from .gate import ReportChannel
 from .hardening import HOME
 from .init import init_binary, sealed_init
 from .labels import slug

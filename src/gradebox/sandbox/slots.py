@@ -295,9 +295,9 @@ class Slot:
 
     def ready(self) -> None:
         """Wait until the server is inside the slot (made ahead: usually it already is)."""
-        if self._ready or self.broken:
-            if self.broken:
-                raise GradeboxError(self.broken)
+        if self.broken:
+            raise GradeboxError(self.broken)
+        if self._ready:
             return
         said = self._recv(READY_TIMEOUT)
         if said != b"r":
