@@ -36,13 +36,13 @@ def _bare_slot(tmp_path: Path, server: object = None) -> Slot:
 def test_limits_are_written_and_only_those_that_change(tmp_path, monkeypatch):
     slot = _bare_slot(tmp_path)
     writes: list[tuple[str, str]] = []
-    real = slots._write
+    real = slots.write
 
     def spy(path: Path, value: str) -> None:
         writes.append((path.name, value))
         real(path, value)
 
-    monkeypatch.setattr(slots, "_write", spy)
+    monkeypatch.setattr(slots, "write", spy)
     slot.apply(Limits(memory=256 << 20, pids=64, cpus=1.5))
     assert (slot.paths["pids"] / "pids.max").read_text() == str(64 + HELD)
     assert (slot.paths["cpu"] / "cpu.cfs_quota_us").read_text() == "150000"

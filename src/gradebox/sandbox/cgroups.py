@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,8 +28,9 @@ from ..core.programs import which
 from ..errors import GradeboxError
 
 __all__ = [
-    "delegate_v1", "enter_user_scope", "make_parent", "oom_killed", "parent_name",
-    "remove_parent", "unified", "v1_delegated", "v1_hierarchies", "v2_delegated",
+    "counter", "delegate_v1", "enter_user_scope", "kill_all", "make_parent", "mounts",
+    "oom_killed", "parent_name", "read", "read_int", "remove", "remove_parent", "unified",
+    "v1_delegated", "v1_hierarchies", "v2_delegated", "write",
 ]  # fmt: skip
 
 log = LazyLogger("gradebox.sandbox")  # logging loads on first use: not on exec's path
@@ -55,16 +55,17 @@ def parent_name(uid: int | None = None) -> str:
 def v1_hierarchies() -> list[Path]:
     """Every mounted cgroup v1 hierarchy (``memory``, ``pids``, ``name=systemd``...): rootless
     runc makes the container's cgroup in each one, so each one must be ours."""
-    found = []
+    return sorted(Path(point) for point, kind in mounts() if kind == "cgroup")
+
+
+def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of each mount this process sees ([] if unreadable)."""
     try:
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, _, right = line.partition(" - ")
-            fields = right.split()
-            if fields and fields[0] == "cgroup":
-                found.append(Path(left.split()[4]))
+        with open(mountinfo) as f:
+            rows = [line.split(" - ", 1) for line in f]
     except OSError:
         return []
-    return sorted(found)
+    return [(left.split()[4], right.split()[0]) for left, right in (r for r in rows if len(r) == 2)]
 
 
 def v1_delegated(uid: int | None = None) -> str | None:
@@ -242,9 +243,9 @@ def oom_killed(path: Path) -> bool:
     container's own cgroup, gone with it; ours remembers the peak, and a SIGKILL (the caller
     checks) of a container that reached its limit is the OOM killer's."""
     if (path / "memory.events").exists():
-        return _counter(path / "memory.events", "oom_kill") > 0
-    limit = _read_int(path / "memory.limit_in_bytes")
-    peak = _read_int(path / "memory.max_usage_in_bytes")
+        return counter(path / "memory.events", "oom_kill") > 0
+    limit = read_int(path / "memory.limit_in_bytes")
+    peak = read_int(path / "memory.max_usage_in_bytes")
     return limit > 0 and peak >= limit - (1 << 20)
 
 
@@ -259,16 +260,8 @@ def remove_parent(path: Path) -> None:
         rel = path.relative_to(MEMCG_ROOT)
         folders = [MEMCG_ROOT / rel, *(h / rel for h in _v1_others(rel.parent))]
     for base in folders:
-        for leaf in (base / "c", base):
-            for _ in range(50):
-                try:
-                    os.rmdir(leaf)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # busy: processes still in it
-                    _kill_all(leaf)
-                    time.sleep(0.02)
+        remove(base / "c", tries=50)
+        remove(base, tries=50)
 
 
 def _v1_others(parent: Path) -> list[Path]:
@@ -279,19 +272,6 @@ def _v1_others(parent: Path) -> list[Path]:
         return []
 
 
-def _kill_all(cgroup: Path) -> None:
-    with contextlib.suppress(OSError):  # v2, Linux 5.14+: every process below, at once
-        (cgroup / "cgroup.kill").write_text("1")
-        return
-    try:
-        pids = [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def parents(parent: str) -> list[Path]:
     """The folders our containers' cgroups are made in (``gc`` looks there)."""
     if unified():
@@ -299,22 +279,63 @@ def parents(parent: str) -> list[Path]:
     return [MEMCG_ROOT / parent.strip("/")]
 
 
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
+# -- a cgroup's files (the kernel's, in folders only root or we can write) ----------------------
 
 
-def _counter(path: Path, key: str) -> int:
+def read(path: Path) -> str:
+    """The file's text; "" where it cannot be read (the cgroup is gone)."""
     try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def read_int(path: Path) -> int:
+    text = read(path).strip()
+    return int(text) if text.isdigit() else 0
+
+
+def counter(path: Path, key: str) -> int:
+    """The value of ``key`` in a file of ``key value`` lines (``memory.events``), else 0."""
+    for line in read(path).splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value) if value.strip().isdigit() else 0
     return 0
+
+
+def write(path: Path, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def kill_all(cgroup: Path, spare: int = -1) -> None:
+    """SIGKILL every process in ``cgroup`` (but ``spare``)."""
+    if spare < 0:
+        with contextlib.suppress(OSError):  # v2, Linux 5.14+: every process below, at once
+            write(cgroup / "cgroup.kill", "1")
+            return
+    for text in read(cgroup / "cgroup.procs").split():
+        if text.isdigit() and int(text) != spare:
+            with contextlib.suppress(OSError):
+                os.kill(int(text), signal.SIGKILL)
+
+
+def remove(cgroup: Path, tries: int = 100) -> None:
+    """rmdir ``cgroup``, killing what still runs in it while it is busy."""
+    for _ in range(tries):
+        try:
+            os.rmdir(cgroup)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy: processes still in it
+            kill_all(cgroup)
+            time.sleep(0.02)
 
 
 # -- a logged-in user's delegated scope --------------------------------------------------------
@@ -374,6 +395,8 @@ def enter_user_scope(timeout: float = 10.0) -> str | None:
         "gradebox runner (its containers' cgroups)",
         "0",
     ]
+    import subprocess  # lazy: ~5 ms, off the path to exec's first slot (slots.py)
+
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout, text=True)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import secrets
-import selectors
 import socket
 import struct
 import threading
@@ -31,7 +30,7 @@ from ..core.scratch import left_by, new_scratch
 from ..errors import EngineError, GradeboxError, SandboxClosed
 from . import _engine
 from ._shared import BackgroundRemover
-from ._streams import CappedOutput
+from ._streams import CappedOutput, outcome, pump
 from .base import Mount, Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns, listen_via_engine
 from .gate import (
@@ -39,8 +38,6 @@ from .gate import (
     INIT_ENV,
     ReportChannel,
     entry_command,
-    never_released,
-    signal_of,
 )
 from .hardening import HOME, host_config, run_as
 from .init import INIT_PATH, sealed_init
@@ -201,62 +198,6 @@ class DockerSandbox(Sandbox):
         """Wait until every container handed to background removal is gone."""
         self._remover.join()
 
-    @staticmethod
-    def _pump(
-        raw: socket.socket, data: bytes, cap: int, deadline: float, channel: ReportChannel
-    ) -> tuple[_Streams, bool, bool]:
-        """Write stdin and read output concurrently, without threads, until EOF or deadline.
-
-        Writing all of stdin before reading would deadlock against a grader that fills its
-        stdout pipe before it reads its input. The report channel is drained as it fills, so
-        no report ever blocks the init.
-        """
-        streams = _Streams(cap)
-        pending = memoryview(data)
-        raw.setblocking(False)
-        sel = selectors.DefaultSelector()
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if pending else 0)
-        sel.register(raw, events)
-        sel.register(channel.fd, selectors.EVENT_READ)
-        if not pending:
-            raw.shutdown(socket.SHUT_WR)
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return streams, True, False
-                for key, mask in sel.select(timeout=min(left, 0.5)):
-                    if key.fd == channel.fd:
-                        channel.read()
-                        continue
-                    if mask & selectors.EVENT_WRITE and pending:
-                        try:
-                            sent = raw.send(pending[:65536])
-                        except (BlockingIOError, InterruptedError):
-                            sent = 0
-                        except OSError:  # the grader exited without reading its stdin
-                            pending = memoryview(b"")
-                            sent = 0
-                        pending = pending[sent:]
-                        if not pending:
-                            sel.modify(raw, selectors.EVENT_READ)
-                            with contextlib.suppress(OSError):
-                                raw.shutdown(socket.SHUT_WR)
-                    if mask & selectors.EVENT_READ:
-                        try:
-                            chunk = raw.recv(262144)
-                        except (BlockingIOError, InterruptedError):
-                            continue
-                        except OSError:
-                            chunk = b""
-                        if not chunk:
-                            return streams, False, False
-                        streams.feed(chunk)
-                        if streams.stdout_dropped:
-                            return streams, False, True
-        finally:
-            sel.close()
-
     # -- cleanup -----------------------------------------------------------------------------
 
     def leftovers(self) -> list[str]:
@@ -360,9 +301,19 @@ class DockerPrepared(Prepared):
             assert self._raw is not None
             started = time.monotonic()
             token = secrets.token_hex(16)
-            data = f"{token}\n".encode() + (stdin or b"")
-            streams, timed_out, overflow = DockerSandbox._pump(
-                self._raw, data, int(spec.limits.output), started + spec.timeout, channel
+            streams = _Streams(int(spec.limits.output))
+            raw, fd = self._raw, self._raw.fileno()
+            raw.setblocking(False)
+            timed_out, overflow = pump(
+                fd,
+                f"{token}\n".encode() + (stdin or b""),
+                lambda: raw.shutdown(socket.SHUT_WR),
+                {fd: streams.feed},
+                streams,
+                channel,
+                started + spec.timeout,
+                send=lambda _fd, chunk: raw.send(chunk),
+                recv=lambda _fd, size: raw.recv(size),
             )
             _hang_up(self._sock, self._raw)
             if timed_out or overflow:
@@ -378,20 +329,12 @@ class DockerPrepared(Prepared):
             if exit_code == 137 and not timed_out:
                 # 137 is SIGKILL: the OOM killer, or something else. Only the engine knows.
                 oom = bool(engine.inspect(cid).get("State", {}).get("OOMKilled"))
-            report = channel.report(token)
-            start_error = report.start_error
-            if start_error is None and exit_code and not report.started:
-                start_error = never_released(exit_code)
-            return RunOutcome(
-                exit_code=None if timed_out else exit_code,
-                stdout=bytes(streams.stdout),
-                stderr=bytes(streams.stderr),
-                start_error=start_error,
-                signal=signal_of(exit_code, report),
-                stdout_dropped=streams.stdout_dropped,
-                stderr_dropped=streams.stderr_dropped,
+            return outcome(
+                streams,
+                channel.report(token),
+                exit_code,
                 timed_out=timed_out,
-                oom_killed=oom,
+                oom=oom,
                 duration_ms=duration_ms,
             )
         finally:

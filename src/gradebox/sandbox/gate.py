@@ -45,9 +45,7 @@ __all__ = [
     "direct_command",
     "entry_command",
     "init_binary",
-    "never_released",
     "read_report",
-    "signal_of",
 ]
 
 INIT_ENV = {"TINI_VERBOSITY": "2"}
@@ -122,16 +120,6 @@ def read_report(data: bytes, token: str, dropped: bool = False) -> Report:
         exits += [m.group(1) == b"with signal" for m in _TINI_EXIT.finditer(line)]
     signalled = True if dropped or len(exits) > 1 else exits[0] if exits else None
     return Report(started and start_error is None, start_error, signalled)
-
-
-def signal_of(code: int | None, report: Report) -> int | None:
-    """The signal that killed the command, when the init saw one (tini exits 128 + it)."""
-    return code - 128 if report.signalled and code is not None and code > 128 else None
-
-
-def never_released(code: int) -> str:
-    """The start error of a container whose gate never reported the command started."""
-    return f"the sandbox never released the command (its container exited with code {code})"
 
 
 class ReportChannel:

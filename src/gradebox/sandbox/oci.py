@@ -36,13 +36,11 @@ import atexit
 import contextlib
 import json
 import os
-import selectors
 import signal
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..core import settings
@@ -53,10 +51,10 @@ from ..errors import EngineError, GradeboxError, SandboxClosed
 from ..images.catalog import BASE, qualified
 from . import cgroups, seccomp_bpf, userns
 from ._shared import BackgroundRemover
-from ._streams import CappedOutput
+from ._streams import CappedOutput, outcome, pump
 from .base import Prepared, RunOutcome, Sandbox, SandboxSpec, Started, register_sandbox
 from .door import listen_in_netns
-from .gate import ReportChannel, never_released, signal_of
+from .gate import ReportChannel
 from .hardening import HOME
 from .init import init_binary, sealed_init
 from .labels import slug
@@ -128,18 +126,12 @@ def _state_candidates() -> tuple[Path | None, Path, Path]:
 
 def _in_memory(path: Path, mountinfo: str = "/proc/self/mountinfo") -> bool:
     """Is ``path`` on a tmpfs (the mount that holds it, by ``mountinfo``)?"""
-    try:
-        real = os.path.realpath(path)
-        with open(mountinfo) as f:
-            mounts = [line.split(" - ", 1) for line in f]
-    except OSError:
-        return False
+    real = os.path.realpath(path)
     best, kind = "", ""
-    for left, right in (m for m in mounts if len(m) == 2):
-        point = left.split()[4]
+    for point, fstype in cgroups.mounts(mountinfo):
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
-            best, kind = point, right.split()[0]
+            best, kind = point, fstype
     return kind == "tmpfs"
 
 
@@ -402,11 +394,7 @@ class OciSandbox(Sandbox):
 
     def leftovers(self) -> list[str]:
         self.drain()
-        mine = f"{ID_PREFIX}{os.getpid()}-{self.session}-"
-        found = set()
-        for folder in (self.state, self.bundles):
-            if folder.is_dir():
-                found |= {p.name for p in folder.iterdir() if p.name.startswith(mine)}
+        found = _named((self.state, self.bundles), f"{ID_PREFIX}{os.getpid()}-{self.session}-")
         if self._docker is not None:
             found |= set(self._docker.leftovers())
         return sorted(found)
@@ -505,23 +493,17 @@ class OciPrepared(Prepared):
         with box._lock:
             if box._closed or self._disposed:
                 raise SandboxClosed()
+            sees = tuple(str(m.source) for m in self.spec.mounts)
+            pipe = subprocess.PIPE
+            io = dict(stdin=pipe, stdout=pipe, stderr=pipe, start_new_session=True)
             try:
-                io = dict(
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    close_fds=True,
-                )
                 if self.slot is not None and self.channel is not None:
-                    sees = tuple(str(m.source) for m in self.spec.mounts)
                     report = self.channel.writer()
                     try:
                         self.proc = self.slot.popen(argv, sees, report)
                     finally:
                         os.close(report)
                 elif box.holder is not None:
-                    sees = tuple(str(m.source) for m in self.spec.mounts)
                     self.proc = box.holder.popen(argv, sees=sees, **io)
                 else:
                     self.proc = subprocess.Popen(argv, **io)
@@ -597,13 +579,20 @@ class OciPrepared(Prepared):
         started = time.monotonic()
         token = os.urandom(16).hex()  # secrets.token_hex itself, minus importing secrets
         out = CappedOutput(int(spec.limits.output))
-        timed_out, overflow = _pump(
-            proc,
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # A slot's server gone (the OOM killer, a kill) ends the run: none is left to say how.
+        # Else a word on its socket is the runtime's exit, read by wait().
+        lost = {proc.slot.sock.fileno(): self._slot_gone} if isinstance(proc, SlotProcess) else {}
+        timed_out, overflow = pump(
+            proc.stdin.fileno(),
             f"{token}\n".encode() + stdin,
+            proc.stdin.close,
+            {proc.stdout.fileno(): out.head, proc.stderr.fileno(): out.tail},
             out,
             channel,
             started + spec.timeout,
             lambda: self.box._closed,
+            lost,
         )
         if self.box._closed:
             self.kill()
@@ -629,26 +618,25 @@ class OciPrepared(Prepared):
                 start_error=SLOT_LOST,
             )
         report = channel.report(token)
-        start_error = report.start_error
-        if start_error is None and code and not report.started:
-            start_error = _runtime_error(self.bundle / "runtime.log") or never_released(code)
         oom = code == 137 and bool(report.signalled) and not timed_out
         if self.slot is not None:
             oom = oom and self.slot.oom_killed()
         else:
             oom = oom and _oom_killed(self.cid, self.cg, self.box.cgroup_parent)
-        return RunOutcome(
-            exit_code=None if timed_out else code,
-            stdout=bytes(out.stdout),
-            stderr=bytes(out.stderr),
-            stdout_dropped=out.stdout_dropped,
-            stderr_dropped=out.stderr_dropped,
+        return outcome(
+            out,
+            report,
+            code,
             timed_out=timed_out,
-            oom_killed=oom,
-            start_error=start_error,
-            signal=signal_of(code, report),
+            oom=oom,
             duration_ms=duration_ms,
+            failed=lambda: _runtime_error(self.bundle / "runtime.log"),
         )
+
+    def _slot_gone(self) -> None:
+        assert isinstance(self.proc, SlotProcess)
+        if self.proc.slot.server_gone():
+            self.proc.poll()  # marks it lost and kills what is in the slot
 
     def _hang_up(self) -> None:
         """Close our ends of the pipes: a gate still waiting reads EOF and exits, and the
@@ -689,79 +677,6 @@ class OciPrepared(Prepared):
         else:
             with self.box._lock:
                 self.box._live.pop(self.cid, None)
-
-
-def _pump(
-    proc: subprocess.Popen[bytes],
-    data: bytes,
-    out: CappedOutput,
-    channel: ReportChannel,
-    deadline: float,
-    stop: Callable[[], bool],
-) -> tuple[bool, bool]:
-    """Feed stdin and drain stdout/stderr (and the report channel, so no report blocks the
-    init) together until both close, the deadline, or ``stop()`` (the sandbox is closing)."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    sel = selectors.DefaultSelector()
-    pending = memoryview(data)
-    fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-    for fd in fds:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    sel.register(channel.fd, selectors.EVENT_READ)
-    server = proc.slot.sock if isinstance(proc, SlotProcess) else None
-    if server is not None:  # its end (the OOM killer, a kill) ends the run: none is left
-        sel.register(server.fileno(), selectors.EVENT_READ)
-    win = proc.stdin.fileno()
-    os.set_blocking(win, False)
-    sel.register(win, selectors.EVENT_WRITE)
-    open_reads = 2
-    try:
-        while open_reads and not stop():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return True, False
-            for key, _mask in sel.select(timeout=min(left, 0.5)):
-                fd = key.fd
-                if fd == win:
-                    try:
-                        sent = os.write(win, pending[: 1 << 16])
-                    except BlockingIOError:
-                        sent = 0
-                    except OSError:  # the command exited without reading its stdin
-                        pending = memoryview(b"")
-                        sent = 0
-                    pending = pending[sent:]
-                    if not pending:
-                        sel.unregister(win)
-                        with contextlib.suppress(OSError):
-                            proc.stdin.close()
-                    continue
-                if fd == channel.fd:
-                    channel.read()
-                    continue
-                if server is not None and fd == server.fileno():
-                    sel.unregister(fd)  # a word (the runtime's exit) is read by wait()
-                    if proc.slot.server_gone():
-                        proc.poll()  # marks it lost and kills what is in the slot
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 18)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    sel.unregister(fd)
-                    open_reads -= 1
-                    continue
-                if fds[fd] == "out":
-                    out.head(chunk)
-                    if out.stdout_dropped:
-                        return False, True
-                else:
-                    out.tail(chunk)
-        return False, False
-    finally:
-        sel.close()
 
 
 def _remove_bundle(bundle: Path) -> None:
@@ -818,7 +733,7 @@ def _oom_killed(cid: str, parent_cg: Path | None, parent: str = f"/{CGROUP_PAREN
         return cgroups.oom_killed(parent_cg)
     v1 = cgroups.MEMCG_ROOT / CGROUP_PARENT / cid / "memory.oom_control"
     v2 = Path("/sys/fs/cgroup") / parent.lstrip("/") / cid / "memory.events"
-    return any(cgroups._counter(path, "oom_kill") > 0 for path in (v1, v2))
+    return any(cgroups.counter(path, "oom_kill") > 0 for path in (v1, v2))
 
 
 def _runtime_call(
@@ -889,25 +804,27 @@ def collect_garbage(everything: bool = False, owner: int | None = None) -> list[
     states = [(rt, Path(rt.state_dir(root))) for root in roots for rt in _runtimes()]
     bundles = [root / "bundles" for root in roots]
     mapping = userns.id_map() if os.geteuid() != 0 else None
-    names: set[str] = set()
     cgs = cgroups.parents(_cgroup_parent())
-    for folder in (*(state for _, state in states), *bundles, *cgs):
-        if folder.is_dir():
-            names |= {p.name for p in folder.iterdir() if p.name.startswith(ID_PREFIX)}
-    removed = []
-    for cid in sorted(names):
-        if left_by(_owner_pid(cid), everything, owner):
-            for runtime, state in states:
-                if (state / cid).exists():
-                    delete_container(runtime, state, cid, mapping)
-            for folder in bundles:
-                _remove_bundle(folder / cid)
-            for folder in cgs:
-                cgroups.remove_parent(folder / cid)
-            for runtime, state in states:
-                # Once more, now that its processes are killed: rootless crun cannot signal
-                # a container's from a user namespace other than the one it ran in.
-                if (state / cid).exists():
-                    delete_container(runtime, state, cid, mapping)
-            removed.append(cid)
+
+    def delete(cid: str) -> None:
+        for runtime, state in states:
+            if (state / cid).exists():
+                delete_container(runtime, state, cid, mapping)
+
+    names = _named((*(state for _, state in states), *bundles, *cgs), ID_PREFIX)
+    removed = [cid for cid in sorted(names) if left_by(_owner_pid(cid), everything, owner)]
+    for cid in removed:
+        delete(cid)
+        for folder in bundles:
+            _remove_bundle(folder / cid)
+        for folder in cgs:
+            cgroups.remove_parent(folder / cid)
+        # Once more, now that its processes are killed: rootless crun cannot signal a
+        # container's from a user namespace other than the one it ran in.
+        delete(cid)
     return removed
+
+
+def _named(folders: tuple[Path, ...], prefix: str) -> set[str]:
+    """The names in ``folders`` (those that exist) that start with ``prefix``."""
+    return {p.name for f in folders if f.is_dir() for p in f.iterdir() if p.name.startswith(prefix)}

@@ -19,7 +19,6 @@ import fcntl
 import os
 import stat
 import subprocess
-import threading
 from pathlib import Path
 
 from ..core.private_cache import cache_dir  # every cache of ours lives there
@@ -88,56 +87,20 @@ class RootfsCache:
         return final
 
     def _unpack(self, image_id: str, final: Path) -> None:
+        """Export ``image_id`` into ``tar`` (a program, like git: it keeps owners, modes,
+        links and device nodes), as root of the user namespace for a non-root runner (see
+        the module's docstring), then make the mount points and the init's; installed as
+        ``final`` once whole."""
         if self.engine is None:
             raise EngineError(f"image {image_id[:19]} is not unpacked and there is no engine")
         import tempfile  # here: only an unpack needs it, not a run from the cache
 
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:12]}-", dir=self.root))
-        if self.mapping is not None:
-            self._unpack_in_userns(image_id, tmp, final)
-            return
-        try:
-            # tar (run as a program, like git) keeps owners, modes, links and device nodes.
-            with subprocess.Popen(
-                ["tar", "-x", "--numeric-owner", "-C", str(tmp)],
-                stdin=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            ) as tar:
-                assert tar.stdin is not None
-                try:
-                    self.engine.export_image(image_id, tar.stdin.write)
-                finally:
-                    tar.stdin.close()
-                err = tar.stderr.read() if tar.stderr else b""
-            if tar.returncode != 0:
-                raise EngineError(f"unpacking {image_id[:19]} failed: {err.decode()[-300:]}")
-            os.chmod(tmp, 0o755)  # mkdtemp made it 0700: the container user must enter it
-            for point in self.mount_points:
-                target = tmp / point.lstrip("/")
-                if not os.path.lexists(target):
-                    target.mkdir(parents=True, exist_ok=True)
-                if point in self.open_points and target.is_dir() and not target.is_symlink():
-                    os.chmod(target, 0o1777)
-            init = tmp / "sbin" / "gradebox-init"
-            if not os.path.lexists(init):
-                init.parent.mkdir(parents=True, exist_ok=True)
-                init.touch()
-            (tmp / ".gradebox-complete").write_text(image_id + "\n")
-            import shutil  # here: it loads bz2 and lzma (~2 ms)
-
-            _install(tmp, final, shutil.rmtree)
-        except BaseException:
-            import shutil  # here: it loads bz2 and lzma (~2 ms)
-
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
-    def _unpack_in_userns(self, image_id: str, tmp: Path, final: Path) -> None:
-        """``_unpack``, as root of the user namespace (see the module's docstring)."""
-        assert self.engine is not None and self.mapping is not None
+        # No device node can be made in a user namespace: those are left out there.
+        devices = ' --anchored --exclude="dev/*" --exclude="./dev/*"' if self.mapping else ""
         script = (
-            'set -e; d="$1"; id="$2"; shift 2; tar -x --numeric-owner --anchored --exclude="dev/*" '
-            '--exclude="./dev/*" -C "$d"; chmod 755 "$d"\n'
+            f'set -e; d="$1"; id="$2"; shift 2; tar -x --numeric-owner{devices} -C "$d"\n'
+            'chmod 755 "$d"\n'  # mkdtemp made it 0700: the container user must enter it
             'for p in "$@"; do case "$p" in +*) p="${p#+}"; o=1;; *) o=;; esac\n'
             '  [ -e "$d$p" ] || [ -L "$d$p" ] || mkdir -p "$d$p"\n'
             '  if [ -n "$o" ] && [ -d "$d$p" ] && [ ! -L "$d$p" ]; then chmod 1777 "$d$p"; fi\n'
@@ -147,35 +110,19 @@ class RootfsCache:
             'printf "%s\\n" "$id" > "$d/.gradebox-complete"\n'
         )
         points = [("+" if p in self.open_points else "") + p for p in self.mount_points]
-        read_end, write_end = os.pipe()
-        done: dict[str, object] = {}
-
-        def unpack() -> None:
-            try:
-                done["proc"] = userns.run(
-                    ["/bin/sh", "-c", script, "unpack", str(tmp), image_id, *points],
-                    stdin=read_end,
-                    mapping=self.mapping,
-                )
-            except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
-                done["error"] = exc
-
-        worker = threading.Thread(target=unpack, name="gradebox-unpack")
-        worker.start()
+        argv = ["/bin/sh", "-c", script, "unpack", str(tmp), image_id, *points]
         try:
-            # BrokenPipeError: tar ended early, and says why.
-            with open(write_end, "wb", closefd=True) as sink, contextlib.suppress(BrokenPipeError):
-                self.engine.export_image(image_id, sink.write)
-        finally:
-            worker.join()
-            os.close(read_end)
-        try:
-            if "error" in done:
-                raise done["error"]  # type: ignore[misc]
-            proc = done["proc"]
-            assert isinstance(proc, subprocess.CompletedProcess)
-            if proc.returncode != 0:
-                err = proc.stderr.decode(errors="replace")[-300:]
+            # Its errors in a file, not a pipe: a pipe nobody drains while the export is
+            # written would stop tar once full.
+            with tempfile.TemporaryFile() as errors:
+                with userns.spawn(argv, self.mapping, stdin=subprocess.PIPE, stderr=errors) as tar:
+                    assert tar.stdin is not None
+                    # BrokenPipeError: tar ended early, and says why.
+                    with contextlib.suppress(BrokenPipeError), tar.stdin:
+                        self.engine.export_image(image_id, tar.stdin.write)
+                errors.seek(0)
+                err = errors.read().decode(errors="replace")[-300:]
+            if tar.returncode != 0:
                 raise EngineError(f"unpacking {image_id[:19]} failed: {err}")
             _install(tmp, final, self._rmtree)
         except BaseException:

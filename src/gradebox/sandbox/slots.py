@@ -56,6 +56,7 @@ from pathlib import Path
 from ..core import settings
 from ..core.log import LazyLogger
 from ..errors import GradeboxError
+from .cgroups import counter, kill_all, parent_name, read, read_int, remove, write
 from .defaults import CGROUPS
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
@@ -122,33 +123,10 @@ def first_slot(runtime: Runtime, session: str) -> Slot | None:
     of a holder the sandbox makes); None where there are no slots."""
     if os.geteuid() != 0 or slots_unusable(runtime.name, False) is not None:
         return None
-    from .cgroups import parent_name  # lazy: subprocess (~5 ms), off exec's first slot
-
     try:
         return Slot(f"gradebox-{os.getpid()}-{session}-s0", parent_name(), runtime.hide_v2, None)
     except OSError:
         return None  # the sandbox makes its own, or says why it cannot
-
-
-def _write(path: Path, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def _int(path: Path) -> int:
-    text = _read(path).strip()
-    return int(text) if text.isdigit() else 0
-
-
-def _read(path: Path) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def _single_threaded() -> bool:
@@ -269,9 +247,9 @@ class Slot:
             (path.parent).mkdir(exist_ok=True)
             path.mkdir()
             if hierarchy == "devices":
-                _write(path / "devices.deny", "a")
+                write(path / "devices.deny", "a")
                 for rule in DEVICES:
-                    _write(path / "devices.allow", rule)
+                    write(path / "devices.allow", rule)
         ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.sock = ours
         procs = [str(p / "cgroup.procs") for p in self.paths.values()]
@@ -317,9 +295,9 @@ class Slot:
 
     def ready(self) -> None:
         """Wait until the server is inside the slot (made ahead: usually it already is)."""
-        if self._ready or self.broken:
-            if self.broken:
-                raise GradeboxError(self.broken)
+        if self.broken:
+            raise GradeboxError(self.broken)
+        if self._ready:
             return
         said = self._recv(READY_TIMEOUT)
         if said != b"r":
@@ -423,40 +401,33 @@ class Slot:
             for name in order:
                 if name.startswith("memory.memsw") and not swap:
                     continue
-                _write(mem / name, memory)
+                write(mem / name, memory)
             self.limits["memory"] = memory
         for key, value in want.items():
             if self.limits.get(key) != value:
                 hierarchy, name = key.split("/")
-                _write(self.paths[hierarchy] / name, value)
+                write(self.paths[hierarchy] / name, value)
                 self.limits[key] = value
 
     def oom_kills(self) -> int:
-        for line in _read(self.paths["memory"] / "memory.oom_control").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-        return 0
+        return counter(self.paths["memory"] / "memory.oom_control", "oom_kill")
 
     def oom_killed(self) -> bool:
         """Did the OOM killer strike in this slot since its last container started?"""
         return self.oom_kills() > self._oom_base
 
-    def strays(self) -> list[int]:
-        """Processes in the slot other than its server (in any of its hierarchies)."""
-        server = self.server.pid if self.server is not None else -1
-        found: set[int] = set()
-        for path in self.paths.values():
-            for text in _read(path / "cgroup.procs").split():
-                if text.isdigit() and int(text) != server:
-                    found.add(int(text))
-        return sorted(found)
+    def strays(self) -> bool:
+        """Are there processes in the slot other than its server (in any of its hierarchies)?"""
+        server = str(self.server.pid) if self.server is not None else ""
+        return any(
+            set(read(path / "cgroup.procs").split()) - {server} for path in self.paths.values()
+        )
 
     def kill_all(self) -> None:
         """SIGKILL every process in the slot but its server."""
-        for pid in self.strays():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        server = self.server.pid if self.server is not None else 0
+        for path in self.paths.values():
+            kill_all(path, spare=server)
 
     def recycle(self) -> bool:
         """Make the slot ready for another container: empty, counters reset. False: it is
@@ -474,12 +445,12 @@ class Slot:
             self.kill_all()
             time.sleep(0.01)
         mem = self.paths["memory"]
-        if _int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
+        if read_int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
             # Page cache the last grader caused (files it read or wrote) still charged here:
             # reclaimed now, so the next grader starts under its limit as in a new cgroup.
             with contextlib.suppress(OSError):
-                _write(mem / "memory.force_empty", "0")
-            if _int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
+                write(mem / "memory.force_empty", "0")
+            if read_int(mem / "memory.usage_in_bytes") > CHARGED_MAX:
                 # What no reclaim frees without swap (files it wrote into a host tmpfs, its
                 # workspace): charged here for as long as they exist. Retired: the charge stays
                 # with the removed cgroup, as it did with a cgroup per container.
@@ -492,7 +463,7 @@ class Slot:
             "memory.memsw.failcnt",
         ):
             with contextlib.suppress(OSError):
-                _write(mem / name, "0")
+                write(mem / name, "0")
         return True
 
     def destroy(self) -> None:
@@ -506,17 +477,7 @@ class Slot:
                 self.server.kill()
                 self.server.wait()
         for path in self.paths.values():
-            for _ in range(100):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # busy: something still in it
-                    for text in _read(path / "cgroup.procs").split():
-                        with contextlib.suppress(OSError, ValueError):
-                            os.kill(int(text), signal.SIGKILL)
-                    time.sleep(0.02)
+            remove(path)
 
 
 class SlotPool:
@@ -606,7 +567,7 @@ class SlotPool:
         """The container of ``slot`` is gone: the slot is free again, or retired. A slot with
         much memory still charged is emptied on a thread of its own (writing back what the
         grader left dirty takes a while), off the caller's path."""
-        if _int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
+        if read_int(slot.paths["memory"] / "memory.usage_in_bytes") > CHARGED_MAX:
             threading.Thread(
                 target=self._release, args=(slot,), daemon=True, name="gradebox-slot-empty"
             ).start()

@@ -156,35 +156,25 @@ def spawn(argv: list[str], mapping: IdMap | None, **popen: Any) -> subprocess.Po
             err = "the child could not make a user namespace"
         with os.fdopen(ctl_w, "wb") as ctl:
             ctl.write(b"x" if err else b"m")
+        if err:
+            raise GradeboxError(f"cannot map ids ({err}); once, as root: {prerequisite()}")
     except BaseException:
         proc.kill()
         proc.wait()
         raise
-    if err:
-        proc.kill()
-        proc.wait()
-        raise GradeboxError(f"cannot map ids ({err}); once, as root: {prerequisite()}")
     return proc
 
 
 def run(
-    argv: list[str],
-    *,
-    stdin: int | None = None,
-    mapping: IdMap | None = None,
-    timeout: float = 3600,
+    argv: list[str], *, mapping: IdMap | None = None, timeout: float = 3600
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` as root of a new user namespace with ``mapping`` (default ``id_map()``),
-    its stdin from the fd ``stdin`` (default: none); its stdout and stderr captured."""
+    without stdin; its stdout and stderr captured."""
     mapping = mapping or id_map()
     if mapping is None:
         raise GradeboxError(f"cannot map ids: {missing()}; once, as root: {prerequisite()}")
     proc = spawn(
-        argv,
-        mapping,
-        stdin=stdin if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        argv, mapping, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -240,26 +230,22 @@ class Holder:
         runs in it."""
         if self.nsenter is None:
             return spawn(self.wrap(argv), self.mapping, **popen)
-        with self._lock:
-            self._reap()
-            if self._proc is None or self._proc.poll() is not None or not self._sees(sees):
-                if self._proc is not None:
-                    self._retire(self._proc)
-                self._proc = self._hold()
-            pid = self._proc.pid
         flags = ("-U",) * (self.mapping is not None) + ("-m",) * self.hide_v2
-        return subprocess.Popen([self.nsenter, *flags, "-t", str(pid), "--", *argv], **popen)
+        argv = [self.nsenter, *flags, "-t", str(self.pid(sees)), "--", *argv]
+        return subprocess.Popen(argv, **popen)
 
-    def pid(self) -> int:
-        """The holder's pid (started now if need be): a process that joins its namespaces
-        (a slot's server, ``slots.py``) joins them through ``/proc/PID/ns``."""
+    def pid(self, sees: tuple[str, ...] = ()) -> int:
+        """The holder's pid (started now if need be, or again for ``sees``: see ``popen``): a
+        process that joins its namespaces (a slot's server, ``slots.py``) joins them through
+        ``/proc/PID/ns``."""
         with self._lock:
             self._reap()
-            if self._proc is None or self._proc.poll() is not None:
-                if self._proc is not None:
-                    self._retire(self._proc)
-                self._proc = self._hold()
-            return self._proc.pid
+            held = self._proc
+            if held is None or held.poll() is not None or not self._sees(held.pid, sees):
+                if held is not None:
+                    self._retire(held)
+                self._proc = held = self._hold()
+            return held.pid
 
     def _hold(self) -> subprocess.Popen[bytes]:
         # It says a line once its namespaces are ready: joined before that, the mount
@@ -281,11 +267,9 @@ class Holder:
         proc.stdout.close()
         return proc
 
-    def _sees(self, paths: tuple[str, ...]) -> bool:
+    def _sees(self, pid: int, paths: tuple[str, ...]) -> bool:
         """Does the holder's mount namespace show each of ``paths`` as the host does?"""
-        if not self.hide_v2 or self._proc is None:
-            return True
-        return sees_as_host(self._proc.pid, paths)
+        return not self.hide_v2 or sees_as_host(pid, paths)
 
     def _retire(self, proc: subprocess.Popen[bytes]) -> None:
         # Ended a few seconds later, not now: another thread may have just been given its pid
