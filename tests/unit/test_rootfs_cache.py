@@ -72,3 +72,62 @@ def test_backend_selection(monkeypatch):
     assert choose_backend("auto") == "docker"
     monkeypatch.setattr("gradebox.sandbox.oci.oci_usable", lambda runtime=None: None)
     assert choose_backend("auto") == "oci"
+
+
+class LinkedEngine:
+    """An image whose tree links out of itself where the unpack makes things: a grader's
+    Dockerfile (``image: {build: ...}``) chooses every link of its image."""
+
+    def __init__(self, links, files=()):
+        self.links, self.files = links, files
+
+    def export_image(self, image, sink):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in ("usr", "usr/sbin", "etc"):
+                info = tarfile.TarInfo(name)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            for name, target in self.links:
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                tar.addfile(info)
+        sink(buf.getvalue())
+
+
+def test_links_in_an_image_never_make_or_change_anything_on_the_host(tmp_path):
+    """The mount points, the init's and the marker were made by following the image's links
+    on the host, as root: ``/home`` -> a host folder made ``grader`` there with mode 1777, a
+    ``/sbin`` link an empty ``gradebox-init``, and a ``.gradebox-complete`` link rewrote the
+    host file it named. Now each is resolved inside the tree, as the runtime resolves it."""
+    host = tmp_path / "host"
+    host.mkdir()
+    victim = host / "victim"
+    victim.write_text("the host's\n")
+    engine = LinkedEngine(
+        [("home", str(host)), ("workspace", str(host / "ws")), ("sbin", str(host)),
+         (".gradebox-complete", str(victim))]
+    )  # fmt: skip
+    cache = RootfsCache(
+        engine, root=tmp_path / "cache", mount_points=("/home/grader", "/tmp", "/workspace"),
+        open_points=("/home/grader", "/tmp"),
+    )  # fmt: skip
+    root = cache.path_for("sha256:" + "ef" * 32)
+    assert sorted(p.name for p in host.iterdir()) == ["victim"]  # nothing made on the host
+    assert victim.read_text() == "the host's\n"
+    inside = root / str(host).lstrip("/")  # where the runtime finds /home/grader
+    assert (inside / "grader").is_dir()
+    assert oct((inside / "grader").stat().st_mode & 0o7777) == "0o1777"
+    assert (inside / "gradebox-init").is_file()
+    assert (root / ".gradebox-complete").read_text() == "sha256:" + "ef" * 32 + "\n"
+    assert not (root / ".gradebox-complete").is_symlink()
+
+
+def test_a_relative_link_in_the_tree_is_followed_inside_it(tmp_path):
+    """A merged /usr (``/sbin -> usr/sbin``, as Debian's): the init's mount point is made
+    where the link leads, in the tree; ``..`` never climbs above the tree's top."""
+    engine = LinkedEngine([("sbin", "usr/sbin"), ("home", "../../../../etc")])
+    cache = RootfsCache(engine, root=tmp_path / "cache", mount_points=("/home/grader",))
+    root = cache.path_for("sha256:" + "fe" * 32)
+    assert (root / "usr" / "sbin" / "gradebox-init").is_file()
+    assert (root / "etc" / "grader").is_dir()
