@@ -67,11 +67,7 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
                 if _skipped(entry.name) or path in skip or entry.name in SKIPPED_DIRS:
                     continue
                 info = entry.stat(follow_symlinks=False)
-                if not (
-                    stat.S_ISREG(info.st_mode)
-                    or stat.S_ISDIR(info.st_mode)
-                    or stat.S_ISLNK(info.st_mode)
-                ):
+                if stat.S_IFMT(info.st_mode) not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK):
                     continue  # a FIFO or a socket is nothing a node can use
                 rel = str(path.relative_to(root))
                 if stat.S_ISREG(info.st_mode):
@@ -110,6 +106,15 @@ def _inside(name: str, link: str) -> bool:
     return target != ".." and not target.startswith("../")
 
 
+# What a member that may not be unpacked is, by its type.
+_KINDS = {
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a device",
+    tarfile.BLKTYPE: "a device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
+
+
 def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
     """Why ``member`` may not be unpacked (None: it may). ``links``: the symlinks before it."""
     name = member.name
@@ -122,16 +127,7 @@ def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
         return None if _inside(name, member.linkname) else f"is a link out ({member.linkname})"
     if member.isreg() or member.isdir():
         return None
-    kind = (
-        "a hard link"
-        if member.islnk()
-        else "a device"
-        if member.ischr() or member.isblk()
-        else "a FIFO"
-        if member.isfifo()
-        else "not a file, folder or link"
-    )
-    return f"is {kind}"
+    return f"is {_KINDS.get(member.type, 'not a file, folder or link')}"
 
 
 def _check_members(members: list[tarfile.TarInfo]) -> list[str]:

@@ -81,10 +81,7 @@ class RayCluster:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
-                raise ClusterError(
-                    f"cannot reach a Ray cluster at {address!r} ({reason}); start one with "
-                    "`ray start --head` and give its address to --ray"
-                ) from None
+                raise _unreachable(address, reason) from None
         self.ray = ray
         self.item = ray.remote(num_cpus=0, resources={"gradebox": 1}, max_retries=0)(run_item)
         self.op = ray.remote(num_cpus=0, max_retries=0)(node_op)
@@ -360,29 +357,26 @@ class RayExecutor(Executor):
         scale-up timeout for one (from zero, after every node was lost or set aside, or for
         a node large enough), then stops the run (finished jobs are kept)."""
         usable = self.usable()
-        left = len(pending) + queued
-        if not usable:
-            gone = "any more" if self.reports or self.set_aside else "yet"
-            waiting.wait(
-                f"no node offers `gradebox` {gone}: waiting up to "
-                f"{self.cluster.scale_up_timeout:.0f} s for a node offering gradebox",
-                f"no usable node offers `gradebox` {gone} (waited "
-                f"{self.cluster.scale_up_timeout:.0f} s, --scale-up-timeout); {left} tests were "
-                "not run (finished ones are kept)",
-            )
-            return
+        up_to = f"{self.cluster.scale_up_timeout:.0f} s"
         sizes = [n["Resources"] for n in usable]
         stuck = [j for j in pending if not any(self._need(j).fits(n) for n in sizes)]
-        if stuck and len(stuck) == len(pending):
+        if not usable:
+            gone = "any more" if self.reports or self.set_aside else "yet"
+            offering = "for a node offering gradebox"
+            text = f"no node offers `gradebox` {gone}: waiting up to {up_to} {offering}"
+            why = f"no usable node offers `gradebox` {gone} (waited {up_to}"
+        elif stuck and len(stuck) == len(pending):
+            text = f"waiting up to {up_to} for a node large enough for {_label(stuck[0])}"
             line = too_large({_label(stuck[0]): self._need(stuck[0])}, sizes)
-            waiting.wait(
-                f"waiting up to {self.cluster.scale_up_timeout:.0f} s for a node large "
-                f"enough for {_label(stuck[0])}",
-                f"{line[0]} (waited {self.cluster.scale_up_timeout:.0f} s for a larger one, "
-                f"--scale-up-timeout); {left} tests were not run (finished ones are kept)",
-            )
+            why = f"{line[0]} (waited {up_to} for a larger one"
+        else:
+            waiting.over()
             return
-        waiting.over()
+        left = len(pending) + queued
+        waiting.wait(
+            text,
+            f"{why}, --scale-up-timeout); {left} tests were not run (finished ones are kept)",
+        )
 
     def _collect(self, ref: Any, item: Job, attempt: int) -> Done | int:
         """What came back; an int: the job goes out again, as that attempt (its node was
@@ -433,16 +427,12 @@ class RayExecutor(Executor):
         if left:
             ray.wait(left, num_returns=len(left), timeout=10)
 
-    def sweep(self) -> list[dict[str, Any]]:
+    def sweep(self) -> None:
         """On every live node: remove the run's folder, and containers and scratch that
         killed workers left."""
-        reports = []
         for name, report in self.cluster.on_every_node(SWEEP_TIMEOUT, "sweep", run_id=self.run_id):
             if isinstance(report, BaseException):
                 log.warning("sweep: node %s: %s", name, _first_line(report))
-            else:
-                reports.append(report)
-        return reports
 
 
 def _reachable(address: str) -> None:
@@ -453,10 +443,14 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
     except OSError as exc:
-        raise ClusterError(
-            f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one "
-            "with `ray start --head` and give its address to --ray"
-        ) from None
+        raise _unreachable(address, exc.strerror or exc) from None
+
+
+def _unreachable(address: str, reason: object) -> ClusterError:
+    return ClusterError(
+        f"cannot reach a Ray cluster at {address!r} ({reason}); start one with "
+        "`ray start --head` and give its address to --ray"
+    )
 
 
 class _Wait:

@@ -15,15 +15,15 @@ import fcntl
 import io
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..images.archive import IterStream, load_stream, save_images
+from ..images.archive import load_stream, save_images
 from ..images.lock import Lock, LockEntry
 
-__all__ = ["CHUNK", "ChunkStream", "load_once", "put_archive"]
+__all__ = ["CHUNK", "load_once", "put_archive"]
 
 CHUNK = 64 << 20  # bytes per object: small next to a node's object store, few round trips
 
@@ -43,14 +43,6 @@ def put_archive(
             while chunk := data.read(CHUNK):
                 refs.append(put(chunk))
     return refs, size
-
-
-class ChunkStream(IterStream):
-    """The chunks as one stream, each fetched (``get``) when the reader reaches it: a node
-    holds one chunk at a time, never the whole archive."""
-
-    def __init__(self, refs: Iterable[Any], get: Callable[[Any], bytes]) -> None:
-        super().__init__(map(get, refs))
 
 
 def load_once(
