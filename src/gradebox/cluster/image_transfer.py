@@ -11,9 +11,7 @@ images there. A node holding other bytes under a name is never sent anything: it
 
 from __future__ import annotations
 
-import fcntl
 import io
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 from ..engine import Engine
 from ..images.archive import load_stream, save_images
 from ..images.lock import Lock, LockEntry
+from .bundle import node_lock
 
 __all__ = ["CHUNK", "load_once", "put_archive"]
 
@@ -55,11 +54,7 @@ def load_once(
     """Load the sent archive unless this node holds its images already: asked again under a
     lock every process of the node takes (``lacking``), so the first one loads and the ones
     that waited find them. What ``load_stream`` verified; None when nothing was loaded."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Never through a link (the folder is the node's own, checked by its context).
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    with open(os.open(lock_file, flags, 0o600), "rb+", buffering=0) as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with node_lock(lock_file):
         if not lacking():
             return None
         with io.BufferedReader(stream(), CHUNK >> 4) as data:

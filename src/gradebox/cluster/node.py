@@ -40,6 +40,7 @@ from ..suite.plan import plan_suite
 from ..suite.preflight import models_used, remote_repos
 from .bundle import unpack
 from .image_transfer import load_once
+from .sizing import GRADER_THREADS
 
 __all__ = ["RUN_PREFIX", "MissingImages", "RunSpec", "node_op", "run_dir", "run_item"]
 
@@ -149,13 +150,13 @@ class _Context:
             suite = load_suite(self.root / spec.entry, format=spec.format, target=spec.target)
             plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
             self.problems = _suite_problems(suite, spec.fingerprints) + _pin_repos(suite, spec)
-            # Graders of one test run side by side, as they do locally.
+            # Graders of one test run side by side, as they do locally (``sizing`` asks for them).
             self.worker = Worker(
                 self.box,
                 self.images,
                 spec.run_id,
                 suite=suite,
-                threads=4,
+                threads=GRADER_THREADS,
                 use_cache=spec.use_cache,
                 model_calls=spec.model_calls,
                 references=spec.references,
@@ -191,9 +192,9 @@ class _Context:
                 lambda: IterStream(map(ray.get, spec.images_sent)),
                 sendable,
             )
-            wrong = {n: why for n, why in (problems or {}).items() if why}
+            wrong = sorted((n, why) for n, why in (problems or {}).items() if why)
             if wrong:
-                name, why = next(iter(sorted(wrong.items())))
+                name, why = wrong[0]
                 raise NodeRefused(f"image {name} the driver sent {why} once loaded here")
             lacking, refusals = _image_gaps(spec.images, self.images)
         if refusals:
@@ -305,20 +306,17 @@ def run_item(spec: RunSpec, job: Job) -> tuple[str, Any, str]:
     node)`` when this node fails the preflight (the driver sets it aside and sends the job
     elsewhere); ``("infra", why, node)`` when our infrastructure failed under the job (the
     engine went away): the driver sends it again, and drains a node that keeps doing it."""
+    failure = "refused"  # NodeRefused, or no engine or runtime here
     try:
-        try:
-            ctx = _context(spec)
-            if ctx.problems:  # a node that joined after the preflight is held to it here
-                raise NodeRefused("; ".join(ctx.problems))
-        except GradeboxError as exc:  # NodeRefused, or no engine or runtime here
-            _forget(spec.run_id)
-            return "refused", str(exc), node_name()
-        try:
-            assert ctx.worker is not None
-            return "ok", encode(job, run_job(ctx.worker, job)), node_name()
-        except GradeboxError as exc:  # e.g. the engine went away under a test
-            _forget(spec.run_id)
-            return "infra", str(exc), node_name()
+        ctx = _context(spec)
+        if ctx.problems:  # a node that joined after the preflight is held to it here
+            raise NodeRefused("; ".join(ctx.problems))
+        assert ctx.worker is not None
+        failure = "infra"  # e.g. the engine went away under a test
+        return "ok", encode(job, run_job(ctx.worker, job)), node_name()
+    except GradeboxError as exc:
+        _forget(spec.run_id)
+        return failure, str(exc), node_name()
     except KeyboardInterrupt:
         # Cancelled by the driver (Ctrl-C): kill this run's containers here, now.
         _forget(spec.run_id)
@@ -335,12 +333,11 @@ def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> 
             ctx = _context(spec)
             report["sandbox"] = ctx.box.name
             report["problems"] = ctx.problems
-        except MissingImages as exc:  # the driver may send them (``image_transfer``)
-            _forget(spec.run_id)
-            report["problems"], report["missing"] = [str(exc)], exc.names
         except GradeboxError as exc:
             _forget(spec.run_id)
             report["problems"] = [str(exc)]
+            if isinstance(exc, MissingImages):  # the driver may send them (``image_transfer``)
+                report["missing"] = exc.names
         return report
     if op == "sweep":
         assert run_id is not None
