@@ -20,13 +20,16 @@ lifecycle, drivers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..suite.preflight import remote_repos
 from .bundle import common_root
 from .driver import MAX_ATTEMPTS, RayCluster, RayExecutor, suite_paths
 from .node import repo_key
 from .sizing import grader_need, test_need
+
+if TYPE_CHECKING:
+    from ..drivers.runner import RunOptions
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -45,15 +48,15 @@ def start_suite(
     sandbox: str,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     format: str | None = None,
-    options: Any = None,
+    options: RunOptions | None = None,
     target: str | None = None,
 ) -> RayExecutor:
     """Send a suite to the cluster and check every node against the driver's plan
     (``target``: ``run --target``, which each node applies as it loads the suite)."""
     root = common_root(suite_paths(suite))
     repos = remote_repos(suite)
-    # The run's own choices; without options, RunSpec's defaults are RunOptions'.
-    chosen = ["use_cache", "model_calls", "references"]
+    # What the run chose; without options, RunSpec's defaults (they are RunOptions').
+    chosen = ("use_cache", "model_calls", "references")
     return cluster.start(
         root=root,
         exclude=[options.out_dir] if options is not None else [],
