@@ -170,15 +170,19 @@ class RayCluster:
                         out.append((name, TimeoutError(f"did not answer within {timeout:.0f} s")))
         return out
 
-    def start(self, **fields: Any) -> RayExecutor:
+    def start(
+        self,
+        root: Path,
+        exclude: Collection[Path] = (),
+        needs: dict[str, Need] | None = None,
+        need: Need = Need(),  # noqa: B008 (frozen)
+        **fields: Any,
+    ) -> RayExecutor:
         """Put a run's files in the object store, then check every node (``RayExecutor``).
-        ``needs``: each job's request by its name (``str(job)``); ``need``: any other's."""
-        root, exclude = fields.pop("root"), fields.pop("exclude", ())
-        needs, need = fields.pop("needs", {}), fields.pop("need", Need())
+        ``needs``: each job's request by its name (``str(job)``); ``need``: any other's;
+        ``fields``: the rest of the ``RunSpec``."""
         bundle = self.ray.put(pack(root, exclude))
-        spec = RunSpec(
-            run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle, **fields
-        )
+        spec = RunSpec(run_id=secrets.token_hex(6), bundle=bundle, **fields)
         run = RayExecutor(self, spec, needs, need)
         run.preflight()
         return run
@@ -223,7 +227,7 @@ class RayExecutor(Executor):
         be known is refused here."""
         refused, lacking = self._preflight_nodes()
         if lacking:
-            self.send_images({name for names in lacking for name in names})
+            self.send_images(lacking)
             refused, lacking = self._preflight_nodes()
         if refused and not self.reports:
             self.sweep()
@@ -269,11 +273,11 @@ class RayExecutor(Executor):
             return TARGET_RUN
         return self.needs.get(str(item), self.need)
 
-    def _preflight_nodes(self) -> tuple[list[tuple[str, str]], list[list[str]]]:
-        """The nodes refused, each with why, and the images each node that lacks only images
-        lacks (which the driver can send, once). The others' reports are kept."""
+    def _preflight_nodes(self) -> tuple[list[tuple[str, str]], set[str]]:
+        """The nodes refused, each with why, and the images the nodes that lack only images
+        lack (which the driver can send, once). The others' reports are kept."""
         refused: list[tuple[str, str]] = []  # (node, why)
-        lacking: list[list[str]] = []
+        lacking: set[str] = set()
         self.reports = []
         for name, report in self.cluster.on_every_node(
             PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
@@ -282,7 +286,7 @@ class RayExecutor(Executor):
                 refused.append((name, _first_line(report)))
             elif report["problems"]:
                 if report.get("missing") and not self.spec.images_sent:
-                    lacking.append(report["missing"])
+                    lacking.update(report["missing"])
                 refused.append((report["node"], "; ".join(report["problems"])))
             else:
                 self.reports.append(report)
