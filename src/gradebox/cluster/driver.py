@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, GradeboxError
-from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
 from ..lifecycle.jobs import Job, TestJob, TrialJob, decode
@@ -499,35 +498,28 @@ def _first_line(exc: BaseException) -> str:
 def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
     assertions, model targets, a replay target's recordings, repositories and references."""
-    paths = [suite.path]
+    paths = [suite.path, *(c.path for c in suite.customs.values())]
     target = suite.spec.target
     if target is not None and isinstance(target.command, list):
         paths += [suite.root / rel for rel in translate_args(target.command, suite.root)[1]]
     if target is not None and target.replay is not None:
         paths += [Path(p) for p in (target.replay.fixtures, target.replay.transcripts) if p]
-    for test in suite.tests:
-        template = suite.template_dir(test.workspace)
-        if template is not None:
-            paths.append(template)
-        cfg = test.workspace
-        for repo in cfg.repos if cfg else ():
-            source = Path(str(repo.source))
-            if "://" not in str(repo.source):
-                paths.append(source if source.is_absolute() else suite.root / source)
-        case = test.case
-        for rel in (case.reference_workspace, case.reference_patch):
-            if rel:
-                paths.append(suite.root / rel)
-        paths += [Path(f) for f in case.input_files]
-        for a in leaves(test.every_assertion()):
-            if isinstance(a, GraderAssertion):
-                source = a.grader.source_dir
-                if source is not None:  # its folder, the files its command names (../), helpers
-                    paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
-                    paths += [source / rel for rel, _ in helper_files(a.grader)]
-                if a.file:
-                    paths.append(Path(a.file))
-    paths += [c.path for c in suite.customs.values()]
     if suite.targets is not None:
         paths += [Path(f) for f in suite.targets.sources.values() if f]
+    for test in suite.tests:
+        case, cfg = test.case, test.workspace
+        paths += [suite.root / r for r in (case.reference_workspace, case.reference_patch) if r]
+        paths += [Path(f) for f in case.input_files]
+        template = suite.template_dir(cfg)
+        if template is not None:
+            paths.append(template)
+        repos = cfg.repos if cfg else []
+        paths += [suite.root / str(r.source) for r in repos if "://" not in str(r.source)]
+    for a in suite.graders():
+        source = a.grader.source_dir
+        if source is not None:  # its folder, the files its command names (../), helpers
+            paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
+            paths += [source / rel for rel, _ in helper_files(a.grader)]
+        if a.file:
+            paths.append(Path(a.file))
     return [p for p in paths if p.exists()]
