@@ -79,6 +79,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def _mean_by_k(figures: list[dict[str, float]], k: int) -> dict[str, float]:
+    """Each k's mean over the prompts that have it (those with at least k trials)."""
+    by_k = {str(j): [f[str(j)] for f in figures if str(j) in f] for j in range(1, k + 1)}
+    return {j: _mean(values) for j, values in by_k.items() if values}
+
+
 def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
     """Group graded records by ``id`` and compute every figure for k = 1..K (k <= n)."""
     groups: dict[str, list[GradedRecord]] = defaultdict(list)
@@ -99,18 +105,12 @@ def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
             )
         )
 
-    def over_prompts(figure: str) -> dict[str, float]:
-        """Each k's mean over the prompts with at least k trials."""
-        by_k = [getattr(p, figure) for p in prompts]
-        keys = [str(j) for j in range(1, k + 1)]
-        return {j: _mean([f[j] for f in by_k if j in f]) for j in keys if any(j in f for f in by_k)}
-
     overall = Overall(
         prompts=len(prompts),
         trials=len(records),
         pass_rate=_mean([p.pass_rate for p in prompts]),
-        pass_at_k=over_prompts("pass_at_k"),
-        pass_hat_k=over_prompts("pass_hat_k"),
+        pass_at_k=_mean_by_k([p.pass_at_k for p in prompts], k),
+        pass_hat_k=_mean_by_k([p.pass_hat_k for p in prompts], k),
     )
     return TrialsReport(k=k, prompts=prompts, overall=overall)
 
