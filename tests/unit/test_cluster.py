@@ -384,8 +384,9 @@ def sent_archive(monkeypatch, ids: dict[str, str]) -> tuple[list[bytes], dict]: 
 def test_images_a_node_lacks_travel_in_chunks_and_are_loaded_once_per_node(tmp_path, monkeypatch):
     import threading
 
-    from gradebox.cluster.image_transfer import ChunkStream, load_once
+    from gradebox.cluster.image_transfer import load_once
     from gradebox.images import qualified
+    from gradebox.images.archive import IterStream
 
     refs, store = sent_archive(monkeypatch, TINY)
     node = ImageEngine({})  # holds neither
@@ -396,7 +397,7 @@ def test_images_a_node_lacks_travel_in_chunks_and_are_loaded_once_per_node(tmp_p
             tmp_path / "run" / ".images.lock",
             lambda: qualified("tiny-a") not in node.tags,
             node,  # type: ignore[arg-type]
-            lambda: ChunkStream(refs, store.__getitem__),
+            lambda: IterStream(map(store.__getitem__, refs)),
             TINY,
         ))  # fmt: skip
 
@@ -411,15 +412,16 @@ def test_images_a_node_lacks_travel_in_chunks_and_are_loaded_once_per_node(tmp_p
 
 
 def test_a_sent_archive_naming_other_ids_is_refused_before_a_byte_is_loaded(tmp_path, monkeypatch):
-    from gradebox.cluster.image_transfer import ChunkStream, load_once
+    from gradebox.cluster.image_transfer import load_once
     from gradebox.errors import ImageError
+    from gradebox.images.archive import IterStream
 
     refs, store = sent_archive(monkeypatch, TINY)
     node = ImageEngine({})
     planned = {**TINY, "tiny-b": "sha256:" + "c" * 64}  # what this node's driver planned
     with pytest.raises(ImageError, match="holds tiny-b with ids other than the ones asked for"):
         load_once(tmp_path / ".images.lock", lambda: True, node,  # type: ignore[arg-type]
-                  lambda: ChunkStream(refs, store.__getitem__), planned)  # fmt: skip
+                  lambda: IterStream(map(store.__getitem__, refs)), planned)  # fmt: skip
     assert node.loads == 0
 
 

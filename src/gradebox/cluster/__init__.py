@@ -20,13 +20,16 @@ lifecycle, drivers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..suite.preflight import remote_repos
 from .bundle import common_root
 from .driver import MAX_ATTEMPTS, RayCluster, RayExecutor, suite_paths
 from .node import repo_key
 from .sizing import grader_need, test_need
+
+if TYPE_CHECKING:
+    from ..drivers.runner import RunOptions
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -45,17 +48,18 @@ def start_suite(
     sandbox: str,
     allow: set[str] = frozenset(),  # type: ignore[assignment]
     format: str | None = None,
-    options: Any = None,
+    options: RunOptions | None = None,
     target: str | None = None,
 ) -> RayExecutor:
     """Send a suite to the cluster and check every node against the driver's plan
     (``target``: ``run --target``, which each node applies as it loads the suite)."""
-    paths = suite_paths(suite)
-    root = common_root(paths)
-    exclude = [options.out_dir] if options is not None else []
+    root = common_root(suite_paths(suite))
+    repos = remote_repos(suite)
+    # What the run chose; without options, RunSpec's defaults (they are RunOptions').
+    chosen = ("use_cache", "model_calls", "references")
     return cluster.start(
         root=root,
-        exclude=exclude,
+        exclude=[options.out_dir] if options is not None else [],
         kind="suite",
         entry=str(suite.path.resolve().relative_to(root)),
         images=dict(plan.images),
@@ -63,13 +67,11 @@ def start_suite(
         format=format,
         target=target,
         allow=tuple(sorted(allow | set(suite.spec.allow))),
-        repos={repo_key(r): r._commit for r in remote_repos(suite) if r._commit},
-        offline=any(r._offline for r in remote_repos(suite)),
+        repos={repo_key(r): r._commit for r in repos if r._commit},
+        offline=any(r._offline for r in repos),
         fingerprints={t.id: suite.fingerprint(t, portable=True) for t in suite.tests},
-        use_cache=options.use_cache if options else True,
-        model_calls=options.model_calls if options else 4,
-        references=options.references if options else False,
         needs={t.id: test_need(suite, t) for t in suite.tests},
+        **({k: getattr(options, k) for k in chosen} if options is not None else {}),
     )
 
 
@@ -85,8 +87,7 @@ def start_grader(
 ) -> RayExecutor:
     """Send one grader (``batch``, ``trials``) and its workspace to the cluster; each record
     graded asks for the grader's ``limits`` (a trial's target run for its own, ``sizing``)."""
-    paths = [grader_file, *([workspace] if workspace else [])]
-    root = common_root(paths)
+    root = common_root([grader_file, *([workspace] if workspace else [])])
     return cluster.start(
         root=root,
         kind="grader",

@@ -18,14 +18,15 @@ import posixpath
 import stat
 import tarfile
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.untrusted import secret_name
 from ..errors import ClusterError
 from ..files.workspace import remove_tree, walk_tree
 
-__all__ = ["MAX_BUNDLE", "common_root", "pack", "unpack"]
+__all__ = ["MAX_BUNDLE", "common_root", "node_lock", "pack", "unpack"]
 
 MAX_BUNDLE = 512 * 1024 * 1024  # bytes of files; Ray's own working_dir stops at 500 MiB
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
@@ -67,11 +68,7 @@ def pack(root: Path, exclude: Iterable[Path] = (), limit: int = MAX_BUNDLE) -> b
                 if _skipped(entry.name) or path in skip or entry.name in SKIPPED_DIRS:
                     continue
                 info = entry.stat(follow_symlinks=False)
-                if not (
-                    stat.S_ISREG(info.st_mode)
-                    or stat.S_ISDIR(info.st_mode)
-                    or stat.S_ISLNK(info.st_mode)
-                ):
+                if stat.S_IFMT(info.st_mode) not in (stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK):
                     continue  # a FIFO or a socket is nothing a node can use
                 rel = str(path.relative_to(root))
                 if stat.S_ISREG(info.st_mode):
@@ -110,6 +107,15 @@ def _inside(name: str, link: str) -> bool:
     return target != ".." and not target.startswith("../")
 
 
+# What a member that may not be unpacked is, by its type.
+_KINDS = {
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a device",
+    tarfile.BLKTYPE: "a device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
+
+
 def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
     """Why ``member`` may not be unpacked (None: it may). ``links``: the symlinks before it."""
     name = member.name
@@ -122,16 +128,7 @@ def _refusal(member: tarfile.TarInfo, links: set[str]) -> str | None:
         return None if _inside(name, member.linkname) else f"is a link out ({member.linkname})"
     if member.isreg() or member.isdir():
         return None
-    kind = (
-        "a hard link"
-        if member.islnk()
-        else "a device"
-        if member.ischr() or member.isblk()
-        else "a FIFO"
-        if member.isfifo()
-        else "not a file, folder or link"
-    )
-    return f"is {kind}"
+    return f"is {_KINDS.get(member.type, 'not a file, folder or link')}"
 
 
 def _check_members(members: list[tarfile.TarInfo]) -> list[str]:
@@ -161,12 +158,22 @@ def _check_links(root: Path, links: list[str]) -> None:
             )
 
 
+@contextmanager
+def node_lock(lock_file: Path) -> Iterator[None]:
+    """Held by one process of the node at a time: the first does the work (unpack a bundle,
+    load images) and the ones that waited find it done. Never taken through a link (the
+    folder is the node's own, checked by its context)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(lock_file, flags, 0o600), "rb+", buffering=0) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 def unpack(fetch: Callable[[], bytes], dest: Path) -> Path:
     """Unpack a bundle at ``dest`` once per node: the first process fetches and unpacks it,
     the others wait on a lock and find it there."""
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(dest.parent / ".bundle.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with node_lock(dest.parent / ".bundle.lock"):
         done = dest.with_name(dest.name + ".complete")  # beside it: the bundle stays as packed
         if done.exists():
             return dest

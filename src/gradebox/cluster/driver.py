@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, GradeboxError
-from ..graders.assertion import GraderAssertion, leaves
 from ..graders.run import build_command, helper_files, translate_args
 from ..lifecycle.executor import Done, Executor
 from ..lifecycle.jobs import Job, TestJob, TrialJob, decode
@@ -81,10 +80,7 @@ class RayCluster:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
-                raise ClusterError(
-                    f"cannot reach a Ray cluster at {address!r} ({reason}); start one with "
-                    "`ray start --head` and give its address to --ray"
-                ) from None
+                raise _unreachable(address, reason) from None
         self.ray = ray
         self.item = ray.remote(num_cpus=0, resources={"gradebox": 1}, max_retries=0)(run_item)
         self.op = ray.remote(num_cpus=0, max_retries=0)(node_op)
@@ -173,15 +169,19 @@ class RayCluster:
                         out.append((name, TimeoutError(f"did not answer within {timeout:.0f} s")))
         return out
 
-    def start(self, **fields: Any) -> RayExecutor:
+    def start(
+        self,
+        root: Path,
+        exclude: Collection[Path] = (),
+        needs: dict[str, Need] | None = None,
+        need: Need = Need(),  # noqa: B008 (frozen)
+        **fields: Any,
+    ) -> RayExecutor:
         """Put a run's files in the object store, then check every node (``RayExecutor``).
-        ``needs``: each job's request by its name (``str(job)``); ``need``: any other's."""
-        root, exclude = fields.pop("root"), fields.pop("exclude", ())
-        needs, need = fields.pop("needs", {}), fields.pop("need", Need())
+        ``needs``: each job's request by its name (``str(job)``); ``need``: any other's;
+        ``fields``: the rest of the ``RunSpec``."""
         bundle = self.ray.put(pack(root, exclude))
-        spec = RunSpec(
-            run_id=fields.pop("run_id", None) or secrets.token_hex(6), bundle=bundle, **fields
-        )
+        spec = RunSpec(run_id=secrets.token_hex(6), bundle=bundle, **fields)
         run = RayExecutor(self, spec, needs, need)
         run.preflight()
         return run
@@ -226,7 +226,7 @@ class RayExecutor(Executor):
         be known is refused here."""
         refused, lacking = self._preflight_nodes()
         if lacking:
-            self.send_images({name for names in lacking for name in names})
+            self.send_images(lacking)
             refused, lacking = self._preflight_nodes()
         if refused and not self.reports:
             self.sweep()
@@ -272,11 +272,11 @@ class RayExecutor(Executor):
             return TARGET_RUN
         return self.needs.get(str(item), self.need)
 
-    def _preflight_nodes(self) -> tuple[list[tuple[str, str]], list[list[str]]]:
-        """The nodes refused, each with why, and the images each node that lacks only images
-        lacks (which the driver can send, once). The others' reports are kept."""
+    def _preflight_nodes(self) -> tuple[list[tuple[str, str]], set[str]]:
+        """The nodes refused, each with why, and the images the nodes that lack only images
+        lack (which the driver can send, once). The others' reports are kept."""
         refused: list[tuple[str, str]] = []  # (node, why)
-        lacking: list[list[str]] = []
+        lacking: set[str] = set()
         self.reports = []
         for name, report in self.cluster.on_every_node(
             PREFLIGHT_TIMEOUT, "preflight", self.spec_ref
@@ -285,7 +285,7 @@ class RayExecutor(Executor):
                 refused.append((name, _first_line(report)))
             elif report["problems"]:
                 if report.get("missing") and not self.spec.images_sent:
-                    lacking.append(report["missing"])
+                    lacking.update(report["missing"])
                 refused.append((report["node"], "; ".join(report["problems"])))
             else:
                 self.reports.append(report)
@@ -360,29 +360,26 @@ class RayExecutor(Executor):
         scale-up timeout for one (from zero, after every node was lost or set aside, or for
         a node large enough), then stops the run (finished jobs are kept)."""
         usable = self.usable()
-        left = len(pending) + queued
-        if not usable:
-            gone = "any more" if self.reports or self.set_aside else "yet"
-            waiting.wait(
-                f"no node offers `gradebox` {gone}: waiting up to "
-                f"{self.cluster.scale_up_timeout:.0f} s for a node offering gradebox",
-                f"no usable node offers `gradebox` {gone} (waited "
-                f"{self.cluster.scale_up_timeout:.0f} s, --scale-up-timeout); {left} tests were "
-                "not run (finished ones are kept)",
-            )
-            return
+        up_to = f"{self.cluster.scale_up_timeout:.0f} s"
         sizes = [n["Resources"] for n in usable]
         stuck = [j for j in pending if not any(self._need(j).fits(n) for n in sizes)]
-        if stuck and len(stuck) == len(pending):
+        if not usable:
+            gone = "any more" if self.reports or self.set_aside else "yet"
+            offering = "for a node offering gradebox"
+            text = f"no node offers `gradebox` {gone}: waiting up to {up_to} {offering}"
+            why = f"no usable node offers `gradebox` {gone} (waited {up_to}"
+        elif stuck and len(stuck) == len(pending):
+            text = f"waiting up to {up_to} for a node large enough for {_label(stuck[0])}"
             line = too_large({_label(stuck[0]): self._need(stuck[0])}, sizes)
-            waiting.wait(
-                f"waiting up to {self.cluster.scale_up_timeout:.0f} s for a node large "
-                f"enough for {_label(stuck[0])}",
-                f"{line[0]} (waited {self.cluster.scale_up_timeout:.0f} s for a larger one, "
-                f"--scale-up-timeout); {left} tests were not run (finished ones are kept)",
-            )
+            why = f"{line[0]} (waited {up_to} for a larger one"
+        else:
+            waiting.over()
             return
-        waiting.over()
+        left = len(pending) + queued
+        waiting.wait(
+            text,
+            f"{why}, --scale-up-timeout); {left} tests were not run (finished ones are kept)",
+        )
 
     def _collect(self, ref: Any, item: Job, attempt: int) -> Done | int:
         """What came back; an int: the job goes out again, as that attempt (its node was
@@ -433,16 +430,12 @@ class RayExecutor(Executor):
         if left:
             ray.wait(left, num_returns=len(left), timeout=10)
 
-    def sweep(self) -> list[dict[str, Any]]:
+    def sweep(self) -> None:
         """On every live node: remove the run's folder, and containers and scratch that
         killed workers left."""
-        reports = []
         for name, report in self.cluster.on_every_node(SWEEP_TIMEOUT, "sweep", run_id=self.run_id):
             if isinstance(report, BaseException):
                 log.warning("sweep: node %s: %s", name, _first_line(report))
-            else:
-                reports.append(report)
-        return reports
 
 
 def _reachable(address: str) -> None:
@@ -453,10 +446,14 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
     except OSError as exc:
-        raise ClusterError(
-            f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one "
-            "with `ray start --head` and give its address to --ray"
-        ) from None
+        raise _unreachable(address, exc.strerror or exc) from None
+
+
+def _unreachable(address: str, reason: object) -> ClusterError:
+    return ClusterError(
+        f"cannot reach a Ray cluster at {address!r} ({reason}); start one with "
+        "`ray start --head` and give its address to --ray"
+    )
 
 
 class _Wait:
@@ -501,35 +498,28 @@ def _first_line(exc: BaseException) -> str:
 def suite_paths(suite: Any) -> list[Path]:
     """Every file and folder a suite's tests need: the suite, templates, graders, custom
     assertions, model targets, a replay target's recordings, repositories and references."""
-    paths = [suite.path]
+    paths = [suite.path, *(c.path for c in suite.customs.values())]
     target = suite.spec.target
     if target is not None and isinstance(target.command, list):
         paths += [suite.root / rel for rel in translate_args(target.command, suite.root)[1]]
     if target is not None and target.replay is not None:
         paths += [Path(p) for p in (target.replay.fixtures, target.replay.transcripts) if p]
-    for test in suite.tests:
-        template = suite.template_dir(test.workspace)
-        if template is not None:
-            paths.append(template)
-        cfg = test.workspace
-        for repo in cfg.repos if cfg else ():
-            source = Path(str(repo.source))
-            if "://" not in str(repo.source):
-                paths.append(source if source.is_absolute() else suite.root / source)
-        case = test.case
-        for rel in (case.reference_workspace, case.reference_patch):
-            if rel:
-                paths.append(suite.root / rel)
-        paths += [Path(f) for f in case.input_files]
-        for a in leaves(test.every_assertion()):
-            if isinstance(a, GraderAssertion):
-                source = a.grader.source_dir
-                if source is not None:  # its folder, the files its command names (../), helpers
-                    paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
-                    paths += [source / rel for rel, _ in helper_files(a.grader)]
-                if a.file:
-                    paths.append(Path(a.file))
-    paths += [c.path for c in suite.customs.values()]
     if suite.targets is not None:
         paths += [Path(f) for f in suite.targets.sources.values() if f]
+    for test in suite.tests:
+        case, cfg = test.case, test.workspace
+        paths += [suite.root / r for r in (case.reference_workspace, case.reference_patch) if r]
+        paths += [Path(f) for f in case.input_files]
+        template = suite.template_dir(cfg)
+        if template is not None:
+            paths.append(template)
+        repos = cfg.repos if cfg else []
+        paths += [suite.root / str(r.source) for r in repos if "://" not in str(r.source)]
+    for a in suite.graders():
+        source = a.grader.source_dir
+        if source is not None:  # its folder, the files its command names (../), helpers
+            paths += [source, *(source / rel for rel in build_command(a.grader)[1])]
+            paths += [source / rel for rel, _ in helper_files(a.grader)]
+        if a.file:
+            paths.append(Path(a.file))
     return [p for p in paths if p.exists()]

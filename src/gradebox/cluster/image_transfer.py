@@ -11,19 +11,18 @@ images there. A node holding other bytes under a name is never sent anything: it
 
 from __future__ import annotations
 
-import fcntl
 import io
-import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
-from ..images.archive import IterStream, load_stream, save_images
+from ..images.archive import load_stream, save_images
 from ..images.lock import Lock, LockEntry
+from .bundle import node_lock
 
-__all__ = ["CHUNK", "ChunkStream", "load_once", "put_archive"]
+__all__ = ["CHUNK", "load_once", "put_archive"]
 
 CHUNK = 64 << 20  # bytes per object: small next to a node's object store, few round trips
 
@@ -45,14 +44,6 @@ def put_archive(
     return refs, size
 
 
-class ChunkStream(IterStream):
-    """The chunks as one stream, each fetched (``get``) when the reader reaches it: a node
-    holds one chunk at a time, never the whole archive."""
-
-    def __init__(self, refs: Iterable[Any], get: Callable[[Any], bytes]) -> None:
-        super().__init__(map(get, refs))
-
-
 def load_once(
     lock_file: Path,
     lacking: Callable[[], bool],
@@ -63,11 +54,7 @@ def load_once(
     """Load the sent archive unless this node holds its images already: asked again under a
     lock every process of the node takes (``lacking``), so the first one loads and the ones
     that waited find them. What ``load_stream`` verified; None when nothing was loaded."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # Never through a link (the folder is the node's own, checked by its context).
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    with open(os.open(lock_file, flags, 0o600), "rb+", buffering=0) as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with node_lock(lock_file):
         if not lacking():
             return None
         with io.BufferedReader(stream(), CHUNK >> 4) as data:

@@ -30,6 +30,7 @@ from ..core.untrusted import unshared
 from ..drivers.batch import load_grader_ref
 from ..errors import GradeboxError, ImageError
 from ..files.workspace import remove_tree, unmount_below
+from ..images.archive import IterStream
 from ..images.catalog import qualified
 from ..lifecycle.jobs import Job, Worker, encode, run_job
 from ..sandbox import collect_garbage, get_sandbox
@@ -38,7 +39,8 @@ from ..suite import load_suite
 from ..suite.plan import plan_suite
 from ..suite.preflight import models_used, remote_repos
 from .bundle import unpack
-from .image_transfer import ChunkStream, load_once
+from .image_transfer import load_once
+from .sizing import GRADER_THREADS
 
 __all__ = ["RUN_PREFIX", "MissingImages", "RunSpec", "node_op", "run_dir", "run_item"]
 
@@ -95,20 +97,14 @@ class MissingImages(NodeRefused):
         )
 
 
-_name: list[str] = []
-
-
+@functools.cache
 def node_name() -> str:
     """This node as results and errors name it: Ray's node id, its address, its host."""
-    if not _name:
-        import ray  # lazy: ray is an optional extra
+    import ray  # lazy: ray is an optional extra
 
-        node_id = ray.get_runtime_context().get_node_id()
-        address = next(
-            (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "?"
-        )
-        _name.append(f"{node_id[:12]} ({address}, {socket.gethostname()})")
-    return _name[0]
+    node_id = ray.get_runtime_context().get_node_id()
+    address = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "?")
+    return f"{node_id[:12]} ({address}, {socket.gethostname()})"
 
 
 class _Context:
@@ -153,16 +149,14 @@ class _Context:
         if spec.kind == "suite":
             suite = load_suite(self.root / spec.entry, format=spec.format, target=spec.target)
             plan_suite(suite, self.images, spec.allow)  # type: ignore[arg-type]
-            tests = {t.id: t for t in suite.tests}
-            self.problems = _suite_problems(suite, tests, spec.fingerprints)
-            self.problems += _pin_repos(suite, spec)
-            # Graders of one test run side by side, as they do locally.
+            self.problems = _suite_problems(suite, spec.fingerprints) + _pin_repos(suite, spec)
+            # Graders of one test run side by side, as they do locally (``sizing`` asks for them).
             self.worker = Worker(
                 self.box,
                 self.images,
                 spec.run_id,
                 suite=suite,
-                threads=4,
+                threads=GRADER_THREADS,
                 use_cache=spec.use_cache,
                 model_calls=spec.model_calls,
                 references=spec.references,
@@ -194,24 +188,19 @@ class _Context:
                 self.dir / ".images.lock",
                 lambda: bool(_image_gaps(spec.images, self.images)[0]),
                 self.images.engine,
-                lambda: ChunkStream(spec.images_sent, ray.get),
+                # Each chunk fetched when the reader reaches it: a node holds one at a time.
+                lambda: IterStream(map(ray.get, spec.images_sent)),
                 sendable,
             )
-            wrong = {n: why for n, why in (problems or {}).items() if why}
+            wrong = sorted((n, why) for n, why in (problems or {}).items() if why)
             if wrong:
-                name, why = next(iter(sorted(wrong.items())))
+                name, why = wrong[0]
                 raise NodeRefused(f"image {name} the driver sent {why} once loaded here")
             lacking, refusals = _image_gaps(spec.images, self.images)
         if refusals:
             raise NodeRefused("; ".join(refusals))
         if lacking:
             raise MissingImages(lacking)
-
-    def run(self, job: Job) -> str:
-        if self.problems:  # a node that joined after the preflight is held to it here
-            raise NodeRefused("; ".join(self.problems))
-        assert self.worker is not None
-        return encode(job, run_job(self.worker, job))
 
     def close(self) -> None:
         if self.worker is not None:
@@ -245,19 +234,21 @@ def _image_gaps(planned: dict[str, str], images: Any) -> tuple[list[str], list[s
     return lacking, refusals
 
 
-def _suite_problems(suite: Any, tests: dict[str, Any], driver: dict[str, str]) -> list[str]:
+def _suite_problems(suite: Any, driver: dict[str, str]) -> list[str]:
     """Checked once per process: this node's copy of every test is the driver's, and the
-    model keys its graders call are set here."""
+    model keys its graders call are set here (those of the model targets it calls: its
+    graders, a model target under test; not every target a targets file lists)."""
     problems = []
-    differ = [i for i, t in tests.items() if driver.get(i) != suite.fingerprint(t, portable=True)]
-    missing = sorted(set(driver) - set(tests))
+    differ = [t.id for t in suite.tests if driver.get(t.id) != suite.fingerprint(t, portable=True)]
+    missing = sorted(set(driver) - {t.id for t in suite.tests})
     if differ or missing:
         problems.append(
             f"its copy of the suite differs from the driver's in {len(differ) + len(missing)} "
             f"tests (first: {(missing or differ)[0]}); what the suite reads from the "
             "environment ({{ env.X }}, ${{ X }}) must be set alike on every node"
         )
-    unset = sorted(k for k in _keys_used(suite) if not os.environ.get(k))
+    keys = {u.target.api_key_env for u in models_used(suite) if u.target is not None}
+    unset = sorted(k for k in keys if k and not os.environ.get(k))
     if unset:
         problems.append(
             f"the model keys {', '.join(unset)} are not set in this node's environment "
@@ -280,16 +271,6 @@ def _pin_repos(suite: Any, spec: RunSpec) -> list[str]:
 def repo_key(repo: Any) -> str:
     """How ``RunSpec.repos`` names a remote repository of the suite."""
     return f"{repo.source}\0{repo.ref or ''}"
-
-
-def _keys_used(suite: Any) -> set[str]:
-    """The key variables of the model targets this suite calls (its graders, a model target
-    under test), not every target a targets file lists."""
-    return {
-        u.target.api_key_env
-        for u in models_used(suite)
-        if u.target is not None and u.target.api_key_env
-    }
 
 
 _current: dict[str, _Context] = {}  # this process's context, by run id (one at a time)
@@ -325,19 +306,17 @@ def run_item(spec: RunSpec, job: Job) -> tuple[str, Any, str]:
     node)`` when this node fails the preflight (the driver sets it aside and sends the job
     elsewhere); ``("infra", why, node)`` when our infrastructure failed under the job (the
     engine went away): the driver sends it again, and drains a node that keeps doing it."""
+    failure = "refused"  # NodeRefused, or no engine or runtime here
     try:
-        try:
-            ctx = _context(spec)
-            if ctx.problems:  # a node that joined after the preflight is held to it here
-                raise NodeRefused("; ".join(ctx.problems))
-        except GradeboxError as exc:  # NodeRefused, or no engine or runtime here
-            _forget(spec.run_id)
-            return "refused", str(exc), node_name()
-        try:
-            return "ok", ctx.run(job), node_name()
-        except GradeboxError as exc:  # e.g. the engine went away under a test
-            _forget(spec.run_id)
-            return "infra", str(exc), node_name()
+        ctx = _context(spec)
+        if ctx.problems:  # a node that joined after the preflight is held to it here
+            raise NodeRefused("; ".join(ctx.problems))
+        assert ctx.worker is not None
+        failure = "infra"  # e.g. the engine went away under a test
+        return "ok", encode(job, run_job(ctx.worker, job)), node_name()
+    except GradeboxError as exc:
+        _forget(spec.run_id)
+        return failure, str(exc), node_name()
     except KeyboardInterrupt:
         # Cancelled by the driver (Ctrl-C): kill this run's containers here, now.
         _forget(spec.run_id)
@@ -354,12 +333,11 @@ def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> 
             ctx = _context(spec)
             report["sandbox"] = ctx.box.name
             report["problems"] = ctx.problems
-        except MissingImages as exc:  # the driver may send them (``image_transfer``)
-            _forget(spec.run_id)
-            report["problems"], report["missing"] = [str(exc)], exc.names
         except GradeboxError as exc:
             _forget(spec.run_id)
             report["problems"] = [str(exc)]
+            if isinstance(exc, MissingImages):  # the driver may send them (``image_transfer``)
+                report["missing"] = exc.names
         return report
     if op == "sweep":
         assert run_id is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 from pydantic import Field, ValidationError
@@ -59,15 +60,14 @@ def read_records(path: Path) -> list[tuple[int, Record]]:
         if not line.strip():
             continue
         data = load_json(line, file=str(path), line=number)
+        if isinstance(data, dict) and isinstance(data.get("id"), int | float):
+            data["id"] = str(data["id"])
         try:
-            if isinstance(data, dict) and isinstance(data.get("id"), int | float):
-                data["id"] = str(data["id"])
             out.append((number, Record.model_validate(data)))
-        except ValueError as exc:
-            detail = exc.errors(include_url=False)[0] if isinstance(exc, ValidationError) else None
-            field = ".".join(str(p) for p in detail["loc"]) if detail else None
-            msg = detail["msg"] if detail else f"invalid JSON: {exc}"
-            raise ConfigError(msg, file=str(path), line=number, field=field) from None
+        except ValidationError as exc:
+            detail = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in detail["loc"])
+            raise ConfigError(detail["msg"], file=str(path), line=number, field=field) from None
     return out
 
 
@@ -114,11 +114,14 @@ def load_grader_ref(ref: str | Path, dialect: str = "inline") -> GraderConfig:
     return grader_for_file(path, dialect=dialect)
 
 
-def graded(line: int, record: Record, result: GraderResult) -> GradedRecord:
+def graded(
+    line: int, record: Record, result: GraderResult, fingerprint: str | None = None
+) -> GradedRecord:
     return GradedRecord.model_validate(
         {
             **record.model_dump(),
             "line": line,
+            "fingerprint": fingerprint,
             "status": result.status,
             "pass": result.passed,
             "score": result.score,
@@ -155,36 +158,34 @@ def grade_records(
         out.unlink()
     todo = [(n, r) for n, r in records if n not in done]
     on_start(len(records) - len(todo))
-    sink = JsonlWriter(out) if out else None
-    own = executor is None
-    if executor is None:
-        worker = Worker(
-            box, images, secrets.token_hex(6), grader=grader, workspace=workspace, threads=workers
-        )
-        executor = LocalExecutor(worker)
-    try:
+    with ExitStack() as stack:
+        sink = stack.enter_context(closing(JsonlWriter(out))) if out else None
+        if executor is None:
+            executor = stack.enter_context(
+                LocalExecutor(
+                    Worker(
+                        box,
+                        images,
+                        secrets.token_hex(6),
+                        grader=grader,
+                        workspace=workspace,
+                        threads=workers,
+                    )
+                )
+            )
         for fin in executor.map([GradeJob(n, r) for n, r in todo], workers):
             job = fin.job
             assert isinstance(job, GradeJob)
             result = fin.value
             if result is None:  # a record no one could grade is an error, never a pass
-                result = GraderResult(
-                    name=grader.display_name(),
-                    type=grader.type,
-                    status=Status.error,
-                    passed=False,
-                    score=0.0,
-                    evidence=fin.error or "not run",
+                result = GraderResult.errored(
+                    grader.display_name(), grader.type, fin.error or "not run"
                 )
-            item = graded(job.line, job.record, result)
-            item.fingerprint = record_fingerprint(job.record, grader_print)
+            item = graded(
+                job.line, job.record, result, record_fingerprint(job.record, grader_print)
+            )
             done[job.line] = item
             if sink:
                 sink.append(item)
             on_done(item)
-    finally:
-        if own:
-            executor.close()
-        if sink:
-            sink.close()
     return [done[n] for n, _ in records if n in done]

@@ -56,21 +56,18 @@ def load_review_items(path: Path) -> list[ReviewItem]:
     for n, r in enumerate(read_results(path).values(), 1):
         failing = [f"{g.name}: {g.evidence}" for g in r.graders if not g.passed]
         text = [m.content for m in r.input if isinstance(m.content, str)]
+        prompt = text[0] if len(text) == 1 else text
         items.append(
             ReviewItem(
                 id=r.id,
                 line=n,
-                input=text[0] if len(text) == 1 else text,
+                input=prompt,
                 output=r.output,
                 passed=r.passed,
                 status=r.status,
                 score=r.score,
                 reason=r.error or "; ".join(failing),
-                record={
-                    "id": r.id,
-                    "input": text[0] if len(text) == 1 else text,
-                    "output": r.output or "",
-                },
+                record={"id": r.id, "input": prompt, "output": r.output or ""},
             )
         )
     if not items:

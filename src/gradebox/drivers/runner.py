@@ -17,9 +17,12 @@ import logging
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._version import __version__
 from ..core.atomic import lock_folder, writable_folder, write_atomic
@@ -61,7 +64,6 @@ log = logging.getLogger("gradebox.runner")
 
 
 @dataclass
-@dataclass
 class RunOptions:
     out_dir: Path
     workers: int | None = None
@@ -101,24 +103,144 @@ def run_suite(
     # The folder is checked and held before anything runs: one that names a file or cannot
     # be written is one line (exit 2), and a second run given it is refused, not interleaved.
     field = "--resume" if options.resume else "--out"
-    lock = lock_folder(writable_folder(out, field=field), field=field)
-    try:
-        return _run_locked(
-            suite,
-            box,
-            images,
-            options,
-            on_result,
-            on_start,
-            executor,
-            selected,
-            prints,
-            workers,
-            started,
-            t0,
+    with ExitStack() as held:
+        held.callback(os.close, lock_folder(writable_folder(out, field=field), field=field))
+        results_path = out / "results.jsonl"
+        reusable = _reusable(results_path, prints, options)
+        todo = [t for t in selected if t.id not in reusable]
+        run_id = executor.run_id if executor is not None else options.run_id or secrets.token_hex(6)
+        plan = {
+            "suite": suite.name,
+            "file": str(suite.path),
+            "run_id": run_id,
+            "started_at": started,
+            "tests": [t.id for t in selected],
+        }
+        write_atomic(out / PLAN, plan_json(plan), what="results folder")
+        on_start(len(selected), len(selected) - len(todo))
+        writer = JsonlWriter(results_path)
+        own = executor is None
+        if executor is None:
+            executor = LocalExecutor(
+                Worker(
+                    box,
+                    images,
+                    run_id,
+                    suite=suite,
+                    threads=workers,
+                    max_ahead=options.max_ahead,
+                    use_cache=options.use_cache,
+                    model_calls=options.model_calls,
+                    references=options.references,
+                )
+            )
+        # Only (status, score) per test stays in memory: a 100,000-test run costs what a
+        # 100-test one does; the results themselves are on disk.
+        wanted = {t.id for t in selected}
+        finished = {k: (v.status, v.score) for k, v in reusable.items() if k in wanted}
+        reused = len(finished)
+        del reusable
+        interrupted = False
+        full: StorageError | None = None  # the results or scratch folder could not take more
+        warnings: list[str] = []
+        nodes: Counter[str] = Counter()
+        remote_usage: Usage | None = None  # a cluster's calls: each in its test's result
+        by_id = {t.id: t for t in todo}
+        try:
+            for done in executor.map([TestJob(t.id) for t in todo], workers):
+                result = done.value
+                if result is None:  # no result, no pass: an error that says why
+                    result = not_run(by_id[str(done.job)], suite.root, done.error or "not run")
+                if done.node is not None or done.attempts is not None:
+                    result.node, result.attempts = done.node, done.attempts
+                result.fingerprint = prints[result.id]
+                result.suite, result.file = suite.name, str(suite.path)  # a run of several files
+                _append_or_error(writer, result)
+                finished[result.id] = (result.status, result.score)
+                if result.node:
+                    nodes[result.node] += 1
+                if executor.remote and result.usage is not None:
+                    remote_usage = remote_usage or Usage()
+                    remote_usage.merge(result.usage)
+                on_result(result)
+        except KeyboardInterrupt:
+            interrupted = True
+            box.close()  # (the map has closed it too) in-flight runs end; nothing new starts
+            raise
+        except StorageError as exc:
+            # A machine fault, not a test's: the run ends (the map closed the sandbox: in-flight
+            # tests are not recorded), what is on disk stays, and --resume continues it.
+            interrupted, full = True, exc
+            box.close()
+            raise StorageError(
+                f"{exc}; the run stopped, {len(finished)} finished result(s) are kept in "
+                f"{results_path}: make room, then continue with --resume {out}"
+            ) from None
+        finally:
+            try:
+                if not interrupted:
+                    warnings = after_all(suite, box, images, run_id)
+            finally:
+                if own:
+                    executor.close()
+                writer.close()
+            summary = summarise(
+                suite,
+                run_id,
+                finished,
+                len(selected),
+                workers,
+                interrupted,
+                started,
+                time.monotonic() - t0,
+                tests=selected,
+            )
+            summary.reused = reused
+            summary.min_mean_score = suite.spec.min_mean_score
+            summary.warnings = warnings
+            summary.usage = executor.usage()
+            if executor.remote:  # the models were called on the nodes: each test's in its result
+                summary.usage, summary.nodes = remote_usage, dict(nodes)
+            if full is not None:
+                summary.warnings.append(f"stopped: {full}")
+            try:
+                # Whole or not at all: a full folder keeps the previous summary as it was.
+                write_atomic(
+                    out / "summary.json",
+                    summary.model_dump_json(indent=2) + "\n",
+                    what="results folder",
+                )
+            except StorageError:
+                if full is None and not interrupted:
+                    raise
+                log.warning("summary.json not written: the results folder is full")
+        return summary
+
+
+def _reusable(
+    results_path: Path, prints: dict[str, str], options: RunOptions
+) -> dict[str, TestResult]:
+    """The results of a run to resume whose test and everything that grades it are unchanged
+    (``prints``); the file is left holding exactly what stands."""
+    previous = read_results(results_path) if options.resume else {}
+    if not options.resume:
+        # Whatever is under the name goes, a dangling link too (``exists`` follows it and
+        # would leave it there for the append to follow).
+        results_path.unlink(missing_ok=True)
+    reusable = {
+        k: r
+        for k, r in previous.items()
+        if k in prints
+        and r.fingerprint == prints[k]
+        and not (options.retry_errors and r.status is Status.error)
+    }
+    if any(k in prints and k not in reusable for k in previous):
+        # Results of other tests stay, and the reused ones. (Not rewritten when nothing is
+        # dropped: a resume after a full disk needs no second copy.)
+        rewrite_jsonl(
+            results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
         )
-    finally:
-        os.close(lock)
+    return reusable
 
 
 def selected_tests(
@@ -138,151 +260,6 @@ def selected_tests(
 def plan_json(plan: dict[str, object]) -> str:
     """A plan file's text: one JSON object, marked as a plan."""
     return json.dumps({"gradebox_plan": 1, **plan}, ensure_ascii=False) + "\n"
-
-
-def _run_locked(
-    suite: Suite,
-    box: Sandbox,
-    images: ImageSource,
-    options: RunOptions,
-    on_result: Callable[[TestResult], None],
-    on_start: Callable[[int, int], None],
-    executor: Executor | None,
-    selected: list[Test],
-    prints: dict[str, str],
-    workers: int,
-    started: str,
-    t0: float,
-) -> RunSummary:
-    out = options.out_dir
-    results_path = out / "results.jsonl"
-    previous = read_results(results_path) if options.resume else {}
-    if not options.resume:
-        # Whatever is under the name goes, a dangling link too (``exists`` follows it and
-        # would leave it there for the append to follow).
-        results_path.unlink(missing_ok=True)
-    # Reuse a result only when the test and everything that grades it are unchanged.
-    reusable = {
-        k: r
-        for k, r in previous.items()
-        if k in prints
-        and r.fingerprint == prints[k]
-        and not (options.retry_errors and r.status is Status.error)
-    }
-    stale = [k for k in previous if k in prints and k not in reusable]
-    if stale:
-        # The file says exactly what stands: results of other tests, and the reused ones. (Not
-        # rewritten when nothing is dropped: a resume after a full disk needs no second copy.)
-        rewrite_jsonl(
-            results_path, [r for k, r in previous.items() if k not in prints or k in reusable]
-        )
-    todo = [t for t in selected if t.id not in reusable]
-    run_id = executor.run_id if executor is not None else options.run_id or secrets.token_hex(6)
-    plan = {"suite": suite.name, "file": str(suite.path), "run_id": run_id, "started_at": started}
-    write_atomic(
-        out / PLAN, plan_json({**plan, "tests": [t.id for t in selected]}), what="results folder"
-    )
-    on_start(len(selected), len(selected) - len(todo))
-    writer = JsonlWriter(results_path)
-    own = executor is None
-    if executor is None:
-        executor = LocalExecutor(
-            Worker(
-                box,
-                images,
-                run_id,
-                suite=suite,
-                threads=workers,
-                max_ahead=options.max_ahead,
-                use_cache=options.use_cache,
-                model_calls=options.model_calls,
-                references=options.references,
-            )
-        )
-    # Only (status, score) per test stays in memory: a 100,000-test run costs what a
-    # 100-test one does; the results themselves are on disk.
-    wanted = {t.id for t in selected}
-    finished: dict[str, tuple[Status, float]] = {
-        k: (v.status, v.score) for k, v in reusable.items() if k in wanted
-    }
-    reused = len(finished)
-    del previous, reusable
-    interrupted = False
-    full: StorageError | None = None  # the results or scratch folder could not take more
-    warnings: list[str] = []
-    nodes: dict[str, int] = {}
-    remote_usage, remote_counted = Usage(), False  # a cluster's calls: each in its test's result
-    by_id = {t.id: t for t in todo}
-    try:
-        for done in executor.map([TestJob(t.id) for t in todo], workers):
-            result = done.value
-            if result is None:  # no result, no pass: an error that says why
-                result = not_run(by_id[str(done.job)], suite.root, done.error or "not run")
-            if done.node is not None or done.attempts is not None:
-                result.node, result.attempts = done.node, done.attempts
-            result.fingerprint = prints[result.id]
-            result.suite, result.file = suite.name, str(suite.path)  # a run of several files
-            _append_or_error(writer, result)
-            finished[result.id] = (result.status, result.score)
-            if result.node:
-                nodes[result.node] = nodes.get(result.node, 0) + 1
-            if executor.remote and result.usage is not None:
-                remote_usage.merge(result.usage)
-                remote_counted = True
-            on_result(result)
-    except KeyboardInterrupt:
-        interrupted = True
-        box.close()  # (the map has closed it too) in-flight runs end; nothing new starts
-        raise
-    except StorageError as exc:
-        # A machine fault, not a test's: the run ends (the map closed the sandbox: in-flight
-        # tests are not recorded), what is on disk stays, and --resume continues it.
-        interrupted, full = True, exc
-        box.close()
-        raise StorageError(
-            f"{exc}; the run stopped, {len(finished)} finished result(s) are kept in "
-            f"{results_path}: make room, then continue with --resume {out}"
-        ) from None
-    finally:
-        try:
-            if not interrupted:
-                warnings = after_all(suite, box, images, run_id)
-        finally:
-            if own:
-                executor.close()
-            writer.close()
-        summary = summarise(
-            suite,
-            run_id,
-            finished,
-            len(selected),
-            workers,
-            interrupted,
-            started,
-            time.monotonic() - t0,
-            tests=selected,
-        )
-        summary.reused = reused
-        summary.min_mean_score = suite.spec.min_mean_score
-        summary.warnings = warnings
-        summary.usage = executor.usage()
-        if executor.remote:  # the models were called on the nodes: each test's in its result
-            summary.usage = remote_usage if remote_counted else None
-            summary.nodes = nodes
-        if full is not None:
-            summary.warnings.append(f"stopped: {full}")
-        try:
-            # Whole or not at all: a full folder keeps the previous summary as it was.
-            write_atomic(
-                out / "summary.json",
-                summary.model_dump_json(indent=2) + "\n",
-                what="results folder",
-            )
-        except StorageError:
-            if full is None and not interrupted:
-                raise
-            log.warning("summary.json not written: the results folder is full")
-    return summary
 
 
 def _append_or_error(writer: JsonlWriter, result: TestResult) -> None:
@@ -317,27 +294,18 @@ def summarise(
     seconds: float,
     tests: list[Test] | None = None,
 ) -> RunSummary:
-    counts = {s: sum(1 for st, _ in finished.values() if st is s) for s in Status}
-    done = len(finished)
-    summary = RunSummary(
+    return RunSummary(
+        **_totals(total, list(finished.values())),
         suite=suite.name,
         run_id=run_id,
-        total=total,
-        passed=counts[Status.passed],
-        failed=counts[Status.failed],
-        errored=counts[Status.error],
-        not_run=total - done,
-        pass_rate=counts[Status.passed] / done if done else 0.0,
-        mean_score=sum(sc for _, sc in finished.values()) / done if done else 0.0,
         duration_s=round(seconds, 3),
         workers=workers,
         interrupted=interrupted,
         started_at=started,
         finished_at=now(),
         gradebox_version=__version__,
+        targets=per_target(suite.tests if tests is None else tests, finished),
     )
-    summary.targets = per_target(suite.tests if tests is None else tests, finished)
-    return summary
 
 
 def per_target(
@@ -351,17 +319,23 @@ def per_target(
             names.setdefault(test.target_name, []).append(test.id)
     if not names:
         return None
-    out = {}
-    for name, ids in names.items():
-        got = [finished[i] for i in ids if i in finished]
-        n = {s: sum(1 for st, _ in got if st is s) for s in Status}
-        out[name] = TargetTotals(
-            total=len(ids),
-            passed=n[Status.passed],
-            failed=n[Status.failed],
-            errored=n[Status.error],
-            not_run=len(ids) - len(got),
-            pass_rate=n[Status.passed] / len(got) if got else 0.0,
-            mean_score=sum(sc for _, sc in got) / len(got) if got else 0.0,
-        )
-    return out
+    return {
+        name: TargetTotals(**_totals(len(ids), [finished[i] for i in ids if i in finished]))
+        for name, ids in names.items()
+    }
+
+
+def _totals(total: int, got: list[tuple[Status, float]]) -> dict[str, Any]:
+    """The counts and rates ``RunSummary`` and ``TargetTotals`` share, of ``total`` tests of
+    which ``got`` finished."""
+    n = Counter(status for status, _ in got)
+    done = len(got)
+    return {
+        "total": total,
+        "passed": n[Status.passed],
+        "failed": n[Status.failed],
+        "errored": n[Status.error],
+        "not_run": total - done,
+        "pass_rate": n[Status.passed] / done if done else 0.0,
+        "mean_score": sum(score for _, score in got) / done if done else 0.0,
+    }

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
+from contextlib import ExitStack
 from math import comb
 
 from pydantic import BaseModel, Field
 
 from ..errors import ClusterError
 from ..lifecycle.executor import Executor, LocalExecutor
-from ..lifecycle.jobs import Record, TrialJob, Worker, run_target_once
+from ..lifecycle.jobs import Record, TrialJob, Worker
 from ..sandbox.base import Sandbox
 from .batch import GradedRecord
 
@@ -29,23 +30,25 @@ __all__ = [
     "TrialsReport",
     "pass_at_k",
     "pass_hat_k",
-    "run_target_once",
     "run_target_trials",
     "summarise_trials",
 ]
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """1 - C(n-c, k) / C(n, k). Example: ``pass_at_k(5, 2, 2) == 0.7``."""
+def _check(n: int, c: int, k: int) -> None:
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n-c, k) / C(n, k). Example: ``pass_at_k(5, 2, 2) == 0.7``."""
+    _check(n, c, k)
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
 def pass_hat_k(n: int, c: int, k: int) -> float:
     """C(c, k) / C(n, k). Example: ``pass_hat_k(5, 2, 2) == 0.1``."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    _check(n, c, k)
     return comb(c, k) / comb(n, k)
 
 
@@ -76,6 +79,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def _mean_by_k(figures: list[dict[str, float]], k: int) -> dict[str, float]:
+    """Each k's mean over the prompts that have it (those with at least k trials)."""
+    by_k = {str(j): [f[str(j)] for f in figures if str(j) in f] for j in range(1, k + 1)}
+    return {j: _mean(values) for j, values in by_k.items() if values}
+
+
 def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
     """Group graded records by ``id`` and compute every figure for k = 1..K (k <= n)."""
     groups: dict[str, list[GradedRecord]] = defaultdict(list)
@@ -95,28 +104,15 @@ def summarise_trials(records: list[GradedRecord], k: int) -> TrialsReport:
                 pass_hat_k={str(j): pass_hat_k(n, c, j) for j in ks},
             )
         )
-    keys = [str(j) for j in range(1, k + 1)]
+
     overall = Overall(
         prompts=len(prompts),
         trials=len(records),
         pass_rate=_mean([p.pass_rate for p in prompts]),
-        pass_at_k={
-            j: _mean([p.pass_at_k[j] for p in prompts if j in p.pass_at_k])
-            for j in keys
-            if any(j in p.pass_at_k for p in prompts)
-        },
-        pass_hat_k={
-            j: _mean([p.pass_hat_k[j] for p in prompts if j in p.pass_hat_k])
-            for j in keys
-            if any(j in p.pass_hat_k for p in prompts)
-        },
+        pass_at_k=_mean_by_k([p.pass_at_k for p in prompts], k),
+        pass_hat_k=_mean_by_k([p.pass_hat_k for p in prompts], k),
     )
     return TrialsReport(k=k, prompts=prompts, overall=overall)
-
-
-def trial_jobs(records: list[tuple[int, Record]], k: int) -> list[tuple[int, Record]]:
-    """K numbered trials per prompt, in order."""
-    return [(i, r) for i, r in enumerate((r for _, r in records for _ in range(k)), 1)]
 
 
 def run_target_trials(
@@ -134,19 +130,17 @@ def run_target_trials(
     trials (numbered in order). Ctrl-C and SIGTERM stop the queue at once. ``executor``: where
     each trial runs (default: threads of this process); a trial that could not run stops the
     command (ClusterError): a trial that never ran is never graded as one."""
-    jobs = [TrialJob(i, r, command, image_id, timeout) for i, r in trial_jobs(records, k)]
-    own = executor is None
-    if executor is None:
-        executor = LocalExecutor(Worker(box, None, secrets.token_hex(6), threads=workers))  # type: ignore[arg-type]
+    prompts = (r for _, r in records for _ in range(k))  # K numbered trials per prompt, in order
+    jobs = [TrialJob(i, r, command, image_id, timeout) for i, r in enumerate(prompts, 1)]
     done: dict[int, Record] = {}
-    try:
+    with ExitStack() as stack:
+        if executor is None:
+            worker = Worker(box, None, secrets.token_hex(6), threads=workers)  # type: ignore[arg-type]
+            executor = stack.enter_context(LocalExecutor(worker))
         for fin in executor.map(jobs, workers):
             job = fin.job
             assert isinstance(job, TrialJob)
             if fin.value is None:  # no answer is no trial: never graded as one
                 raise ClusterError(f"{job} could not run: {fin.error}")
             done[job.index] = fin.value
-    finally:
-        if own:
-            executor.close()
     return [(j.index, done[j.index]) for j in jobs]
