@@ -8,16 +8,23 @@ Loaded by the head's autoscaler as an ``external`` provider (tests/ray_cluster.p
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ray
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+
+BOOT_SECONDS = 5.0
 
 
 class FakeProviderWithMemory(FakeMultiNodeProvider):
     def _create_node_with_resources_and_labels(
         self, node_config: Any, tags: Any, count: int, resources: dict, labels: Any
     ) -> None:
+        # A cloud node takes a while to boot; the stock one is up in about a second, before
+        # the driver's stall check (2 s) sees that none was: its "waiting up to" line would
+        # depend on the machine's speed.
+        time.sleep(BOOT_SECONDS)
         resources = dict(resources)
         memory = resources.pop("memory", None)
         original = ray._private.parameter.RayParams
