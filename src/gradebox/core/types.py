@@ -49,7 +49,10 @@ Bytes = Annotated[
 """A byte count: an integer or a string such as ``512MiB`` / ``1GB``."""
 
 Threshold = Annotated[
-    float, Field(ge=0, le=1, allow_inf_nan=False), AfterValidator(passing_threshold)
+    float,
+    # ge, not gt: 0 is refused by passing_threshold, which says why; the schema says above 0.
+    Field(ge=0, le=1, allow_inf_nan=False, json_schema_extra={"exclusiveMinimum": 0}),
+    AfterValidator(passing_threshold),
 ]
 """A score from 0 to 1 that passes an answer; one every score reaches is refused
 (``core.scores``: it would pass every answer)."""

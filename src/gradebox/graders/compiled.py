@@ -50,8 +50,8 @@ SUFFIXES = (".yaml", ".yml", ".json")
 # What validating a grader file runs, relative to the package: a change to any is a new key.
 LOADER_MODULES = (
     "_version.py", "core/yamlfile.py", "core/types.py", "core/duration.py", "core/sizes.py",
-    "core/fstree.py", "graders/config.py", "graders/compiled.py", "sandbox/models.py",
-    "sandbox/defaults.py", "images/build.py",
+    "core/scores.py", "core/record.py", "core/fstree.py", "graders/config.py",
+    "graders/compiled.py", "sandbox/models.py", "sandbox/defaults.py", "images/build.py",
 )  # fmt: skip
 _PACKAGE = Path(__file__).resolve().parent.parent
 
