@@ -354,3 +354,29 @@ def test_the_suites_own_git_config_never_steers_a_fetch(server, tmp_path, monkey
     monkeypatch.chdir(suite)
     got = repos.resolve(server.url("good"), "main")
     assert got.commit == good != evil
+
+
+def test_a_resumed_run_does_not_reuse_a_result_of_the_commit_a_branch_named_before(
+    server, tmp_path
+):
+    """``--resume`` reuses a result whose fingerprint is unchanged; a branch that moved
+    between the runs left it unchanged, so the new commit's test was never run."""
+    from gradebox.suite.preflight import preflight
+
+    _, first = make_repo(server.base, "lib", {"a.txt": "1\n"})
+    suite_file = tmp_path / "r.eval.yaml"
+    suite_file.write_text(
+        f"workspace:\n  repos:\n    - {{path: ./r, repo: '{server.url('lib')}', commit: main}}\n"
+        "tests:\n  - id: a\n    input: x\n    assertions:\n      - {type: contains, value: x}\n"
+    )
+
+    def print_of_a_run() -> str:
+        repos.forget()  # a new run resolves the branch again
+        suite = load_suite(suite_file)
+        preflight(suite, fetch=True)
+        return suite.fingerprint(suite.tests[0])
+
+    before = print_of_a_run()
+    assert print_of_a_run() == before  # the branch did not move: the result stands
+    push_commit(server.base, "lib", "a.txt", "2\n")
+    assert print_of_a_run() != before

@@ -417,6 +417,12 @@ class Suite:
             if template not in self._tree_hashes:
                 self._tree_hashes[template] = input_hash(template, "")
             parts.append(self._tree_hashes[template])
+        # A remote repository's branch or tag resolves anew each run (preflight): a result of
+        # the commit it named before is not this run's to reuse. (Not in the portable print: a
+        # node resolves the driver's commit after it compares.)
+        commits = [r._commit for r in (test.workspace.repos if test.workspace else ()) if r._commit]
+        if commits and not portable:
+            parts.append(commits)
         return digest(*parts)
 
     def template_dir(self, ws: WorkspaceConfig | None) -> Path | None:
