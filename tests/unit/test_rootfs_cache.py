@@ -1,6 +1,7 @@
 """The OCI backend's root filesystem cache and backend selection, without a runtime."""
 
 import io
+import os
 import tarfile
 import threading
 import time
@@ -131,3 +132,48 @@ def test_a_relative_link_in_the_tree_is_followed_inside_it(tmp_path):
     root = cache.path_for("sha256:" + "fe" * 32)
     assert (root / "usr" / "sbin" / "gradebox-init").is_file()
     assert (root / "etc" / "grader").is_dir()
+
+
+class RawEngine:
+    """Exports the tar members it is given: a Dockerfile chooses the image's files, owners,
+    modes and set-user-id bits; an engine may also send the tree's top (``./``)."""
+
+    def __init__(self, members):
+        self.members = members
+
+    def export_image(self, image, sink):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for info, data in self.members:
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        sink(buf.getvalue())
+
+
+def _member(name, kind=tarfile.REGTYPE, mode=0o644, uid=0, data=None, link=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.uid, info.gid, info.linkname = kind, mode, uid, uid, link
+    info.size = len(data) if data is not None else 0
+    return info, data
+
+
+def test_the_trees_top_stays_ours_whatever_the_export_says(tmp_path):
+    """A ``./`` member handed the tree's top to another id (uid 1000: a host user, for a root
+    runner), who could then swap any of its folders under the running containers."""
+    engine = RawEngine(
+        [_member("./", tarfile.DIRTYPE, 0o777, uid=1000), _member("bin/sh", data=b"x")]
+    )
+    image = "sha256:" + "aa" * 32
+    root = RootfsCache(engine, root=tmp_path, mount_points=("/tmp",)).path_for(image)
+    st = root.stat()
+    assert (st.st_uid, oct(st.st_mode & 0o7777)) == (os.geteuid(), "0o755")
+
+
+def test_other_local_users_cannot_reach_the_unpacked_trees(tmp_path):
+    """Unpacked as root with its owners and modes, an image's set-user-id-root shell (or a
+    device node, a 1777 folder) is the host's: the cache's ``rootfs`` folder lets no other
+    local user reach it, even in a cache folder others may read (``GRADEBOX_CACHE``)."""
+    tmp_path.chmod(0o755)
+    engine = RawEngine([_member("bin/sh", mode=0o4755, data=b"#!/bin/sh\n")])
+    cache = RootfsCache(engine, root=tmp_path)
+    cache.path_for("sha256:" + "bb" * 32)
+    assert (tmp_path / "rootfs").stat().st_mode & 0o077 == 0

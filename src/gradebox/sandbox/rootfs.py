@@ -78,8 +78,14 @@ class RootfsCache:
         if image_id in self._known:
             return self._known[image_id]
         final = self._dir(image_id)
+        # Unpacked with the image's owners and modes, an entry holds its set-user-id files,
+        # device nodes and 1777 folders: no other local user may reach them, even in a cache
+        # folder others may read (an existing GRADEBOX_CACHE). 0700 is enough for the
+        # runtime: it binds the entry as root (of a user namespace mapping our id).
+        with contextlib.suppress(OSError):
+            os.chmod(self.root, 0o700)
         if not _complete(final):
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             with _locked(self.root / f"{final.name}.lock"):
                 # One unpacker; the others wait, then reuse.
                 if not _complete(final):
@@ -210,6 +216,9 @@ import os, stat, sys
 root, image_id, points = sys.argv[1], sys.argv[2], sys.argv[3:]
 D = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 top = os.open(root, D)
+# The tree's top is ours, whatever tar made of a "./" member (another id's, it could swap
+# any folder under the containers): the owner of the folder that holds it.
+os.fchown(top, os.stat(os.path.dirname(root)).st_uid, -1)
 
 def parent_of(path):
     # A descriptor of path's folder inside the tree (made where missing), and its last name.
