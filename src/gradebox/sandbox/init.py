@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 
 from ..core.log import LazyLogger
+from ..core.private_cache import cache_dir
 from ..core.programs import which
-from .rootfs import cache_dir
 
 __all__ = ["INIT_PATH", "init_binary", "sealed_init"]
 

@@ -27,6 +27,7 @@ from ..core.record import Record
 from ..core.untrusted import private as _private
 from ..errors import EngineError
 from . import userns
+from .init import INIT_PATH
 
 TYPE_CHECKING = False  # not typing's (~3 ms on `gradebox exec`'s hot path)
 if TYPE_CHECKING:  # the Docker SDK loads only when an image must be unpacked
@@ -113,7 +114,7 @@ class RootfsCache:
             'exec "$@"\n'
         )
         points = [("+" if p in self.open_points else "") + p for p in self.mount_points]
-        finish = [sys.executable, "-I", "-S", "-c", _FINISH, str(tmp), image_id, *points]
+        finish = [sys.executable, "-I", "-S", "-c", _FINISH, str(tmp), image_id, INIT_PATH, *points]
         argv = ["/bin/sh", "-c", script, "unpack", str(tmp), *finish]
         try:
             # Its errors in a file, not a pipe: a pipe nobody drains while the export is
@@ -213,7 +214,7 @@ def _install(tmp: Path, final: Path, rmtree: Callable[[Path], object]) -> None:
 # only (python -I -S: it runs in the user namespace without our packages).
 _FINISH = r"""
 import os, stat, sys
-root, image_id, points = sys.argv[1], sys.argv[2], sys.argv[3:]
+root, image_id, init, points = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 D = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 top = os.open(root, D)
 # The tree's top is ours, whatever tar made of a "./" member (another id's, it could swap
@@ -269,7 +270,7 @@ for point in points:
         os.fchmod(sub, 0o1777)
         os.close(sub)
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-fd, name = parent_of("/sbin/gradebox-init")
+fd, name = parent_of(init)
 if not lexists(name, fd):
     os.close(os.open(name, NEW, 0o644, dir_fd=fd))
 # The marker, last: whatever the image put under its name goes first (a link: not followed).
