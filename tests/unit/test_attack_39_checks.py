@@ -10,22 +10,15 @@ import yaml
 
 from gradebox.errors import ConfigError
 from gradebox.graders import assertion
-from gradebox.graders.custom import discover
 from gradebox.suite import load_suite
-from tests.conftest import write
+from tests.conftest import compile_context, write
 
 
 def _compile(tmp_path: Path, src: str, flavor: str = "agentv") -> assertion.Assertion:
     write(tmp_path / ".gradebox" / "targets.yaml",
           "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
           "api_key_env: GB_NO_KEY}\ndefault_grader: m\n")  # fmt: skip
-    ctx = assertion.CompileContext(
-        file="suite.yaml",
-        lines={},
-        suite_dir=tmp_path,
-        customs=discover(tmp_path),
-        flavor=flavor,  # type: ignore[arg-type]
-    )
+    ctx = compile_context(tmp_path, flavor)
     return assertion.compile_assertion(yaml.safe_load(src), ctx, ("tests", "0", "assert", "0"))
 
 
