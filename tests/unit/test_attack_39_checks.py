@@ -120,3 +120,17 @@ def test_the_tolerance_is_the_one_the_verdicts_compare_within():
     assert passing_threshold(2 * TOLERANCE) == 2 * TOLERANCE
     with pytest.raises(ValueError):
         passing_threshold(TOLERANCE)
+
+
+@pytest.mark.parametrize("flavor", ["agentv", "gradebox"])
+@pytest.mark.parametrize(
+    "modifiers, field",
+    [(f"required: {_TINY}", "required"), (f"required: true, min_score: {_TINY}", "min_score")],
+)
+def test_a_required_gate_every_score_reaches_is_refused(tmp_path, modifiers, field, flavor):
+    """A gate is compared as a threshold is (``reaches``): at 1e-10 it closed on no score,
+    though only 0 was refused, so ``required`` required nothing."""
+    with pytest.raises(ConfigError) as info:
+        _compile(tmp_path, f"{{type: contains, value: x, {modifiers}}}", flavor)
+    assert info.value.field == f"tests.0.assert.0.{field}", info.value
+    assert "never closes" in info.value.message
