@@ -12,6 +12,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,20 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def compile_context(suite_dir: Path, flavor: str = "gradebox") -> Any:
+    """A ``graders.assertion.CompileContext`` for an entry of ``suite.yaml`` in ``suite_dir``
+    (its custom assertions discovered there)."""
+    from gradebox.graders import assertion, custom
+
+    return assertion.CompileContext(
+        file="suite.yaml",
+        lines={},
+        suite_dir=suite_dir,
+        customs=custom.discover(suite_dir),
+        flavor=flavor,  # type: ignore[arg-type]
+    )
 
 
 def loaded_by(modules: list[str], watched: tuple[str, ...]) -> list[str]:

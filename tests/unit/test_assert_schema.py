@@ -21,7 +21,7 @@ from gradebox.graders.entries import known_types
 from gradebox.graders.trace import TRACE_TYPES
 from gradebox.suite import load_suite
 from gradebox.suite.detect import detect_format
-from tests.conftest import write
+from tests.conftest import compile_context, write
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
@@ -157,7 +157,6 @@ def test_an_entry_is_validated_once_and_compiled_from_its_record(
     # the entry came in: no second pass over the same entry, nor a check of its modifiers on
     # their own, nor what runs validated on its own (AgentV's trace checks once were).
     from gradebox.graders import assertion, entries
-    from gradebox.graders.custom import discover
     from gradebox.graders.trace import TraceAssertion
     from gradebox.graders.trajectory import SkillTrigger, ToolTrajectory
 
@@ -171,13 +170,7 @@ def test_an_entry_is_validated_once_and_compiled_from_its_record(
     monkeypatch.setattr(assertion, "check_entry", lambda e, **kw: calls.append(e) or check(e, **kw))
     for runs in (entries.Entry, TraceAssertion, ToolTrajectory, SkillTrigger):
         monkeypatch.setattr(runs, "model_validate", classmethod(lambda *a, **kw: 1 / 0))
-    ctx = assertion.CompileContext(
-        file="suite.yaml",
-        lines={},
-        suite_dir=tmp_path,
-        customs=discover(tmp_path),
-        flavor=flavor,  # type: ignore[arg-type]
-    )
+    ctx = compile_context(tmp_path, flavor)
     compiled = assertion.compile_assertion(entry, ctx, ("tests", "0", "assert", "0"))
     members = entry.get("assert", entry.get("assertions", []))
     assert len(calls) == 1 + len(members) and calls[0]["type"] == entry["type"]

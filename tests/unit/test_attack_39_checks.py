@@ -10,22 +10,15 @@ import yaml
 
 from gradebox.errors import ConfigError
 from gradebox.graders import assertion
-from gradebox.graders.custom import discover
 from gradebox.suite import load_suite
-from tests.conftest import write
+from tests.conftest import compile_context, write
 
 
 def _compile(tmp_path: Path, src: str, flavor: str = "agentv") -> assertion.Assertion:
     write(tmp_path / ".gradebox" / "targets.yaml",
           "targets:\n  - {name: m, provider: openai, model: gpt-4o-mini, "
           "api_key_env: GB_NO_KEY}\ndefault_grader: m\n")  # fmt: skip
-    ctx = assertion.CompileContext(
-        file="suite.yaml",
-        lines={},
-        suite_dir=tmp_path,
-        customs=discover(tmp_path),
-        flavor=flavor,  # type: ignore[arg-type]
-    )
+    ctx = compile_context(tmp_path, flavor)
     return assertion.compile_assertion(yaml.safe_load(src), ctx, ("tests", "0", "assert", "0"))
 
 
@@ -127,3 +120,17 @@ def test_the_tolerance_is_the_one_the_verdicts_compare_within():
     assert passing_threshold(2 * TOLERANCE) == 2 * TOLERANCE
     with pytest.raises(ValueError):
         passing_threshold(TOLERANCE)
+
+
+@pytest.mark.parametrize("flavor", ["agentv", "gradebox"])
+@pytest.mark.parametrize(
+    "modifiers, field",
+    [(f"required: {_TINY}", "required"), (f"required: true, min_score: {_TINY}", "min_score")],
+)
+def test_a_required_gate_every_score_reaches_is_refused(tmp_path, modifiers, field, flavor):
+    """A gate is compared as a threshold is (``reaches``): at 1e-10 it closed on no score,
+    though only 0 was refused, so ``required`` required nothing."""
+    with pytest.raises(ConfigError) as info:
+        _compile(tmp_path, f"{{type: contains, value: x, {modifiers}}}", flavor)
+    assert info.value.field == f"tests.0.assert.0.{field}", info.value
+    assert "never closes" in info.value.message

@@ -9,12 +9,15 @@ import io
 import json
 import os
 import random
+import sys
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from gradebox.core.private_cache import PrivateCache
-from gradebox.graders import compiled, load_grader
+from gradebox.graders import compiled, config, load_grader
 from gradebox.graders.run import LARGE_OUTPUT_CHARS
 from gradebox.graders.verdict import result_of, verdict
 from gradebox.protocol import models as protocol
@@ -213,6 +216,26 @@ def test_the_cache_key_names_modules_that_exist():
     # A module renamed away from the list would no longer change the key when it changes.
     package = Path(compiled.__file__).resolve().parent.parent
     assert [m for m in compiled.LOADER_MODULES if not (package / m).is_file()] == []
+
+
+def test_the_cache_key_names_the_module_of_every_model_a_grader_file_is_validated_by():
+    # An edit to a model validation runs (ImageBuild, in images/resolve.py) must be a new key.
+    package = Path(compiled.__file__).resolve().parent.parent
+    seen: set[type] = set()
+
+    def walk(tp: object) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and tp not in seen:
+            seen.update(c for c in tp.__mro__ if issubclass(c, BaseModel) and c is not BaseModel)
+            for field in tp.model_fields.values():
+                walk(field.annotation)
+        for arg in typing.get_args(tp):
+            walk(arg)
+
+    walk(config.ProgramGrader)
+    walk(config.ScriptGrader)
+    files = {Path(sys.modules[m.__module__].__file__ or "").resolve() for m in seen}
+    named = {(package / m).resolve() for m in compiled.LOADER_MODULES}
+    assert sorted(str(f.relative_to(package)) for f in files - named) == []
 
 
 def test_a_tampered_entry_is_a_miss(grader_file, cache):

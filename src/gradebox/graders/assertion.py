@@ -378,10 +378,13 @@ def _scored(s: Entry, ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, An
         if s.min_score is None
         else s.min_score
     )
-    if gate is not False and gate <= 0:
-        # Every score reaches a gate at 0: `required` would require nothing.
+    if gate is not False and reaches(0.0, gate):
+        # Every score reaches such a gate (0, or within the tolerance scores are compared
+        # within): `required` would require nothing.
         where = "min_score" if s.required is True and s.min_score is not None else "required"
-        raise _fail(ctx, (*loc, where), "a required gate at 0 never closes: give one above 0")
+        raise _fail(
+            ctx, (*loc, where), f"a required gate at {gate:g} never closes: give one above 0"
+        )
     return {
         "name": s.name if "name" in s.model_fields_set else s.metric,
         "weight": s.weight,

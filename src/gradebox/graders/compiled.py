@@ -51,7 +51,7 @@ SUFFIXES = (".yaml", ".yml", ".json")
 LOADER_MODULES = (
     "_version.py", "core/yamlfile.py", "core/types.py", "core/duration.py", "core/sizes.py",
     "core/scores.py", "core/record.py", "core/fstree.py", "graders/config.py",
-    "graders/compiled.py", "sandbox/models.py", "sandbox/defaults.py", "images/build.py",
+    "graders/compiled.py", "sandbox/models.py", "sandbox/defaults.py", "images/resolve.py",
 )  # fmt: skip
 _PACKAGE = Path(__file__).resolve().parent.parent
 

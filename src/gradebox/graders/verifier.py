@@ -28,7 +28,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..core import untrusted
 from ..core.pathnames import is_dir, is_file
@@ -144,7 +144,7 @@ def judge_node(name: str, stdout: str, common: dict[str, Any]) -> GraderResult:
 
 def _judged(
     name: str,
-    kind: str,
+    kind: Literal["pytest", "node-test"],
     stdout: str,
     common: dict[str, Any],
     read: Callable[[dict[str, Any]], tuple[list[Check], int, list[str]]],
@@ -155,15 +155,7 @@ def _judged(
         data = _runner_line(stdout, kind)
         return _finish(name, kind, *read(data), data, common)
     except _NoVerdict as exc:
-        return GraderResult(
-            name=name,
-            type=kind,
-            status=Status.error,
-            passed=False,
-            score=0.0,
-            evidence=str(exc),
-            **common,
-        )
+        return GraderResult.errored(name, kind, str(exc), **common)
 
 
 def _runner_line(stdout: str, kind: str) -> dict[str, Any]:

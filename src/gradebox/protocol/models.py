@@ -462,10 +462,17 @@ class GraderResult(BaseModel):
     _no_verdict: str | None = PrivateAttr(default=None)
 
     @classmethod
-    def errored(cls, name: str, type: GraderType, evidence: str) -> GraderResult:
-        """A grader with no verdict: an ``error`` that says why, never a pass."""
+    def errored(cls, name: str, type: GraderType, evidence: str, **more: Any) -> GraderResult:
+        """A grader with no verdict: an ``error`` that says why, never a pass (``more``: its
+        other fields, such as the run's tails)."""
         return cls(
-            name=name, type=type, status=Status.error, passed=False, score=0.0, evidence=evidence
+            name=name,
+            type=type,
+            status=Status.error,
+            passed=False,
+            score=0.0,
+            evidence=evidence,
+            **more,
         )
 
     @property
