@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..core.scores import reaches
 from ..protocol.models import GraderResult, Payload, Status
 from .transcript import ToolCall, trace_of
 
@@ -158,7 +159,7 @@ class ToolTrajectory(BaseModel):
     def _result(
         self, score: float, notes: list[str], named: list[int] | None = None
     ) -> GraderResult:
-        passed = score >= V4_PASS
+        passed = reaches(score, V4_PASS)
         return GraderResult(
             name=self.display_name(),
             type="trace",
