@@ -380,3 +380,35 @@ def test_a_resumed_run_does_not_reuse_a_result_of_the_commit_a_branch_named_befo
     assert print_of_a_run() == before  # the branch did not move: the result stands
     push_commit(server.base, "lib", "a.txt", "2\n")
     assert print_of_a_run() != before
+
+
+def test_a_resumed_run_does_not_reuse_a_result_of_what_a_local_repository_was_before(tmp_path):
+    """A local repository is the workspace's too: its branch moving (a checkout at ``ref``) or
+    its files changing (a copy) changes the test's fingerprint, so ``--resume`` runs it again."""
+    lib, plain = tmp_path / "lib", tmp_path / "plain"
+    lib.mkdir()
+    plain.mkdir()
+    git(lib, "init", "-q")
+    (lib / "a.txt").write_text("1\n")
+    git(lib, "add", "a.txt")
+    git(lib, "commit", "-qm", "one")
+    (plain / "b.txt").write_text("1\n")
+    suite_file = tmp_path / "r.yaml"
+    suite_file.write_text(
+        "workspace:\n  repos:\n    - {path: ./r, source: lib, ref: main}\n"
+        "    - {path: ./p, source: plain}\n"
+        "tests:\n  - id: a\n    input: x\n    assert:\n      - {type: contains, value: x}\n"
+    )
+
+    def print_of_a_run() -> str:
+        suite = load_suite(suite_file)
+        return suite.fingerprint(suite.tests[0])
+
+    before = print_of_a_run()
+    assert print_of_a_run() == before  # nothing moved: the result stands
+    (lib / "a.txt").write_text("2\n")
+    git(lib, "commit", "-qam", "two")
+    moved = print_of_a_run()
+    assert moved != before
+    (plain / "b.txt").write_text("2\n")
+    assert print_of_a_run() != moved

@@ -54,6 +54,7 @@ __all__ = [
     "checkout",
     "clone_into",
     "is_remote",
+    "local_commit",
     "offline",
     "refuse_url",
     "repo_folder",
@@ -192,6 +193,26 @@ def checkout_env() -> dict[str, str]:
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "HOME": "/nonexistent",
     }
+
+
+def local_commit(folder: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in the local repository ``folder`` now (``checkout_env``: no
+    config but the repository's own, no prompt), or None when it names none."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--verify", "--quiet", "--end-of-options",
+             f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            env=checkout_env(),
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = proc.stdout.strip()
+    return commit if proc.returncode == 0 and commit else None
 
 
 def checkout(

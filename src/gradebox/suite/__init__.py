@@ -32,6 +32,7 @@ from ..core.pathnames import is_dir
 from ..core.types import Bytes, Duration, Threshold
 from ..core.yamlfile import LineMap, load_yaml_file, validate
 from ..errors import ConfigError, collect
+from ..files.repos import is_remote, local_commit
 from ..files.workspace import DEFAULT_DIFF_CAP, DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, Quota
 from ..graders.assertion import (
     DEFAULT_REQUIRED,
@@ -360,6 +361,7 @@ class Suite:
     customs: dict[str, CustomAssertion]
     targets: TargetSet | None = None  # model targets, when any grader calls a model
     _tree_hashes: dict[Path, str] = field(default_factory=dict, repr=False)
+    _repo_prints: dict[tuple[Path, str | None], str] = field(default_factory=dict, repr=False)
     _suite_print: str | None = field(default=None, repr=False)
 
     @property
@@ -417,13 +419,28 @@ class Suite:
             if template not in self._tree_hashes:
                 self._tree_hashes[template] = input_hash(template, "")
             parts.append(self._tree_hashes[template])
-        # A remote repository's branch or tag resolves anew each run (preflight): a result of
-        # the commit it named before is not this run's to reuse. (Not in the portable print: a
-        # node resolves the driver's commit after it compares.)
-        commits = [r._commit for r in (test.workspace.repos if test.workspace else ()) if r._commit]
-        if commits and not portable:
-            parts.append(commits)
+        # A repository's branch or tag names a commit of this run's (a remote one's resolved
+        # by preflight), a local copy its files now: a result of what they were before is not
+        # this run's to reuse. (Not in the portable print: a node resolves the driver's
+        # commit after it compares.)
+        repos = [self._repo_print(r) for r in (test.workspace.repos if test.workspace else ())]
+        if any(repos) and not portable:
+            parts.append(repos)
         return digest(*parts)
+
+    def _repo_print(self, repo: RepoConfig) -> str | None:
+        """What a repository of a workspace is in this run: a remote one's resolved commit
+        (None before preflight), a local one's commit at its ``ref``, else its files' hash."""
+        if is_remote(repo.source):
+            return repo._commit
+        source = (self.root / repo.source).resolve()
+        key = (source, repo.ref)
+        if key not in self._repo_prints:
+            if repo.ref is None:
+                self._repo_prints[key] = input_hash(source, "") if is_dir(source) else "missing"
+            else:
+                self._repo_prints[key] = local_commit(source, repo.ref) or "unresolved"
+        return self._repo_prints[key]
 
     def template_dir(self, ws: WorkspaceConfig | None) -> Path | None:
         return (self.root / ws.template).resolve() if ws and ws.template else None
