@@ -196,23 +196,12 @@ def checkout_env() -> dict[str, str]:
 
 
 def local_commit(folder: Path, ref: str) -> str | None:
-    """The commit ``ref`` names in the local repository ``folder`` now (``checkout_env``: no
-    config but the repository's own, no prompt), or None when it names none."""
+    """The commit ``ref`` names in the local repository ``folder`` now, or None when it names
+    none (or git cannot say: another user's repository, a timeout)."""
     try:
-        proc = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "--verify", "--quiet", "--end-of-options",
-             f"{ref}^{{commit}}"],
-            capture_output=True,
-            text=True,
-            env=checkout_env(),
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        return _rev_parse(None, ref, "-C", str(folder))
     except (OSError, subprocess.TimeoutExpired):
         return None
-    commit = proc.stdout.strip()
-    return commit if proc.returncode == 0 and commit else None
 
 
 def checkout(
@@ -418,9 +407,10 @@ def _git(mirror: Path | None, *args: str, timeout: float = 60.0) -> subprocess.C
     )
 
 
-def _rev_parse(mirror: Path, ref: str | None) -> str | None:
+def _rev_parse(mirror: Path | None, ref: str | None, *where: str) -> str | None:
+    """The commit ``ref`` names in ``mirror`` (or where ``where`` points git: ``-C FOLDER``)."""
     spec = f"{ref or 'HEAD'}^{{commit}}"
-    proc = _git(mirror, "rev-parse", "--verify", "--quiet", "--end-of-options", spec)
+    proc = _git(mirror, *where, "rev-parse", "--verify", "--quiet", "--end-of-options", spec)
     out = proc.stdout.strip()
     return out if proc.returncode == 0 and _FULL_SHA.match(out) else None
 
