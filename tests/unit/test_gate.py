@@ -81,3 +81,31 @@ def test_the_entry_becomes_the_init_then_the_gate_then_the_command():
     assert argv[:2] == ["/bin/sh", "-c"] and argv[-2:] == ["python3", "g.py"]
     assert "/sbin/gradebox-init" in argv
     assert "/sbin/gradebox-init" not in entry_command(["true"], init=False)
+
+
+def test_a_channel_written_as_fast_as_it_is_read_lets_the_caller_check_its_deadline(
+    tmp_path, monkeypatch
+):
+    """The FIFO is writable in the container: a grader's writers that refill it between every
+    read of ours held ``read`` in its loop for good, and the pump, which checks the deadline
+    between reads, past the grader's timeout. A read now returns after a bounded number of
+    reads; a report that finds the channel still flowing reads it as a flood."""
+    from gradebox.sandbox import gate
+
+    channel = ReportChannel(tmp_path)
+    calls = []
+
+    def endless(fd, n):
+        calls.append(n)
+        if len(calls) > 10_000:
+            raise AssertionError("read never returned to its caller")
+        return b"x" * n
+
+    try:
+        monkeypatch.setattr(gate.os, "read", endless)
+        assert channel.read() is False and len(calls) <= 16
+        r = channel.report(TOKEN)
+        assert r.signalled is True and channel.dropped
+    finally:
+        monkeypatch.undo()
+        channel.close()
