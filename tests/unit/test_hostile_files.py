@@ -167,19 +167,20 @@ def test_a_torn_tail_longer_than_one_read_is_dropped(tmp_path):
     assert path.read_bytes() == b""
 
 
-def test_any_out_of_space_reaching_the_cli_is_one_line(capsys):
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_any_out_of_space_reaching_the_cli_is_one_line(capsys, code):
     import typer
 
     from gradebox.cli.app import EXIT_STORAGE, handled
 
     def full() -> None:
-        raise OSError(errno.ENOSPC, "No space left on device", "/x/y")
+        raise OSError(code, os.strerror(code), "/x/y")
 
     with pytest.raises(typer.Exit) as exit_:
         handled(full)()
     assert exit_.value.exit_code == EXIT_STORAGE == 5
     err = capsys.readouterr().err
-    assert err == "gradebox: error: out of space: /x/y: no space left on device\n"
+    assert err == f"gradebox: error: out of space: /x/y: {os.strerror(code).lower()}\n"
 
     def broken() -> None:  # any other OSError is a bug of ours: its traceback stays
         raise OSError(errno.EIO, "I/O error")
@@ -201,6 +202,116 @@ def test_a_full_disk_names_the_folder_it_happened_in(tmp_path, monkeypatch):
     assert str(scratch_error(OSError(*full, "/var/lib/gradebox/x"))).startswith(
         "cannot write /var/lib/gradebox/x: no space left"
     )  # the OCI backend's own storage, say
+
+
+def _quota_exceeded(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+
+def test_a_full_quota_is_out_of_space_at_every_step_that_asks(tmp_path, monkeypatch):
+    """EDQUOT (a user's quota, which no tmpfs in tests/docker gives) ends a run as ENOSPC
+    does, at each step that tells a full disk from the data's or the test's own error."""
+    from gradebox.core.atomic import writable_folder
+    from gradebox.files import baseline, workspace
+    from gradebox.graders.grader_run import GraderRun
+    from gradebox.sandbox.defaults import DEFAULT_SECURITY
+    from gradebox.sandbox.host import HostSandbox
+
+    real_open = os.open
+
+    def probe_full(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if ".gradebox-probe" in str(path):
+            _quota_exceeded()
+        return real_open(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", probe_full)
+        with pytest.raises(StorageError, match=r"results folder .*: disk quota exceeded"):
+            writable_folder(tmp_path / "out", field="--out")
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with monkeypatch.context() as m:
+        m.setattr(baseline._Store, "init", _quota_exceeded)
+        with pytest.raises(OSError) as raised:  # not this test's WorkspaceError: the run's
+            baseline.Baseline.take(ws, store=tmp_path / "store-1")
+        assert raised.value.errno == errno.EDQUOT
+    base = baseline.Baseline.take(ws, store=tmp_path / "store-2")
+    with monkeypatch.context() as m:
+        m.setattr(baseline.Baseline, "_snapshot", _quota_exceeded)
+        with pytest.raises(OSError) as raised:
+            base.changes()
+        assert raised.value.errno == errno.EDQUOT
+
+    monkeypatch.setattr(workspace, "safe_copy", _quota_exceeded)
+    with pytest.raises(OSError) as raised:  # unmounted: the scratch folder's, not the quota's
+        workspace.Workspace(tmp_path / "w", workspace.Quota(), False).fill(ws)
+    assert raised.value.errno == errno.EDQUOT
+    with pytest.raises(workspace.WorkspaceError, match="exceeds the workspace quota"):
+        workspace.Workspace(tmp_path / "w", workspace.Quota(), True).fill(ws)
+
+    with GraderRun(HostSandbox(), security=DEFAULT_SECURITY) as run:
+        run.prepare(image="sha256:" + "0" * 64, command=["true"], workspace=None)
+        monkeypatch.setattr(Path, "write_bytes", _quota_exceeded)
+        with pytest.raises(StorageError, match="disk quota exceeded"):
+            run.execute(b"{}", files={"input.json": b"{}"})
+
+
+def test_a_full_quota_in_a_test_ends_the_run(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gradebox.cli.app import EXIT_STORAGE, app
+    from gradebox.lifecycle import testrun
+
+    (tmp_path / "tpl").mkdir()
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("workspace: {template: ./tpl}\ntests:\n"
+                     "  - {id: t, output: a, assert: [{type: equals, value: a}]}\n")  # fmt: skip
+    monkeypatch.setattr(testrun.Baseline, "take", _quota_exceeded)
+    argv = ["run", str(suite), "--out", str(tmp_path / "out"), "--sandbox", "host"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == EXIT_STORAGE, result.output
+    assert "disk quota exceeded" in result.output and "internal error" not in result.output
+
+
+def test_out_of_space_is_asked_through_one_predicate():
+    """Whether an error is a full disk is ``core.atomic.out_of_space``: a second spelling
+    (``exc.errno in (errno.ENOSPC, errno.EDQUOT)``, or the numbers) drifts from it."""
+    src = Path(__file__).resolve().parents[2] / "src" / "gradebox"
+    spelled = [
+        f"{path.relative_to(src)}:{line}"
+        for path in sorted(src.rglob("*.py"))
+        if path != src / "core" / "atomic.py"
+        for line in _asks_for_a_full_disk(path.read_text(encoding="utf-8"))
+    ]
+    assert spelled == [], "use gradebox.core.atomic.out_of_space"
+    for spelling in ("x.errno in (errno.ENOSPC, errno.EDQUOT)", "e.errno == ENOSPC",
+                     "exc.errno in {28, 122}", "errno.EDQUOT == exc.errno"):  # fmt: skip
+        assert _asks_for_a_full_disk(spelling) == [1], spelling
+
+
+def _asks_for_a_full_disk(source: str) -> list[int]:
+    """Lines comparing an ``errno`` with ENOSPC or EDQUOT, by name or number."""
+    import ast
+
+    full = {"ENOSPC", "EDQUOT", errno.ENOSPC, errno.EDQUOT}
+
+    def names(node: ast.AST) -> set[object]:
+        out: set[object] = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                out.add(sub.attr)
+            elif isinstance(sub, ast.Constant) and type(sub.value) is int:
+                out.add(sub.value)
+        return out
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare) and "errno" in (seen := names(node)) and seen & full
+    ]
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

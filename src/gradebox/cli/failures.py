@@ -6,9 +6,9 @@ which runs before typer exists, uses the same table. Standard library only.
 
 from __future__ import annotations
 
-import errno
 import tempfile
 
+from ..core.atomic import out_of_space
 from ..errors import ConfigError, GradeboxError, ImageError, StorageError
 
 __all__ = ["EXIT_STORAGE", "failure"]
@@ -25,7 +25,7 @@ def failure(exc: BaseException) -> tuple[str, int] | None:
         return str(exc), EXIT_STORAGE
     if isinstance(exc, GradeboxError):
         return str(exc), 4
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if out_of_space(exc):
         # Out of space where no step named its folder: still one line and exit 5.
         where = exc.filename or f"{tempfile.gettempdir()} ($TMPDIR) or the results folder"
         reason = (exc.strerror or str(exc)).lower()

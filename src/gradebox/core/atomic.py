@@ -32,15 +32,24 @@ from .untrusted import unshared
 __all__ = [
     "DISK_ERRORS",
     "lock_folder",
+    "out_of_space",
     "storage_error",
     "writable_folder",
     "write_atomic",
     "write_error",
 ]
 
-# Errors that say the folder, not the data, is at fault: no space, no quota, no inodes, a
-# file past the size limit, a read-only or failing filesystem.
-DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+# No room left to write: no space or no inodes (ENOSPC), no quota (EDQUOT).
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+# Errors that say the folder, not the data, is at fault: no room, a file past the size limit,
+# a read-only or failing filesystem.
+DISK_ERRORS = _NO_ROOM | {errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` says the filesystem had no room left (space, inodes or quota): the
+    machine's fault, which ends a run, not the data's or the test's. The one spelling of it."""
+    return isinstance(exc, OSError) and exc.errno in _NO_ROOM
 
 
 def storage_error(exc: OSError, folder: Path | str, what: str) -> StorageError:
@@ -144,7 +153,7 @@ def _ours_alone(path: Path, field: str, what: str) -> None:
 
 
 def _refused(exc: OSError, path: Path, field: str, what: str) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if out_of_space(exc):
         return storage_error(exc, path, what)
     reason = (exc.strerror or str(exc)).lower()
     return ConfigError(f"{what} {path} cannot be written: {reason}", field=field)

@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.atomic import out_of_space
 from ..core.fstree import Folder, walk_folders
 from ..core.gitignore import IgnoreFile, parse_ignore_file
 from ..core.scratch import new_scratch
@@ -453,7 +454,7 @@ class Baseline:
             base._deadline = time.monotonic() + DIFF_SECONDS
             base._before = base._snapshot(first=True)
         except (OSError, subprocess.SubprocessError) as exc:
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if out_of_space(exc):
                 raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot take a baseline of the workspace: {exc}") from None
         return base
@@ -660,7 +661,7 @@ class Baseline:
                 preamble=_IGNORED_NOTE,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if out_of_space(exc):
                 raise  # the scratch folder is full: the run ends (lifecycle says so)
             raise WorkspaceError(f"cannot diff the workspace: {exc}") from None
         text = _cut(bytes(head), total, cap)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import settings
+from ..core.atomic import out_of_space
 from ..core.fstree import (
     QuotaPassed,
     chown_tree,
@@ -286,13 +287,13 @@ class Workspace:
         except OSError as exc:
             # A mounted workspace is its quota's size; unmounted, only our count says quota
             # (a full disk under $TMPDIR is the machine's fault: the caller ends the run).
-            if exc.errno in (28, 122) and (self.mounted or isinstance(exc, QuotaPassed)):
+            if not out_of_space(exc):
+                raise WorkspaceError(f"cannot copy {source}: {exc}") from None
+            if self.mounted or isinstance(exc, QuotaPassed):
                 raise WorkspaceError(
                     f"copying {source} exceeds the workspace quota ({self.quota.describe()})"
                 ) from None
-            if exc.errno in (28, 122):
-                raise  # ENOSPC, EDQUOT of the scratch folder itself
-            raise WorkspaceError(f"cannot copy {source}: {exc}") from None
+            raise  # the scratch folder itself is full
 
     def exceeded(self) -> str | None:
         """Why the workspace is over (or at) its quota, or None."""

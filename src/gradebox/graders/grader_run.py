@@ -21,7 +21,6 @@ dataclasses: ``gradebox exec`` and ``grade``'s lean path run it on their hot pat
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import pwd
 from pathlib import Path
@@ -185,7 +184,10 @@ class GraderRun:
                 try:
                     (self.inputs / name).write_bytes(data)
                 except OSError as exc:
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # lazy: core.atomic on a fault only, not on exec's hot path
+                    from ..core.atomic import out_of_space
+
+                    if out_of_space(exc):
                         raise scratch_error(exc) from None  # the machine's, not the grader's
                     raise
             seal_inputs(self.inputs, self.owner)

@@ -11,7 +11,6 @@ summaries (``gradebox.drivers.runner``)."""
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..core.atomic import out_of_space
 from ..core.fstree import copy_tree
 from ..core.scratch import new_scratch, scratch_error
 from ..errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
@@ -235,7 +235,7 @@ class SuiteContext:
                         self._stage(stage, template, cfg if prepared else None)
                     except OSError as exc:
                         remove_tree(stage)  # never half a template for the next test to meet
-                        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        if out_of_space(exc):
                             raise scratch_error(exc) from None  # the run ends
                         raise WorkspaceError(f"staging {template}: {exc}") from None
                 except GradeboxError as exc:
@@ -387,7 +387,7 @@ class TestRun:
         except GradeboxError as exc:
             result.status, result.error = Status.error, str(exc)
         except Exception as exc:  # a bug must cost one test, not the run
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if out_of_space(exc):
                 raise scratch_error(exc) from None  # the cause, not its knock-on errors
             if self.run_.closed:  # the run ended under it (its staged folders are gone)
                 raise SandboxClosed() from None
