@@ -248,6 +248,10 @@ def test_docker_environment_sets_every_steps_image_and_limits(tmp_path):
     assert suite.spec.defaults.image == "mine:1" and suite.spec.target.image == "mine:1"
     grader = suite.tests[0].assertions[0].grader
     assert grader.image == "mine:1" and int(grader.limits.memory) == 2 << 30
+    write(path, path.read_text().replace("memory: 2g", "memory: 1k"))
+    with pytest.raises(ConfigError) as info:  # below every grader's floor, at its own line
+        load_suite(path)
+    assert (info.value.field, info.value.line) == ("environment.resources.memory", 6)
 
 
 def test_providers_become_targets(tmp_path, monkeypatch):

@@ -288,6 +288,23 @@ def test_workspace_docker_maps_onto_our_images_or_is_refused(tmp_path):
     assert "swebench/x:1" in info.value.feature and info.value.field == "workspace.docker.image"
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("memory", "-1g", "'-1g' is not a size"), ("memory", "1k", "greater than or equal to"),
+     ("cpus", "-1", "greater than 0")],
+)  # fmt: skip
+def test_a_docker_limit_no_grader_may_have_names_its_own_line_and_field(
+    tmp_path, field, value, message
+):
+    """Checked when a grader was made from it, it named that grader's ``limits.memory``, a
+    field and line the file never wrote; it is the file's ``workspace.docker`` field."""
+    path = _eval(tmp_path, f"workspace:\n  docker:\n    image: python:3.12\n    {field}: {value}\n"
+                 + V4_TEST)  # fmt: skip
+    error = _error(path)
+    assert (error.field, error.line) == (f"workspace.docker.{field}", 4)
+    assert message in error.message and error.file == str(path)
+
+
 def test_a_workspace_file_and_its_mode(tmp_path):
     write(tmp_path / "tpl" / "a.txt", "x")
     write(tmp_path / "ws.yaml", "template: ./tpl\nmode: pooled\n")

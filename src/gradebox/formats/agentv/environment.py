@@ -24,9 +24,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...core.yamlfile import load_yaml_file
+from ...core.yamlfile import load_yaml_file, validate
 from ...files.repos import refuse_ref, refuse_url
-from ...sandbox.defaults import DEFAULT_LIMITS
+from ...sandbox.defaults import DEFAULT_LIMITS, Limits
+from ...sandbox.models import edge_model
 from ._base import Where, interpolate_env, is_dir, is_file
 
 __all__ = ["map_environment", "map_workspace", "workspace_docker"]
@@ -164,7 +165,7 @@ def workspace_docker(
     if isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus < DEFAULT_LIMITS.cpus:
         limits["cpus"] = float(cpus)
     if limits:
-        settings["limits"] = limits
+        settings["limits"] = _checked(limits, where, at)
     timeout = spec.get("timeout")
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
         settings["timeout"] = f"{float(timeout)}s"
@@ -344,19 +345,33 @@ def _docker(spec: dict[str, Any], where: Where, loc: tuple[str, ...], base: Path
     if isinstance(resources.get("cpus"), int | float):
         limits["cpus"] = float(resources["cpus"])
     if limits:
-        settings["limits"] = limits
+        settings["limits"] = _checked(limits, where, (*loc, "resources"))
     return settings
+
+
+def _checked(limits: dict[str, Any], where: Where, at: tuple[str, ...]) -> dict[str, Any]:
+    """``limits`` checked as every grader's are (their floors), each at the field of the file it
+    came from (``memory``, ``cpus`` under ``at``): checked later, a refusal named a grader's
+    ``limits``, which the file never wrote."""
+    validate(edge_model(Limits), limits, file=str(where.path), lines=where.lines, prefix=at)
+    return limits
 
 
 def _docker_bytes(value: Any, where: Where, loc: tuple[str, ...]) -> int | None:
     """Docker's sizes: a number of bytes, or with b, k, m or g (powers of 1024); None for
     none given."""
-    if value is None or isinstance(value, int) and not isinstance(value, bool):
-        return value
-    text = str(value).strip().lower().removesuffix("b") or "0"
-    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1], 1)
-    number = text[:-1] if text[-1] in "kmg" else text
-    try:
-        return int(float(number) * scale)
-    except (ValueError, OverflowError):  # OverflowError: inf, 1e400
-        raise where.error(loc, f"{value!r} is not a size (2g)") from None
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        text = str(value).strip().lower().removesuffix("b") or "0"
+        scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1], 1)
+        number = text[:-1] if text[-1] in "kmg" else text
+        try:
+            size = int(float(number) * scale)
+        except (ValueError, OverflowError):  # OverflowError: inf, 1e400
+            size = -1
+    if size < 0:  # -1g too: a size, here or in Limits (sandbox.models), is never below 0
+        raise where.error(loc, f"{value!r} is not a size (2g)")
+    return size
