@@ -240,6 +240,20 @@ def test_a_local_repositorys_ref_is_never_an_option(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("source", "ref", "why"),
+    [("/r", "--orphan=x", "not a commit, branch or tag"), ("--upload-pack=touch x", "HEAD",
+     "starts with '-'")],
+)  # fmt: skip
+def test_clone_into_itself_refuses_an_option_before_git_runs(
+    tmp_path, monkeypatch, source, ref, why
+):
+    """Its one door: a caller that forgot the check cannot hand git an option."""
+    monkeypatch.setattr(repos.subprocess, "run", lambda *a, **k: pytest.fail("git ran"))
+    with pytest.raises(GradeboxError, match=why):
+        repos.clone_into(tmp_path, source, ref, where="r", what="r", timeout=5)
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "ssh://-oProxyCommand=touch${IFS}pwned/x",

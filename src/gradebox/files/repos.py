@@ -215,7 +215,8 @@ def checkout(
         clone_into(
             dest,
             str(fetched.mirror),
-            ["--detach", fetched.commit],
+            fetched.commit,
+            detach=True,
             where=where,
             what=fetched.describe(),
             origin=fetched.url,
@@ -238,8 +239,9 @@ def repo_folder(stage: Path, where: str) -> Path:
 def clone_into(
     dest: Path,
     source: str,
-    checkout: list[str],
+    ref: str,
     *,
+    detach: bool = False,
     where: str,
     what: str,
     origin: str | None = None,
@@ -247,15 +249,21 @@ def clone_into(
     timeout: float,
 ) -> None:
     """A clone of the local repository ``source`` into the empty folder ``dest`` (objects
-    copied, none linked), checked out with ``checkout``'s arguments, its ``origin`` set to
+    copied, none linked), checked out at ``ref`` (``detach``: detached), its ``origin`` set to
     ``origin``: no hook run, no config read but the clone's own (``checkout_env``)."""
+    # git checkout would read such a ref as its option (--orphan=x, --pathspec-from-file=...);
+    # the source follows "--", refused all the same: whatever a caller checked or forgot.
+    if ref.startswith("-"):
+        raise WorkspaceError(f"repository {what}: {ref!r} is not a commit, branch or tag name")
+    if source.startswith("-"):
+        raise WorkspaceError(f"repository {what}: the source {source!r} starts with '-'")
     if any(dest.iterdir()):
         raise WorkspaceError(f"repository path {where!r} is not empty in the workspace")
     base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always"]
-    into = str(dest)
+    into, at = str(dest), ["--detach", ref] if detach else [ref]
     steps = [
         ["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", source, into],
-        ["-C", into, "-c", "advice.detachedHead=false", "checkout", "--quiet", *checkout],
+        ["-C", into, "-c", "advice.detachedHead=false", "checkout", "--quiet", *at],
     ]
     if origin is not None:
         steps.append(["-C", into, "remote", "set-url", "origin", origin])

@@ -124,9 +124,7 @@ def materialise_repo(
     if ref is None:
         safe_copy(src, dest, owner)
         return
-    if ref.startswith("-"):  # git would read it as an option (--pathspec-from-file=...)
-        raise WorkspaceError(f"repository {source}: {ref!r} is not a commit, branch or tag name")
-    clone_into(dest, str(src), [ref], where=where, what=f"{source} at {ref}", timeout=300)
+    clone_into(dest, str(src), ref, where=where, what=f"{source} at {ref}", timeout=300)
     if owner is not None:
         chown_tree(dest, owner)
 
