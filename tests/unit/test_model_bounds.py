@@ -46,7 +46,7 @@ def _sdks_imported() -> None:
     _sdks()
 
 
-def _target(kind: str, base_url: str, timeout: float = 120.0) -> ModelTarget:
+def _target(kind: str, base_url: str, timeout: float = 120.0, **more: object) -> ModelTarget:
     return ModelTarget(
         name="judge",
         provider=kind,
@@ -54,6 +54,7 @@ def _target(kind: str, base_url: str, timeout: float = 120.0) -> ModelTarget:
         base_url=base_url,
         api_key_env="FAKE_KEY",
         timeout=timeout,
+        **more,
     )
 
 
@@ -446,6 +447,25 @@ def test_a_normal_reply_in_any_encoding_still_works(kind, encoding):
         target = _target(kind, _base(kind, server.origin))
         done = _hub(target, use_cache=False).complete(target, [{"role": "user", "content": "q"}])
     assert done.text == PASSING
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reply_claiming_absurd_token_counts_counts_none(kind):
+    """A count no reply can have (10**4000 made the cost an OverflowError, a traceback) is no
+    count, as a negative one is; the largest a float holds exactly is still one."""
+    body = json.loads(_reply(kind, PASSING))
+    sent, received = ("prompt", "completion") if kind == "openai" else ("input", "output")
+    for counts, kept in (((10**4000, 1 << 60), (0, 0)), ((1 << 53, 7), (1 << 53, 7))):
+        body["usage"].update({f"{sent}_tokens": counts[0], f"{received}_tokens": counts[1]})
+        data = json.dumps(body).encode()
+        with Scripted(_sends(_head(Content_Length=len(data)), data)) as server:
+            price = {"input": 1.0, "output": 2.0}
+            target = _target(kind, _base(kind, server.origin), price=price)
+            done = _hub(target, use_cache=False).complete(
+                target, [{"role": "user", "content": "q"}]
+            )
+        assert (done.input_tokens, done.output_tokens) == kept
+        assert done.text == PASSING and done.cost_usd == target.cost(*kept)
 
 
 @pytest.mark.parametrize(

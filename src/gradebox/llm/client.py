@@ -70,6 +70,10 @@ log = LazyLogger("gradebox.llm")
 # The decoded bytes of one reply: ~4M tokens of text, far above any model's output limit, and
 # a bound on what an endpoint can make this process hold.
 REPLY_CAP = 16 << 20
+# A reply's token count past this is no count (read as 0, as a negative one is): far past any
+# context window, and the largest a float holds exactly, so a cost stays a finite number (the
+# endpoint's 10**4000 was an OverflowError in it) and a total stays exact in JSON.
+MAX_TOKENS = 1 << 53
 
 
 class ModelError(GradeboxError):
@@ -704,7 +708,8 @@ def _listed(target: ModelTarget, reply: Any, field: str) -> list[Any]:
 
 
 def _tokens(reply: Any, sent: str, received: str) -> dict[str, int]:
-    """The reply's token counts, by the provider's names for them; 0 where not a count."""
+    """The reply's token counts, by the provider's names for them; 0 where not a count
+    (``MAX_TOKENS``)."""
     usage = getattr(reply, "usage", None)
     return {"input_tokens": _count(usage, sent), "output_tokens": _count(usage, received)}
 
@@ -716,7 +721,8 @@ def _sdk_params(target: ModelTarget) -> dict[str, Any]:
 
 def _count(usage: Any, name: str) -> int:
     value = getattr(usage, name, 0) if usage is not None else 0
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    is_count = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS
+    return value if is_count else 0
 
 
 def missing_env_message(target: ModelTarget, missing: list[str]) -> str:
