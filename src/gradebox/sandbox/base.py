@@ -262,6 +262,8 @@ class Sandbox(ABC):
             images = box.images(locked=True)
             spec = SandboxSpec(image=images.resolve("python"), command=["true"])
         """
+        if self.engine is None:  # a backend with no engine's store has images of its own, or none
+            raise NotImplementedError(f"{type(self).__name__} has no engine: it resolves no images")
         from ..images import ImageResolver  # lazy: the engine's images, off exec's path
 
         if locked or build_network or lock is not None or build:

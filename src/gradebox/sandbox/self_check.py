@@ -14,8 +14,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from .base import Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec
+from .base import ImageSource, Limits, Mount, Prepared, RunOutcome, Sandbox, SandboxSpec
 from .hardening import HOME
 
 __all__ = ["CHECKS", "self_check"]
@@ -398,6 +399,9 @@ class _Warm(Sandbox):
 
     def resolve_image(self, ref: str) -> str:
         return self.box.resolve_image(ref)
+
+    def images(self, **options: Any) -> ImageSource:
+        return self.box.images(**options)
 
     def leftovers(self) -> list[str]:
         return self.box.leftovers()
