@@ -73,6 +73,8 @@ def _plant(where: Path, user: pwd.struct_passwd, how: str) -> Path:
         where.chmod(0o775)
     elif how == "their-folder":  # the folder is theirs ($GRADEBOX_IMAGES_DIR pointed at it)
         os.chown(where, user.pw_uid, user.pw_gid)
+    elif how == "their-parent":  # root's folder and file, below theirs: they rename it away
+        os.chown(where.parent, user.pw_uid, user.pw_gid)
     else:
         raise AssertionError(how)
     return path
@@ -86,6 +88,7 @@ HOW = [
     "their-group",
     "their-group-folder",
     "their-folder",
+    "their-parent",
 ]
 
 

@@ -69,8 +69,9 @@ def lock_bytes(path: Path | None = None) -> bytes | None:
     The lock pins the image every grader runs on, and its folder may be one another local
     user can reach (``$GRADEBOX_IMAGES_DIR``, a data folder on a shared machine, where root
     runs gradebox): a lock they could have written or could swap (``untrusted.unshared_file``:
-    theirs, a link, writable by their group, in a folder of theirs or one every user may
-    write) is an ``ImageError`` naming it. Never ignored: a lock ignored unpins every image."""
+    theirs, a link, writable by their group, in or below a folder of theirs or one every
+    user may write) is an ``ImageError`` naming it. Never ignored: a lock ignored unpins
+    every image."""
     path = path or lock_dir() / LOCK_FILE
     if not os.path.lexists(path):
         return None
