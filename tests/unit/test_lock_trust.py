@@ -7,7 +7,9 @@ lock another user planted, linked, or could rewrite (a folder everyone may write
 group may write) would decide which image a grader runs on. Such a lock is refused in one line
 naming it (ignored, it would unpin every image), on every path that reads it: ``read_lock``
 (run, grade, doctor, images) and ``exec``'s own lean read. A lock is written only into a
-folder no other user can change, never through a link.
+folder no other user can change, never through a link. The catalogue itself
+(``$GRADEBOX_IMAGES_DIR``, a checkout's ``images/``: the Dockerfiles every image is built
+from) is refused the same way, naming it; root's checkout is fine for another user.
 
 The tests run as root (as CI does) and make a user of their own to play the other one.
 """
@@ -73,6 +75,8 @@ def _plant(where: Path, user: pwd.struct_passwd, how: str) -> Path:
         where.chmod(0o775)
     elif how == "their-folder":  # the folder is theirs ($GRADEBOX_IMAGES_DIR pointed at it)
         os.chown(where, user.pw_uid, user.pw_gid)
+    elif how == "their-parent":  # root's folder and file, below theirs: they rename it away
+        os.chown(where.parent, user.pw_uid, user.pw_gid)
     else:
         raise AssertionError(how)
     return path
@@ -86,6 +90,7 @@ HOW = [
     "their-group",
     "their-group-folder",
     "their-folder",
+    "their-parent",
 ]
 
 
@@ -197,3 +202,79 @@ def test_control_a_lock_is_written_into_a_folder_made_for_it(folder, monkeypatch
     folder.rmdir()  # made by write_lock, then checked
     lock.write_lock(engine=None)
     assert lock.read_lock().images["base"].id == IID
+
+
+# -- the catalogue ------------------------------------------------------------------------------
+
+
+def _catalogue(tmp_path: Path, monkeypatch, source: str) -> Path:
+    """An images folder of root's (0755, with a base image), as ``$GRADEBOX_IMAGES_DIR`` or
+    as the ``images/`` of the checkout gradebox runs from."""
+    checkout = tmp_path / "checkout"
+    where = checkout / "images"
+    (where / "base").mkdir(parents=True, mode=0o755)
+    (where / "base" / "Dockerfile").write_text("FROM scratch\n")
+    where.chmod(0o755)
+    if source == "variable":
+        monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(where))
+    else:
+        monkeypatch.delenv("GRADEBOX_IMAGES_DIR", raising=False)
+        (checkout / "pyproject.toml").write_text("")
+        monkeypatch.setattr(catalog, "_HERE", checkout / "src/gradebox/images/catalog.py")
+    assert catalog.images_dir() == where
+    return where
+
+
+@pytest.mark.parametrize("source", ["variable", "checkout"])
+@pytest.mark.parametrize(
+    "how", ["their-folder", "open-folder", "sticky-open-folder", "their-group-folder",
+            "their-parent", "their-link"]
+)  # fmt: skip
+def test_an_image_catalogue_another_user_could_change_is_refused_naming_it(
+    tmp_path, monkeypatch, other_user, source, how
+):
+    """The catalogue's Dockerfiles and lock decide what every grader runs on: a folder
+    another local user could change (theirs, writable by all or their group, even sticky:
+    they could add an image folder; below theirs; reached through their link) is refused in
+    one line naming it, never built from."""
+    where = _catalogue(tmp_path, monkeypatch, source)
+    uid, gid = other_user.pw_uid, other_user.pw_gid
+    named = where
+    if how == "their-folder":
+        os.chown(where, uid, gid)
+    elif how == "open-folder":
+        where.chmod(0o777)
+    elif how == "sticky-open-folder":
+        where.chmod(0o1777)
+    elif how == "their-group-folder":
+        os.chown(where, 0, gid)
+        where.chmod(0o775)
+    elif how == "their-parent":
+        os.chown(where.parent, uid, gid)
+    elif source == "variable":  # their link to our folder: they can point it elsewhere
+        named = tmp_path / "link"
+        named.symlink_to(where)
+        os.chown(named, uid, gid, follow_symlinks=False)
+        monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(named))
+    else:  # the checkout's images/ is their link
+        where.rename(tmp_path / "real")
+        where.symlink_to(tmp_path / "real")
+        os.chown(where, uid, gid, follow_symlinks=False)
+    with pytest.raises(ImageError) as caught:
+        catalog.images_dir()
+    message = str(caught.value)
+    assert str(named) in message and "\n" not in message, message
+    assert "GRADEBOX_IMAGES_DIR" in message, message  # what to do
+
+
+@pytest.mark.parametrize("how", ["ours", "own-group", "roots-seen-by-another-user"])
+def test_control_our_catalogue_and_roots_checkout_are_used(tmp_path, monkeypatch, how):
+    """Ours; writable by our own group (a umask of 002); root's, to a user who is not root
+    (the docker-group user reads root's checkout: modelled by our uid as another's)."""
+    where = _catalogue(tmp_path, monkeypatch, "checkout")
+    if how == "own-group":
+        where.chmod(0o775)
+    elif how == "roots-seen-by-another-user":
+        monkeypatch.setattr(os, "geteuid", lambda: 12345)
+        monkeypatch.setattr(os, "getegid", lambda: 12345)
+    assert catalog.images_dir() == where

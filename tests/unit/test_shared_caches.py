@@ -92,8 +92,31 @@ def _sticky_open_folder(shared, user):
     return shared / "c"
 
 
+def _dotdot_through_our_link_into_theirs(shared, user):
+    # Read as written, mine/l/../c is mine/c (ours); the kernel takes .. where l led: theirs/c.
+    _made_theirs(shared / "theirs", user)
+    for folder in ("theirs/sub", "theirs/c", "mine", "mine/c"):
+        (shared / folder).mkdir(mode=0o700)
+    (shared / "mine" / "l").symlink_to(shared / "theirs" / "sub")
+    return shared / "mine" / "l" / ".." / "c"
+
+
+def _ending_in_dotdot_at_a_sticky_folder(shared, user):
+    # A sticky folder is on the way to ours/, but ours/.. is the sticky folder itself.
+    _sticky_open_folder(shared, user)
+    (shared / "c" / "ours").mkdir(mode=0o700)
+    (shared / "up").symlink_to("c/ours/..")
+    return shared / "c" / "ours" / ".."
+
+
+def _our_link_ending_in_dotdot(shared, user):
+    _ending_in_dotdot_at_a_sticky_folder(shared, user)
+    return shared / "up"
+
+
 SHARED = [_their_folder, _open_folder, _below_theirs, _their_link_to_ours, _our_link_to_theirs,
-          _sticky_open_folder]  # fmt: skip
+          _sticky_open_folder, _dotdot_through_our_link_into_theirs,
+          _ending_in_dotdot_at_a_sticky_folder, _our_link_ending_in_dotdot]  # fmt: skip
 
 
 @pytest.mark.parametrize("make", SHARED)

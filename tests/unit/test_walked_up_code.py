@@ -22,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from gradebox.core.untrusted import trusted
 from gradebox.errors import ConfigError
+from gradebox.formats.agentv._base import dotenv
 from gradebox.formats.agentv.providers import _discovered
 from gradebox.graders.custom import GRADER_DIRS, discover
+from gradebox.llm.targets import load_targets
 from gradebox.suite import load_suite
 from tests.conftest import write
 
@@ -80,7 +83,8 @@ def test_a_custom_assertion_that_is_not_ours_is_skipped_with_a_line_naming_it(
     write(shared / "suite" / ".gradebox" / "assertions" / "mine.py", CHECK)  # control
     with caplog.at_level(logging.WARNING, logger="gradebox.assertions"):
         found = discover(shared / "suite")
-    assert "sneaky" not in found and "mine" in found
+    # Below a folder of theirs, root's suite is theirs too: they can rename it away.
+    assert "sneaky" not in found and ("mine" in found) == (how != "their-folder-above")
     (line,) = [r.getMessage() for r in caplog.records if "sneaky" in r.getMessage()]
     assert str(planted) in line and "\n" not in line
 
@@ -115,6 +119,72 @@ def test_a_nearer_one_that_is_not_ours_does_not_hide_ours_further_up(shared, oth
     _theirs(near, other_user)
     found = discover(shared / "suite")
     assert found["same"].path == shared / ".gradebox" / "assertions" / "same.py"
+
+
+# --- a file of ours below a folder another user can change -----------------------------------
+
+
+def _project_below(shared: Path, user: pwd.struct_passwd, how: str) -> tuple[Path, Path]:
+    """A project folder of ours, ``proj``, below a folder another local user can change
+    (``how``), and that folder: as the suite's project is reached, and where it really is."""
+    top = shared / "top"
+    top.mkdir()
+    if how in ("their-folder", "through-our-link"):
+        _theirs(top, user)
+    elif how == "open-folder":  # root's, every user may write, not sticky
+        os.chmod(top, 0o777)
+    elif how == "their-group":  # root's, writable by their group (not sticky)
+        os.chown(top, 0, user.pw_gid)
+        os.chmod(top, 0o775)
+    (top / "proj").mkdir(mode=0o755)
+    if how == "through-our-link":  # our own link to the project, which sits in their folder
+        (shared / "proj").symlink_to(top / "proj")
+        return shared / "proj", top
+    return top / "proj", top
+
+
+BELOW = ["their-folder", "open-folder", "their-group", "through-our-link"]
+
+
+@pytest.mark.parametrize("how", BELOW)
+def test_a_file_of_ours_below_a_folder_another_user_can_change_is_not_the_projects(
+    shared, other_user, how
+):
+    """``/tmp/theirs/proj/.gradebox/targets.yaml``: the file, its folder and ``proj`` are
+    ours, but whoever may write ``/tmp/theirs`` runs ``mv proj proj.old; mkdir proj`` and
+    puts their own file at the name, between our check and our read."""
+    proj, top = _project_below(shared, other_user, how)
+    targets = write(proj / ".gradebox" / "targets.yaml",
+                    "targets:\n  - {name: gbx_below, model: m}\n")  # fmt: skip
+    env = write(proj / ".env", "GBX_BELOW=ours\n")
+    write(proj / ".gradebox" / "assertions" / "mine.py", CHECK)
+    assert not trusted(targets) and not trusted(env)
+    assert "gbx_below" not in load_targets(proj).targets
+    assert "GBX_BELOW" not in dotenv(proj)
+    assert "mine" not in discover(proj)
+    # What the test models is real: they can swap the project for one of their own.
+    swap = f"cd {top} && mv proj proj.old && mkdir proj && echo GBX_BELOW=theirs > proj/.env"
+    done = subprocess.run(["runuser", "-u", other_user.pw_name, "--", "sh", "-c", swap],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "GBX_BELOW" not in dotenv(proj)
+
+
+@pytest.mark.parametrize("how", ["sticky-folder", "own-group-folder", "our-link"])
+def test_control_a_file_of_ours_below_folders_only_we_and_root_can_change_is_read(shared, how):
+    """Sticky and world-writable, as ``/tmp`` is (only its owner renames what is in it);
+    writable by our own group (a umask of 002); reached through a link of ours."""
+    top = shared / "top"
+    top.mkdir()
+    os.chmod(top, {"sticky-folder": 0o1777, "own-group-folder": 0o775}.get(how, 0o755))
+    proj = top / "proj"
+    write(proj / ".gradebox" / "targets.yaml", "targets:\n  - {name: gbx_below, model: m}\n")
+    write(proj / ".env", "GBX_BELOW=ours\n")
+    if how == "our-link":
+        (shared / "link").symlink_to(proj)
+        proj = shared / "link"
+    assert "gbx_below" in load_targets(proj).targets
+    assert dotenv(proj)["GBX_BELOW"] == "ours"
 
 
 # --- gradebox assert NAME --------------------------------------------------------------------

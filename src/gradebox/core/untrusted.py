@@ -7,11 +7,12 @@ Its rules, each written once (docs/security.md, "The door for bytes others wrote
   and ``O_NOCTTY`` (a FIFO would block, a device's open can act: a link to ``/dev/ptmx`` or
   ``/dev/watchdog``), checks the descriptor it reads, and reads at most ``cap + 1`` bytes, so
   the caller tells "too large" from "fits" without reading the rest.
-- **Trust needs an owner.** ``trusted`` is the rule for configuration and code found by
-  walking up from a suite (``targets.yaml``, ``.env``, custom assertions, provider scripts):
-  ours or root's, not a link, in a folder ours or root's that not every user may write
-  (unless sticky, as ``/tmp`` is). ``private`` is the stricter rule for what gradebox caches:
-  ours alone, writable by nobody else.
+- **Trust needs an owner.** ``unshared`` walks every folder on the way to a path, once for
+  every caller: ours or root's, writable by nobody else (unless sticky, as ``/tmp`` is).
+  ``trusted`` is the rule for configuration and code found by walking up from a suite
+  (``targets.yaml``, ``.env``, custom assertions, provider scripts): ours or root's, not a
+  link, on such a way. ``private`` is the stricter rule for what gradebox caches: ours
+  alone, writable by nobody else.
 - **Bounded.** Every reader takes a cap in bytes; what is over it is refused, not truncated
   into something that parses (``decoded_within``: a model's reply, counted as it inflates).
 - **A folder mounted or copied for a grader** is looked through once (``look_through``):
@@ -88,30 +89,38 @@ def trusted(path: Path) -> bool:
     another local user could have written it. The walk passes shared folders (``/tmp``,
     ``/home``): a ``/tmp/.gradebox/targets.yaml`` or ``/tmp/.env`` that another local user
     made is not the suite's project, nor is a link there to a file of ours (whose text the
-    agent may have written), nor a file of ours in a folder of theirs (they could swap it
-    between this check and its read)."""
+    agent may have written), nor a file of ours in a folder of theirs or below one (they
+    could swap it, or rename a folder on its way, between this check and its read)."""
     return unshared_file(path) is None
 
 
-def unshared(path: Path | str) -> str | None:
+def unshared(path: Path | str, *, root_may_own: bool = False) -> str | None:
     """Why another local user could change what ``path`` names, or None when only we and
-    root can: each folder on the way (links followed, each link ours or root's) is ours or
-    root's and writable by nobody else (group-writable only with our own group, as a umask
-    of 002 makes them; world-writable only when sticky, as ``/tmp`` is), and ``path`` itself,
-    when there, is a folder of ours on the same terms, never sticky. A part not there yet
-    ends the walk (the caller makes it, then asks again); a part that is no folder too
-    (using it fails anyway).
+    root can: each folder on the way (links followed, each link ours or root's; ``..`` taken
+    where the links led, as the kernel takes it) is ours or root's and writable by nobody
+    else (group-writable only with our own group, as a umask of 002 makes them;
+    world-writable only when sticky, as ``/tmp`` is: only its owner renames what is in it),
+    and ``path`` itself, when there, is on the same terms, never sticky (anyone may add to a
+    sticky folder): a folder of ours (``root_may_own``: or root's, a folder we only read
+    from), or a file of ours or root's (``unshared_file`` adds what a file must be). A part
+    not there yet ends the walk (the caller makes it, then asks again); a part on the way
+    that is no folder too (using it fails anyway).
 
     The rule for a cache whose entries are handed on by name (a root filesystem, the init a
     runtime binds): in a folder others can write, an entry checked now can be swapped before
-    the runtime opens it."""
+    the runtime opens it. And for a file we trust: whoever may rename a folder on its way
+    can put a file of theirs at its name."""
     ours = (os.geteuid(), 0)
-    todo = [p for p in reversed(os.path.abspath(path).split("/")) if p]
+    path = os.fspath(path)
+    path = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+    todo = [p for p in reversed(path.split("/")) if p]
     here, links = "/", 0
     while todo:
         name = todo.pop()
         if name in (".", ".."):
             here = here if name == "." else os.path.dirname(here)
+            if not todo:  # it ends where it stands: walked again, to be checked as the end
+                todo, here = [p for p in reversed(here.split("/")) if p], "/"
             continue
         step = os.path.join(here, name)
         try:
@@ -128,11 +137,12 @@ def unshared(path: Path | str) -> str | None:
             here = "/" if target.startswith("/") else here
             todo.extend(p for p in reversed(target.split("/")) if p)
             continue
-        if not stat.S_ISDIR(st.st_mode):
+        folder = stat.S_ISDIR(st.st_mode)
+        if todo and not folder:  # using it fails
             return None
         own_group = st.st_uid == os.geteuid() and st.st_gid == os.getegid()
         shared = st.st_mode & 0o002 or (st.st_mode & 0o020 and not own_group)
-        if not todo and st.st_uid != os.geteuid():
+        if not todo and folder and st.st_uid != os.geteuid() and not root_may_own:
             return f"{step} is owned by uid {st.st_uid}, not by us"
         if shared and (not todo or not st.st_mode & stat.S_ISVTX):
             return f"{step} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
@@ -452,33 +462,21 @@ def open_regular(
 
 def unshared_file(path: Path) -> str | None:
     """Why another local user could have written the file ``path``, or could swap it, in
-    words; None when only we and root could: a regular file, not a link, ours or root's, in a
-    folder ours or root's (reached through no link of another's); neither may be written by
-    every user (the folder may, when sticky, as ``/tmp`` is), nor by a group but our own (a
-    umask of 002 makes ours writable by our own group). Missing is a reason too: the caller
-    asks ``os.path.lexists`` first when "none" is an answer.
+    words; None when only we and root could: a regular file, not a link, that ``unshared``
+    finds ours or root's, writable by no other user (by our own group only: a umask of 002
+    makes ours writable by it), and every folder on its way such that no other user may
+    rename it (its own folder may be root's, and world-writable when sticky, as ``/tmp`` is).
+    Missing is a reason too: the caller asks ``os.path.lexists`` first when "none" is an
+    answer.
 
     The one rule for configuration and code found by name (``trusted``) and for a record
     that decides what runs (the image lock pins the image every grader runs on)."""
-    ours = (os.geteuid(), 0)
     try:
         st = os.lstat(path)
-        link = os.lstat(path.parent)  # a link to a folder is as trusted as its maker
-        folder = os.stat(path.parent)
     except OSError as exc:
         return (exc.strerror or str(exc)).lower()
     if stat.S_ISLNK(st.st_mode):
         return "it is a link"
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
-    if st.st_uid not in ours or link.st_uid not in ours or folder.st_uid not in ours:
-        return f"it is owned by uid {st.st_uid}, its folder by uid {folder.st_uid}"
-    for what, seen in (("it", st), ("its folder", folder)):
-        own_group = seen.st_uid == os.geteuid() and seen.st_gid == os.getegid()
-        sticky = what != "it" and seen.st_mode & stat.S_ISVTX
-        mode = stat.S_IMODE(seen.st_mode)
-        if seen.st_mode & 0o002 and not sticky:
-            return f"{what} may be written by every user (mode {mode:o})"
-        if seen.st_mode & 0o020 and not own_group and not sticky:
-            return f"{what} may be written by group {seen.st_gid} (mode {mode:o})"
-    return None
+    return unshared(path)

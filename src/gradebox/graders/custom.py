@@ -26,7 +26,7 @@ log = logging.getLogger("gradebox.assertions")
 
 ASSERTION_DIRS = (".gradebox/assertions", ".agentv/assertions")
 NOT_OURS = (
-    "not the project's (another user's, a link, or in a folder others may write); "
+    "not the project's (another user's, a link, or below a folder others may change); "
     "only code of ours or root's found above the suite runs"
 )
 GRADER_DIRS = (".gradebox/graders", ".agentv/graders")

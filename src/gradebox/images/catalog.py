@@ -36,8 +36,21 @@ def images_dir() -> Path:
     holding ``pyproject.toml``), else the definitions installed with this package (a wheel's
     package data). Never a folder found from the current folder or above the installed
     package: that would let a grader pack (or the project a virtualenv sits in) pin the short
-    image names and their lock (docs/security.md, provenance)."""
-    found = _own_images() or _packaged()
+    image names and their lock (docs/security.md, provenance).
+
+    The folder decides what every grader runs on, so one another local user could change
+    (``untrusted.unshared``: theirs, writable by others, sticky or not, below a folder of
+    theirs or reached through a link of theirs) is an ``ImageError`` naming it; root's is
+    the project's too (a checkout of root's that a docker-group user runs). The installed
+    definitions are not asked: whoever can write them can write this code."""
+    found = _own_images()
+    why = untrusted.unshared(found, root_may_own=True) if found is not None else None
+    if why is not None:
+        raise ImageError(
+            f"image definitions {found}: another local user could change them ({why}); set "
+            "GRADEBOX_IMAGES_DIR to a folder only you (or root) can write"
+        )
+    found = found or _packaged()
     if found is not None:
         return found
     raise ImageError(
@@ -69,8 +82,9 @@ def lock_bytes(path: Path | None = None) -> bytes | None:
     The lock pins the image every grader runs on, and its folder may be one another local
     user can reach (``$GRADEBOX_IMAGES_DIR``, a data folder on a shared machine, where root
     runs gradebox): a lock they could have written or could swap (``untrusted.unshared_file``:
-    theirs, a link, writable by their group, in a folder of theirs or one every user may
-    write) is an ``ImageError`` naming it. Never ignored: a lock ignored unpins every image."""
+    theirs, a link, writable by their group, in or below a folder of theirs or one every
+    user may write) is an ``ImageError`` naming it. Never ignored: a lock ignored unpins
+    every image."""
     path = path or lock_dir() / LOCK_FILE
     if not os.path.lexists(path):
         return None
