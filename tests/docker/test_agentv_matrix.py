@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,43 @@ def test_a_batch_of_garbage_makes_every_test_an_error(tmp_path, box, engine):
     results = read_results(out / "results.jsonl")
     assert {r.status.value for r in results.values()} == {"error"}
     assert all("line 2 is not JSON" in r.error for r in results.values())
+
+
+# Answers every test: one JSONL file when batched ({EVAL_ID} is "batch"), else its own
+# answer; and leaves a file named for the call in the folder it runs in.
+BATCH_OR_ONE = (
+    'touch "made-by-$1"\n'
+    'if [ "$1" = batch ]; then\n'
+    '  for id in one two; do printf \'{"id": "%s", "text": "42"}\\n\' "$id"; done > "$2"\n'
+    'else echo 42 > "$2"; fi\n'
+)
+
+
+@pytest.mark.parametrize("workspace", [True, False], ids=["workspace", "no-workspace"])
+def test_each_test_of_a_batching_target_has_its_own_file_changes(tmp_path, box, engine, workspace):
+    """A test's diff is what was done in its own workspace, never another test's. A test with
+    a workspace is asked on its own, as AgentV turns batching off for workspace evals: each
+    diff shows its own call. Without one, the one call runs in an empty workspace of its
+    own: no test shows the whole batch's files (the first did, the call ran in its own)."""
+    write(tmp_path / "evals" / "batch.sh", BATCH_OR_ONE)
+    write(tmp_path / "evals" / "ws" / "README", "template\n")
+    write(
+        tmp_path / ".agentv" / "targets.yaml",
+        "targets:\n  - {name: batch, provider: cli, provider_batching: true,"
+        " command: 'sh batch.sh {EVAL_ID} {OUTPUT_FILE}'}\n",
+    )
+    tests = "".join(
+        f"  - id: {i}\n    input: x\n    assertions:\n      - {{type: contains, value: '42'}}\n"
+        for i in ("one", "two")
+    )
+    head = "execution: {target: batch}\n" + ("workspace: {template: ws}\n" if workspace else "")
+    path = write(tmp_path / "evals" / "b.eval.yaml", head + "tests:\n" + tests)
+    out = tmp_path / "out"
+    run_suite(load_suite(path), box, ImageResolver(engine), RunOptions(out, workers=2))
+    results = read_results(out / "results.jsonl")
+    assert {k: r.status.value for k, r in results.items()} == {"one": "passed", "two": "passed"}
+    made = {
+        k: sorted(set(re.findall(r"made-by-\w+", r.file_changes or ""))) for k, r in results.items()
+    }
+    assert made == ({"one": ["made-by-one"], "two": ["made-by-two"]} if workspace
+                    else {"one": [], "two": []}), made  # fmt: skip

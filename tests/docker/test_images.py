@@ -1,9 +1,12 @@
 """Building, locking, verifying and resolving runtime images on the real engine."""
 
 import contextlib
+import io
+import json
 import secrets
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -219,3 +222,78 @@ def test_images_save_and_load_verify_against_the_lock(tmp_path):
             dst.addfile(member, io.BytesIO(data))
     p = cli("load", bad)
     assert p.returncode == 2 and "shell" in p.stderr and "differ" in p.stderr, p.stderr
+
+
+def _tar(*members: tuple[str, bytes]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+@pytest.fixture
+def tiny_image(engine):
+    """Builds an image of one small file (its own id, in a blink); each removed at the end."""
+    built: list[str] = []
+
+    def build() -> str:
+        context = _tar(("Dockerfile", b"FROM scratch\nCOPY f /f\n"), ("f", secrets.token_bytes(8)))
+        out = engine.build(fileobj=context, custom_context=True)
+        built.append(next(c["aux"]["ID"] for c in out if "aux" in c))
+        return built[-1]
+
+    yield build
+    for iid in built:
+        with contextlib.suppress(Exception):
+            engine.api.remove_image(iid, force=True)
+
+
+def test_a_refused_archive_leaves_the_engine_as_it_was(engine, tiny_image, monkeypatch):
+    """An archive refused at its last member: the images its earlier members brought to the
+    engine are removed again, but not one that was there before the load, nor one another
+    run made a container from meanwhile; the refused member's own image is not loaded."""
+    from gradebox.engine import Engine
+    from gradebox.images import archive as mod
+
+    monkeypatch.setattr(mod, "read_lock", lambda: None)  # the archive's lock is all there is
+    kept, fresh, used, refused = ids = [tiny_image() for _ in range(4)]
+    saves = {}
+    for iid in ids:
+        saves[iid] = io.BytesIO()
+        engine.save_image(iid, saves[iid].write)
+        if iid != kept:
+            engine.api.remove_image(iid)
+    lock = {"a": kept, "b": fresh, "u": used, "z": "sha256:" + "0" * 64}
+    inside = {"a": kept, "b": fresh, "u": used, "z": refused}  # z: not the image its lock says
+    archive = _tar(
+        (
+            "images.lock.json",
+            json.dumps({"images": {n: {"id": i} for n, i in lock.items()}}).encode(),
+        ),
+        *((f"{n}.tar", saves[iid].getvalue()) for n, iid in inside.items()),
+    )
+
+    def on_engine() -> set[str]:
+        return {i["Id"] for i in engine.api.images(all=True)}
+
+    containers: list[str] = []
+
+    class AnotherRunMeanwhile(Engine):
+        def load_image(self, stream) -> None:  # type: ignore[no-untyped-def]
+            super().load_image(stream)
+            if not containers and used in on_engine():
+                name = f"gradebox-test-{secrets.token_hex(4)}"
+                containers.append(self.create(lambda: name, image=used, command=["/none"]))
+
+    try:
+        with pytest.raises(ImageError, match="z.tar holds 1 image"):
+            mod.load_stream(AnotherRunMeanwhile(engine.client), archive, "a.tar")
+        assert containers, "no container was made from the loaded image (the test proves less)"
+        assert [i in on_engine() for i in ids] == [True, False, True, False]
+    finally:
+        for cid in containers:
+            engine.remove(cid)

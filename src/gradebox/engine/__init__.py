@@ -291,6 +291,12 @@ class Engine:
         finally:
             long.close()
 
+    @_engine_call("image remove")
+    def remove_image(self, image: str) -> None:
+        # Never forced: the engine then refuses to remove an image a container uses (a stopped
+        # one too) or another image is built on.
+        self.api.remove_image(image, force=False)
+
     @_engine_call("tag")
     def tag(self, image: str, repository: str, tag: str) -> None:
         self.api.tag(image, repository, tag, force=True)

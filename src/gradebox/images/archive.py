@@ -5,7 +5,8 @@ the same bytes carries them: the archive holds the lock and a ``docker save`` of
 image. Loading reads the archive once, front to back (``load_stream``: a file, or a cluster
 node's chunks from the object store), checks its lock against the local lock (and the ids
 the caller expects) before any image reaches the engine, tags each image under this
-machine's name by its locked id, and verifies each, saying which one differs.
+machine's name by its locked id, and verifies each, saying which one differs. A load refused
+midway (a later member) removes the images it had brought to the engine.
 
 An archive names nothing on the machine but by its lock: short names (``python``) put under
 this machine's repository, each by a sha256 id. The tags a ``docker save`` inside it carries
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..engine import Engine, NotFound
-from ..errors import ImageError
+from ..errors import EngineError, ImageError
 from .catalog import LOCK_CAP, qualified
 from .lock import Lock, read_lock, verify
 
@@ -90,28 +91,32 @@ def load_stream(
     when the caller knows the ids it wants), then each image loaded and tagged under this
     machine's name for it (``catalog.qualified``: its $GRADEBOX_IMAGE_REPO may differ from
     the machine that saved), then verified."""
-    try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
-            lock: Lock | None = None
-            loaded: set[str] = set()
-            for member in tar:
-                if lock is None:
-                    lock = _archive_lock(tar, member, source, expect)
-                    continue
-                name = member.name.removesuffix(".tar")
-                data = tar.extractfile(member) if member.isreg() else None
-                if name not in lock.images or name in loaded or data is None:
-                    raise ImageError(f"{source}: {member.name} is not an image its lock names")
-                where = f"{source}: {member.name}"
-                engine.load_image(IterStream(_untagged(data, lock.images[name].id, where)))
-                loaded.add(name)
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise ImageError(f"{source}: not an images archive ({exc})") from None
-    if lock is None:
-        raise ImageError(f"{source}: no {LOCK_MEMBER} inside; was it made by images save?")
-    missing = sorted(set(lock.images) - loaded)
-    if missing:
-        raise ImageError(f"{source}: {missing[0]}.tar is missing")
+    with _undone_if_refused(engine) as added:
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
+                lock: Lock | None = None
+                loaded: set[str] = set()
+                for member in tar:
+                    if lock is None:
+                        lock = _archive_lock(tar, member, source, expect)
+                        continue
+                    name = member.name.removesuffix(".tar")
+                    data = tar.extractfile(member) if member.isreg() else None
+                    if name not in lock.images or name in loaded or data is None:
+                        raise ImageError(f"{source}: {member.name} is not an image its lock names")
+                    where = f"{source}: {member.name}"
+                    iid = lock.images[name].id
+                    if not _present(engine, iid):
+                        added.append(iid)
+                    engine.load_image(IterStream(_untagged(data, iid, where)))
+                    loaded.add(name)
+        except (OSError, tarfile.TarError, EOFError) as exc:
+            raise ImageError(f"{source}: not an images archive ({exc})") from None
+        if lock is None:
+            raise ImageError(f"{source}: no {LOCK_MEMBER} inside; was it made by images save?")
+        missing = sorted(set(lock.images) - loaded)
+        if missing:
+            raise ImageError(f"{source}: {missing[0]}.tar is missing")
     for name, entry in sorted(lock.images.items()):
         # By the locked id, never by what the archive's own tags say: the name can only
         # point at the locked bytes (an id is the hash of the image's config).
@@ -119,6 +124,32 @@ def load_stream(
         with contextlib.suppress(NotFound, ImageError):  # not loaded: verify names it
             engine.tag(entry.id, repository, tag)
     return verify(engine, lock)
+
+
+@contextlib.contextmanager
+def _undone_if_refused(engine: Engine) -> Iterator[list[str]]:
+    """The ids a load is about to bring to the engine (each absent before it), removed again
+    when the load is refused (or fails) after an image reached the engine: an archive is
+    checked member by member as it streams, so a refused third member comes after the first
+    two were loaded. Only what the load added goes, and only while nothing names or uses it:
+    other runs and other users share the engine (``Engine.remove_image`` is never forced)."""
+    added: list[str] = []
+    try:
+        yield added
+    except BaseException:
+        for iid in added:
+            with contextlib.suppress(EngineError, ImageError):  # absent, named, or in use
+                if not engine.image(iid).get("RepoTags"):  # nobody has named it meanwhile
+                    engine.remove_image(iid)
+        raise
+
+
+def _present(engine: Engine, image: str) -> bool:
+    try:
+        engine.image(image)
+    except (NotFound, ImageError):
+        return False
+    return True
 
 
 def _archive_lock(

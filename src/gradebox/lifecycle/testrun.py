@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.atomic import out_of_space
 from ..core.fstree import copy_tree
-from ..core.scratch import new_scratch, scratch_error
+from ..core.scratch import new_scratch, scratch_error, scratch_folder
 from ..errors import GradeboxError, SandboxClosed, StorageError, WorkspaceError
 from ..files.repos import checkout, is_remote, offline, resolve
 from ..files.workspace import (
@@ -305,12 +305,15 @@ class SuiteContext:
             return self._health[id(target)] or None
 
     def batch_answer(
-        self, target: TargetConfig, test: Test, workspace: Path, image: str, env: dict[str, str]
+        self, target: TargetConfig, test: Test, image: str, env: dict[str, str]
     ) -> tuple[RunOutcome, dict[str, Any] | str]:
         """A batching cli target's answer to ``test`` (AgentV v4's ``provider_batching``):
-        the first test that needs it makes the one call, in its own workspace (AgentV's: the
-        first request's), for every test of this run with that target; the others wait for
-        it. Its outcome is each test's; a test the batch does not answer is an error."""
+        the first test that needs it makes the one call for every test of this run with that
+        target; the others wait for it. Its outcome is each test's; a test the batch does not
+        answer is an error. The call runs in an empty workspace of its own, as each test's
+        starts (``batches``: a test with a template runs on its own): what it writes is no
+        one test's, so no test's diff, nor its graders, shows the whole batch's files
+        (AgentV's batch has no workspace)."""
         with self._health_lock:
             lock = self._batch_locks.setdefault(id(target), threading.Lock())
         with lock:
@@ -318,29 +321,36 @@ class SuiteContext:
                 batched = [t for t in self.suite.tests if self.batches(t, target)]
                 files = [f for t in batched for f in t.case.input_files]
                 ids = [t.target_id for t in batched]
-                self._batches[id(target)] = run_cli_command(
-                    target,
-                    "",  # AgentV's batch request: no question; the command reads its tests
-                    workspace,
-                    self.box,
-                    test_id="batch",
-                    input_files=files,
-                    image_id=image,
-                    env={**env, "GRADEBOX_TEST_ID": "batch"},
-                    labels=self.labels,
-                    source_dir=self.suite.root,
-                    name="target-batch",
-                    network=target.network,
-                    read=lambda path: read_batch_answers(path, ids),
-                )
+                with scratch_folder("batch") as scratch:
+                    workspace = Workspace.create(scratch / "workspace", owner=run_as_ids())
+                    try:
+                        self._batches[id(target)] = run_cli_command(
+                            target,
+                            "",  # AgentV's batch request: no question; it reads its tests
+                            workspace.path,
+                            self.box,
+                            test_id="batch",
+                            input_files=files,
+                            image_id=image,
+                            env={**env, "GRADEBOX_TEST_ID": "batch"},
+                            labels=self.labels,
+                            source_dir=self.suite.root,
+                            name="target-batch",
+                            network=target.network,
+                            read=lambda path: read_batch_answers(path, ids),
+                        )
+                    finally:
+                        workspace.close()
             outcome, answers = self._batches[id(target)]
         if isinstance(answers, str):
             return outcome, answers
         return outcome, answers.get(test.target_id, "target: the batch did not include it")
 
     def batches(self, test: Test, target: TargetConfig | None = None) -> bool:
-        """Is ``test`` answered by its target's one batch call? (A repeated test is asked on
-        its own, as AgentV does when trials > 1.)"""
+        """Is ``test`` answered by its target's one batch call? A repeated test is asked on
+        its own, as AgentV does when trials > 1; so is a test with a workspace, as AgentV
+        turns batching off for workspace evals: the agent then works in the test's own
+        workspace, and the test's diff is what it did there."""
         own = test.target or self.target
         return (
             own is not None
@@ -348,6 +358,7 @@ class SuiteContext:
             and (target is None or own is target)
             and own.provider == "cli"
             and test.case.repeat == 1
+            and test.workspace is None
         )
 
     def close(self) -> None:
@@ -483,7 +494,7 @@ class TestRun:
         result.images["target"] = image
         env = {**target.env, "GRADEBOX_TEST_ID": self.test.id}
         if run.batches(self.test):
-            outcome, answer = run.batch_answer(target, self.test, workspace.path, image, env)
+            outcome, answer = run.batch_answer(target, self.test, image, env)
         elif target.provider == "cli":
             outcome, answer = run_cli_target(
                 target,
