@@ -199,7 +199,9 @@ def test_a_user_regex_is_time_bounded():
     a = BuiltinAssertion(type="regex", value="(a|aa)+$")
     started = time.monotonic()
     r = a.evaluate("a" * 80 + "b")
-    assert time.monotonic() - started < 5
+    # Unbounded, this match takes longer than the universe's age; 30 s leaves room for a
+    # loaded CI machine without letting an unbounded match pass.
+    assert time.monotonic() - started < 30
     assert r.status is Status.error and "regex took over" in r.evidence
     assert BuiltinAssertion(type="contains-json").evaluate("[" * 100_000).status is Status.failed
 
