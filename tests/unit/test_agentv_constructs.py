@@ -102,6 +102,62 @@ def test_score_ranges_rubric_items_in_both_forms(tmp_path):
     assert "  6: Short." in second.text
 
 
+# A realistic 5.x eval file: a suite-level judge and a test's, inside an assert-set too.
+_JUDGED = """\
+description: Support replies
+defaults: {grader: judge}
+assert:
+  - type: llm-rubric
+    metric: tone
+    value: Polite and on topic
+    model: gpt-4o
+    max_steps: 4
+    temperature: 0
+    id: tone-check
+    description: the house tone
+tests:
+  - id: refund
+    vars: {input: Can I get a refund?}
+    assert:
+      - type: contains
+        value: refund
+      - type: assert-set
+        assert:
+          - type: llm-rubric
+            provider: judge
+            value:
+              - outcome: States the refund window
+                weight: 2
+"""
+
+
+def test_an_llm_graders_keys_agentv_takes_load_and_any_other_is_named(tmp_path):
+    suite = load_suite(_with(tmp_path, AZURE, _JUDGED))
+    _contains, group, tone = suite.tests[0].assertions
+    assert tone.name == "tone" and tone.llm.target.params == {"temperature": 0}
+    assert group.children[0].llm.rubrics[0].weight == 2
+    # A misspelt key (AgentV would hand it to the judge as config nobody reads) is named,
+    # as any unknown field of the file is: the judge would run without the prompt meant.
+    typo = _JUDGED.replace("provider: judge\n", "provider: judge\n            promt: j.md\n")
+    with pytest.raises(ConfigError) as info:
+        load_suite(_with(tmp_path, AZURE, typo))
+    assert info.value.field == "tests.0.assert.1.assert.0.promt"
+    assert info.value.line == 22 and "unknown field" in info.value.message
+    suite_level = _JUDGED.replace("    model: gpt-4o\n", "    rubric_style: strict\n")
+    with pytest.raises(ConfigError) as info:
+        load_suite(_with(tmp_path, AZURE, suite_level))
+    assert info.value.field == "assert.0.rubric_style" and info.value.line == 7
+
+
+def test_an_llm_graders_own_score_ranges_are_refused_naming_where_they_go(tmp_path):
+    # AgentV reads them as the bands of the one item its text value makes; here an item's.
+    banded = _JUDGED.replace("model: gpt-4o", "score_ranges: {'0': Rude., '8': Polite.}")
+    with pytest.raises(UnsupportedFeature) as info:
+        load_suite(_with(tmp_path, AZURE, banded))
+    assert info.value.field == "assert.0.score_ranges" and info.value.line == 7
+    assert "value: [{outcome: ..., score_ranges: ...}]" in info.value.message
+
+
 def test_default_test_from_a_file_in_a_parent_folder(tmp_path):
     write(
         tmp_path / "shared" / "defaults.yaml",

@@ -208,6 +208,31 @@ def test_a_v4_check_written_wrong_is_an_error_naming_it_never_a_removal(tmp_path
     assert error.line == 6
 
 
+def test_skill_trigger_reads_no_as_agentv_does_never_as_false(tmp_path):
+    # AgentV reads YAML 1.2: `no` is the text "no". A skill of that name is one; and v4 takes
+    # only a boolean false as should_trigger (the text "no" it drops, expecting the skill):
+    # neither v4's reading nor the writer's is a safe guess, so that is an error naming it.
+    def check(assertion: str) -> HostAssertion:
+        path = _eval(tmp_path, V4_TEST + f"    assertions:\n      - {assertion}\n")
+        (only,) = load_suite(path).tests[0].assertions
+        return only
+
+    named_no = check("{type: skill-trigger, skill: no}").check
+    assert named_no.skill == "no" and named_no.should_trigger is True
+    assert _score(named_no, _calls({"tool": "Skill", "input": {"skill": "no"}})) == ("passed", 1.0)
+    never = check("{type: skill-trigger, skill: pdf, should_trigger: false}").check
+    assert never.should_trigger is False
+    for written in ("no", '"no"', "off", '"false"', "0"):
+        path = _eval(
+            tmp_path,
+            V4_TEST + f"    assertions:\n      - {{type: skill-trigger, skill: pdf, "
+            f"should_trigger: {written}}}\n",
+        )
+        error = _error(path)
+        assert error.field == "tests.0.assertions.0.should_trigger", written
+        assert error.line == 6 and "boolean" in error.message, written
+
+
 def test_composite_kinds_compile(tmp_path):
     write(tmp_path / "graders" / "gate.py", "print('{}')\n")
     path = _eval(

@@ -97,3 +97,30 @@ def test_each_trace_check_names_the_calls_its_verdict_reads():
     seq = TraceAssertion(type="trajectory:tool-sequence", value=["search", "fetch"])
     assert named(seq) == [0, 1]
     assert named(TraceAssertion(type="execution-metrics", max_tool_calls=5)) == []
+
+
+def test_skill_used_names_the_skill_calls_it_saw_bounded():
+    def check(kind: str, value: object, payload: Payload | None = None):
+        return TraceAssertion(type=kind, value=value).evaluate(payload or _payload())
+
+    skills = [
+        _m("assistant", "", [{"tool": "search"}, {"tool": "Skill", "input": {"skill": "pdf"}}]),
+        _m("assistant", "", [{"tool": "Read", "input": {"file_path": "/w/skills/csv/SKILL.md"}}]),
+    ]
+    payload = Payload(output="", messages=skills)
+    used = check("skill-used", "pdf", payload)
+    assert used.passed and used.calls == [1]
+    assert used.evidence.endswith("actual: pdf, csv (heuristic, /w/skills/csv/SKILL.md)")
+    missing = check("skill-used", ["pdf", "docx"], payload)
+    assert not missing.passed and missing.calls == [1] and "actual: pdf, csv" in missing.evidence
+    assert check("skill-used", {"pattern": "*", "min": 3}, payload).calls == [1, 2]
+    clean = check("not-skill-used", "docx", payload)  # a pass says what it saw too
+    assert clean.passed and clean.calls == [] and "actual: pdf, csv" in clean.evidence
+    forbidden = check("not-skill-used", "csv", payload)
+    assert not forbidden.passed and forbidden.calls == [2]
+    # An agent's names are its own: each cut, and past the first few only counted.
+    flood = [{"tool": "Skill", "input": {"skill": f"s{i}-" + "x" * 5000}} for i in range(300)]
+    flooded = check("skill-used", "pdf", Payload(output="", messages=[_m("assistant", "", flood)]))
+    assert not flooded.passed and len(flooded.evidence) < 3000
+    assert flooded.evidence.endswith(" and 290 more") and "s9-xxx" in flooded.evidence
+    assert "s10-" not in flooded.evidence

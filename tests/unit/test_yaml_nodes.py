@@ -187,6 +187,22 @@ def test_a_date_is_its_text(tmp_path, value):
     assert data == {"when": text}
 
 
+def test_yes_no_on_off_are_their_text_and_only_true_false_are_booleans(tmp_path):
+    """YAML 1.1 reads ``no`` as false (a check for the answer "no" checked "False"); AgentV's
+    YAML (1.2) reads it as written, and so does this loader: a flag written ``yes`` is named
+    by its strict field rather than taken for true."""
+    text = "on: yes\nNO: Off\nflags: [true, True, FALSE, y, n]\n"
+    data, _ = load_yaml_file(write(tmp_path / "d.yaml", text))
+    assert data == {"on": "yes", "NO": "Off", "flags": [True, True, False, "y", "n"]}
+    path = write(tmp_path / "suite.yaml", SUITE.replace("regex, value: V", "equals, value: no"))
+    (check,) = load_suite(path).tests[0].assertions
+    assert check.check.value == "no"
+    flagged = SUITE.replace("value: V", "value: x, negate: yes")
+    with pytest.raises(ConfigError) as info:
+        load_suite(write(tmp_path / "suite.yaml", flagged))
+    assert info.value.field == "tests.0.assert.0.negate"
+
+
 @pytest.mark.parametrize(
     "value", ["2001-13-45", "2001-02-30 25:61:61", "9999-12-31 23:59:59 -24:00"]
 )

@@ -12,7 +12,8 @@ items (a 2 MB flat list is a million nodes; each costs the heap some 400 bytes, 
 text) is refused at the line it passed the limit, before the heap holds it; a "billion laughs"
 of nested anchors is refused in the same pass, naming the anchor's line. Values are those JSON
 has: a tag that makes another kind (``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``) is refused
-at its line, and a date is its text (as AgentV's YAML reads it).
+at its line, and a date is its text, as are ``yes``, ``no``, ``on`` and ``off`` (as AgentV's
+YAML, 1.2, reads them).
 Events come from libyaml (``CParser``) when PyYAML has it; nodes are composed here, once, with
 those limits and the line of each key, so no second parse is needed for line numbers.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, TypeVar
@@ -294,17 +296,33 @@ _BoundedConstructor.add_constructor(
     "tag:yaml.org,2002:timestamp", _BoundedConstructor.construct_date_as_text
 )
 
+
+class _Resolver(Resolver):
+    """PyYAML's, with YAML 1.2's booleans: ``true`` and ``false`` only. YAML 1.1 also reads
+    ``yes``, ``no``, ``on`` and ``off`` as booleans; AgentV's YAML (1.2) reads them as the text
+    written, so a skill, a var or an expected answer named ``no`` is that word, and a flag
+    written ``no`` is no boolean (a strict field names it) rather than a silent false."""
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+_Resolver.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+}
+_TRUE_FALSE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_Resolver.add_implicit_resolver(_BOOL, _TRUE_FALSE, list("tTfF"))
+
 if yaml.__with_libyaml__:
     from yaml.cyaml import CParser
 
-    class _Loader(_BoundedComposer, CParser, _BoundedConstructor, Resolver):  # type: ignore[misc]
+    class _Loader(_BoundedComposer, CParser, _BoundedConstructor, _Resolver):  # type: ignore[misc]
         """libyaml's events; our composer (listed first, so CParser's own is not used)."""
 
         def __init__(self, text: str) -> None:
             CParser.__init__(self, text)
             _BoundedComposer.__init__(self)
             _BoundedConstructor.__init__(self)
-            Resolver.__init__(self)
+            _Resolver.__init__(self)
 
 else:  # PyYAML built without libyaml: the same, at Python's speed (a test runs it)
     from yaml.parser import Parser
@@ -312,7 +330,7 @@ else:  # PyYAML built without libyaml: the same, at Python's speed (a test runs 
     from yaml.scanner import Scanner
 
     class _Loader(  # type: ignore[no-redef]
-        _BoundedComposer, Reader, Scanner, Parser, _BoundedConstructor, Resolver
+        _BoundedComposer, Reader, Scanner, Parser, _BoundedConstructor, _Resolver
     ):
         def __init__(self, text: str) -> None:
             Reader.__init__(self, text)
@@ -320,7 +338,7 @@ else:  # PyYAML built without libyaml: the same, at Python's speed (a test runs 
             Parser.__init__(self)
             _BoundedComposer.__init__(self)
             _BoundedConstructor.__init__(self)
-            Resolver.__init__(self)
+            _Resolver.__init__(self)
 
 
 class _Lines(dict[tuple[str, ...], int]):

@@ -471,6 +471,11 @@ TEST_TRANSFORM = "agentv_transform"
 
 _PROMPTFOO_EXTRAS = {"id", "threshold", "provider", "config", "transform", "description"}
 
+_AGENTV_JUDGE_KEYS = {"temperature", "max_steps", "maxSteps", "model"}
+"""AgentV's LLM-grader keys that change nothing here: ``temperature`` (read before the entry
+is validated, into the judge's params), an agentic judge's step budget (the judge here answers
+in one call) and ``model`` (which AgentV reads and leaves unused: the judge is a provider's)."""
+
 TRANSFORM_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".mts", ".cts")
 
 
@@ -824,14 +829,20 @@ def _llm(
             field=".".join((*loc, "transform")),
         )
     if ctx.flavor == "agentv":
-        # AgentV's llm-rubric passes its own settings through (a judge's temperature, an
-        # agentic judge's max_steps): the single-shot judge here reads temperature.
-        kept = set(LlmJudge.model_fields)
-        record = check_entry(
-            {k: v for k, v in entry.items() if k in kept}, file=ctx.file, lines=ctx.lines, loc=loc
-        )
-    else:
-        record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
+        if "score_ranges" in entry:
+            raise UnsupportedFeature(
+                "score_ranges on an LLM grader",
+                "AgentV reads them as the bands of the one rubric item a text value makes; give "
+                "them to the item: value: [{outcome: ..., score_ranges: ...}]",
+                file=ctx.file,
+                line=ctx.lines.get((*loc, "score_ranges")),
+                field=".".join((*loc, "score_ranges")),
+            )
+        # AgentV's keys that change nothing here go; any other is named, as the file's other
+        # unknown fields are (AgentV hands it to the judge as config that no text prompt reads).
+        entry = _promptfoo_extras(entry, keep={"threshold", "provider", "config"})
+        entry = {k: v for k, v in entry.items() if k not in _AGENTV_JUDGE_KEYS}
+    record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
     score = score or _scored(record, ctx, loc)
     rubrics: list[RubricItem] = []
     if kind == "trajectory:goal-success":

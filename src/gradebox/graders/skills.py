@@ -17,11 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .transcript import Trace
+from .transcript import NAME_CAP, Trace
 
 __all__ = ["SkillCall", "check_skills", "skill_calls"]
 
 _MAX_TEXT = 100_000  # characters of one command or output scanned for skill paths
+_SHOWN = 10  # skill calls an evidence lists (each name and path cut); the rest are counted
 _PATH = re.compile(r"(?:^|/)(?:\.agents/)?skills/([A-Za-z0-9._:-]+)/SKILL\.md$")
 _READ_PATH = ("file_path", "path", "filePath")  # a Read call's argument naming the file
 _STRIP = re.compile(r"^[`\"'(\[{<]+|[`\"',;:)\]}>]+$")
@@ -30,11 +31,23 @@ _STRIP = re.compile(r"^[`\"'(\[{<]+|[`\"',;:)\]}>]+$")
 @dataclass(frozen=True)
 class SkillCall:
     name: str
+    at: int  # the position of the tool call it was read from (``GraderResult.calls``)
     path: str | None = None
     source: str = "tool"
 
     def label(self) -> str:
-        return f"{self.name} ({self.source}, {self.path})" if self.path else self.name
+        """As the evidence shows it: the agent wrote the name and path, so each is cut."""
+        name = _cut(self.name)
+        return f"{name} ({self.source}, {_cut(self.path)})" if self.path else name
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= NAME_CAP else text[:NAME_CAP] + "…"
+
+
+def _listed(calls: list[SkillCall]) -> str:
+    shown = ", ".join(c.label() for c in calls[:_SHOWN]) or "(none)"
+    return shown + (f" and {len(calls) - _SHOWN} more" if len(calls) > _SHOWN else "")
 
 
 def _paths(text: str) -> list[tuple[str, str]]:
@@ -59,7 +72,7 @@ def skill_calls(trace: Trace) -> list[SkillCall]:
             seen.add(key)
             out.append(call)
 
-    for call in trace.tool_calls:
+    for at, call in enumerate(trace.tool_calls):
         if call.error:
             continue
         name = call.name.lower()
@@ -67,21 +80,21 @@ def skill_calls(trace: Trace) -> list[SkillCall]:
         if name == "skill":
             skill = args.get("skill", args.get("name"))
             if isinstance(skill, str) and skill.strip():
-                add(SkillCall(skill.strip()))
+                add(SkillCall(skill.strip(), at))
             continue
         if name == "read":
             path = next((args[k] for k in _READ_PATH if isinstance(args.get(k), str)), None)
             m = _PATH.search(path.strip().replace("\\", "/")) if path else None
             if m:
-                add(SkillCall(m.group(1), path.strip(), "heuristic"))
+                add(SkillCall(m.group(1), at, path.strip(), "heuristic"))
             continue
         if name == "bash" and isinstance(args.get("command"), str):
             for skill, path in _paths(args["command"]):
-                add(SkillCall(skill, path, "heuristic"))
+                add(SkillCall(skill, at, path, "heuristic"))
         if call.output is not None:
             text = call.output if isinstance(call.output, str) else json.dumps(call.output)
             for skill, path in _paths(text):
-                add(SkillCall(skill, path, "heuristic"))
+                add(SkillCall(skill, at, path, "heuristic"))
     return out
 
 
@@ -91,31 +104,34 @@ def _matches(call: SkillCall, name: str | None, pattern: str | None) -> bool:
     return not pattern or fnmatch.fnmatchcase(call.name.lower(), pattern.lower())
 
 
-def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str]:
+def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str, list[int]]:
     """AgentV's verdict: a name or a list (all used; with ``inverse`` none used), or
-    ``{name|pattern, min, max}`` (a count; with ``inverse`` it must be zero)."""
+    ``{name|pattern, min, max}`` (a count; with ``inverse`` it must be zero). With it, the
+    evidence (the skill calls seen, bounded) and the positions of the calls it counted."""
     calls = skill_calls(trace)
-    actual = ", ".join(c.label() for c in calls) or "(none)"
+    actual = _listed(calls)
     if isinstance(value, str | list):
         wanted = [value] if isinstance(value, str) else [str(v) for v in value]
         wanted = [w.strip() for w in wanted if w.strip()]
+        at = sorted({c.at for c in calls if c.name in wanted})
         used = [w for w in wanted if any(_matches(c, w, None) for c in calls)]
         missing = [w for w in wanted if w not in used]
         if inverse and used:
-            return False, f"forbidden skill(s) used: {', '.join(used)}; actual: {actual}"
+            return False, f"forbidden skill(s) used: {', '.join(used)}; actual: {actual}", at
         if inverse:
-            return True, f"forbidden skill(s) not used: {', '.join(wanted)}"
+            return True, f"forbidden skill(s) not used: {', '.join(wanted)}; actual: {actual}", at
         if missing:
-            return False, f"missing skill(s): {', '.join(missing)}; actual: {actual}"
-        return True, f"required skill(s) used: {', '.join(wanted)}; actual: {actual}"
+            return False, f"missing skill(s): {', '.join(missing)}; actual: {actual}", at
+        return True, f"required skill(s) used: {', '.join(wanted)}; actual: {actual}", at
     spec = value if isinstance(value, dict) else {}
     name, pattern = spec.get("name"), spec.get("pattern")
     label = pattern or name or "*"
-    count = sum(1 for c in calls if _matches(c, name, pattern))
+    matched = [c for c in calls if _matches(c, name, pattern)]
+    count, at = len(matched), sorted({c.at for c in matched})
     if inverse:
-        return count == 0, f"forbidden skill {label!r} used {count} time(s); actual: {actual}"
+        return count == 0, f"forbidden skill {label!r} used {count} time(s); actual: {actual}", at
     low = spec.get("min", 0 if "max" in spec else 1)
     high = spec.get("max")
     ok = count >= int(low) and (high is None or count <= int(high))
     bound = f"at least {low}" if high is None else f"{low}-{high}"
-    return ok, f"skill {label!r} used {count} time(s) (expected {bound}); actual: {actual}"
+    return ok, f"skill {label!r} used {count} time(s) (expected {bound}); actual: {actual}", at

@@ -177,8 +177,10 @@ class TraceAssertion(BaseModel):
         trace = trace_of(payload.messages, _events(payload))
         kind = self.type.removeprefix("trajectory:")
         try:
-            passed, score, evidence = getattr(self, "_" + kind.replace("-", "_"))(trace, payload)
-            named = self._named(trace)
+            passed, score, evidence, *named = getattr(self, "_" + kind.replace("-", "_"))(
+                trace, payload
+            )
+            named = named[0] if named else self._named(trace)
         except _TooSlow as exc:
             return GraderResult(
                 name=self.display_name(),
@@ -200,8 +202,8 @@ class TraceAssertion(BaseModel):
 
     def _named(self, trace: Trace) -> list[int]:
         """The calls of the tools this check names (their positions), for the report's steps:
-        the tool-used, tool-sequence and tool-args-match checks name tools; the others count
-        or measure the whole run."""
+        the tool-used, tool-sequence and tool-args-match checks name tools (the skill checks
+        name the calls they counted as they check); the others count or measure the whole run."""
         value = self.value
         if self.type == "trajectory:tool-sequence":
             steps = value.get("steps") if isinstance(value, dict) else value
@@ -225,15 +227,16 @@ class TraceAssertion(BaseModel):
             return []
         return [i for i, c in enumerate(trace.tool_calls) if c.name in names]
 
-    # Each check returns (passed, score, evidence).
+    # Each check returns (passed, score, evidence), and the calls it names when it found
+    # them itself (else ``_named`` does).
 
-    def _skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
-        ok, why = check_skills(self.value, trace, inverse=False)
-        return ok, float(ok), why
+    def _skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str, list[int]]:
+        ok, why, at = check_skills(self.value, trace, inverse=False)
+        return ok, float(ok), why, at
 
-    def _not_skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
-        ok, why = check_skills(self.value, trace, inverse=True)
-        return ok, float(ok), why
+    def _not_skill_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str, list[int]]:
+        ok, why, at = check_skills(self.value, trace, inverse=True)
+        return ok, float(ok), why, at
 
     def _tool_used(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:
         spec = self.value

@@ -332,7 +332,8 @@ class SkillTrigger(BaseModel):
 
     type: Literal["skill-trigger"] = "skill-trigger"
     skill: str = Field(min_length=1)
-    should_trigger: bool = True
+    # Strict: v4 takes only a boolean (the text "no" it drops, expecting the skill).
+    should_trigger: bool = Field(default=True, strict=True)
 
     @field_validator("skill")
     @classmethod
