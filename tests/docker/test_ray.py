@@ -334,6 +334,39 @@ def test_a_worker_process_killed_with_sigkill_leaves_nothing_of_its_own(tmp_path
     assert containers_left(cluster, engine) == []
 
 
+def test_a_node_whose_workers_die_under_its_tests_is_drained(tmp_path, cluster, engine):
+    """Each task tells its node as it starts: a worker killed under a test there (as a crash
+    or the OOM killer would) counts against that node, once per test; three in a row drain
+    it. Each lost test runs again, and every test is recorded once."""
+    from gradebox.cluster.driver import DRAIN_AFTER
+
+    suite = make_suite(tmp_path / "suite", 10, sleep=2)
+    out = tmp_path / "out"
+    proc = start("run", suite, "--ray", cluster.address, "--out", out)
+    killed: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while len(killed) < DRAIN_AFTER and proc.poll() is None and time.monotonic() < deadline:
+            # w1's workers with a test's containers up: each is past its start.
+            running = {_owner_pid(n) for n in containers_left(cluster, engine)}
+            for pid in sorted(running & set(cluster.pids("w1")) - killed)[:1]:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert len(killed) == DRAIN_AFTER and proc.returncode == 0, err
+    drained = [line for line in err.splitlines() if "is drained" in line]
+    assert len(drained) == 1, err
+    assert drained[0].endswith("3 jobs in a row failed there (last: WorkerCrashedError)")
+    got = results(out)
+    assert Counter(r["id"] for r in got) == Counter(f"t-{i:02d}" for i in range(10))
+    assert all(r["status"] == "passed" for r in got)
+    assert sum(r["attempts"] - 1 for r in got) == err.count("its node was lost") == DRAIN_AFTER
+    assert containers_left(cluster, engine) == [] and scratch_left(cluster) == []
+
+
 def test_a_worker_killed_mid_run_loses_and_doubles_nothing(tmp_path, engine):
     suite = make_suite(tmp_path / "suite", 16, sleep=2, bad=(3,))
     out = tmp_path / "out"

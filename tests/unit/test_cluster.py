@@ -594,7 +594,7 @@ def test_a_test_larger_than_every_node_is_one_line_naming_it_and_the_sizes():
 
 
 class _FakeRay:
-    """What ``RayExecutor._collect`` asks of Ray: a finished task's value, the live nodes."""
+    """What ``RayExecutor`` asks of Ray: a task's items, which are ready, the live nodes."""
 
     class exceptions:  # noqa: N801 (Ray's module's name)
         class RayError(Exception):
@@ -603,11 +603,19 @@ class _FakeRay:
         class RayTaskError(RayError):
             pass
 
+        class WorkerCrashedError(RayError):
+            pass
+
     def __init__(self, node_ids: list[str]) -> None:
         self.node_ids = node_ids
 
     def get(self, ref):  # type: ignore[no-untyped-def]
-        return ref  # a "ref" here is the task's value
+        if isinstance(ref, BaseException):  # the task was lost: Ray raises its error
+            raise ref
+        return ref  # a "ref" here is the item's value
+
+    def wait(self, tasks, num_returns, timeout):  # type: ignore[no-untyped-def]
+        return tasks[:num_returns], tasks[num_returns:]  # every task's next item is ready
 
     def put(self, value):  # type: ignore[no-untyped-def]
         return value
@@ -622,7 +630,7 @@ def _executor(node_ids: list[str]):  # type: ignore[no-untyped-def]
     from gradebox.cluster.driver import RayExecutor
 
     ray = _FakeRay(node_ids)
-    cluster = SimpleNamespace(ray=ray, nodes=ray.nodes, item=None)
+    cluster = SimpleNamespace(ray=ray, nodes=ray.nodes, item=None, scale_up_timeout=1.0)
     spec = RunSpec(run_id="r", kind="suite", bundle=None, entry="s.yaml", images={})
     return RayExecutor(cluster, spec)  # type: ignore[arg-type]
 
@@ -635,7 +643,7 @@ def test_a_node_failing_the_preflight_at_a_job_is_set_aside_and_the_job_goes_els
     name = f"{bad[:12]} (127.0.0.1, host)"
     job = TestJob("t-1")
     # It never ran: it goes out again as the same attempt, and not to that node.
-    assert run._collect(("refused", "no OCI runtime 'x'", name), job, 1) == 1
+    assert run._collect(("refused", "no OCI runtime 'x'"), job, 1, name) == 1
     assert list(run.set_aside) == [bad]
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"node {name} fails the preflight and is set aside: no OCI runtime 'x'"]
@@ -660,20 +668,95 @@ def test_a_node_whose_jobs_fail_three_times_in_a_row_for_infrastructure_is_drain
     assert DRAIN_AFTER == 3 and MAX_ATTEMPTS == 3
     # Two in a row, then a success: the count starts again.
     for i in range(2):
-        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
-    assert isinstance(run._collect(("ok", ok, name), TestJob("t-0"), 1), Done)
+        assert run._collect(("infra", "engine gone"), TestJob(f"t-{i}"), 1, name) == 2
+    assert isinstance(run._collect(("ok", ok), TestJob("t-0"), 1, name), Done)
     assert not run.set_aside
     for i in range(2):
-        assert run._collect(("infra", "engine gone", name), TestJob(f"t-{i}"), 1) == 2
+        assert run._collect(("infra", "engine gone"), TestJob(f"t-{i}"), 1, name) == 2
     assert not run.set_aside  # two in a row since the success
     # The third in a row drains it; a job at its last attempt is an error naming the node.
-    done = run._collect(("infra", "engine gone", name), TestJob("t-9"), MAX_ATTEMPTS)
+    done = run._collect(("infra", "engine gone"), TestJob("t-9"), MAX_ATTEMPTS, name)
     assert isinstance(done, Done) and done.error == f"node {name}: engine gone"
     assert list(run.set_aside) == [flaky]
     drained = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
     assert drained == [
         f"node {name} is drained and is set aside: 3 jobs in a row failed there (last: engine gone)"
     ]
+
+
+class _Task:
+    """A task as the driver holds it (Ray's stream of its items): its node's name, then its
+    answer; or Ray's error, from the item at which it was lost."""
+
+    def __init__(self, *items: object) -> None:
+        self.items = list(items)
+
+    def __next__(self):  # type: ignore[no-untyped-def]
+        return self.items.pop(0)
+
+
+class _Scheduler:
+    """Ray placing each task on the first node its label selector allows: here the flaky
+    node, whose worker dies under every task once it started, until it is set aside."""
+
+    def __init__(self, nodes: list[str], crash: str, answer: tuple) -> None:
+        self.nodes, self.crash, self.answer = nodes, crash, answer
+        self.selector = ""
+        self.sent: list[str] = []  # the node each task went to
+
+    def options(self, **kw):  # type: ignore[no-untyped-def]
+        from gradebox.cluster.driver import NODE_ID_LABEL
+
+        self.selector = kw.get("label_selector", {}).get(NODE_ID_LABEL, "")
+        return self
+
+    def remote(self, spec, job):  # type: ignore[no-untyped-def]
+        node = next(n for n in self.nodes if n not in self.selector)
+        self.sent.append(node)
+        name = f"{node[:12]} (127.0.0.1, host)"
+        if node == self.crash:
+            return _Task(name, _FakeRay.exceptions.WorkerCrashedError("the worker died"))
+        return _Task(name, self.answer)
+
+
+def test_a_node_that_dies_under_its_jobs_is_drained_and_they_run_elsewhere(caplog):
+    """A task lost to its node's (or worker's) death counts against the node it started on,
+    once per task, as a job the engine failed under does: three in a row drain it, and each
+    job lost there runs again elsewhere, none lost, none twice."""
+    from gradebox.cluster.driver import DRAIN_AFTER, MAX_ATTEMPTS
+    from gradebox.protocol.models import Status, TestResult
+
+    flaky, good = "f" * 56, "a" * 56
+    run = _executor([flaky, good])
+    passed = TestResult(id="t", status=Status.passed, passed=True, score=1.0)
+    run.cluster.item = ray = _Scheduler([flaky, good], flaky, ("ok", encode(TestJob("t"), passed)))
+    jobs = [TestJob(f"t-{i}") for i in range(5)]
+    done = list(run.map(jobs, in_flight=DRAIN_AFTER))
+    # Three lost there in a row drain it. Two lost jobs had gone back to it meanwhile (Ray
+    # places them): they are lost too, each counted once, and then run elsewhere.
+    assert list(run.set_aside) == [flaky]
+    assert run.failing[flaky[:12]] == ray.sent.count(flaky) == 5
+    assert set(ray.sent[ray.sent.index(good) :]) == {good}
+    drained = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
+    assert drained == [
+        f"node {flaky[:12]} (127.0.0.1, host) is drained and is set aside: "
+        "3 jobs in a row failed there (last: WorkerCrashedError)"
+    ]
+    # Every job recorded once, passed on the good node, within its attempts; no result lost.
+    assert sorted(str(d.job) for d in done) == [str(j) for j in jobs]
+    assert all(d.error is None and d.value.passed for d in done)
+    assert {d.node for d in done} == {f"{good[:12]} (127.0.0.1, host)"}
+    assert max(d.attempts for d in done) <= MAX_ATTEMPTS
+    assert sum(d.attempts for d in done) == len(ray.sent)  # each task sent is one attempt
+
+
+def test_a_task_lost_before_it_started_counts_against_no_node():
+    """Its first item is already Ray's error: no node told, none blamed; it goes out again."""
+    run = _executor(["a" * 56])
+    lost = _FakeRay.exceptions.WorkerCrashedError("the worker died")
+    assert run._started(lost) is None
+    assert run._collect(lost, TestJob("t-0"), 1, None) == 2
+    assert not run.failing and not run.set_aside
 
 
 def test_a_run_folder_another_user_could_write_is_refused_before_anything_is_put_in_it(

@@ -11,8 +11,9 @@ once. Ray's own task retries are off: a retry the driver does not see could not 
 Nodes come and go: pending tasks are what make an autoscaler start nodes (a cluster may start
 with none), and the driver waits up to ``scale_up_timeout`` for a node that can take them. A
 node that fails the preflight, or whose jobs fail ``DRAIN_AFTER`` times in a row for our
-infrastructure's reasons, is set aside: later tasks carry a label selector that keeps them off
-it, and its refused work goes elsewhere.
+infrastructure's reasons (its engine went away, or the node or its worker died under them) is
+set aside: later tasks carry a label selector that keeps them off it, and its refused work goes
+elsewhere. Each task tells its node first, so a task lost to its node's death counts against it.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ class RayCluster:
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
                 raise _unreachable(address, reason) from None
         self.ray = ray
-        self.item = ray.remote(num_cpus=0, resources={"gradebox": 1}, max_retries=0)(run_item)
+        # Streaming: a task tells its node first, then its result (``run_item``).
+        self.item = ray.remote(
+            num_cpus=0, resources={"gradebox": 1}, max_retries=0, num_returns="streaming"
+        )(run_item)
         self.op = ray.remote(num_cpus=0, max_retries=0)(node_op)
 
     def nodes(self) -> list[dict[str, Any]]:
@@ -328,7 +332,8 @@ class RayExecutor(Executor):
         exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
         todo = deque((job, 1) for job in jobs)
-        pending: dict[Any, tuple[Job, int]] = {}
+        pending: dict[Any, tuple[Job, int]] = {}  # a task's stream -> its job, attempt
+        where: dict[Any, str] = {}  # a task's stream -> the node it started on
         last = time.monotonic()
         waiting = _Wait(self.cluster.scale_up_timeout, self.on_wait)
         try:
@@ -344,9 +349,13 @@ class RayExecutor(Executor):
                     continue
                 last = time.monotonic()
                 waiting.over()
-                for ref in ready:
-                    item, attempt = pending.pop(ref)
-                    done = self._collect(ref, item, attempt)
+                for task in ready:
+                    ref = next(task)
+                    if task not in where and (node := self._started(ref)) is not None:
+                        where[task] = node  # running there: its result comes next
+                        continue
+                    item, attempt = pending.pop(task)
+                    done = self._collect(ref, item, attempt, where.pop(task, None))
                     if isinstance(done, int):
                         todo.appendleft((item, done))
                     else:
@@ -381,15 +390,26 @@ class RayExecutor(Executor):
             f"{why}, --scale-up-timeout); {left} tests were not run (finished ones are kept)",
         )
 
-    def _collect(self, ref: Any, item: Job, attempt: int) -> Done | int:
-        """What came back; an int: the job goes out again, as that attempt (its node was
-        lost, refused it or failed under it)."""
+    def _started(self, ref: Any) -> str | None:
+        """A task's first item: the node it started on; None when it was lost before (its
+        error is then what ``_collect`` takes from the same item)."""
+        try:
+            return str(self.ray.get(ref))
+        except self.ray.exceptions.RayError:
+            return None
+
+    def _collect(self, ref: Any, item: Job, attempt: int, node: str | None) -> Done | int:
+        """What came back from ``node`` (where the task started; None: lost before it
+        started); an int: the job goes out again, as that attempt (its node was lost,
+        refused it or failed under it)."""
         exceptions = self.ray.exceptions
         try:
-            status, value, node = self.ray.get(ref)
+            status, value = self.ray.get(ref)
         except exceptions.RayTaskError as exc:  # our code raised on the node: no retry
-            return Done(item, None, f"on the cluster: {_first_line(exc)}", None, attempt)
+            return Done(item, None, f"on the cluster: {_first_line(exc)}", node, attempt)
         except exceptions.RayError as exc:  # the node or its worker died under it
+            if node is not None:  # it had started there: the loss counts against that node
+                self._failed(node, type(exc).__name__)
             if attempt < MAX_ATTEMPTS:
                 log.warning(
                     "%s: its node was lost (%s); sending it again (attempt %d)",
@@ -399,7 +419,8 @@ class RayExecutor(Executor):
                 )
                 return attempt + 1
             why = f"its node was lost {attempt} times ({type(exc).__name__}); not run again"
-            return Done(item, None, why, None, attempt)
+            return Done(item, None, why, node, attempt)
+        assert node is not None  # a task tells its node before it answers
         node_id = node.split(" ", 1)[0]
         if status == "refused":  # nothing ran there: the job goes elsewhere as it was
             self._set_aside(node, value, "fails the preflight")
@@ -407,10 +428,7 @@ class RayExecutor(Executor):
                 return attempt
             return Done(item, None, f"node {node}: {value}", node, attempt)
         if status == "infra":
-            self.failing[node_id] += 1
-            if self.failing[node_id] >= DRAIN_AFTER:
-                why = f"{self.failing[node_id]} jobs in a row failed there (last: {value})"
-                self._set_aside(node, why, "is drained")
+            self._failed(node, value)
             if attempt < MAX_ATTEMPTS:
                 log.warning("%s: failed on node %s (%s); sending it again", item, node, value)
                 return attempt + 1
@@ -418,15 +436,25 @@ class RayExecutor(Executor):
         self.failing[node_id] = 0
         return Done(item, decode(item, value), None, node, attempt)
 
-    def cancel(self, refs: list[Any]) -> None:
+    def _failed(self, node: str, why: str) -> None:
+        """A job failed on ``node`` for our infrastructure's reasons: drained at
+        ``DRAIN_AFTER`` in a row."""
+        node_id = node.split(" ", 1)[0]
+        self.failing[node_id] += 1
+        if self.failing[node_id] >= DRAIN_AFTER:
+            text = f"{self.failing[node_id]} jobs in a row failed there (last: {why})"
+            self._set_aside(node, text, "is drained")
+
+    def cancel(self, tasks: list[Any]) -> None:
         """Stop work in flight: first as Ctrl-C does inside the task (its containers are
         removed there), then by killing the workers that did not stop."""
         ray = self.ray
-        for ref in refs:
-            ray.cancel(ref, force=False)
-        _, left = ray.wait(refs, num_returns=len(refs), timeout=10) if refs else ([], [])
+        for task in tasks:
+            ray.cancel(task, force=False)
+        ends = {task.completed(): task for task in tasks}  # a task's end, not its next item
+        _, left = ray.wait(list(ends), num_returns=len(ends), timeout=10) if ends else ([], [])
         for ref in left:
-            ray.cancel(ref, force=True)
+            ray.cancel(ends[ref], force=True)
         if left:
             ray.wait(left, num_returns=len(left), timeout=10)
 

@@ -20,6 +20,7 @@ import functools
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,26 +302,30 @@ def _forget(run_id: str) -> None:
         ctx.close()
 
 
-def run_item(spec: RunSpec, job: Job) -> tuple[str, Any, str]:
-    """One job on this node: ``("ok", result as JSON text, node)``; ``("refused", why,
-    node)`` when this node fails the preflight (the driver sets it aside and sends the job
-    elsewhere); ``("infra", why, node)`` when our infrastructure failed under the job (the
-    engine went away): the driver sends it again, and drains a node that keeps doing it."""
+def run_item(spec: RunSpec, job: Job) -> Iterator[Any]:
+    """One job on this node, a Ray task of two items. First this node's name, as soon as the
+    task starts: the driver then knows where a task lost to its node's (or worker's) death ran,
+    and counts it against that node. Then ``("ok", result as JSON text)``; ``("refused", why)``
+    when this node fails the preflight (the driver sets it aside and sends the job
+    elsewhere); ``("infra", why)`` when our infrastructure failed under the job (the engine
+    went away): the driver sends it again, and drains a node that keeps doing it."""
     failure = "refused"  # NodeRefused, or no engine or runtime here
     try:
+        yield node_name()
         ctx = _context(spec)
         if ctx.problems:  # a node that joined after the preflight is held to it here
             raise NodeRefused("; ".join(ctx.problems))
         assert ctx.worker is not None
         failure = "infra"  # e.g. the engine went away under a test
-        return "ok", encode(job, run_job(ctx.worker, job)), node_name()
+        answer = "ok", encode(job, run_job(ctx.worker, job))
     except GradeboxError as exc:
         _forget(spec.run_id)
-        return failure, str(exc), node_name()
+        answer = failure, str(exc)
     except KeyboardInterrupt:
         # Cancelled by the driver (Ctrl-C): kill this run's containers here, now.
         _forget(spec.run_id)
         raise
+    yield answer
 
 
 def node_op(op: str, spec: RunSpec | None = None, run_id: str | None = None) -> dict[str, Any]:
