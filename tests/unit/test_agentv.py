@@ -270,6 +270,55 @@ def test_message_parts_and_file_parts(tmp_path):
     assert user.content == [{"type": "file", "value": "./ctx.md"}, {"type": "text", "text": "Why?"}]
 
 
+def _skill_eval(repo: Path, ref: str) -> Path:
+    """An eval file laid out as AgentV's own evals/agentv-dev/skills/ are, naming ``ref``."""
+    (repo / ".git").mkdir(parents=True, exist_ok=True)
+    return write(
+        repo / "evals" / "agentv-dev" / "skills" / "skill-invocation.eval.yaml",
+        "prompts:\n  - '{{ input }}'\ntests:\n  - id: invoke-get-single-skill\n"
+        "    criteria: Agent invokes `agentv skills get`.\n    vars:\n      input:\n"
+        "        - role: user\n          content:\n            - type: file\n"
+        f"              value: {ref}\n            - type: text\n"
+        "              value: The file above is the live skill.\n",
+    )
+
+
+def test_a_path_from_the_top_names_a_file_of_the_repository(tmp_path, monkeypatch):
+    # AgentV's resolveFileReference: /plugins/... is tried as it is, then below each root.
+    repo = tmp_path / "agentv"
+    skill = write(repo / "plugins" / "agentv-dev" / "skills" / "agentv-dev" / "SKILL.md", "s")
+    monkeypatch.chdir(write(tmp_path / "elsewhere" / "x", "").parent)
+    path = _skill_eval(repo, "/plugins/agentv-dev/skills/agentv-dev/SKILL.md")
+    assert load_suite(path).tests[0].case.input_files == [str(skill)]
+
+
+@pytest.mark.parametrize("present", ["absolute", "nearer"])
+def test_a_path_from_the_top_is_looked_for_in_agentvs_order(tmp_path, present):
+    # The path as it is first, then the eval file's folder, then its parents up to the repo.
+    repo = tmp_path / "agentv"
+    wanted = tmp_path / "abs" / "SKILL.md"
+    if present == "absolute":
+        write(wanted, "as written")
+    else:
+        wanted = repo / "evals" / "agentv-dev" / "skills" / str(wanted).lstrip("/")
+        write(wanted, "nearer")
+    write(repo / str(tmp_path / "abs" / "SKILL.md").lstrip("/"), "the repository's")
+    path = _skill_eval(repo, str(tmp_path / "abs" / "SKILL.md"))
+    assert load_suite(path).tests[0].case.input_files == [str(wanted)]
+
+
+@pytest.mark.parametrize("ref", ["link/../SKILL.md", "/link/../SKILL.md"])
+def test_link_then_dotdot_is_where_agentv_looks_not_where_the_link_leads(tmp_path, ref):
+    # AgentV's path.resolve takes ``link/..`` by its text: the folder that holds the link.
+    repo = tmp_path / "agentv"
+    write(tmp_path / "outside" / "dir" / "x", "")
+    write(tmp_path / "outside" / "SKILL.md", "not where AgentV looks")
+    path = _skill_eval(repo, ref)
+    (path.parent / "link").symlink_to(tmp_path / "outside" / "dir")
+    with pytest.raises(ConfigError, match=f"input file '{ref}' not found"):
+        load_suite(path)
+
+
 def test_provider_from_config_yaml_defaults_walking_up(tmp_path, monkeypatch):
     monkeypatch.setenv("GB_AGENT", "agent.py")
     write(

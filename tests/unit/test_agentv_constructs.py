@@ -310,6 +310,21 @@ def test_docker_environment_sets_every_steps_image_and_limits(tmp_path):
     assert (info.value.field, info.value.line) == ("environment.resources.memory", 6)
 
 
+def test_an_absolute_replay_file_is_taken_as_it_is(tmp_path):
+    # AgentV's resolveReplaySourcePath: an absolute path is never looked for below the roots,
+    # as a file reference's /plugins/... is (resolveFileReference).
+    write(tmp_path / ".agentv" / "config.yaml", "providers: file://providers.yaml\n")
+    write(
+        tmp_path / ".agentv" / "providers.yaml",
+        "- {id: replay, label: rec, fixtures: /rec.jsonl, source_target: live}\n",
+    )
+    write(tmp_path / ".agentv" / "rec.jsonl", "")
+    write(tmp_path / "rec.jsonl", "")
+    body = "providers: [rec]\ntests:\n  - id: a\n    vars: {input: x}\n"
+    with pytest.raises(ConfigError, match="replay fixtures file '/rec.jsonl' not found"):
+        load_suite(_eval(tmp_path, body))
+
+
 def test_providers_become_targets(tmp_path, monkeypatch):
     write(
         tmp_path / ".agentv" / "config.yaml",

@@ -32,3 +32,17 @@ def test_agentv_examples_load_as_written(agentv_checkout):
     for o in outcomes:
         if o.kind == "REFUSED":  # one line, naming the feature and what to do instead
             assert "\n" not in o.why and len(o.why) > 60, o.why
+
+
+def test_agentv_own_evals_find_files_named_from_the_repository(agentv_checkout):
+    # AgentV's evals/ name inputs from the repository's top (``/plugins/.../SKILL.md``).
+    outcomes = sweep(agentv_checkout / "evals")
+    assert len(outcomes) == 8
+    broken = {o.file: o.why for o in outcomes if o.kind == "BROKEN"}
+    # Only the two naming docs/getting-started/installation.mdx, gone at this commit (moved
+    # to docs/next/ and docs/v4.42.4/): AgentV warns and drops the part, we refuse the file.
+    assert sorted(broken) == [
+        "agentv-dev/skills/output-correctness.eval.yaml",
+        "agentv-dev/skills/skill-invocation.eval.yaml",
+    ]
+    assert all("getting-started/installation.mdx' not found" in w for w in broken.values())

@@ -124,3 +124,36 @@ def test_skill_used_names_the_skill_calls_it_saw_bounded():
     assert not flooded.passed and len(flooded.evidence) < 3000
     assert flooded.evidence.endswith(" and 290 more") and "s9-xxx" in flooded.evidence
     assert "s10-" not in flooded.evidence
+
+
+def test_tool_used_and_tool_sequence_list_the_tools_called_bounded():
+    def check(kind: str, value: object, payload: Payload):
+        return TraceAssertion(type=kind, value=value).evaluate(payload)
+
+    # An agent's tool names and their count are its own: each cut, past the first few counted.
+    flood = [{"tool": f"t{i}-" + "x" * 5000} for i in range(300)]
+    payload = Payload(output="", messages=[_m("assistant", "", flood)])
+    for kind, value in [
+        ("trajectory:tool-used", "search"),  # a fail
+        ("trajectory:tool-used", {"pattern": "^t", "min": 1}),  # a pass
+        ("trajectory:tool-sequence", ["search"]),
+        ("trajectory:tool-sequence", {"steps": ["search"], "mode": "exact"}),
+    ]:
+        evidence = check(kind, value, payload).evidence
+        assert len(evidence) < 3000, (kind, value, len(evidence))
+        assert " and 290 more" in evidence and "t9-xxx" in evidence and "t10-" not in evidence
+    few = Payload(output="", messages=[_m("assistant", "", [{"tool": "a"}, {"tool": "b"}])])
+    assert check("trajectory:tool-used", "a", few).evidence.endswith("(trace: a, b)")
+    assert check("trajectory:tool-sequence", ["a", "b"], few).evidence.endswith("saw a, b")
+
+
+def test_skill_trigger_cuts_the_names_it_shows():
+    long = "x" * 50_000
+    for call in [
+        {"tool": "Skill", "input": {"skill": "pdf" + long}},
+        {"tool": "Read", "input": {"file_path": f"/w/skills/pdf/{long}"}},
+        {"tool": "t" + long, "output": "see skills/pdf/SKILL.md"},
+    ]:
+        payload = Payload(output="", messages=[_m("assistant", "", [call])])
+        found = SkillTrigger(skill="pdf").evaluate(payload)
+        assert found.passed and len(found.evidence) < 1000, len(found.evidence)

@@ -17,12 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .transcript import NAME_CAP, Trace
+from .transcript import Trace, cut_name, listed
 
 __all__ = ["SkillCall", "check_skills", "skill_calls"]
 
 _MAX_TEXT = 100_000  # characters of one command or output scanned for skill paths
-_SHOWN = 10  # skill calls an evidence lists (each name and path cut); the rest are counted
 _PATH = re.compile(r"(?:^|/)(?:\.agents/)?skills/([A-Za-z0-9._:-]+)/SKILL\.md$")
 _READ_PATH = ("file_path", "path", "filePath")  # a Read call's argument naming the file
 _STRIP = re.compile(r"^[`\"'(\[{<]+|[`\"',;:)\]}>]+$")
@@ -37,17 +36,8 @@ class SkillCall:
 
     def label(self) -> str:
         """As the evidence shows it: the agent wrote the name and path, so each is cut."""
-        name = _cut(self.name)
-        return f"{name} ({self.source}, {_cut(self.path)})" if self.path else name
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= NAME_CAP else text[:NAME_CAP] + "…"
-
-
-def _listed(calls: list[SkillCall]) -> str:
-    shown = ", ".join(c.label() for c in calls[:_SHOWN]) or "(none)"
-    return shown + (f" and {len(calls) - _SHOWN} more" if len(calls) > _SHOWN else "")
+        name = cut_name(self.name)
+        return f"{name} ({self.source}, {cut_name(self.path)})" if self.path else name
 
 
 def _paths(text: str) -> list[tuple[str, str]]:
@@ -109,7 +99,7 @@ def check_skills(value: Any, trace: Trace, *, inverse: bool) -> tuple[bool, str,
     ``{name|pattern, min, max}`` (a count; with ``inverse`` it must be zero). With it, the
     evidence (the skill calls seen, bounded) and the positions of the calls it counted."""
     calls = skill_calls(trace)
-    actual = _listed(calls)
+    actual = listed(calls, SkillCall.label)
     if isinstance(value, str | list):
         wanted = [value] if isinstance(value, str) else [str(v) for v in value]
         wanted = [w.strip() for w in wanted if w.strip()]

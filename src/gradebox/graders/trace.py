@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import _search, _TooSlow, is_builtin, quoted
 from .skills import check_skills
-from .transcript import ToolCall, Trace, summary_of, trace_of, vally_input
+from .transcript import ToolCall, Trace, listed, summary_of, trace_of, vally_input
 
 __all__ = [
     "TRACE_TYPES",
@@ -258,7 +258,7 @@ class TraceAssertion(BaseModel):
             if count < low or (high is not None and count > int(high)):
                 bound = f"at least {low}" + (f", at most {high}" if high is not None else "")
                 misses.append(f"{name or pattern}: called {count} times, wanted {bound}")
-        used = ", ".join(c.name for c in trace.tool_calls) or "no tools"
+        used = listed([c.name for c in trace.tool_calls])
         if misses:
             return False, 0.0, "; ".join(misses) + f" (trace: {used})"
         return True, 1.0, f"tool usage as required (trace: {used})"
@@ -279,7 +279,7 @@ class TraceAssertion(BaseModel):
                 if i < len(wanted) and name == wanted[i]:
                     i += 1
             passed, score = i == len(wanted), i / len(wanted)
-        evidence = f"{mode}: wanted {wanted}, saw {seen}"
+        evidence = f"{mode}: wanted {wanted}, saw {listed(seen)}"
         return passed, score, evidence
 
     def _tool_args_match(self, trace: Trace, _: Payload) -> tuple[bool, float, str]:

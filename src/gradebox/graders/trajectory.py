@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..core.scores import reaches
 from ..protocol.models import GraderResult, Payload, Status
-from .transcript import ToolCall, trace_of
+from .transcript import ToolCall, cut_name, trace_of
 
 __all__ = ["V4_PASS", "SkillTrigger", "ToolTrajectory", "deep_equal"]
 
@@ -357,16 +357,17 @@ class SkillTrigger(BaseModel):
         for i, call in enumerate(calls):
             args = call.args if isinstance(call.args, dict) else {}
             name = call.name.lower()
-            if name == "skill" and self.skill in _js_string(args.get("skill")):
-                found, at = f"Skill tool invoked with skill={_js_string(args.get('skill'))!r}", i
+            skill = _js_string(args.get("skill"))
+            if name == "skill" and self.skill in skill:
+                found, at = f"Skill tool invoked with skill={cut_name(skill)!r}", i
                 break
             if name == "read":
                 path = _js_string(args.get("file_path", args.get("path")))
                 if marker in path:
-                    found, at = f"Read tool loaded skill file {path}", i
+                    found, at = f"Read tool loaded skill file {cut_name(path)}", i
                     break
             if call.output is not None and marker in _js_text(call.output):
-                found, at = f"tool {call.name!r} output referenced {marker}", i
+                found, at = f"tool {cut_name(call.name)!r} output referenced {marker}", i
                 break
         passed = bool(found) == self.should_trigger
         if passed:

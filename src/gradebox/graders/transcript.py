@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,16 @@ from ..protocol.models import (
     TranscriptStep,
 )
 
-__all__ = ["ToolCall", "Trace", "summary_of", "trace_of", "transcript_of", "vally_input"]
+__all__ = [
+    "ToolCall",
+    "Trace",
+    "cut_name",
+    "listed",
+    "summary_of",
+    "trace_of",
+    "transcript_of",
+    "vally_input",
+]
 
 # What a result keeps of a transcript: the agent wrote it, and a 10,000-test run's results
 # file and report hold every one. One text (a message, a call's arguments or its output) is
@@ -42,6 +52,7 @@ TRANSCRIPT_CAP = 1 << 20  # characters of every text together
 # (the run's whole results file is refused). Deeper is kept as its JSON text.
 KEPT_DEPTH = 32
 NAME_CAP = 200  # characters of a tool's name (kept whatever the budget has left)
+SHOWN = 10  # names an evidence lists (the trace and skill checks'); the rest are counted
 
 
 @dataclass
@@ -58,6 +69,18 @@ class Trace:
     tool_calls: list[ToolCall] = field(default_factory=list)
     assistant_messages: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def cut_name(text: str) -> str:
+    """A name the agent wrote (a tool's, a skill's, a path), as an evidence shows it."""
+    return text if len(text) <= NAME_CAP else text[:NAME_CAP] + "…"
+
+
+def listed(items: Sequence[Any], show: Callable[[Any], str] = cut_name) -> str:
+    """What an evidence says the agent did: the first ``SHOWN`` of ``items``, each ``show``n
+    (a name, cut), the rest counted. The agent chose the names and how many there are."""
+    text = ", ".join(show(item) for item in items[:SHOWN]) or "(none)"
+    return text + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
 def _arguments(value: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -169,18 +170,23 @@ def search_roots(eval_file: Path) -> list[Path]:
 
 
 def resolve_path(rel: str, roots: list[Path]) -> Path | None:
-    """The first existing ``root/rel`` (an absolute path as it is), or None."""
+    """What ``rel`` names, or None: where AgentV's ``resolveFileReference`` looks, in its
+    order. An absolute path as it is, then ``root/rel`` for each root with ``rel``'s leading
+    slashes taken off: ``/plugins/x/SKILL.md`` in AgentV's own evals is the repository's.
+    Each is normalized by its text, as ``path.resolve`` does: ``link/..`` is the folder that
+    holds the link, never the parent of where the link leads, a place AgentV does not look."""
     text = rel.removeprefix("file://").strip()
     if not text:
         return None
-    given = Path(text)
-    candidates = [given] if given.is_absolute() else [root / text.lstrip("/") for root in roots]
-    for candidate in candidates:
-        try:
-            if candidate.exists():
-                return candidate.resolve()
-        except (OSError, ValueError):
-            continue
+    below = text.lstrip("/\\") or text
+    candidates = [text] if os.path.isabs(text) else []
+    for candidate in [*candidates, *(os.path.join(root, below) for root in roots)]:
+        path = Path(os.path.normpath(candidate))
+        if exists(path):
+            try:
+                return path.resolve()
+            except (OSError, ValueError):
+                continue
     return None
 
 

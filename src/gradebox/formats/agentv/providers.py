@@ -463,7 +463,9 @@ def _replay(
         )
     rel = str(config[key])
     # A providers file's relative paths start at its own folder; then AgentV's search roots.
-    path = resolve_path(rel, [found.where.path.parent, *roots])
+    # An absolute one is taken as it is (resolveReplaySourcePath), never looked for below them.
+    absolute = os.path.isabs(rel.removeprefix("file://").strip())
+    path = resolve_path(rel, [] if absolute else [found.where.path.parent, *roots])
     if path is None or not path.is_file():
         raise where.error((*loc, key), f"replay {key} file {rel!r} not found")
     source = config.get("source_target")
