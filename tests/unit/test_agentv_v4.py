@@ -282,6 +282,24 @@ def test_top_level_input_comes_before_each_tests_own(tmp_path):
     assert b.case.input == "hi"  # as written
 
 
+@pytest.mark.parametrize("written", ["no", "off", "yes", "'false'", "0"])
+def test_skip_defaults_that_is_no_boolean_is_named_not_taken_for_true(tmp_path, written):
+    """v4 skips the suite's assert and input only for ``skip_defaults: true`` (``=== true``);
+    YAML 1.2 reads ``no`` as the text "no", which Python's truth took for true: the suite's
+    checks were dropped from a test whose file said not to drop them."""
+    body = (
+        "assert: [{type: contains, value: needle}]\ntests:\n  - id: a\n    input: hi\n"
+        "    execution: {skip_defaults: %s}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_suite(_eval(tmp_path, body % written))
+    assert info.value.field == "tests.0.execution.skip_defaults" and info.value.line == 5
+    assert "\n" not in str(info.value)
+    kept = load_suite(_eval(tmp_path, body % "false")).tests[0]
+    assert [a.check.value for a in kept.assertions] == ["needle"]  # control: the suite's check
+    assert load_suite(_eval(tmp_path, body % "true")).tests[0].assertions == []
+
+
 def test_preprocessors_turn_assertions_and_rubrics(tmp_path):
     path = _eval(
         tmp_path,

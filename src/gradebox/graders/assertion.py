@@ -369,6 +369,16 @@ def _fail(ctx: CompileContext, loc: tuple[str, ...], message: str) -> ConfigErro
     return ConfigError(message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc))
 
 
+def _unsupported(
+    ctx: CompileContext, loc: tuple[str, ...], feature: str, message: str
+) -> UnsupportedFeature:
+    """``feature`` refused at ``loc`` of the file, with what to do instead (``message``)."""
+    loc = tuple(str(part) for part in loc)
+    return UnsupportedFeature(
+        feature, message, file=ctx.file, line=ctx.lines.get(loc), field=".".join(loc)
+    )
+
+
 def _scored(s: Entry, ctx: CompileContext, loc: tuple[str, ...]) -> dict[str, Any]:
     """The modifiers of a validated entry, as the assertion keeps them."""
     gate = (
@@ -416,13 +426,7 @@ def _compile(entry: Any, ctx: CompileContext, loc: tuple[str, ...], *, depth: in
         compiled.transform = transform
         return compiled
     if kind in _LATER:
-        raise UnsupportedFeature(
-            f"assertion type {kind!r}",
-            _LATER[kind],
-            file=ctx.file,
-            line=ctx.lines.get((*loc, "type")),
-            field=".".join((*loc, "type")),
-        )
+        raise _unsupported(ctx, (*loc, "type"), f"assertion type {kind!r}", _LATER[kind])
     # Validated as a whole by its kind's model (graders.entries), then compiled from its record:
     model = entry_model(kind)
     if ctx.flavor == "agentv" and issubclass(model, Builtin | TraceEntry):
@@ -450,13 +454,12 @@ def _host(entry: dict[str, Any], ctx: CompileContext, loc: tuple[str, ...]) -> H
     kind = entry["type"]
     schema = entry.get("value") not in (None, "")
     if kind.removeprefix("not-") in ("is-json", "contains-json") and schema:
-        raise UnsupportedFeature(
+        raise _unsupported(
+            ctx,
+            (*loc, "value"),
             f"a JSON schema given to {kind}",
             "the schema would not be checked, and any JSON "
             "would pass; check the answer's shape with a script grader (or field-accuracy)",
-            file=ctx.file,
-            line=ctx.lines.get((*loc, "value")),
-            field=".".join((*loc, "value")),
         )
     record = check_entry(entry, file=ctx.file, lines=ctx.lines, loc=loc)
     score = _scored(record, ctx, loc)
@@ -506,12 +509,11 @@ def parse_transform(value: Any, roots: list[Path] | tuple[Path, ...]) -> str:
 
 def _transform(value: Any, kind: str, ctx: CompileContext, loc: tuple[str, ...]) -> str:
     if kind in ("composite", "assert-set"):
-        raise UnsupportedFeature(
+        raise _unsupported(
+            ctx,
+            (*loc, "transform"),
             f"a transform on {kind}",
             "give each member its own transform, or put it in the test's options.transform",
-            file=ctx.file,
-            line=ctx.lines.get((*loc, "transform")),
-            field=".".join((*loc, "transform")),
         )
     try:
         return parse_transform(value, ctx.search_roots or (ctx.suite_dir,))
@@ -820,23 +822,21 @@ def _llm(
     body = {k: v for k, v in entry.items() if k not in _MODIFIERS}
     kind, temperature = body["type"], body.get("temperature")
     if "transform" in body:  # an AgentV file's graders have theirs run (_transform)
-        raise UnsupportedFeature(
+        raise _unsupported(
+            ctx,
+            (*loc, "transform"),
             "transform",
             "output transforms are AgentV's: write the grader in an AgentV eval file, or "
             "give it preprocessors: [{type, command}]",
-            file=ctx.file,
-            line=ctx.lines.get((*loc, "transform")),
-            field=".".join((*loc, "transform")),
         )
     if ctx.flavor == "agentv":
         if "score_ranges" in entry:
-            raise UnsupportedFeature(
+            raise _unsupported(
+                ctx,
+                (*loc, "score_ranges"),
                 "score_ranges on an LLM grader",
                 "AgentV reads them as the bands of the one rubric item a text value makes; give "
                 "them to the item: value: [{outcome: ..., score_ranges: ...}]",
-                file=ctx.file,
-                line=ctx.lines.get((*loc, "score_ranges")),
-                field=".".join((*loc, "score_ranges")),
             )
         # AgentV's keys that change nothing here go; any other is named, as the file's other
         # unknown fields are (AgentV hands it to the judge as config that no text prompt reads).
@@ -962,12 +962,11 @@ def _command_judge(ctx: CompileContext, where: tuple[str, ...], name: Any) -> Co
         try:
             found = resolve(name, ctx.target_sources, ctx.suite_dir)
         except UnsupportedFeature as exc:
-            raise UnsupportedFeature(
+            raise _unsupported(
+                ctx,
+                where,
                 f"{exc.feature} as the judge",
                 exc.message.removeprefix(f"{exc.feature}: "),
-                file=ctx.file,
-                line=ctx.lines.get(where),
-                field=".".join(where),
             ) from None
         if found is not None:
             kind, target = found
@@ -990,13 +989,12 @@ def _judge_error(
         for entry, *_ in agentv_entries(ctx.target_sources):
             kind = agentv_kind(entry)
             if agentv_label(entry) == name and kind:  # (none: a use_target, not an agent)
-                return UnsupportedFeature(
+                return _unsupported(
+                    ctx,
+                    where,
                     f"a {kind} provider as the judge",
                     f"{name!r} is not a model: gradebox's LLM graders call a model from the "
                     "host; name a model provider (openai, azure, anthropic, gemini, ...)",
-                    file=ctx.file,
-                    line=ctx.lines.get(where),
-                    field=".".join(where),
                 )
     return _fail(ctx, where, exc.message)
 

@@ -640,7 +640,11 @@ def build_test(
         ikey = "input_messages" if "input_messages" in item else "input"
     message_input = _messages(raw_input, "user", cwhere, roots, files, (*loc, ikey))
     execution = item.get("execution") if isinstance(item.get("execution"), dict) else {}
-    skip_defaults = bool(execution.get("skip_defaults", False))
+    # v4 skips the suite's defaults only for `true` (`=== true`); anything else but a boolean
+    # is named, as its schema does: truth would take the text "no" for true.
+    skip_defaults = execution.get("skip_defaults", False)
+    if not isinstance(skip_defaults, bool):
+        raise cwhere.error((*loc, "execution", "skip_defaults"), "skip_defaults is true or false")
     if ctx.data.get("input") is not None and prompt is None and not skip_defaults:
         message_input = _suite_input(message_input, variables, ctx, roots, files)
     expected = item.get(
