@@ -298,19 +298,35 @@ _BoundedConstructor.add_constructor(
 
 
 class _Resolver(Resolver):
-    """PyYAML's, with YAML 1.2's booleans: ``true`` and ``false`` only. YAML 1.1 also reads
-    ``yes``, ``no``, ``on`` and ``off`` as booleans; AgentV's YAML (1.2) reads them as the text
-    written, so a skill, a var or an expected answer named ``no`` is that word, and a flag
-    written ``no`` is no boolean (a strict field names it) rather than a silent false."""
+    """PyYAML's, with YAML 1.2's booleans and no base-60 numbers. YAML 1.1 also reads
+    ``yes``, ``no``, ``on`` and ``off`` as booleans, and ``12:30`` as 750; AgentV's YAML (1.2)
+    reads them as the text written, so a skill, a var or an expected answer named ``no`` or
+    ``12:30`` is that text, and a flag written ``no`` is no boolean (a strict field names it)
+    rather than a silent false."""
 
 
-_BOOL = "tag:yaml.org,2002:bool"
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))
 _Resolver.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
     for first, resolvers in Resolver.yaml_implicit_resolvers.items()
 }
 _TRUE_FALSE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _Resolver.add_implicit_resolver(_BOOL, _TRUE_FALSE, list("tTfF"))
+# PyYAML's number patterns less their base-60 branches (``[0-9]+(:[0-5]?[0-9])+``).
+_NUMBER_START = list("-+0123456789")
+_Resolver.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    _NUMBER_START,
+)
+_Resolver.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    [*_NUMBER_START, "."],
+)
 
 if yaml.__with_libyaml__:
     from yaml.cyaml import CParser
