@@ -278,6 +278,105 @@ def test_files_are_found_where_agentv_looks_for_them(tmp_path, monkeypatch):
     assert script.grader.pass_score == 0.8  # AgentV's scoreToVerdict
 
 
+def test_a_code_graders_cwd_prompt_and_transform_are_found_where_agentv_looks(tmp_path):
+    # resolveFileReference over the search roots for each (grader-parser.ts, transform-parser.ts),
+    # as for prompts and input files: the repository's folders, and a path from its top.
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    write(repo / "graders" / "check.py", "print(1)\n")
+    write(repo / "prompts" / "judge.md", "Judge {{ output }}\n")
+    shape = write(repo / "scripts" / "shape.ts", "export default (o) => o\n")
+    path = _eval(
+        repo,
+        "tests:\n  - id: a\n    vars: {input: x}\n    assert:\n"
+        "      - {type: script, command: [python3, check.py], cwd: graders}\n"
+        "      - {type: llm-grader, prompt: file://prompts/judge.md}\n"
+        "      - {type: contains, value: x, transform: file:///scripts/shape.ts}\n",
+    )
+    script, judge, contains = load_suite(path).tests[0].assertions
+    assert isinstance(script, GraderAssertion) and isinstance(judge, LlmGraderAssertion)
+    assert script.grader.source_dir == repo / "graders"
+    assert judge.llm.prompt == "Judge {{ output }}\n"
+    assert contains.transform == f"file://{shape}"
+
+
+# Where a file AgentV would read is found above the eval's project, in a folder another local
+# user may write (no .git stops the walk: an unpacked tarball in /tmp climbs to /tmp and /).
+_DOORS = {
+    "prompt": "prompts: [file://plugins/p.md]\ntests:\n  - id: a\n    vars: {input: x}\n",
+    "input file": "tests:\n  - id: a\n    input: x\n    input_files: [plugins/p.md]\n",
+    "message file": "tests:\n  - id: a\n    input:\n      - role: user\n        content:\n"
+    "          - {type: file, value: /plugins/p.md}\n",
+    "suite input file": "input_files: [plugins/p.md]\ntests:\n  - id: a\n    input: x\n",
+    "default_test": "default_test: file://plugins/p.md\ntests:\n  - id: a\n    input: x\n",
+    "transform": "tests:\n  - id: a\n    input: x\n    options: {transform: file://plugins/p.ts}\n",
+    "script": "tests:\n  - id: a\n    input: x\n    assert:\n"
+    "      - {type: script, command: [python3, plugins/p.py]}\n",
+    "grader prompt": "tests:\n  - id: a\n    input: x\n    assert:\n"
+    "      - {type: llm-grader, prompt: file://plugins/p.md}\n",
+    "cwd": "tests:\n  - id: a\n    input: x\n    assert:\n"
+    "      - {type: script, command: [python3, c.py], cwd: plugins}\n",
+}
+
+
+def _planted(tmp_path: Path, how: str | None) -> Path:
+    """``tmp_path/plugins`` with the files every door names, made as ``how`` says (None: ours,
+    the control); returns the folder."""
+    plugins, elsewhere = tmp_path / "plugins", tmp_path / "elsewhere"
+    plugins.mkdir()
+    for name in ("p.md", "p.ts", "p.py"):
+        text = "{}\n" if name == "p.md" else "export default (o) => o\n"
+        if how == "their-link":  # theirs, to a file of ours (its text: whoever wrote it)
+            (plugins / name).symlink_to(write(elsewhere / name, text))
+            os.lchown(plugins / name, 12345, 12345)
+        else:
+            write(plugins / name, text)
+        if how == "their-file":
+            os.chown(plugins / name, 12345, 12345)
+        if how == "writable":
+            (plugins / name).chmod(0o666)
+    if how == "their-folder":
+        os.chown(plugins, 12345, 12345)
+    return plugins
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("door", sorted(_DOORS))
+def test_a_file_found_in_a_folder_of_another_user_is_refused_naming_it(tmp_path, door):
+    plugins = _planted(tmp_path, "their-folder")
+    (plugins / "c.py").mkdir() if door == "cwd" else None
+    path = _eval(tmp_path, _DOORS[door], name="proj/evals/e.eval.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load_suite(path)
+    message = str(caught.value)
+    assert str(plugins) in message and "another local user" in message, message
+    assert "owned by uid 12345" in message and "\n" not in message, message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("how", ["their-file", "their-link", "writable", None])
+def test_what_another_user_could_have_written_is_refused_ours_is_read(tmp_path, how):
+    plugins = _planted(tmp_path, how)
+    path = _eval(tmp_path, _DOORS["input file"], name="proj/evals/e.eval.yaml")
+    if how is None:  # the control: our own file, above our own project, is read
+        assert load_suite(path).tests[0].case.input_files == [str(plugins / "p.md")]
+        return
+    with pytest.raises(ConfigError, match="another local user could have written it"):
+        load_suite(path)
+
+
+def test_roots_checkout_is_read_by_a_user_who_is_not_root(tmp_path, monkeypatch):
+    # The docker-group user runs root's checkout: root's files and folders are read (the cwd
+    # found is a folder of root's), modelled by our uid as another's.
+    _planted(tmp_path, None)
+    (tmp_path / ".git").mkdir()  # the checkout: a grader's files lie inside it
+    path = _eval(tmp_path, _DOORS["cwd"], name="proj/evals/e.eval.yaml")
+    monkeypatch.setattr(os, "geteuid", lambda: 12345)
+    monkeypatch.setattr(os, "getegid", lambda: 12345)
+    (script,) = load_suite(path).tests[0].assertions
+    assert isinstance(script, GraderAssertion) and script.grader.source_dir == tmp_path / "plugins"
+
+
 def test_setup_runs_before_the_workdir_is_checked(tmp_path):
     write(tmp_path / "scripts" / "make.sh", "mkdir -p src\n")
     path = _eval(

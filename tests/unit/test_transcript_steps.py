@@ -157,3 +157,17 @@ def test_skill_trigger_cuts_the_names_it_shows():
         payload = Payload(output="", messages=[_m("assistant", "", [call])])
         found = SkillTrigger(skill="pdf").evaluate(payload)
         assert found.passed and len(found.evidence) < 1000, len(found.evidence)
+
+
+def test_tool_args_match_shows_the_arguments_it_saw_bounded():
+    # The arguments are the agent's: each shown cut, as a tool's name is, past the first few
+    # counted. Five calls of 100 kB arguments made a 500 kB evidence.
+    calls = [{"tool": "search", "input": {"q": f"{i}-" + "x" * 100_000}} for i in range(30)]
+    payload = Payload(output="", messages=[_m("assistant", "", calls)])
+    check = TraceAssertion(type="trajectory:tool-args-match",
+                           value={"name": "search", "args": {"q": "y"}})  # fmt: skip
+    found = check.evaluate(payload)
+    assert not found.passed and len(found.evidence) < 3000, len(found.evidence)
+    assert "{'q': '9-xxx" in found.evidence and "and 20 more" in found.evidence
+    few = Payload(output="", messages=[_m("assistant", "", [calls[0] | {"input": {"q": "z"}}])])
+    assert check.evaluate(few).evidence.endswith("saw {'q': 'z'}")

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic_core import to_jsonable_python
 
 from ..core import untrusted
-from ..core.pathnames import exists, is_dir, is_file
+from ..core.pathnames import exists, is_dir, is_file, resolve_path
 from ..core.scores import reaches
 from ..core.types import format_duration
 from ..core.yamlfile import LineMap
@@ -484,8 +484,9 @@ TRANSFORM_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".mts", ".cts")
 
 def parse_transform(value: Any, roots: list[Path] | tuple[Path, ...]) -> str:
     """AgentV's ``parseTransformSpec``: inline code as written, or ``file://PATH[:export]``
-    with PATH found under the first of ``roots`` holding it, made absolute. A ValueError
-    says what is wrong in one line."""
+    with PATH found where AgentV looks (``resolve_path`` over ``roots``: a ``ConfigError``
+    when another local user could have written it), made absolute. A ValueError says what
+    is wrong in one line."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(
             "transform must be a non-empty string: file://module.ts (its default export) or code"
@@ -496,15 +497,12 @@ def parse_transform(value: Any, roots: list[Path] | tuple[Path, ...]) -> str:
     ref = text.removeprefix("file://")
     colon = ref.rfind(":")
     rel, export = (ref[:colon], ref[colon + 1 :]) if colon > 1 else (ref, "")
-    given = Path(rel)
-    for candidate in [given] if given.is_absolute() else [Path(r) / rel for r in roots]:
-        if is_file(candidate):
-            break
-    else:
+    found = resolve_path(rel, roots)
+    if found is None or not is_file(found):
         raise ValueError(f"transform file not found: {rel}")
-    if candidate.suffix not in TRANSFORM_SUFFIXES:
+    if found.suffix not in TRANSFORM_SUFFIXES:
         raise ValueError(f"transform {rel!r} is no JavaScript or TypeScript module (.js .mjs .ts)")
-    return f"file://{candidate.resolve()}" + (f":{export}" if export else "")
+    return f"file://{found}" + (f":{export}" if export else "")
 
 
 def _transform(value: Any, kind: str, ctx: CompileContext, loc: tuple[str, ...]) -> str:
@@ -679,12 +677,13 @@ def _grader_of(record: Any) -> GraderConfig:
 
 
 def _cwd(cwd: Any, ctx: CompileContext, loc: tuple[str, ...]) -> Path:
-    """A script's ``cwd``: a folder next to the file, inside the project folder."""
+    """A script's ``cwd``: a folder found where AgentV looks (``resolve_path``: next to the
+    file first), inside the project folder."""
     if not isinstance(cwd, str):
         raise _fail(ctx, (*loc, "cwd"), "cwd must be a path")
-    source = (ctx.suite_dir / cwd).resolve()
-    if not is_dir(source):
-        raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file")
+    source = resolve_path(cwd, ctx.search_roots or (ctx.suite_dir,))
+    if source is None or not is_dir(source):
+        raise _fail(ctx, (*loc, "cwd"), f"{cwd!r} is not a directory next to the file or above")
     root = project_folder(ctx.suite_dir)
     if source != root and root not in source.parents:
         raise _fail(
@@ -719,16 +718,14 @@ def _agentv_script(
 def _found_script(arg: Any, ctx: CompileContext) -> Any:
     """A script a command names that is not next to the eval file but where AgentV looks
     (its folder up to the repository, then the working directory), named from the eval file's
-    folder so that it is mounted."""
+    folder so that it is mounted (``resolve_path``). An absolute path is the container's: AgentV
+    runs the command as written."""
     if not isinstance(arg, str) or not _SCRIPT_LIKE.search(arg) or Path(arg).is_absolute():
         return arg
-    if exists(ctx.suite_dir / arg):
+    found = resolve_path(arg, ctx.search_roots)
+    if found is None or not is_file(found) or exists(ctx.suite_dir / arg):
         return arg
-    for root in ctx.search_roots:
-        candidate = root / arg
-        if is_file(candidate):
-            return os.path.relpath(candidate.resolve(), ctx.suite_dir)
-    return arg
+    return os.path.relpath(found, ctx.suite_dir)
 
 
 _SCRIPT_LIKE = re.compile(r"[/\\]|\.(?:[cm]?[jt]sx?|py|sh|bash|rb|go|rs)$", re.I)
@@ -795,13 +792,17 @@ def _rubric_items(value: Any) -> list[RubricItem]:
 
 
 def _prompt_file(text: str, ctx: CompileContext, loc: tuple[str, ...]) -> str | None:
-    """A prompt that names a file (``file://x.md``, or a path that exists) is read here."""
+    """A prompt that names a file (``file://x.md``, or a path that exists) is read here; in an
+    AgentV file, ``file://`` is found where AgentV looks (``resolve_path``)."""
     forced = text.startswith("file://")
     rel = text.removeprefix("file://").strip()
     if "\n" in rel or len(rel) > 1024:
         return None
-    path = (ctx.suite_dir / rel).resolve()
-    if is_file(path):
+    if forced and ctx.search_roots:
+        path = resolve_path(rel, ctx.search_roots)
+    else:
+        path = (ctx.suite_dir / rel).resolve()
+    if path is not None and is_file(path):
         try:
             return untrusted.read_text(path)
         except (OSError, UnicodeDecodeError) as exc:

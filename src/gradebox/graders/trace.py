@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..protocol.models import GraderResult, Payload, Status
 from .builtin import _search, _TooSlow, is_builtin, quoted
 from .skills import check_skills
-from .transcript import ToolCall, Trace, listed, summary_of, trace_of, vally_input
+from .transcript import ToolCall, Trace, cut_name, listed, summary_of, trace_of, vally_input
 
 __all__ = [
     "TRACE_TYPES",
@@ -292,8 +292,8 @@ class TraceAssertion(BaseModel):
             return True, 1.0, f"a {spec['name']} call has {exactly}these arguments"
         if not calls:
             return False, 0.0, f"no {spec['name']} call in the trace"
-        shown = [c.args for c in calls][:5]
-        return False, 0.0, f"no {spec['name']} call matches {want} ({mode}); saw {shown}"
+        saw = listed([c.args for c in calls], lambda args: cut_name(repr(args)))  # agent-written
+        return False, 0.0, f"no {spec['name']} call matches {want} ({mode}); saw {saw}"
 
     def _args_matching(self, trace: Trace) -> int | None:
         """The position of the first call of the tool with the arguments wanted, or None."""

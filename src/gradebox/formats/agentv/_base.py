@@ -12,13 +12,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from ...core import untrusted
-from ...core.pathnames import exists, is_dir, is_file
+from ...core.pathnames import exists, is_dir, is_file, resolve_path
 from ...core.untrusted import trusted as owned
 from ...core.yamlfile import LineMap
 from ...errors import ConfigError, UnsupportedFeature
@@ -157,7 +156,8 @@ def render(value: Any, variables: dict[str, Any]) -> Any:
 def search_roots(eval_file: Path) -> list[Path]:
     """The eval file's folder, each parent up to the repository root (the nearest folder
     holding ``.git``; the filesystem root when there is none, as in an unpacked tarball), then
-    the working directory: AgentV's ``buildSearchRoots``."""
+    the working directory: AgentV's ``buildSearchRoots``. ``pathnames.resolve_path`` looks in
+    them, and refuses what another local user could have written."""
     roots: list[Path] = []
     for directory in (eval_file.parent.resolve(), *eval_file.parent.resolve().parents):
         roots.append(directory)
@@ -167,27 +167,6 @@ def search_roots(eval_file: Path) -> list[Path]:
     if cwd not in roots:
         roots.append(cwd)
     return roots
-
-
-def resolve_path(rel: str, roots: list[Path]) -> Path | None:
-    """What ``rel`` names, or None: where AgentV's ``resolveFileReference`` looks, in its
-    order. An absolute path as it is, then ``root/rel`` for each root with ``rel``'s leading
-    slashes taken off: ``/plugins/x/SKILL.md`` in AgentV's own evals is the repository's.
-    Each is normalized by its text, as ``path.resolve`` does: ``link/..`` is the folder that
-    holds the link, never the parent of where the link leads, a place AgentV does not look."""
-    text = rel.removeprefix("file://").strip()
-    if not text:
-        return None
-    below = text.lstrip("/\\") or text
-    candidates = [text] if os.path.isabs(text) else []
-    for candidate in [*candidates, *(os.path.join(root, below) for root in roots)]:
-        path = Path(os.path.normpath(candidate))
-        if exists(path):
-            try:
-                return path.resolve()
-            except (OSError, ValueError):
-                continue
-    return None
 
 
 # --------------------------------------------------------------------------------------------
