@@ -71,7 +71,7 @@ def resolve_path(rel: str, roots: Sequence[Path]) -> Path | None:
         if why is not None:
             raise ConfigError(
                 f"found for {rel!r} where AgentV looks, and not read: another local user "
-                f"could have written it ({why})",
+                f"could have written it ({why}); run gradebox as the project's owner",
                 file=str(path),
             )
         try:
