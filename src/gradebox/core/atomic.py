@@ -123,7 +123,7 @@ def writable_folder(path: Path, *, field: str, what: str = "results folder") -> 
     could swap it, or leave a link for ``results.jsonl``, and have root write agent text into a
     file of their choosing. Checked before anything is made (nothing is made through their
     link) and again once it is there."""
-    _ours_alone(path, field, what)
+    _ours_alone(path, field, what, missing_ok=True)
     try:
         path.mkdir(mode=0o755, parents=True, exist_ok=True)
     except FileExistsError:
@@ -142,8 +142,8 @@ def writable_folder(path: Path, *, field: str, what: str = "results folder") -> 
     return path
 
 
-def _ours_alone(path: Path, field: str, what: str) -> None:
-    why = unshared(path)
+def _ours_alone(path: Path, field: str, what: str, *, missing_ok: bool = False) -> None:
+    why = unshared(path, missing_ok=missing_ok)
     if why is not None:
         raise ConfigError(
             f"{what} {path} could be changed by another user ({why}); give a folder only you "

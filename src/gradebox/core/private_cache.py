@@ -77,7 +77,7 @@ def _private_or_another(wanted: Path) -> Path:
 def _made_private(folder: Path) -> str | None:
     """Why ``folder`` is no cache of ours, or None once it is (made 0700 when missing). A
     folder that cannot be made is not refused here: its caches fail as they did."""
-    why = unshared(folder)
+    why = unshared(folder, missing_ok=True)
     if why is not None:
         return why
     try:

@@ -94,7 +94,9 @@ def trusted(path: Path) -> bool:
     return unshared_file(path) is None
 
 
-def unshared(path: Path | str, *, root_may_own: bool = False) -> str | None:
+def unshared(
+    path: Path | str, *, root_may_own: bool = False, missing_ok: bool = False
+) -> str | None:
     """Why another local user could change what ``path`` names, or None when only we and
     root can: each folder on the way (links followed, each link ours or root's; ``..`` taken
     where the links led, as the kernel takes it) is ours or root's and writable by nobody
@@ -103,8 +105,11 @@ def unshared(path: Path | str, *, root_may_own: bool = False) -> str | None:
     and ``path`` itself, when there, is on the same terms, never sticky (anyone may add to a
     sticky folder): a folder of ours (``root_may_own``: or root's, a folder we only read
     from), or a file of ours or root's (``unshared_file`` adds what a file must be). A part
-    not there yet ends the walk (the caller makes it, then asks again); a part on the way
-    that is no folder too (using it fails anyway).
+    on the way that is no folder ends the walk (using it fails anyway). A part not there is
+    a reason: the caller found it (or made it), so it went while walked, as another user's
+    folder does that they rename away and back to pass this walk and be read after it;
+    ``missing_ok``, asked before it is made: a part not there yet ends the walk (the caller
+    makes it, then asks again).
 
     The rule for a cache whose entries are handed on by name (a root filesystem, the init a
     runtime binds): in a folder others can write, an entry checked now can be swapped before
@@ -125,8 +130,8 @@ def unshared(path: Path | str, *, root_may_own: bool = False) -> str | None:
         step = os.path.join(here, name)
         try:
             st = os.lstat(step)
-        except OSError:  # not there (made next), or not a folder (using it fails)
-            return None
+        except OSError as exc:  # not there: made next, or taken away while we look
+            return None if missing_ok else f"{step}: {(exc.strerror or str(exc)).lower()}"
         if st.st_uid not in ours:
             return f"{step} is owned by uid {st.st_uid}"
         if stat.S_ISLNK(st.st_mode):

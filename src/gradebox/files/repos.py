@@ -295,7 +295,7 @@ def cached(url: str, ref: str | None, root: Path | None = None) -> bool:
 
 def _repos_folder(root: Path | None) -> Path:
     folder = (root or cache_dir()) / "repos"
-    why = unshared(folder.parent)
+    why = unshared(folder.parent, missing_ok=True)
     if why is not None:
         raise ConfigError(
             f"the repository cache {folder} could be changed by another user ({why}); set "

@@ -107,7 +107,7 @@ def lock_folder(directory: Path) -> Path:
     through a link of theirs), asked before it is made and again after. The lock itself is
     written beside it and renamed over the name (``atomic.write_atomic``), never through a
     link left there."""
-    _ours_alone(directory)
+    _ours_alone(directory, missing_ok=True)
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
     except OSError as exc:
@@ -117,8 +117,8 @@ def lock_folder(directory: Path) -> Path:
     return directory
 
 
-def _ours_alone(directory: Path) -> None:
-    why = untrusted.unshared(directory)
+def _ours_alone(directory: Path, *, missing_ok: bool = False) -> None:
+    why = untrusted.unshared(directory, missing_ok=missing_ok)
     if why is not None:
         raise ImageError(
             f"image lock folder {directory}: another local user could change it ({why}); "
