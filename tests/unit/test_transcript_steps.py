@@ -171,3 +171,14 @@ def test_tool_args_match_shows_the_arguments_it_saw_bounded():
     assert "{'q': '9-xxx" in found.evidence and "and 20 more" in found.evidence
     few = Payload(output="", messages=[_m("assistant", "", [calls[0] | {"input": {"q": "z"}}])])
     assert check.evaluate(few).evidence.endswith("saw {'q': 'z'}")
+
+
+def test_tool_trajectory_cuts_the_names_it_shows():
+    # The agent names its tools: one 2,000-character name filled the evidence (cut at 2,000)
+    # and hid every later position's note, the one that says why the check failed.
+    calls = [{"tool": "t" + "x" * 50_000}, {"tool": "b"}]
+    payload = Payload(output="", messages=[_m("assistant", "", calls)])
+    for mode, tail in [("exact", "position 1: expected a, got b"),
+                       ("subset", "position 1: b is not allowed")]:  # fmt: skip
+        found = ToolTrajectory(mode=mode, expected=[{"tool": "a"}, {"tool": "a"}]).evaluate(payload)
+        assert not found.passed and found.evidence.endswith(tail), (mode, found.evidence[-200:])

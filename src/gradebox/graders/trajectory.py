@@ -256,7 +256,7 @@ class ToolTrajectory(BaseModel):
             call = calls[i]
             named.append(i)
             if call.name != item.tool:
-                notes.append(f"position {i}: expected {item.tool}, got {call.name}")
+                notes.append(f"position {i}: expected {item.tool}, got {cut_name(call.name)}")
             elif not _args_match(item.args, call.args, self._mode_of(item)):
                 notes.append(f"position {i}: {item.tool} arguments differ")
             else:
@@ -316,7 +316,7 @@ class ToolTrajectory(BaseModel):
             )
             hits += ok
             named.append(i)
-            notes.append(f"position {i}: {call.name} is {'' if ok else 'not '}allowed")
+            notes.append(f"position {i}: {cut_name(call.name)} is {'' if ok else 'not '}allowed")
         return hits / len(calls), notes
 
 
