@@ -278,3 +278,11 @@ def test_control_our_catalogue_and_roots_checkout_are_used(tmp_path, monkeypatch
         monkeypatch.setattr(os, "geteuid", lambda: 12345)
         monkeypatch.setattr(os, "getegid", lambda: 12345)
     assert catalog.images_dir() == where
+
+
+def test_a_catalogue_that_is_not_there_is_one_line_naming_it(tmp_path, monkeypatch):
+    """Was a FileNotFoundError traceback, then a refusal for "another local user"."""
+    missing = tmp_path / "nope"
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(missing))
+    with pytest.raises(ImageError, match=f"{missing}: no such folder"):
+        catalog.images_dir()

@@ -44,6 +44,8 @@ def images_dir() -> Path:
     the project's too (a checkout of root's that a docker-group user runs). The installed
     definitions are not asked: whoever can write them can write this code."""
     found = _own_images()
+    if found is not None and not found.is_dir():
+        raise ImageError(f"image definitions {found}: no such folder (GRADEBOX_IMAGES_DIR)")
     why = untrusted.unshared(found, root_may_own=True) if found is not None else None
     if why is not None:
         raise ImageError(
