@@ -9,7 +9,8 @@ naming it (ignored, it would unpin every image), on every path that reads it: ``
 (run, grade, doctor, images) and ``exec``'s own lean read. A lock is written only into a
 folder no other user can change, never through a link. The catalogue itself
 (``$GRADEBOX_IMAGES_DIR``, a checkout's ``images/``: the Dockerfiles every image is built
-from) is refused the same way, naming it; root's checkout is fine for another user.
+from) is refused the same way, naming it, and so is an image's own tree when it is built;
+root's checkout is fine for another user.
 
 The tests run as root (as CI does) and make a user of their own to play the other one.
 """
@@ -286,3 +287,91 @@ def test_a_catalogue_that_is_not_there_is_one_line_naming_it(tmp_path, monkeypat
     monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(missing))
     with pytest.raises(ImageError, match=f"{missing}: no such folder"):
         catalog.images_dir()
+
+
+# -- an image's own folder, when it is built ------------------------------------------------------
+
+
+class _Engine:
+    """Records each build it is asked for; builds nothing."""
+
+    def __init__(self) -> None:
+        self.built: list[str] = []
+
+    def build(self, **kwargs):
+        self.built.append(kwargs["tag"])
+        return iter(())
+
+    def image(self, ref):
+        return {"Id": IID}
+
+
+def _image(where: Path, tmp_path: Path) -> Path:
+    """``where/python``: root's, 0755, a Dockerfile, a build-context file in a subfolder and a
+    link of root's to a file of root's outside it (as the ``sdk`` links into ``src/``)."""
+    image = where / "python"
+    (image / "gradebox").mkdir(parents=True, mode=0o755)
+    (image / "Dockerfile").write_text("ARG BASE\nFROM $BASE\n")
+    (image / "gradebox" / "__init__.py").write_text("")
+    sdk = tmp_path / "checkout" / "src" / "sdk.py"
+    sdk.parent.mkdir(mode=0o755)
+    sdk.write_text("")
+    (image / "gradebox" / "sdk.py").symlink_to(sdk)
+    for path in (image, image / "gradebox", sdk.parent):
+        path.chmod(0o755)
+    return image
+
+
+@pytest.mark.parametrize(
+    "how", ["their-dockerfile", "open-image-folder", "their-context-file",
+            "open-context-file", "their-link", "link-into-an-open-folder"]
+)  # fmt: skip
+def test_an_image_another_user_could_change_is_not_built(tmp_path, monkeypatch, other_user, how):
+    """The catalogue's folder was asked (``images_dir``), the image's own tree was not: their
+    Dockerfile, a folder or file below that everyone may write, a link of theirs, or one
+    leading into a folder everyone may write would let them choose what `images build`
+    builds (and `images lock` pins next). Refused in one line naming it, before any build."""
+    from gradebox.images.build import build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    image = _image(where, tmp_path)
+    uid, gid = other_user.pw_uid, other_user.pw_gid
+    named = image / "gradebox" / "__init__.py"
+    if how == "their-dockerfile":
+        named = image / "Dockerfile"
+        os.chown(named, uid, gid)
+    elif how == "open-image-folder":
+        named = image
+        image.chmod(0o777)
+    elif how == "their-context-file":
+        os.chown(named, uid, gid)
+    elif how == "open-context-file":
+        named.chmod(0o666)
+    elif how == "their-link":
+        named = image / "gradebox" / "sdk.py"
+        os.chown(named, uid, gid, follow_symlinks=False)
+    else:  # root's link, to a folder every user may write (not sticky): they swap the file
+        named = tmp_path / "checkout" / "src"
+        named.chmod(0o777)
+    engine = _Engine()
+    with pytest.raises(ImageError) as caught:
+        build_image(engine, "python", IID, say=lambda _: None)
+    message = str(caught.value)
+    assert str(named) in message and "\n" not in message, message
+    assert engine.built == []
+
+
+@pytest.mark.parametrize("how", ["roots", "roots-seen-by-another-user"])
+def test_control_roots_image_is_built(tmp_path, monkeypatch, how):
+    """Control: root's image folder, its link into root's ``src/`` followed; for root, and
+    for the docker-group user on root's checkout (our uid modelled as another's)."""
+    from gradebox.images.build import build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    _image(where, tmp_path)
+    if how == "roots-seen-by-another-user":
+        monkeypatch.setattr(os, "geteuid", lambda: 12345)
+        monkeypatch.setattr(os, "getegid", lambda: 12345)
+    engine = _Engine()
+    assert build_image(engine, "python", IID, say=lambda _: None) == IID
+    assert engine.built == ["gradebox/python:latest"]

@@ -52,6 +52,7 @@ __all__ = [
     "trusted",
     "unshared",
     "unshared_file",
+    "unshared_tree",
 ]
 
 
@@ -152,6 +153,25 @@ def unshared(
         if shared and (not todo or not st.st_mode & stat.S_ISVTX):
             return f"{step} may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
         here = step
+    return None
+
+
+def unshared_tree(folder: Path | str, limit: int) -> str | None:
+    """``unshared`` (``root_may_own``: a tree we only read from) for ``folder`` and for
+    everything below it, links followed as a copy of it follows them (each link ours or
+    root's, and what it leads to asked as ``unshared`` asks it); why not, naming the path, or
+    None. More than ``limit`` entries (a link loop too) is a reason: the walk is bounded."""
+    seen, why = 0, unshared(folder, root_may_own=True)
+    if why is not None:
+        return why
+    for here, folders, files in os.walk(folder, followlinks=True):  # each folder asked first
+        seen += len(folders) + len(files)
+        if seen > limit:
+            return f"{folder} holds more than {limit} entries"
+        for name in sorted(folders + files):
+            why = unshared(os.path.join(here, name), root_may_own=True)
+            if why is not None:
+                return why
     return None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import subids as userns
+from ..core import untrusted
 from ..core.scratch import scratch_folder
 from ..engine import Engine, NotFound
 from ..errors import ImageError
@@ -163,6 +164,7 @@ def bootstrap_unusable() -> tuple[str, str] | None:
 
 
 PYPI_LOCK = "pypi.lock"
+IMAGE_ENTRIES = 1000  # an image's folder holds ~10: a bound on the walk, not a size
 
 
 def fetch_wheels(lock: Path, dest: Path) -> None:
@@ -201,6 +203,15 @@ def build_image(
     folder = images_dir() / name
     if not (folder / "Dockerfile").is_file():
         raise ImageError(f"no image named {name!r}: {folder}/Dockerfile does not exist")
+    # What is built is what every grader runs on (and `images lock` pins next): the image's
+    # folder and all the copy below reads, links' targets too, ours or root's alone, as
+    # images_dir() asks of the catalogue's own folder.
+    why = untrusted.unshared_tree(folder, IMAGE_ENTRIES)
+    if why is not None:
+        raise ImageError(
+            f"image {name} ({folder}): another local user could change what it is built "
+            f"from ({why}); make it yours (or root's) and writable only by you"
+        )
     inputs = input_hash(folder, base_id)
     say(f"building {qualified(name)}")
     last = ""
