@@ -732,10 +732,10 @@ def test_a_node_that_dies_under_its_jobs_is_drained_and_they_run_elsewhere(caplo
     run.cluster.item = ray = _Scheduler([flaky, good], flaky, ("ok", encode(TestJob("t"), passed)))
     jobs = [TestJob(f"t-{i}") for i in range(5)]
     done = list(run.map(jobs, in_flight=DRAIN_AFTER))
-    # Three lost there in a row drain it. Two lost jobs had gone back to it meanwhile (Ray
-    # places them): they are lost too, each counted once, and then run elsewhere.
+    # The three sent there at once are lost, each counted once, and drain it; each lost job
+    # goes out again kept off the node it was lost on, so none goes back to it.
     assert list(run.set_aside) == [flaky]
-    assert run.failing[flaky[:12]] == ray.sent.count(flaky) == 5
+    assert run.failing[flaky[:12]] == ray.sent.count(flaky) == DRAIN_AFTER
     assert set(ray.sent[ray.sent.index(good) :]) == {good}
     drained = [r.getMessage() for r in caplog.records if "drained" in r.getMessage()]
     assert drained == [
@@ -748,6 +748,27 @@ def test_a_node_that_dies_under_its_jobs_is_drained_and_they_run_elsewhere(caplo
     assert {d.node for d in done} == {f"{good[:12]} (127.0.0.1, host)"}
     assert max(d.attempts for d in done) <= MAX_ATTEMPTS
     assert sum(d.attempts for d in done) == len(ray.sent)  # each task sent is one attempt
+
+
+def test_a_job_lost_on_a_node_is_retried_on_another_while_one_is_left():
+    """A node that flaps (its jobs lost, but never three in a row) is not drained: a job lost
+    there goes out again to a healthy node, not back to it for all of its attempts; with no
+    other node left it goes back there."""
+    from gradebox.protocol.models import Status, TestResult
+
+    flaky, good = "f" * 56, "a" * 56
+    run = _executor([flaky, good])
+    passed = TestResult(id="t", status=Status.passed, passed=True, score=1.0)
+    run.cluster.item = ray = _Scheduler([flaky, good], flaky, ("ok", encode(TestJob("t"), passed)))
+    (done,) = run.map([TestJob("t-0")], in_flight=1)
+    assert ray.sent == [flaky, good] and not run.set_aside
+    assert done.error is None and done.attempts == 2
+    assert done.node == f"{good[:12]} (127.0.0.1, host)"
+    # The only node: the job goes back to the node it was lost on, up to its attempts.
+    alone = _executor([flaky])
+    alone.cluster.item = ray = _Scheduler([flaky], flaky, ("ok", None))
+    (done,) = alone.map([TestJob("t-1")], in_flight=1)
+    assert ray.sent == [flaky] * 3 and "its node was lost 3 times" in done.error
 
 
 def test_a_task_lost_before_it_started_counts_against_no_node():

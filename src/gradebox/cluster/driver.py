@@ -13,7 +13,8 @@ with none), and the driver waits up to ``scale_up_timeout`` for a node that can 
 node that fails the preflight, or whose jobs fail ``DRAIN_AFTER`` times in a row for our
 infrastructure's reasons (its engine went away, or the node or its worker died under them) is
 set aside: later tasks carry a label selector that keeps them off it, and its refused work goes
-elsewhere. Each task tells its node first, so a task lost to its node's death counts against it.
+elsewhere. Each task tells its node first, so a task lost to its node's death counts against it,
+and the job's next attempt is kept off that node too while another can take it.
 """
 
 from __future__ import annotations
@@ -263,12 +264,20 @@ class RayExecutor(Executor):
         """Live gradebox nodes not set aside."""
         return [n for n in self.cluster.nodes() if n["NodeID"] not in self.set_aside]
 
-    def _task(self, item: Job) -> Any:
+    def _task(self, item: Job, lost: tuple[str, ...] = ()) -> Any:
         """The Ray task for one job: named after it, asking for what it needs, kept off the
-        nodes set aside."""
-        options: dict[str, Any] = {"name": _task_name(item), **self._need(item).ray_options()}
-        if self.set_aside:
-            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(self.set_aside)})"}
+        nodes set aside, and off those it was ``lost`` on (their ids' first characters, as
+        ``node_name`` gives them) while another usable node can take it: else a node that
+        flaps without being drained yet could take all of its attempts."""
+        need = self._need(item)
+        options: dict[str, Any] = {"name": _task_name(item), **need.ray_options()}
+        avoid = list(self.set_aside)
+        if lost:
+            usable = self.usable()
+            if any(need.fits(n["Resources"]) for n in usable if not n["NodeID"].startswith(lost)):
+                avoid += [n["NodeID"] for n in usable if n["NodeID"].startswith(lost)]
+        if avoid:
+            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
         return self.cluster.item.options(**options)
 
     def _need(self, item: Job) -> Need:
@@ -331,21 +340,23 @@ class RayExecutor(Executor):
         A job whose node or worker died is sent again; an interruption (Ctrl-C) or an early
         exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
-        todo = deque((job, 1) for job in jobs)
-        pending: dict[Any, tuple[Job, int]] = {}  # a task's stream -> its job, attempt
+        # a job, its attempt, the nodes it was lost on (as ``_task`` takes them)
+        todo: deque[tuple[Job, int, tuple[str, ...]]] = deque((job, 1, ()) for job in jobs)
+        pending: dict[Any, tuple[Job, int, tuple[str, ...]]] = {}  # a task's stream -> its job
         where: dict[Any, str] = {}  # a task's stream -> the node it started on
         last = time.monotonic()
         waiting = _Wait(self.cluster.scale_up_timeout, self.on_wait)
         try:
             while todo or pending:
                 while todo and len(pending) < max(1, in_flight):
-                    item, attempt = todo.popleft()
-                    pending[self._task(item).remote(self.spec_ref, item)] = (item, attempt)
+                    item, attempt, lost = todo.popleft()
+                    task = self._task(item, lost).remote(self.spec_ref, item)
+                    pending[task] = (item, attempt, lost)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 if not ready:
                     if time.monotonic() - last > STALL_CHECK or waiting.since is not None:
                         last = time.monotonic()
-                        self._check_nodes(waiting, [j for j, _ in pending.values()], len(todo))
+                        self._check_nodes(waiting, [j for j, *_ in pending.values()], len(todo))
                     continue
                 last = time.monotonic()
                 waiting.over()
@@ -354,10 +365,12 @@ class RayExecutor(Executor):
                     if task not in where and (node := self._started(ref)) is not None:
                         where[task] = node  # running there: its result comes next
                         continue
-                    item, attempt = pending.pop(task)
-                    done = self._collect(ref, item, attempt, where.pop(task, None))
+                    item, attempt, lost = pending.pop(task)
+                    node = where.pop(task, None)
+                    done = self._collect(ref, item, attempt, node)
                     if isinstance(done, int):
-                        todo.appendleft((item, done))
+                        lost += (node.split(" ", 1)[0],) if node else ()
+                        todo.appendleft((item, done, lost))
                     else:
                         yield done
         except BaseException:
