@@ -264,18 +264,20 @@ class RayExecutor(Executor):
         """Live gradebox nodes not set aside."""
         return [n for n in self.cluster.nodes() if n["NodeID"] not in self.set_aside]
 
-    def _task(self, item: Job, lost: tuple[str, ...] = ()) -> Any:
+    def _kept_off(self, item: Job, lost: tuple[str, ...]) -> list[str]:
+        """The usable nodes ``item`` was ``lost`` on (their ids' first characters, as
+        ``node_name`` gives them) while another usable node can take it, else none: a node
+        that flaps without being drained yet could take all of its attempts."""
+        usable, need = self.usable(), self._need(item)
+        there = [n["NodeID"] for n in usable if n["NodeID"].startswith(lost)]
+        elsewhere = any(need.fits(n["Resources"]) for n in usable if n["NodeID"] not in there)
+        return there if elsewhere else []
+
+    def _task(self, item: Job, off: Sequence[str] = ()) -> Any:
         """The Ray task for one job: named after it, asking for what it needs, kept off the
-        nodes set aside, and off those it was ``lost`` on (their ids' first characters, as
-        ``node_name`` gives them) while another usable node can take it: else a node that
-        flaps without being drained yet could take all of its attempts."""
-        need = self._need(item)
-        options: dict[str, Any] = {"name": _task_name(item), **need.ray_options()}
-        avoid = list(self.set_aside)
-        if lost:
-            usable = self.usable()
-            if any(need.fits(n["Resources"]) for n in usable if not n["NodeID"].startswith(lost)):
-                avoid += [n["NodeID"] for n in usable if n["NodeID"].startswith(lost)]
+        nodes set aside and ``off`` (``_kept_off``)."""
+        options: dict[str, Any] = {"name": _task_name(item), **self._need(item).ray_options()}
+        avoid = [*self.set_aside, *off]
         if avoid:
             options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
         return self.cluster.item.options(**options)
@@ -340,22 +342,36 @@ class RayExecutor(Executor):
         A job whose node or worker died is sent again; an interruption (Ctrl-C) or an early
         exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
-        # a job, its attempt, the nodes it was lost on (as ``_task`` takes them)
+        # a job, its attempt, the nodes it was lost on (as ``_kept_off`` takes them)
         todo: deque[tuple[Job, int, tuple[str, ...]]] = deque((job, 1, ()) for job in jobs)
         pending: dict[Any, tuple[Job, int, tuple[str, ...]]] = {}  # a task's stream -> its job
         where: dict[Any, str] = {}  # a task's stream -> the node it started on
+        kept_off: set[Any] = set()  # the tasks sent kept off a node they were lost on
         last = time.monotonic()
         waiting = _Wait(self.cluster.scale_up_timeout, self.on_wait)
         try:
             while todo or pending:
                 while todo and len(pending) < max(1, in_flight):
                     item, attempt, lost = todo.popleft()
-                    task = self._task(item, lost).remote(self.spec_ref, item)
+                    off = self._kept_off(item, lost)
+                    task = self._task(item, off).remote(self.spec_ref, item)
                     pending[task] = (item, attempt, lost)
+                    if off:
+                        kept_off.add(task)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 if not ready:
                     if time.monotonic() - last > STALL_CHECK or waiting.since is not None:
                         last = time.monotonic()
+                        # A task kept off where it was lost, not started, that no other
+                        # usable node can take any more (they died, or were set aside since):
+                        # else it would wait forever. It goes out again, the same attempt.
+                        for task in [t for t in kept_off if t not in where]:
+                            item, attempt, lost = pending[task]
+                            if not self._kept_off(item, lost):
+                                ray.cancel(task, force=False)
+                                kept_off.discard(task)
+                                del pending[task]
+                                todo.appendleft((item, attempt, lost))
                         self._check_nodes(waiting, [j for j, *_ in pending.values()], len(todo))
                     continue
                 last = time.monotonic()
@@ -367,6 +383,7 @@ class RayExecutor(Executor):
                         continue
                     item, attempt, lost = pending.pop(task)
                     node = where.pop(task, None)
+                    kept_off.discard(task)
                     done = self._collect(ref, item, attempt, node)
                     if isinstance(done, int):
                         lost += (node.split(" ", 1)[0],) if node else ()
