@@ -13,7 +13,8 @@ with none), and the driver waits up to ``scale_up_timeout`` for a node that can 
 node that fails the preflight, or whose jobs fail ``DRAIN_AFTER`` times in a row for our
 infrastructure's reasons (its engine went away, or the node or its worker died under them) is
 set aside: later tasks carry a label selector that keeps them off it, and its refused work goes
-elsewhere. Each task tells its node first, so a task lost to its node's death counts against it.
+elsewhere. Each task tells its node first, so a task lost to its node's death counts against it,
+and the job's next attempt is kept off that node too while another can take it.
 """
 
 from __future__ import annotations
@@ -263,12 +264,22 @@ class RayExecutor(Executor):
         """Live gradebox nodes not set aside."""
         return [n for n in self.cluster.nodes() if n["NodeID"] not in self.set_aside]
 
-    def _task(self, item: Job) -> Any:
+    def _kept_off(self, item: Job, lost: tuple[str, ...]) -> list[str]:
+        """The usable nodes ``item`` was ``lost`` on (their ids' first characters, as
+        ``node_name`` gives them) while another usable node can take it, else none: a node
+        that flaps without being drained yet could take all of its attempts."""
+        usable, need = self.usable(), self._need(item)
+        there = [n["NodeID"] for n in usable if n["NodeID"].startswith(lost)]
+        elsewhere = any(need.fits(n["Resources"]) for n in usable if n["NodeID"] not in there)
+        return there if elsewhere else []
+
+    def _task(self, item: Job, off: Sequence[str] = ()) -> Any:
         """The Ray task for one job: named after it, asking for what it needs, kept off the
-        nodes set aside."""
+        nodes set aside and ``off`` (``_kept_off``)."""
         options: dict[str, Any] = {"name": _task_name(item), **self._need(item).ray_options()}
-        if self.set_aside:
-            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(self.set_aside)})"}
+        avoid = [*self.set_aside, *off]
+        if avoid:
+            options["label_selector"] = {NODE_ID_LABEL: f"!in({','.join(avoid)})"}
         return self.cluster.item.options(**options)
 
     def _need(self, item: Job) -> Need:
@@ -331,21 +342,37 @@ class RayExecutor(Executor):
         A job whose node or worker died is sent again; an interruption (Ctrl-C) or an early
         exit cancels what is in flight. ``close`` then sweeps every node."""
         ray = self.ray
-        todo = deque((job, 1) for job in jobs)
-        pending: dict[Any, tuple[Job, int]] = {}  # a task's stream -> its job, attempt
+        # a job, its attempt, the nodes it was lost on (as ``_kept_off`` takes them)
+        todo: deque[tuple[Job, int, tuple[str, ...]]] = deque((job, 1, ()) for job in jobs)
+        pending: dict[Any, tuple[Job, int, tuple[str, ...]]] = {}  # a task's stream -> its job
         where: dict[Any, str] = {}  # a task's stream -> the node it started on
+        kept_off: set[Any] = set()  # the tasks sent kept off a node they were lost on
         last = time.monotonic()
         waiting = _Wait(self.cluster.scale_up_timeout, self.on_wait)
         try:
             while todo or pending:
                 while todo and len(pending) < max(1, in_flight):
-                    item, attempt = todo.popleft()
-                    pending[self._task(item).remote(self.spec_ref, item)] = (item, attempt)
+                    item, attempt, lost = todo.popleft()
+                    off = self._kept_off(item, lost)
+                    task = self._task(item, off).remote(self.spec_ref, item)
+                    pending[task] = (item, attempt, lost)
+                    if off:
+                        kept_off.add(task)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 if not ready:
                     if time.monotonic() - last > STALL_CHECK or waiting.since is not None:
                         last = time.monotonic()
-                        self._check_nodes(waiting, [j for j, _ in pending.values()], len(todo))
+                        # A task kept off where it was lost, not started, that no other
+                        # usable node can take any more (they died, or were set aside since):
+                        # else it would wait forever. It goes out again, the same attempt.
+                        for task in [t for t in kept_off if t not in where]:
+                            item, attempt, lost = pending[task]
+                            if not self._kept_off(item, lost):
+                                ray.cancel(task, force=False)
+                                kept_off.discard(task)
+                                del pending[task]
+                                todo.appendleft((item, attempt, lost))
+                        self._check_nodes(waiting, [j for j, *_ in pending.values()], len(todo))
                     continue
                 last = time.monotonic()
                 waiting.over()
@@ -354,10 +381,13 @@ class RayExecutor(Executor):
                     if task not in where and (node := self._started(ref)) is not None:
                         where[task] = node  # running there: its result comes next
                         continue
-                    item, attempt = pending.pop(task)
-                    done = self._collect(ref, item, attempt, where.pop(task, None))
+                    item, attempt, lost = pending.pop(task)
+                    node = where.pop(task, None)
+                    kept_off.discard(task)
+                    done = self._collect(ref, item, attempt, node)
                     if isinstance(done, int):
-                        todo.appendleft((item, done))
+                        lost += (node.split(" ", 1)[0],) if node else ()
+                        todo.appendleft((item, done, lost))
                     else:
                         yield done
         except BaseException:
