@@ -67,11 +67,18 @@ class _Server(ThreadingHTTPServer):
         if not self.slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), daemon=True
+        )
         try:
-            super().process_request(request, client_address)
-        except BaseException:
+            thread.start()
+        except RuntimeError:  # no thread (the process's limit): its slot is not taken
             self.slots.release()
             raise
+        # Not ThreadingMixIn's: a SIGTERM (KeyboardInterrupt) in its wait for the thread to
+        # start came after the start, so the thread releases the slot too; released here
+        # again, the semaphore raised ValueError in place of the interrupt, which the server
+        # loop caught and went on serving: `gradebox view` ignored SIGTERM.
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
