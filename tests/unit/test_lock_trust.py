@@ -375,3 +375,14 @@ def test_control_roots_image_is_built(tmp_path, monkeypatch, how):
     engine = _Engine()
     assert build_image(engine, "python", IID, say=lambda _: None) == IID
     assert engine.built == ["gradebox/python:latest"]
+
+
+def test_doctor_says_to_mend_the_operators_catalogue_not_to_reinstall(tmp_path, monkeypatch):
+    """A refused or missing GRADEBOX_IMAGES_DIR is the operator's folder: a reinstall brings
+    back only the package's definitions, never theirs."""
+    from gradebox.cli import machine
+
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(tmp_path / "nope"))
+    (row,) = machine._images(None)
+    assert row.name == "image definitions" and "no such folder" in row.detail
+    assert "GRADEBOX_IMAGES_DIR" in row.fix and "reinstall" not in row.fix

@@ -264,9 +264,14 @@ def _images(engine: Engine | None, engine_fix: str | None = None) -> list[Check]
         names = ", ".join(p.name for p in sorted(where.iterdir()) if (p / "Dockerfile").is_file())
         rows = [Check("image definitions", OK, f"{where}: {names}")]
     except (GradeboxError, OSError) as exc:
-        return [
-            Check("image definitions", MISSING, str(exc), "pip install --force-reinstall gradebox")
-        ]
+        # The operator's folder (refused, or not there) is theirs to mend; a reinstall brings
+        # back only the package's own definitions.
+        fix = (
+            "point GRADEBOX_IMAGES_DIR at an images/ folder only you (or root) can write"
+            if settings.current().images_dir
+            else "pip install --force-reinstall gradebox"
+        )
+        return [Check("image definitions", MISSING, str(exc), fix)]
     locked = settings.current().ci  # --locked's default
     try:
         lock = read_lock()
