@@ -289,6 +289,15 @@ def test_a_catalogue_that_is_not_there_is_one_line_naming_it(tmp_path, monkeypat
         catalog.images_dir()
 
 
+def test_a_catalogue_whose_name_is_too_long_is_one_line_naming_it(tmp_path, monkeypatch):
+    """``Path.is_dir`` raises ``File name too long`` (only ENOENT and the like are a no): was an
+    OSError traceback, not an ``ImageError``."""
+    missing = tmp_path / ("x" * 300)
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(missing))
+    with pytest.raises(ImageError, match="no such folder"):
+        catalog.images_dir()
+
+
 # -- an image's own folder, when it is built ------------------------------------------------------
 
 
