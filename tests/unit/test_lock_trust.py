@@ -370,6 +370,19 @@ def test_an_image_another_user_could_change_is_not_built(tmp_path, monkeypatch, 
     assert engine.built == []
 
 
+def test_an_image_link_out_to_a_shared_folder_is_named_in_the_refusal(tmp_path, monkeypatch):
+    """A link in the image to ``/`` leads the walk to ``/tmp``: the refusal named only
+    ``/tmp``, not the image's link that reached it, so the user could not tell what to fix."""
+    from gradebox.images.build import build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    link = _image(where, tmp_path) / "gradebox" / "escape"
+    link.symlink_to("/")
+    with pytest.raises(ImageError) as caught:
+        build_image(_Engine(), "python", IID, say=lambda _: None)
+    assert str(link) in str(caught.value), caught.value
+
+
 @pytest.mark.parametrize("how", ["roots", "roots-seen-by-another-user"])
 def test_control_roots_image_is_built(tmp_path, monkeypatch, how):
     """Control: root's image folder, its link into root's ``src/`` followed; for root, and

@@ -159,8 +159,9 @@ def unshared(
 def unshared_tree(folder: Path | str, limit: int) -> str | None:
     """``unshared`` (``root_may_own``: a tree we only read from) for ``folder`` and for
     everything below it, links followed as a copy of it follows them (each link ours or
-    root's, and what it leads to asked as ``unshared`` asks it); why not, naming the path, or
-    None. More than ``limit`` entries (a link loop too) is a reason: the walk is bounded."""
+    root's, and what it leads to asked as ``unshared`` asks it); why not, naming the path
+    (and the entry that led there), or None. More than ``limit`` entries (a link loop too)
+    is a reason: the walk is bounded."""
     seen, why = 0, unshared(folder, root_may_own=True)
     if why is not None:
         return why
@@ -169,9 +170,10 @@ def unshared_tree(folder: Path | str, limit: int) -> str | None:
         if seen > limit:
             return f"{folder} holds more than {limit} entries"
         for name in sorted(folders + files):
-            why = unshared(os.path.join(here, name), root_may_own=True)
-            if why is not None:
-                return why
+            entry = os.path.join(here, name)
+            why = unshared(entry, root_may_own=True)
+            if why is not None:  # reached through a link, it names where that led
+                return why if why.startswith(entry) else f"{entry}: {why}"
     return None
 
 
