@@ -383,6 +383,31 @@ def test_an_image_link_out_to_a_shared_folder_is_named_in_the_refusal(tmp_path, 
     assert str(link) in str(caught.value), caught.value
 
 
+def test_an_image_folder_nested_deeper_than_the_bound_is_one_line(tmp_path, monkeypatch):
+    """1100 folders each in the one before: ``os.walk`` (recursive on Python 3.11) raised
+    RecursionError before the walk's bound on entries was reached; now the bound says so."""
+    from gradebox.images.build import IMAGE_ENTRIES, build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    image = _image(where, tmp_path)
+    fd = os.open(image, os.O_RDONLY)
+    for _ in range(IMAGE_ENTRIES + 100):  # by descriptor: the path passes PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    try:
+        with pytest.raises(ImageError, match=f"more than {IMAGE_ENTRIES} entries"):
+            build_image(_Engine(), "python", IID, say=lambda _: None)
+    finally:  # taken apart from the top: shutil.rmtree recurses too
+        top = image / "d"
+        while (top / "d").is_dir():
+            os.rename(top / "d", image / "next")
+            os.rmdir(top)
+            os.rename(image / "next", top)
+        os.rmdir(top)
+
+
 @pytest.mark.parametrize("how", ["roots", "roots-seen-by-another-user"])
 def test_control_roots_image_is_built(tmp_path, monkeypatch, how):
     """Control: root's image folder, its link into root's ``src/`` followed; for root, and

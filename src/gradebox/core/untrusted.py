@@ -165,15 +165,22 @@ def unshared_tree(folder: Path | str, limit: int) -> str | None:
     seen, why = 0, unshared(folder, root_may_own=True)
     if why is not None:
         return why
-    for here, folders, files in os.walk(folder, followlinks=True):  # each folder asked first
-        seen += len(folders) + len(files)
+    todo = [os.fspath(folder)]  # a stack, not os.walk: that recurses on Python 3.11
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:  # passed over, as os.walk does: the copy fails on it too
+            continue
+        seen += len(entries)
         if seen > limit:
             return f"{folder} holds more than {limit} entries"
-        for name in sorted(folders + files):
-            entry = os.path.join(here, name)
-            why = unshared(entry, root_may_own=True)
+        for entry in entries:  # each asked before it is listed
+            why = unshared(entry.path, root_may_own=True)
             if why is not None:  # reached through a link, it names where that led
-                return why if why.startswith(entry) else f"{entry}: {why}"
+                return why if why.startswith(entry.path) else f"{entry.path}: {why}"
+            if entry.is_dir():  # a link to a folder too: followed
+                todo.append(entry.path)
     return None
 
 
