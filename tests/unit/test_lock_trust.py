@@ -289,6 +289,15 @@ def test_a_catalogue_that_is_not_there_is_one_line_naming_it(tmp_path, monkeypat
         catalog.images_dir()
 
 
+def test_a_catalogue_whose_name_is_too_long_is_one_line_naming_it(tmp_path, monkeypatch):
+    """``Path.is_dir`` raises ``File name too long`` (only ENOENT and the like are a no): was an
+    OSError traceback, not an ``ImageError``."""
+    missing = tmp_path / ("x" * 300)
+    monkeypatch.setenv("GRADEBOX_IMAGES_DIR", str(missing))
+    with pytest.raises(ImageError, match="no such folder"):
+        catalog.images_dir()
+
+
 # -- an image's own folder, when it is built ------------------------------------------------------
 
 
@@ -359,6 +368,44 @@ def test_an_image_another_user_could_change_is_not_built(tmp_path, monkeypatch, 
     message = str(caught.value)
     assert str(named) in message and "\n" not in message, message
     assert engine.built == []
+
+
+def test_an_image_link_out_to_a_shared_folder_is_named_in_the_refusal(tmp_path, monkeypatch):
+    """A link in the image to ``/`` leads the walk to ``/tmp``: the refusal named only
+    ``/tmp``, not the image's link that reached it, so the user could not tell what to fix."""
+    from gradebox.images.build import build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    link = _image(where, tmp_path) / "gradebox" / "escape"
+    link.symlink_to("/")
+    with pytest.raises(ImageError) as caught:
+        build_image(_Engine(), "python", IID, say=lambda _: None)
+    assert str(link) in str(caught.value), caught.value
+
+
+def test_an_image_folder_nested_deeper_than_the_bound_is_one_line(tmp_path, monkeypatch):
+    """1100 folders each in the one before: ``os.walk`` (recursive on Python 3.11) raised
+    RecursionError before the walk's bound on entries was reached; now the bound says so."""
+    from gradebox.images.build import IMAGE_ENTRIES, build_image
+
+    where = _catalogue(tmp_path, monkeypatch, "variable")
+    image = _image(where, tmp_path)
+    fd = os.open(image, os.O_RDONLY)
+    for _ in range(IMAGE_ENTRIES + 100):  # by descriptor: the path passes PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    try:
+        with pytest.raises(ImageError, match=f"more than {IMAGE_ENTRIES} entries"):
+            build_image(_Engine(), "python", IID, say=lambda _: None)
+    finally:  # taken apart from the top: shutil.rmtree recurses too
+        top = image / "d"
+        while (top / "d").is_dir():
+            os.rename(top / "d", image / "next")
+            os.rmdir(top)
+            os.rename(image / "next", top)
+        os.rmdir(top)
 
 
 @pytest.mark.parametrize("how", ["roots", "roots-seen-by-another-user"])

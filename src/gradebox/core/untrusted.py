@@ -159,19 +159,28 @@ def unshared(
 def unshared_tree(folder: Path | str, limit: int) -> str | None:
     """``unshared`` (``root_may_own``: a tree we only read from) for ``folder`` and for
     everything below it, links followed as a copy of it follows them (each link ours or
-    root's, and what it leads to asked as ``unshared`` asks it); why not, naming the path, or
-    None. More than ``limit`` entries (a link loop too) is a reason: the walk is bounded."""
+    root's, and what it leads to asked as ``unshared`` asks it); why not, naming the path
+    (and the entry that led there), or None. More than ``limit`` entries (a link loop too)
+    is a reason: the walk is bounded."""
     seen, why = 0, unshared(folder, root_may_own=True)
     if why is not None:
         return why
-    for here, folders, files in os.walk(folder, followlinks=True):  # each folder asked first
-        seen += len(folders) + len(files)
+    todo = [os.fspath(folder)]  # a stack, not os.walk: that recurses on Python 3.11
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:  # passed over, as os.walk does: the copy fails on it too
+            continue
+        seen += len(entries)
         if seen > limit:
             return f"{folder} holds more than {limit} entries"
-        for name in sorted(folders + files):
-            why = unshared(os.path.join(here, name), root_may_own=True)
-            if why is not None:
-                return why
+        for entry in entries:  # each asked before it is listed
+            why = unshared(entry.path, root_may_own=True)
+            if why is not None:  # reached through a link, it names where that led
+                return why if why.startswith(entry.path) else f"{entry.path}: {why}"
+            if entry.is_dir():  # a link to a folder too: followed
+                todo.append(entry.path)
     return None
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..core import settings, untrusted
 from ..core.log import LazyLogger
+from ..core.pathnames import is_dir
 from ..errors import ImageError
 
 log = LazyLogger("gradebox.images")  # logging loads on first use: not on exec's path
@@ -44,7 +45,7 @@ def images_dir() -> Path:
     the project's too (a checkout of root's that a docker-group user runs). The installed
     definitions are not asked: whoever can write them can write this code."""
     found = _own_images()
-    if found is not None and not found.is_dir():
+    if found is not None and not is_dir(found):
         raise ImageError(f"image definitions {found}: no such folder (GRADEBOX_IMAGES_DIR)")
     why = untrusted.unshared(found, root_may_own=True) if found is not None else None
     if why is not None:
