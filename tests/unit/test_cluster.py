@@ -822,6 +822,16 @@ def test_a_retry_kept_off_its_node_goes_back_there_when_the_other_node_dies_befo
     assert done.node == f"{a[:12]} (127.0.0.1, host)"
 
 
+def test_a_job_never_lost_is_sent_without_asking_ray_for_its_nodes():
+    """Every job is sent through ``_kept_off``; one never lost avoids no node, so asking Ray
+    for its nodes (a GCS call each) for each of a 10,000-test run's jobs is work for nothing."""
+    run = _executor(["a" * 56, "b" * 56])
+    asked = []
+    run.cluster.nodes = lambda: asked.append(1) or []
+    assert run._kept_off(TestJob("t-0"), ()) == []
+    assert not asked
+
+
 def test_a_task_lost_before_it_started_counts_against_no_node():
     """Its first item is already Ray's error: no node told, none blamed; it goes out again."""
     run = _executor(["a" * 56])

@@ -112,6 +112,15 @@ def test_a_declared_test_missing_from_the_report_is_never_a_pass():
     assert r.checks[-1].evidence == "declared by the verifier, never reported"
 
 
+def test_a_missing_tests_names_are_cut_in_the_evidence():
+    """The names come from the container (the grader's `declared`): each is cut, as an
+    evidence cuts every name it did not choose, and only the first ones are listed."""
+    long = "test_" + "x" * 100_000
+    r = _pytest(_junit(_case("test_a")), 0, ["test_a", long, *(f"test_{i}" for i in range(20))])
+    assert r.status is Status.error and "lacks 21 test(s)" in r.evidence
+    assert len(r.evidence) < 2_000 and "and 11 more" in r.evidence, r.evidence[:300]
+
+
 @pytest.mark.parametrize(
     "before",
     [

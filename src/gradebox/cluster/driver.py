@@ -268,6 +268,8 @@ class RayExecutor(Executor):
         """The usable nodes ``item`` was ``lost`` on (their ids' first characters, as
         ``node_name`` gives them) while another usable node can take it, else none: a node
         that flaps without being drained yet could take all of its attempts."""
+        if not lost:  # a first attempt, as most are: no need to ask Ray for its nodes
+            return []
         usable, need = self.usable(), self._need(item)
         there = [n["NodeID"] for n in usable if n["NodeID"].startswith(lost)]
         elsewhere = any(need.fits(n["Resources"]) for n in usable if n["NodeID"] not in there)

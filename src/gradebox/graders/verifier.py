@@ -33,6 +33,7 @@ from typing import Any, Literal
 from ..core import untrusted
 from ..core.pathnames import is_dir, is_file
 from ..protocol.models import Check, GraderResult, Status
+from .transcript import listed
 
 __all__ = ["judge_junit", "judge_node", "node_test_grader_data", "pytest_grader_data"]
 
@@ -212,8 +213,7 @@ def _finish(
             "trusted"
         )
     if missing and all(c.passed for c in checks):
-        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
-        why = f"the report lacks {len(missing)} test(s) the verifier declares ({shown})"
+        why = f"the report lacks {len(missing)} test(s) the verifier declares ({listed(missing)})"
         raise _NoVerdict(f"{why}: the run ended early or was changed")
     checks = checks + [
         Check(text=m[:500], passed=False, evidence="declared by the verifier, never reported")
